@@ -1,0 +1,10 @@
+//! netjam's sans-IO core.
+//!
+//! Everything in this crate is a plain state machine: it is handed the current time
+//! (a monotonic nanosecond count) and bytes, and returns bytes to send, frames to play and
+//! events. It never touches a socket, a thread, a device or the system clock, so tests drive
+//! it in simulated time over the simulated links of [`link`].
+#![forbid(unsafe_code)]
+
+pub mod link;
+pub mod rng;

@@ -1,0 +1,9 @@
+//! netjam: play music together live over the internet.
+//!
+//! This crate is the I/O shell around the sans-IO cores of `netjam-engine` and
+//! `netjam-osc`: sockets, threads, clocks, files and the command line. It keeps that shell
+//! thin; protocol and signal logic belong in the engine.
+
+pub mod cli;
+pub mod clock;
+pub mod transport;
