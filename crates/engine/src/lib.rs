@@ -7,4 +7,6 @@
 #![forbid(unsafe_code)]
 
 pub mod link;
+pub mod probe;
 pub mod rng;
+pub mod wire;
