@@ -6,7 +6,10 @@
 //! it in simulated time over the simulated links of [`link`].
 #![forbid(unsafe_code)]
 
+pub mod conceal;
+pub mod delay;
 pub mod link;
 pub mod probe;
 pub mod rng;
+pub mod time;
 pub mod wire;
