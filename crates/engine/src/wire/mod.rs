@@ -1,3 +1,17 @@
 //! The wire format: RTP/RTCP (RFC 3550), linear PCM payloads (RFC 3551 / RFC 3190),
 //! redundancy (RFC 2198) and SDP. Parsers borrow from the packet and never allocate;
 //! writers fill a caller's buffer.
+//!
+//! Nothing here does I/O, reads a clock or keeps more state than the counters of
+//! [`seq`]; no input, however hostile, may make a parser panic or allocate.
+
+pub mod payload;
+pub mod rtp;
+pub mod seq;
+
+pub use payload::{decode, encode, AudioFormat, Codec, FormatError, RED_PAYLOAD_TYPE};
+pub use rtp::{
+    classify, format_extension, parse_format_extension, parse_rtp, write_rtp, PacketKind, RtpError,
+    RtpExtension, RtpHeader, RtpPacket, RTP_HEADER_LEN,
+};
+pub use seq::{SeqExtender, TimestampExtender};
