@@ -6,10 +6,17 @@
 //! [`seq`]; no input, however hostile, may make a parser panic or allocate.
 
 pub mod payload;
+pub mod red;
+pub mod rtcp;
 pub mod rtp;
 pub mod seq;
 
 pub use payload::{decode, encode, AudioFormat, Codec, FormatError, RED_PAYLOAD_TYPE};
+pub use red::{parse_red, write_red, RedBlock, RedError, RedPayload, MAX_RED_BLOCKS};
+pub use rtcp::{
+    parse_rtcp, rtt_ns, write_bye, write_receiver_report, write_sdes, write_sender_report, NtpTime,
+    ReceptionStats, ReportBlock, RtcpError, RtcpPacket, SenderInfo,
+};
 pub use rtp::{
     classify, format_extension, parse_format_extension, parse_rtp, write_rtp, PacketKind, RtpError,
     RtpExtension, RtpHeader, RtpPacket, RTP_HEADER_LEN,
