@@ -12,5 +12,6 @@ pub mod jitter;
 pub mod link;
 pub mod probe;
 pub mod rng;
+pub mod synth;
 pub mod time;
 pub mod wire;
