@@ -5,10 +5,12 @@
 //! Nothing here does I/O, reads a clock or keeps more state than the counters of
 //! [`seq`]; no input, however hostile, may make a parser panic or allocate.
 
+pub mod fuzz;
 pub mod payload;
 pub mod red;
 pub mod rtcp;
 pub mod rtp;
+pub mod sdp;
 pub mod seq;
 
 pub use payload::{decode, encode, AudioFormat, Codec, FormatError, RED_PAYLOAD_TYPE};
@@ -21,4 +23,5 @@ pub use rtp::{
     classify, format_extension, parse_format_extension, parse_rtp, write_rtp, PacketKind, RtpError,
     RtpExtension, RtpHeader, RtpPacket, RTP_HEADER_LEN,
 };
+pub use sdp::{parse_sdp, write_sdp, SdpError, SdpStream};
 pub use seq::{SeqExtender, TimestampExtender};
