@@ -30,7 +30,8 @@ mod tests {
     fn conversions_agree() {
         assert_eq!(ns_to_frames(NS_PER_SEC, 48_000), 48_000);
         assert_eq!(frames_to_ns(64, 48_000), 1_333_333);
-        assert_eq!(ns_to_frames(frames_to_ns(441, 44_100), 44_100), 440); // rounded down twice
+        assert_eq!(ns_to_frames(frames_to_ns(441, 44_100), 44_100), 441); // exactly 10 ms
+        assert_eq!(ns_to_frames(frames_to_ns(1, 48_000), 48_000), 0); // 20833 ns rounds down
         assert!((frames_to_ms(48.0, 48_000) - 1.0).abs() < 1e-12);
     }
 }

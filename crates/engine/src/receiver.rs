@@ -1,0 +1,364 @@
+//! The receiving half of a stream: datagrams in, steady frames and RTCP reports out.
+//!
+//! [`Receiver`] accepts RTP and RTCP on one port (RFC 5761). It learns the stream's format
+//! from netjam's format extension, or takes it from configuration for plain RTP from other
+//! programs (GStreamer, ffmpeg). It follows the sender across restarts (a new SSRC or a
+//! sequence jump) without being restarted itself, rebuilds lost packets from RFC 2198
+//! redundancy, and feeds the [`JitterBuffer`]. About once a second it writes an RTCP
+//! receiver report (loss, RFC 3550 jitter, LSR/DLSR for the sender's RTT) with SDES.
+//!
+//! Every datagram may be hostile: anything malformed is counted and dropped; nothing
+//! panics and nothing grows. Sans-IO and realtime-safe after construction.
+
+use crate::delay::BufferMode;
+use crate::jitter::{JitterBuffer, JitterStats};
+use crate::rng::SimRng;
+use crate::wire::red::parse_red;
+use crate::wire::rtcp::{parse_rtcp, write_receiver_report, write_sdes, ReceptionStats, RtcpPacket};
+use crate::wire::{
+    classify, decode, parse_format_extension, parse_rtp, AudioFormat, PacketKind, SeqExtender,
+    TimestampExtender, RED_PAYLOAD_TYPE,
+};
+
+/// Largest decoded packet, in samples: 1024 frames × 64 channels.
+const MAX_SAMPLES: usize = 1024 * 64;
+/// A sequence step larger than this (either way) means the sender restarted.
+const SEQ_JUMP: i64 = 3000;
+
+/// How the receiver is set up.
+#[derive(Debug, Clone)]
+pub struct ReceiverConfig {
+    pub buffer: BufferMode,
+    /// The format of plain RTP that carries no format extension (from `--codec/--rate/
+    /// --channels` or an SDP file). With it, packets of other payload types are dropped.
+    pub fixed_format: Option<(AudioFormat, u8)>,
+    /// Channels to reserve for (1..=64).
+    pub max_channels: usize,
+    pub seed: u64,
+    pub cname: String,
+    pub name: Option<String>,
+}
+
+/// Something the I/O shell may want to tell the user about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReceiverEvent {
+    /// A stream began (or a sender restarted) with this format.
+    StreamStarted {
+        ssrc: u32,
+        format: AudioFormat,
+        restart: bool,
+    },
+    /// The sender said goodbye.
+    Bye { ssrc: u32 },
+    /// A stream arrived at a rate other than the output's; it is ignored.
+    RateMismatch { ssrc: u32, rate: u32, output_rate: u32 },
+    /// RTP arrived whose format is unknown (no extension and no configured format).
+    UnknownFormat { payload_type: u8 },
+}
+
+/// Counters of everything the receiver saw, plus the jitter buffer's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct ReceiverStats {
+    pub datagrams: u64,
+    pub received: u64,
+    /// Packets the sender sent that never arrived (RFC 3550 cumulative lost).
+    pub lost: i64,
+    pub reordered: u64,
+    pub malformed: u64,
+    pub unknown_format: u64,
+    pub wrong_payload_type: u64,
+    pub rate_mismatch: u64,
+    pub not_rtp: u64,
+    pub rtcp_received: u64,
+    pub rtcp_malformed: u64,
+    pub rtcp_sent: u64,
+    pub stream_starts: u64,
+    /// RFC 3550 interarrival jitter, ms.
+    pub jitter_ms: f64,
+    pub format: Option<AudioFormat>,
+    pub ssrc: Option<u32>,
+    pub jitter_buffer: JitterStats,
+}
+
+#[derive(Debug)]
+struct Source {
+    ssrc: u32,
+    format: AudioFormat,
+    seq: SeqExtender,
+    ts: TimestampExtender,
+    reception: ReceptionStats,
+    /// Middle 32 bits of the last SR's NTP time and when it arrived.
+    last_sr: Option<(u32, u64)>,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct Receiver {
+    config: ReceiverConfig,
+    ssrc: u32,
+    jb: JitterBuffer,
+    source: Option<Source>,
+    output: Option<AudioFormat>,
+    decoded: Vec<f32>,
+    play_buf: Vec<f32>,
+    events: [Option<ReceiverEvent>; 8],
+    next_rtcp_ns: Option<u64>,
+    rng: SimRng,
+    stats: ReceiverStats,
+}
+
+impl Receiver {
+    pub fn new(config: ReceiverConfig) -> Self {
+        let max_ch = config.max_channels.clamp(1, 64);
+        let mut rng = SimRng::new(config.seed);
+        Self {
+            ssrc: rng.next_u64() as u32,
+            jb: JitterBuffer::new(config.buffer, 48_000, 2.min(max_ch), max_ch),
+            source: None,
+            output: None,
+            decoded: vec![0.0; MAX_SAMPLES],
+            play_buf: vec![0.0; 4096 * max_ch],
+            events: [None; 8],
+            next_rtcp_ns: None,
+            rng,
+            stats: ReceiverStats::default(),
+            config,
+        }
+    }
+
+    /// The format frames are played in: the first stream's, fixed from then on.
+    pub fn output_format(&self) -> Option<AudioFormat> {
+        self.output
+    }
+
+    /// Fix the output format before any stream arrives (e.g. a sound card's).
+    pub fn set_output_format(&mut self, format: AudioFormat) {
+        self.output = Some(format);
+    }
+
+    pub fn set_buffer_mode(&mut self, mode: BufferMode) {
+        self.jb.set_mode(mode);
+    }
+
+    pub fn stats(&self) -> ReceiverStats {
+        let mut s = self.stats;
+        s.jitter_buffer = self.jb.stats();
+        if let Some(src) = &self.source {
+            s.lost = src.reception.lost();
+            s.jitter_ms = src.reception.jitter_ns() as f64 / 1e6;
+            s.format = Some(src.format);
+            s.ssrc = Some(src.ssrc);
+        }
+        s
+    }
+
+    /// Take the oldest pending event.
+    pub fn poll_event(&mut self) -> Option<ReceiverEvent> {
+        let first = self.events.iter().position(|e| e.is_some())?;
+        let ev = self.events[first].take();
+        self.events[first..].rotate_left(1);
+        ev
+    }
+
+    fn push_event(&mut self, ev: ReceiverEvent) {
+        if let Some(slot) = self.events.iter_mut().find(|e| e.is_none()) {
+            *slot = Some(ev);
+        }
+    }
+
+    /// Take one datagram that arrived at `now_ns`.
+    pub fn on_datagram(&mut self, now_ns: u64, bytes: &[u8]) {
+        self.stats.datagrams += 1;
+        match classify(bytes) {
+            PacketKind::Rtp => self.on_rtp(now_ns, bytes),
+            PacketKind::Rtcp => self.on_rtcp(now_ns, bytes),
+            PacketKind::Other => self.stats.not_rtp += 1,
+        }
+    }
+
+    fn on_rtp(&mut self, now_ns: u64, bytes: &[u8]) {
+        let Ok(pkt) = parse_rtp(bytes) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        let h = pkt.header;
+        let announced = match pkt.extension.as_ref().and_then(parse_format_extension) {
+            Some(Ok(f)) => Some(f),
+            Some(Err(_)) => {
+                self.stats.malformed += 1;
+                return;
+            }
+            None => None,
+        };
+        let red = h.payload_type == RED_PAYLOAD_TYPE;
+        let format = match (announced, self.config.fixed_format) {
+            (Some(f), _) => f,
+            (None, Some((f, pt))) => {
+                if h.payload_type != pt && !red {
+                    self.stats.wrong_payload_type += 1;
+                    return;
+                }
+                f
+            }
+            (None, None) => {
+                if self.stats.unknown_format == 0 {
+                    self.push_event(ReceiverEvent::UnknownFormat {
+                        payload_type: h.payload_type,
+                    });
+                }
+                self.stats.unknown_format += 1;
+                return;
+            }
+        };
+        if let Some(out) = self.output {
+            if out.rate != format.rate {
+                if self.stats.rate_mismatch == 0 {
+                    self.push_event(ReceiverEvent::RateMismatch {
+                        ssrc: h.ssrc,
+                        rate: format.rate,
+                        output_rate: out.rate,
+                    });
+                }
+                self.stats.rate_mismatch += 1;
+                return;
+            }
+        }
+        // A new sender, a new format or a sequence jump: start the stream over.
+        let restart = match &mut self.source {
+            None => true,
+            Some(src) if src.ssrc != h.ssrc || src.format != format => true,
+            Some(src) => {
+                let highest = src.seq.highest().unwrap_or(0) as i64;
+                let mut probe = src.seq;
+                let ext = probe.extend(h.sequence) as i64;
+                (ext - highest).abs() > SEQ_JUMP
+            }
+        };
+        if restart {
+            let was_playing = self.source.is_some();
+            self.source = Some(Source {
+                ssrc: h.ssrc,
+                format,
+                seq: SeqExtender::new(),
+                ts: TimestampExtender::new(),
+                reception: ReceptionStats::new(format.rate),
+                last_sr: None,
+            });
+            if self.output.is_none() {
+                self.output = Some(format);
+            }
+            self.jb.reset(format.rate, format.channels as usize);
+            self.stats.stream_starts += 1;
+            self.push_event(ReceiverEvent::StreamStarted {
+                ssrc: h.ssrc,
+                format,
+                restart: was_playing,
+            });
+        }
+        let Some(src) = self.source.as_mut() else { return };
+        let highest_before = src.seq.highest();
+        let ext_seq = src.seq.extend(h.sequence);
+        let ext_ts = src.ts.extend(h.timestamp);
+        src.reception.on_packet(ext_seq, h.timestamp, now_ns);
+        if highest_before.is_some_and(|hb| ext_seq < hb) {
+            self.stats.reordered += 1;
+        }
+        self.stats.received += 1;
+        let ch = format.channels as usize;
+        if red {
+            let Ok(red) = parse_red(pkt.payload) else {
+                self.stats.malformed += 1;
+                return;
+            };
+            let primary = red.primary();
+            let n = decode(format.codec, primary.data, &mut self.decoded);
+            let n = n - n % ch;
+            self.jb.insert(now_ns, ext_ts, &self.decoded[..n], true);
+            for block in red.redundant() {
+                let ts = ext_ts.saturating_sub(block.timestamp_offset as u64);
+                let n = decode(format.codec, block.data, &mut self.decoded);
+                let n = n - n % ch;
+                self.jb.insert(now_ns, ts, &self.decoded[..n], false);
+            }
+        } else {
+            let n = decode(format.codec, pkt.payload, &mut self.decoded);
+            let n = n - n % ch;
+            self.jb.insert(now_ns, ext_ts, &self.decoded[..n], true);
+        }
+    }
+
+    fn on_rtcp(&mut self, now_ns: u64, bytes: &[u8]) {
+        self.stats.rtcp_received += 1;
+        for packet in parse_rtcp(bytes) {
+            match packet {
+                Ok(RtcpPacket::SenderReport { ssrc, info, .. }) => {
+                    if let Some(src) = self.source.as_mut().filter(|s| s.ssrc == ssrc) {
+                        src.last_sr = Some((info.ntp.middle32(), now_ns));
+                    }
+                }
+                Ok(RtcpPacket::Bye { ssrcs, .. }) => {
+                    for chunk in ssrcs.chunks_exact(4) {
+                        let ssrc = u32::from_be_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+                        if self.source.as_ref().is_some_and(|s| s.ssrc == ssrc) {
+                            self.push_event(ReceiverEvent::Bye { ssrc });
+                        }
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    self.stats.rtcp_malformed += 1;
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Fill `out` (interleaved in the output format's channels) with the frames due now.
+    pub fn play(&mut self, now_ns: u64, out: &mut [f32]) {
+        let out_ch = self.output.map_or(1, |f| f.channels as usize);
+        let in_ch = self.jb.channels();
+        if in_ch == out_ch {
+            self.jb.play(now_ns, out);
+            return;
+        }
+        // Map channels: copy what both have, silence the rest.
+        let frames = out.len() / out_ch;
+        let frames = frames.min(self.play_buf.len() / in_ch);
+        let mut buf = std::mem::take(&mut self.play_buf);
+        self.jb.play(now_ns, &mut buf[..frames * in_ch]);
+        for f in 0..frames {
+            for c in 0..out_ch {
+                out[f * out_ch + c] = if c < in_ch { buf[f * in_ch + c] } else { 0.0 };
+            }
+        }
+        self.play_buf = buf;
+    }
+
+    /// When a report is due, write RR + SDES into `out` and return its length.
+    pub fn poll_rtcp(&mut self, now_ns: u64, out: &mut [u8]) -> Option<usize> {
+        let due = *self.next_rtcp_ns.get_or_insert(now_ns + 500_000_000);
+        if now_ns < due {
+            return None;
+        }
+        self.next_rtcp_ns = Some(now_ns + (self.rng.uniform(0.5, 1.5) * 1e9) as u64);
+        let src = self.source.as_mut()?;
+        let (lsr, dlsr) = match src.last_sr {
+            Some((lsr, at)) => (
+                lsr,
+                ((now_ns.saturating_sub(at)) as u128 * 65_536 / 1_000_000_000) as u32,
+            ),
+            None => (0, 0),
+        };
+        let block = src.reception.report_block(src.ssrc, lsr, dlsr);
+        let a = write_receiver_report(self.ssrc, &[block], out).ok()?;
+        let b = write_sdes(
+            self.ssrc,
+            &self.config.cname,
+            self.config.name.as_deref(),
+            &mut out[a..],
+        )
+        .ok()?;
+        self.stats.rtcp_sent += 1;
+        Some(a + b)
+    }
+}

@@ -1,0 +1,353 @@
+//! The sending half of a stream: frames in, RTP and RTCP packets out.
+//!
+//! [`Sender`] packetizes interleaved frames into RTP packets of a fixed number of frames,
+//! optionally carrying the previous packets again as RFC 2198 redundancy so a receiver
+//! can rebuild a lost packet from the next one. Every packet carries netjam's format
+//! extension, so a netjam receiver learns codec, rate and channels by itself. About once a
+//! second it produces an RTCP sender report with SDES (CNAME and name); receiver reports
+//! coming back give the round-trip time and the far side's loss and jitter.
+//!
+//! Sans-IO and realtime-safe: buffers are reserved in [`Sender::new`]; `push_frames`,
+//! `poll_rtcp` and `on_rtcp` never allocate, lock or block. Time is passed in.
+
+use crate::rng::SimRng;
+use crate::time::frames_to_ns;
+use crate::wire::red::{write_red, RedBlock, MAX_RED_BLOCKS};
+use crate::wire::rtcp::{
+    parse_rtcp, rtt_ns, write_bye, write_sdes, write_sender_report, NtpTime, RtcpPacket, SenderInfo,
+};
+use crate::wire::{encode, format_extension, write_rtp, AudioFormat, RtpHeader, RED_PAYLOAD_TYPE};
+
+/// Largest UDP payload over IPv4.
+pub const MAX_DATAGRAM: usize = 65_507;
+/// Largest UDP payload that crosses a 1500-byte Ethernet MTU without fragmentation.
+pub const MTU_PAYLOAD: usize = 1_472;
+/// Frames per packet netjam accepts.
+pub const FRAMES_PER_PACKET: std::ops::RangeInclusive<u32> = 16..=1024;
+/// Largest RFC 2198 block.
+const RED_BLOCK_MAX: usize = crate::wire::red::MAX_RED_BLOCK_LEN;
+/// Header room: RTP header, format extension, RED headers.
+const HEADER_ROOM: usize = 12 + 8 + 4 * MAX_RED_BLOCKS + 1;
+
+/// Why a sender cannot be built with these settings; each says what to change.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum SenderError {
+    #[error("{0} frames per packet is out of range: use 16 to 1024")]
+    FramesOutOfRange(u32),
+    #[error("redundancy {0} is too high: use 0 to {MAX_RED_BLOCKS}")]
+    RedundancyTooHigh(usize),
+    #[error("a packet would be {bytes} bytes, more than UDP can carry ({MAX_DATAGRAM}): use fewer frames per packet, fewer channels or less redundancy")]
+    PacketTooLarge { bytes: usize },
+    #[error("redundancy needs each packet's audio to fit in {RED_BLOCK_MAX} bytes (RFC 2198), but it is {bytes}: use fewer frames per packet, fewer channels or a smaller codec")]
+    RedundantBlockTooLarge { bytes: usize },
+}
+
+/// Everything a sender is configured with.
+#[derive(Debug, Clone)]
+pub struct SenderConfig {
+    pub format: AudioFormat,
+    pub frames_per_packet: u32,
+    /// How many previous packets each packet carries again (0 = none).
+    pub redundancy: usize,
+    /// Seeds SSRC, first sequence number and first timestamp (RFC 3550 wants them random).
+    pub seed: u64,
+    /// RTCP CNAME (e.g. user@host).
+    pub cname: String,
+    /// A human name for the player, sent in SDES.
+    pub name: Option<String>,
+    /// Unix time minus the monotonic clock, in ns, for RTCP's wall-clock fields.
+    pub wall_offset_ns: i64,
+}
+
+/// Counters of what the sender did and what the far side reported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct SenderStats {
+    pub packets: u64,
+    pub bytes: u64,
+    pub frames: u64,
+    pub rtcp_sent: u64,
+    pub rtcp_received: u64,
+    pub rtcp_malformed: u64,
+    /// Round-trip time from the last receiver report (LSR/DLSR), ms.
+    pub rtt_ms: Option<f64>,
+    /// The far side's view: fraction lost in the last interval (0..1), cumulative lost,
+    /// RFC 3550 interarrival jitter (ms).
+    pub remote_fraction_lost: Option<f64>,
+    pub remote_cumulative_lost: Option<i64>,
+    pub remote_jitter_ms: Option<f64>,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct Sender {
+    config: SenderConfig,
+    ssrc: u32,
+    seq: u16,
+    /// Timestamp of the next packet's first frame.
+    ts: u32,
+    /// Frames waiting to fill a packet.
+    pending: Vec<f32>,
+    pending_frames: usize,
+    /// Encoded payloads of the last packets, newest last, for redundancy.
+    history: Vec<u8>,
+    history_len: Vec<usize>,
+    history_count: usize,
+    payload_bytes: usize,
+    packet: Vec<u8>,
+    primary: Vec<u8>,
+    first: bool,
+    next_rtcp_ns: Option<u64>,
+    rng: SimRng,
+    stats: SenderStats,
+}
+
+impl Sender {
+    pub fn new(config: SenderConfig) -> Result<Self, SenderError> {
+        let f = config.frames_per_packet;
+        if !FRAMES_PER_PACKET.contains(&f) {
+            return Err(SenderError::FramesOutOfRange(f));
+        }
+        if config.redundancy > MAX_RED_BLOCKS {
+            return Err(SenderError::RedundancyTooHigh(config.redundancy));
+        }
+        let payload_bytes = config.format.bytes_for_frames(f);
+        if config.redundancy > 0 && payload_bytes > RED_BLOCK_MAX {
+            return Err(SenderError::RedundantBlockTooLarge { bytes: payload_bytes });
+        }
+        let total = HEADER_ROOM + payload_bytes * (1 + config.redundancy);
+        if total > MAX_DATAGRAM {
+            return Err(SenderError::PacketTooLarge { bytes: total });
+        }
+        let mut rng = SimRng::new(config.seed);
+        let ssrc = rng.next_u64() as u32;
+        let seq = rng.next_u64() as u16;
+        let ts = rng.next_u64() as u32;
+        let ch = config.format.channels as usize;
+        Ok(Self {
+            ssrc,
+            seq,
+            ts,
+            pending: vec![0.0; f as usize * ch],
+            pending_frames: 0,
+            history: vec![0; payload_bytes * config.redundancy.max(1)],
+            history_len: vec![0; config.redundancy.max(1)],
+            history_count: 0,
+            payload_bytes,
+            packet: vec![0; total],
+            primary: vec![0; payload_bytes],
+            first: true,
+            next_rtcp_ns: None,
+            rng,
+            stats: SenderStats::default(),
+            config,
+        })
+    }
+
+    pub fn ssrc(&self) -> u32 {
+        self.ssrc
+    }
+
+    pub fn format(&self) -> AudioFormat {
+        self.config.format
+    }
+
+    pub fn frames_per_packet(&self) -> u32 {
+        self.config.frames_per_packet
+    }
+
+    /// Bytes of the largest packet this sender emits.
+    pub fn max_packet_bytes(&self) -> usize {
+        self.packet.len()
+    }
+
+    /// Wall time one packet's audio spans.
+    pub fn packet_ns(&self) -> u64 {
+        frames_to_ns(self.config.frames_per_packet as u64, self.config.format.rate)
+    }
+
+    pub fn stats(&self) -> SenderStats {
+        self.stats
+    }
+
+    /// Feed interleaved frames captured just before `now_ns`; every complete packet is
+    /// handed to `emit` as RTP bytes, in order.
+    pub fn push_frames(&mut self, now_ns: u64, frames: &[f32], mut emit: impl FnMut(&[u8])) {
+        let _ = now_ns;
+        let ch = self.config.format.channels as usize;
+        let per_packet = self.config.frames_per_packet as usize;
+        let mut input = &frames[..frames.len() - frames.len() % ch];
+        while !input.is_empty() {
+            let room = per_packet - self.pending_frames;
+            let take = room.min(input.len() / ch);
+            let dst = self.pending_frames * ch;
+            self.pending[dst..dst + take * ch].copy_from_slice(&input[..take * ch]);
+            self.pending_frames += take;
+            input = &input[take * ch..];
+            if self.pending_frames == per_packet {
+                let len = self.build_packet();
+                emit(&self.packet[..len]);
+                self.pending_frames = 0;
+            }
+        }
+    }
+
+    fn build_packet(&mut self) -> usize {
+        let fmt = self.config.format;
+        let n = encode(fmt.codec, &self.pending, &mut self.primary);
+        debug_assert_eq!(n, self.payload_bytes);
+        let red = self.config.redundancy > 0;
+        let header = RtpHeader {
+            marker: self.first,
+            payload_type: if red { RED_PAYLOAD_TYPE } else { fmt.payload_type() },
+            sequence: self.seq,
+            timestamp: self.ts,
+            ssrc: self.ssrc,
+        };
+        let mut ext_buf = [0u8; 4];
+        let ext = format_extension(&fmt, &mut ext_buf);
+        let payload_len = if red { self.red_len(n) } else { n };
+        // Sizes were checked in `new`, so the buffer always fits.
+        let Ok(hlen) = write_rtp(&header, Some(ext), payload_len, &mut self.packet) else {
+            return 0;
+        };
+        let written = if red {
+            let mut blocks = [RedBlock {
+                payload_type: 0,
+                timestamp_offset: 0,
+                data: &[],
+            }; MAX_RED_BLOCKS];
+            let count = self.history_count;
+            let f = self.config.frames_per_packet;
+            for (i, b) in blocks.iter_mut().take(count).enumerate() {
+                // Oldest first: history slot i holds the packet (count - i) packets ago.
+                let age = count - i;
+                let slot = self.history_slot(age);
+                let len = self.history_len[slot];
+                *b = RedBlock {
+                    payload_type: fmt.payload_type(),
+                    timestamp_offset: (age as u32 * f) as u16,
+                    data: &self.history[slot * self.payload_bytes..slot * self.payload_bytes + len],
+                };
+            }
+            write_red(
+                fmt.payload_type(),
+                &self.primary[..n],
+                &blocks[..count],
+                &mut self.packet[hlen..],
+            )
+            .unwrap_or(0)
+        } else {
+            self.packet[hlen..hlen + n].copy_from_slice(&self.primary[..n]);
+            n
+        };
+        if red {
+            self.remember_primary(n);
+        }
+        self.first = false;
+        self.seq = self.seq.wrapping_add(1);
+        self.ts = self.ts.wrapping_add(self.config.frames_per_packet);
+        self.stats.packets += 1;
+        self.stats.frames += self.config.frames_per_packet as u64;
+        self.stats.bytes += (hlen + written) as u64;
+        hlen + written
+    }
+
+    fn red_len(&self, primary: usize) -> usize {
+        let blocks: usize = (1..=self.history_count)
+            .map(|age| self.history_len[self.history_slot(age)])
+            .sum();
+        4 * self.history_count + 1 + blocks + primary
+    }
+
+    /// Ring slot of the packet `age` packets ago (1 = the previous one).
+    fn history_slot(&self, age: usize) -> usize {
+        let n = self.config.redundancy;
+        (self.stats.packets as usize + n - age) % n
+    }
+
+    fn remember_primary(&mut self, n: usize) {
+        let slot = self.stats.packets as usize % self.config.redundancy;
+        let at = slot * self.payload_bytes;
+        self.history[at..at + n].copy_from_slice(&self.primary[..n]);
+        self.history_len[slot] = n;
+        self.history_count = (self.history_count + 1).min(self.config.redundancy);
+    }
+
+    fn ntp(&self, now_ns: u64) -> NtpTime {
+        NtpTime::from_unix_ns((now_ns as i64 + self.config.wall_offset_ns).max(0) as u64)
+    }
+
+    /// The RTP timestamp of the newest captured frame (for the sender report).
+    fn rtp_now(&self) -> u32 {
+        self.ts.wrapping_add(self.pending_frames as u32)
+    }
+
+    /// When an RTCP report is due, write SR + SDES into `out` and return its length.
+    /// Reports go out about once a second (randomised ±50 % as RFC 3550 asks).
+    pub fn poll_rtcp(&mut self, now_ns: u64, out: &mut [u8]) -> Option<usize> {
+        let due = *self.next_rtcp_ns.get_or_insert(now_ns);
+        if now_ns < due || self.stats.packets == 0 {
+            return None;
+        }
+        self.next_rtcp_ns = Some(now_ns + (self.rng.uniform(0.5, 1.5) * 1e9) as u64);
+        let len = self.write_report(now_ns, out)?;
+        self.stats.rtcp_sent += 1;
+        Some(len)
+    }
+
+    fn write_report(&mut self, now_ns: u64, out: &mut [u8]) -> Option<usize> {
+        let info = SenderInfo {
+            ntp: self.ntp(now_ns),
+            rtp_timestamp: self.rtp_now(),
+            packet_count: self.stats.packets as u32,
+            octet_count: self.stats.bytes as u32,
+        };
+        let a = write_sender_report(self.ssrc, &info, &[], out).ok()?;
+        let b = write_sdes(
+            self.ssrc,
+            &self.config.cname,
+            self.config.name.as_deref(),
+            &mut out[a..],
+        )
+        .ok()?;
+        Some(a + b)
+    }
+
+    /// A final SR + BYE for a clean stop.
+    pub fn bye(&mut self, now_ns: u64, out: &mut [u8]) -> Option<usize> {
+        let a = self.write_report(now_ns, out)?;
+        let b = write_bye(self.ssrc, Some("stopped"), &mut out[a..]).ok()?;
+        self.stats.rtcp_sent += 1;
+        Some(a + b)
+    }
+
+    /// Take an RTCP packet from the receiver: report blocks about our SSRC give RTT,
+    /// loss and jitter.
+    pub fn on_rtcp(&mut self, now_ns: u64, bytes: &[u8]) {
+        self.stats.rtcp_received += 1;
+        let arrival = self.ntp(now_ns).middle32();
+        for packet in parse_rtcp(bytes) {
+            let reports = match packet {
+                Ok(RtcpPacket::ReceiverReport { reports, .. }) => reports,
+                Ok(RtcpPacket::SenderReport { reports, .. }) => reports,
+                Ok(_) => continue,
+                Err(_) => {
+                    self.stats.rtcp_malformed += 1;
+                    break;
+                }
+            };
+            for block in reports {
+                if block.ssrc != self.ssrc {
+                    continue;
+                }
+                if let Some(rtt) = rtt_ns(arrival, block.lsr, block.dlsr) {
+                    self.stats.rtt_ms = Some(rtt as f64 / 1e6);
+                }
+                self.stats.remote_fraction_lost = Some(block.fraction_lost as f64 / 256.0);
+                self.stats.remote_cumulative_lost = Some(block.cumulative_lost as i64);
+                self.stats.remote_jitter_ms =
+                    Some(block.jitter as f64 * 1000.0 / self.config.format.rate as f64);
+            }
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! A two-party session in virtual time: a [`Sender`] and a [`Receiver`] joined by two
+//! [`LinkModel`]s (media one way, RTCP both ways). Deterministic for a seed; no sleeps.
+#![allow(dead_code)]
+
+use netjam_engine::delay::BufferMode;
+use netjam_engine::link::{LinkConfig, LinkModel};
+use netjam_engine::receiver::{Receiver, ReceiverConfig, ReceiverEvent};
+use netjam_engine::sender::{Sender, SenderConfig};
+use netjam_engine::synth::{Synth, SynthKind};
+use netjam_engine::time::frames_to_ns;
+use netjam_engine::wire::AudioFormat;
+
+pub struct Session {
+    pub sender: Sender,
+    pub receiver: Receiver,
+    pub up: LinkModel<Vec<u8>>,
+    pub down: LinkModel<Vec<u8>>,
+    pub synth: Synth,
+    pub format: AudioFormat,
+    pub frames: u32,
+    pub period: usize,
+    pub now: u64,
+    next_capture: u64,
+    next_play: u64,
+    /// Everything the sender captured and everything the receiver played, interleaved.
+    pub sent: Vec<f32>,
+    pub played: Vec<f32>,
+    /// Wall time of each played period's start.
+    pub play_times: Vec<u64>,
+    pub events: Vec<ReceiverEvent>,
+    /// Hostile datagrams injected into the receiver, if set: every n-th step.
+    pub garbage: Option<Box<dyn FnMut(u64) -> Option<Vec<u8>>>>,
+}
+
+pub fn sender_config(format: AudioFormat, frames: u32, redundancy: usize, seed: u64) -> SenderConfig {
+    SenderConfig {
+        format,
+        frames_per_packet: frames,
+        redundancy,
+        seed,
+        cname: "player@test".into(),
+        name: Some("Test Player".into()),
+        wall_offset_ns: 1_700_000_000_000_000_000,
+    }
+}
+
+impl Session {
+    pub fn new(format: AudioFormat, frames: u32, redundancy: usize, link: LinkConfig, seed: u64) -> Self {
+        let sender = Sender::new(sender_config(format, frames, redundancy, seed)).expect("sender");
+        let receiver = Receiver::new(ReceiverConfig {
+            buffer: BufferMode::default(),
+            fixed_format: None,
+            max_channels: 64,
+            seed: seed + 1,
+            cname: "listener@test".into(),
+            name: None,
+        });
+        let back = LinkConfig {
+            loss: Default::default(),
+            ..link.clone()
+        };
+        Self {
+            sender,
+            receiver,
+            up: LinkModel::new(link, seed + 2),
+            down: LinkModel::new(back, seed + 3),
+            synth: Synth::new(
+                SynthKind::Music { bpm: 120.0 },
+                format.rate,
+                format.channels as usize,
+                seed,
+            ),
+            format,
+            frames,
+            period: 64,
+            now: 0,
+            next_capture: 0,
+            next_play: 333_333,
+            sent: Vec::new(),
+            played: Vec::new(),
+            play_times: Vec::new(),
+            events: Vec::new(),
+            garbage: None,
+        }
+    }
+
+    /// Run the session for `ns` of virtual time.
+    pub fn run(&mut self, ns: u64) {
+        let end = self.now + ns;
+        let ch = self.format.channels as usize;
+        let capture_ns = frames_to_ns(self.frames as u64, self.format.rate);
+        let play_ns = frames_to_ns(self.period as u64, self.format.rate);
+        let mut cap = vec![0.0; self.frames as usize * ch];
+        let mut out =
+            vec![0.0; self.period * self.receiver.output_format().map_or(ch, |f| f.channels as usize)];
+        let mut rtcp = [0u8; 1500];
+        let mut step = 0u64;
+        while self.now < end {
+            let next_link = self
+                .up
+                .next_delivery()
+                .unwrap_or(u64::MAX)
+                .min(self.down.next_delivery().unwrap_or(u64::MAX));
+            self.now = self.next_capture.min(self.next_play).min(next_link).max(self.now);
+            if self.now >= end {
+                break;
+            }
+            step += 1;
+            while let Some((at, bytes)) = self.up.poll(self.now) {
+                self.receiver.on_datagram(at, &bytes);
+            }
+            while let Some((at, bytes)) = self.down.poll(self.now) {
+                self.sender.on_rtcp(at, &bytes);
+            }
+            if let Some(g) = self.garbage.as_mut() {
+                if let Some(bad) = g(step) {
+                    self.receiver.on_datagram(self.now, &bad);
+                }
+            }
+            while let Some(ev) = self.receiver.poll_event() {
+                self.events.push(ev);
+            }
+            if self.now >= self.next_capture {
+                // The period that just ended was captured; packetize and send it.
+                self.synth.fill(&mut cap);
+                self.sent.extend_from_slice(&cap);
+                let now = self.now;
+                let up = &mut self.up;
+                self.sender.push_frames(now, &cap, |p| {
+                    up.send(now, p.to_vec(), p.len());
+                });
+                if let Some(n) = self.sender.poll_rtcp(now, &mut rtcp) {
+                    self.up.send(now, rtcp[..n].to_vec(), n);
+                }
+                self.next_capture += capture_ns;
+            }
+            if self.now >= self.next_play {
+                if let Some(f) = self.receiver.output_format() {
+                    out.resize(self.period * f.channels as usize, 0.0);
+                }
+                self.receiver.play(self.now, &mut out);
+                self.played.extend_from_slice(&out);
+                self.play_times.push(self.now);
+                if let Some(n) = self.receiver.poll_rtcp(self.now, &mut rtcp) {
+                    self.down.send(self.now, rtcp[..n].to_vec(), n);
+                }
+                self.next_play += play_ns;
+            }
+        }
+    }
+
+    /// Offset (in frames) of the sent signal within the played one, found by exact match
+    /// of a run of frames from the middle of what was sent.
+    pub fn alignment(&self) -> Option<usize> {
+        let ch = self.format.channels as usize;
+        let sent_frames = self.sent.len() / ch;
+        let probe_at = sent_frames / 2;
+        let probe = &self.sent[probe_at * ch..(probe_at + 256) * ch];
+        let played_frames = self.played.len() / ch;
+        (0..played_frames.saturating_sub(256))
+            .find(|&p| &self.played[p * ch..(p + 256) * ch] == probe)
+            .map(|p| p - probe_at)
+    }
+}
