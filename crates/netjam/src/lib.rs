@@ -6,4 +6,5 @@
 
 pub mod cli;
 pub mod clock;
+pub mod endpoint;
 pub mod transport;
