@@ -1,6 +1,45 @@
 //! Realtime-safe Open Sound Control (OSC 1.0 / 1.1).
 //!
-//! Encoding writes into a caller's buffer, decoding borrows from the packet, and dispatch
-//! never allocates, so every part of this crate may run on an audio thread.
-//! This crate must never depend on netjam's audio engine.
+//! * [`encode_message`] and [`BundleWriter`] write into a caller's `&mut [u8]`.
+//! * [`Packet::decode`] validates a packet strictly and borrows from it; arguments are
+//!   decoded lazily by [`Message::args`]. Errors say what is wrong and at which byte.
+//! * [`pattern`] matches OSC 1.0 wildcards and OSC 1.1 `//` path traversal.
+//! * [`dispatch`] routes messages through a tree of ports with per-port metadata.
+//! * [`queue`] hands whole messages between threads without locks.
+//! * [`schedule`] holds bundled messages until their time tags; [`transport`] is the
+//!   std-socket shell for UDP and TCP (length-prefix and SLIP framing).
+//!
+//! Encoding, decoding, matching, dispatch and the queue never allocate, so they may run
+//! on an audio thread. This crate must never depend on netjam's engine or binary, and
+//! must never panic on input that came from outside.
+//!
+//! ```
+//! use netjam_osc::{encode_message, Arg, Packet};
+//! let mut buf = [0u8; 64];
+//! let n = encode_message(&mut buf, "/synth/gain", &[Arg::Float(0.5)]).unwrap();
+//! let Packet::Message(m) = Packet::decode(&buf[..n]).unwrap() else { unreachable!() };
+//! assert_eq!(m.address(), "/synth/gain");
+//! assert_eq!(m.args().next(), Some(Arg::Float(0.5)));
+//! ```
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+pub mod arg;
+pub mod decode;
+pub mod dispatch;
+pub mod encode;
+pub mod fuzz;
+pub mod meta;
+pub mod pattern;
+pub mod queue;
+pub mod schedule;
+pub mod time;
+pub mod transport;
+
+pub use arg::Arg;
+pub use decode::{Bundle, DecodeError, DecodeErrorKind, Message, Packet};
+pub use dispatch::{DispatchSummary, Outbox, Request, Route, Tree, TreeBuilder};
+pub use encode::{encode_message, message_len, BundleWriter, EncodeError};
+pub use meta::{Meta, Scale};
+pub use time::TimeTag;

@@ -1,0 +1,939 @@
+//! Tree dispatch: a tree of ports, one layer per address segment, each layer looked up
+//! by a precomputed hash.
+//!
+//! Ports are declared with a path spec such as `/voice#16/freq::f`:
+//! * `name#N` is an array port standing for `name0` … `name{N-1}`; the matched indices
+//!   reach the handler through [`Request::indices`], so a tree with millions of reachable
+//!   paths stays small.
+//! * After the last segment, `:` starts the accepted argument types, alternatives
+//!   separated by `:`. `freq::f` accepts no arguments (a query) or one float; `freq:f`
+//!   only a float; `go:` only no arguments. Without `:` any arguments are accepted.
+//!
+//! Literal addresses (starting with `!`, or `/` without wildcards) are resolved with
+//! hash probes only; patterns are matched layer by layer (`//` included) under a work
+//! budget. Handlers may reply to the sender, broadcast, forward the message unchanged to
+//! the next stage, or chain a new message that is dispatched after the current one; all
+//! of these are written into a caller-provided [`Outbox`].
+//!
+//! The address `/_meta` is reserved: `/_meta ,s PATH` replies `/_meta ,ss PATH JSON` with
+//! the port's metadata (or `/_meta/error ,ss PATH REASON`).
+//!
+//! Building a [`Tree`] allocates; [`Tree::dispatch`] must never allocate, lock or block.
+
+use crate::arg::Arg;
+use crate::decode::{DecodeError, Message, Packet};
+use crate::encode::{encode_message, EncodeError};
+use crate::meta::Meta;
+use crate::pattern::{has_wildcards, is_literal, match_segment};
+use crate::time::TimeTag;
+
+/// Deepest address (in segments) the tree accepts.
+pub const MAX_PATH_DEPTH: usize = 16;
+
+/// How many chained messages one [`Tree::dispatch`] call processes at most.
+pub const MAX_CHAINED: u32 = 64;
+
+/// The reserved metadata query address.
+pub const META_ADDRESS: &str = "/_meta";
+
+/// A port handler: gets the caller's state and the request.
+pub type Handler<S> = Box<dyn Fn(&mut S, &mut Request<'_, '_>) + Send + Sync>;
+
+/// Why a tree could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    /// The path spec does not start with `/` or has an empty segment.
+    #[error("port spec {0:?} must start with '/' and have no empty segments")]
+    BadPath(String),
+    /// A segment contains a character that is not allowed in port names.
+    #[error("port spec {0:?}: segment names may not contain ' ', '#', ',', '*', '?', '[', ']', '{{', '}}' or ':' (except 'name#N' for arrays)")]
+    BadName(String),
+    /// An array count is missing, zero or too large, or its base name ends in a digit.
+    #[error("port spec {0:?}: array ports are written 'name#N' with 1 <= N <= 2^31 and a name not ending in a digit")]
+    BadArray(String),
+    /// The path has more than [`MAX_PATH_DEPTH`] segments.
+    #[error("port spec {0:?} is deeper than {MAX_PATH_DEPTH} segments")]
+    TooDeep(String),
+    /// Two ports with the same path.
+    #[error("port {0:?} is declared twice")]
+    Duplicate(String),
+    /// A name that is declared both as an array and as a plain port in one layer.
+    #[error("port spec {0:?} conflicts with an existing port of the same name")]
+    Conflict(String),
+    /// Names starting with `_` are reserved.
+    #[error("port spec {0:?}: top-level names starting with '_' are reserved")]
+    Reserved(String),
+}
+
+/// Where an [`Outbox`] entry should go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// Back to the sender of the message being dispatched.
+    Reply = 1,
+    /// To every listener.
+    Broadcast = 2,
+    /// The unchanged message, handed on to the next stage (e.g. the non-realtime side).
+    Forward = 3,
+    /// A new message that the tree dispatched after the current one.
+    Chain = 4,
+}
+
+impl Route {
+    fn from_u8(b: u8) -> Option<Route> {
+        Some(match b {
+            1 => Route::Reply,
+            2 => Route::Broadcast,
+            3 => Route::Forward,
+            4 => Route::Chain,
+            _ => return None,
+        })
+    }
+}
+
+const ENTRY_HEADER: usize = 8;
+
+/// Caller-provided storage for the messages handlers produce during dispatch.
+///
+/// Entries are encoded OSC messages tagged with a [`Route`]. When the buffer is full,
+/// further entries are dropped and counted in [`Outbox::dropped`].
+#[derive(Debug)]
+pub struct Outbox<'o> {
+    buf: &'o mut [u8],
+    len: usize,
+    dropped: u32,
+}
+
+impl<'o> Outbox<'o> {
+    /// An empty outbox writing into `buf`.
+    pub fn new(buf: &'o mut [u8]) -> Self {
+        Outbox { buf, len: 0, dropped: 0 }
+    }
+
+    /// Forgets every entry (keeps the buffer).
+    pub fn clear(&mut self) {
+        self.len = 0;
+        self.dropped = 0;
+    }
+
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Entries that did not fit since the last [`clear`](Self::clear).
+    pub fn dropped(&self) -> u32 {
+        self.dropped
+    }
+
+    /// Iterates over `(route, encoded message)` in the order they were written.
+    pub fn entries(&self) -> OutboxEntries<'_> {
+        OutboxEntries { rest: &self.buf[..self.len] }
+    }
+
+    /// Encodes a message for `route`.
+    pub fn push(&mut self, route: Route, address: &str, args: &[Arg<'_>]) -> Result<(), EncodeError> {
+        let start = self.len + ENTRY_HEADER;
+        let Some(space) = self.buf.get_mut(start..) else {
+            self.dropped += 1;
+            return Err(EncodeError::BufferTooSmall { needed: start, available: self.buf.len() });
+        };
+        match encode_message(space, address, args) {
+            Ok(n) => {
+                self.write_header(route, n);
+                Ok(())
+            }
+            Err(e) => {
+                self.dropped += 1;
+                Err(e)
+            }
+        }
+    }
+
+    /// Copies an already encoded message for `route`.
+    pub fn push_raw(&mut self, route: Route, message: &[u8]) -> Result<(), EncodeError> {
+        let start = self.len + ENTRY_HEADER;
+        let padded = crate::arg::pad4(message.len());
+        match self.buf.get_mut(start..start + padded) {
+            Some(dst) => {
+                dst[..message.len()].copy_from_slice(message);
+                dst[message.len()..].fill(0);
+                self.write_header(route, message.len());
+                Ok(())
+            }
+            None => {
+                self.dropped += 1;
+                Err(EncodeError::BufferTooSmall { needed: start + padded, available: self.buf.len() })
+            }
+        }
+    }
+
+    fn write_header(&mut self, route: Route, n: usize) {
+        let h = &mut self.buf[self.len..self.len + ENTRY_HEADER];
+        h[..4].copy_from_slice(&[route as u8, 0, 0, 0]);
+        h[4..].copy_from_slice(&(n as u32).to_ne_bytes());
+        self.len += ENTRY_HEADER + crate::arg::pad4(n);
+    }
+}
+
+/// Iterator over an [`Outbox`]'s entries.
+#[derive(Debug, Clone)]
+pub struct OutboxEntries<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for OutboxEntries<'a> {
+    type Item = (Route, &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (route, n, next) = entry_at(self.rest, 0)?;
+        let msg = self.rest.get(ENTRY_HEADER..ENTRY_HEADER + n)?;
+        self.rest = self.rest.get(next..).unwrap_or(&[]);
+        Some((route, msg))
+    }
+}
+
+/// Route, message length and offset of the next entry for the entry at `at`.
+fn entry_at(buf: &[u8], at: usize) -> Option<(Route, usize, usize)> {
+    let h = buf.get(at..at + ENTRY_HEADER)?;
+    let route = Route::from_u8(h[0])?;
+    let n = u32::from_ne_bytes([h[4], h[5], h[6], h[7]]) as usize;
+    Some((route, n, at + ENTRY_HEADER + crate::arg::pad4(n)))
+}
+
+/// One message arriving at one port, as seen by its handler.
+#[derive(Debug)]
+pub struct Request<'r, 'o> {
+    message: &'r Message<'r>,
+    time: TimeTag,
+    indices: &'r [u32],
+    path: &'r str,
+    meta: &'r Meta,
+    out: &'r mut Outbox<'o>,
+}
+
+impl<'r> Request<'r, '_> {
+    /// The message (its address may be a pattern).
+    pub fn message(&self) -> &Message<'r> {
+        self.message
+    }
+
+    /// The message's arguments.
+    pub fn args(&self) -> crate::decode::Args<'r> {
+        self.message.args()
+    }
+
+    /// The `n`th argument.
+    pub fn arg(&self, n: usize) -> Option<Arg<'r>> {
+        self.message.arg(n)
+    }
+
+    /// The time tag the message was delivered with ([`TimeTag::IMMEDIATELY`] outside a
+    /// bundle).
+    pub fn time(&self) -> TimeTag {
+        self.time
+    }
+
+    /// Array indices matched along the path, outermost first (one per array port).
+    pub fn indices(&self) -> &[u32] {
+        self.indices
+    }
+
+    /// The `n`th array index, or 0.
+    pub fn index(&self, n: usize) -> u32 {
+        self.indices.get(n).copied().unwrap_or(0)
+    }
+
+    /// The port's path spec, e.g. `/voice#16/freq` (without the argument spec).
+    pub fn port_path(&self) -> &'r str {
+        self.path
+    }
+
+    /// The port's metadata.
+    pub fn meta(&self) -> &'r Meta {
+        self.meta
+    }
+
+    /// Writes the concrete address of this port (array indices filled in) into `buf`;
+    /// useful to reply to a pattern with the real address. `None` if `buf` is too small.
+    pub fn concrete_address<'b>(&self, buf: &'b mut [u8]) -> Option<&'b str> {
+        let mut w = 0usize;
+        let mut idx = self.indices.iter();
+        for seg in self.path.split('/').skip(1) {
+            *buf.get_mut(w)? = b'/';
+            w += 1;
+            let (name, is_array) = match seg.split_once('#') {
+                Some((n, _)) => (n, true),
+                None => (seg, false),
+            };
+            buf.get_mut(w..w + name.len())?.copy_from_slice(name.as_bytes());
+            w += name.len();
+            if is_array {
+                let mut digits = [0u8; 10];
+                let s = fmt_u32(*idx.next()?, &mut digits);
+                buf.get_mut(w..w + s.len())?.copy_from_slice(s);
+                w += s.len();
+            }
+        }
+        core::str::from_utf8(&buf[..w]).ok()
+    }
+
+    /// Sends a message back to the sender.
+    pub fn reply(&mut self, address: &str, args: &[Arg<'_>]) -> Result<(), EncodeError> {
+        self.out.push(Route::Reply, address, args)
+    }
+
+    /// Sends a message to every listener.
+    pub fn broadcast(&mut self, address: &str, args: &[Arg<'_>]) -> Result<(), EncodeError> {
+        self.out.push(Route::Broadcast, address, args)
+    }
+
+    /// Hands the unchanged message on to the next stage.
+    pub fn forward(&mut self) -> Result<(), EncodeError> {
+        self.out.push_raw(Route::Forward, self.message.as_bytes())
+    }
+
+    /// Dispatches a new message through the tree after this one.
+    pub fn chain(&mut self, address: &str, args: &[Arg<'_>]) -> Result<(), EncodeError> {
+        self.out.push(Route::Chain, address, args)
+    }
+}
+
+fn fmt_u32(mut v: u32, buf: &mut [u8; 10]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    &buf[i..]
+}
+
+/// What one [`Tree::dispatch`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DispatchSummary {
+    /// Messages seen (bundles flattened, chained messages included).
+    pub messages: u32,
+    /// Handler calls.
+    pub handled: u32,
+    /// Ports whose address matched but whose argument types did not.
+    pub type_mismatch: u32,
+    /// Messages that reached no port.
+    pub unmatched: u32,
+    /// Chained messages dispatched.
+    pub chained: u32,
+    /// Whether a pattern ran out of its work budget (some ports were not visited).
+    pub truncated: bool,
+}
+
+struct Leaf<S> {
+    handler: Handler<S>,
+    /// Accepted type-tag alternatives separated by ':'; `None` accepts anything.
+    args: Option<Box<str>>,
+    meta: Meta,
+    path: Box<str>,
+    meta_json: Box<str>,
+}
+
+struct Port<S> {
+    name: Box<str>,
+    hash: u64,
+    /// 0 for a plain port, else the number of elements.
+    array: u32,
+    child: Option<u32>,
+    leaf: Option<Leaf<S>>,
+}
+
+struct Layer<S> {
+    ports: Vec<Port<S>>,
+    /// Open-addressing table of port index + 1 (0 = empty), by name hash.
+    table: Box<[u32]>,
+}
+
+/// A built dispatch tree over state `S`.
+pub struct Tree<S> {
+    layers: Vec<Layer<S>>,
+    /// Full-path table for leaves without array segments: (hash, layer, port).
+    flat: Box<[(u64, u32, u32)]>,
+    pattern_budget: u32,
+    error: Option<BuildError>,
+}
+
+impl<S> std::fmt::Debug for Tree<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tree")
+            .field("layers", &self.layers.len())
+            .field("ports", &self.layers.iter().map(|l| l.ports.len()).sum::<usize>())
+            .field("reachable_paths", &self.reachable_paths())
+            .finish()
+    }
+}
+
+/// FNV-1a, 64 bit: short names, no allocation, good spread.
+fn hash(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Collects port declarations; [`build`](TreeBuilder::build) checks them and makes the
+/// lookup tables.
+pub struct TreeBuilder<S> {
+    tree: Tree<S>,
+}
+
+impl<S> std::fmt::Debug for TreeBuilder<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TreeBuilder").field("tree", &self.tree).finish()
+    }
+}
+
+impl<S> Default for TreeBuilder<S> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S> TreeBuilder<S> {
+    /// An empty tree.
+    pub fn new() -> Self {
+        TreeBuilder {
+            tree: Tree {
+                layers: vec![Layer { ports: Vec::new(), table: Box::new([]) }],
+                flat: Box::new([]),
+                pattern_budget: 100_000,
+                error: None,
+            },
+        }
+    }
+
+    /// Bounds how many ports one pattern may visit (default 100 000).
+    pub fn pattern_budget(&mut self, ports: u32) -> &mut Self {
+        self.tree.pattern_budget = ports;
+        self
+    }
+
+    /// Declares a port; see the [module docs](self) for the spec syntax. Errors are
+    /// reported by [`build`](Self::build).
+    pub fn port<F>(&mut self, spec: &str, meta: Meta, handler: F) -> &mut Self
+    where
+        F: Fn(&mut S, &mut Request<'_, '_>) + Send + Sync + 'static,
+    {
+        if self.tree.error.is_none() {
+            if let Err(e) = self.add(spec, meta, Box::new(handler)) {
+                self.tree.error = Some(e);
+            }
+        }
+        self
+    }
+
+    fn add(&mut self, spec: &str, meta: Meta, handler: Handler<S>) -> Result<(), BuildError> {
+        let bad = |f: fn(String) -> BuildError| f(spec.to_owned());
+        let (path, args) = match spec.split_once(':') {
+            Some((p, a)) => (p, Some(a)),
+            None => (spec, None),
+        };
+        if let Some(a) = args {
+            if a.bytes().any(|c| c != b':' && !crate::arg::is_known_tag(c)) {
+                return Err(bad(BuildError::BadName));
+            }
+        }
+        let Some(rel) = path.strip_prefix('/') else { return Err(bad(BuildError::BadPath)) };
+        let segments = rel.split('/');
+        if rel.split('/').count() > MAX_PATH_DEPTH {
+            return Err(bad(BuildError::TooDeep));
+        }
+        let mut layer = 0usize;
+        let mut segs = segments.peekable();
+        let mut first = true;
+        let mut last = None;
+        while let Some(seg) = segs.next() {
+            if seg.is_empty() {
+                return Err(bad(BuildError::BadPath));
+            }
+            if first && seg.starts_with('_') {
+                return Err(bad(BuildError::Reserved));
+            }
+            first = false;
+            let (name, array) = match seg.split_once('#') {
+                Some((n, count)) => {
+                    let count: u32 = count.parse().map_err(|_| bad(BuildError::BadArray))?;
+                    if count == 0 || count > 1 << 31 || n.is_empty() || n.ends_with(|c: char| c.is_ascii_digit()) {
+                        return Err(bad(BuildError::BadArray));
+                    }
+                    (n, count)
+                }
+                None => (seg, 0),
+            };
+            if name.bytes().any(|c| b" #,*?[]{}:!\0".contains(&c)) {
+                return Err(bad(BuildError::BadName));
+            }
+            let ports = &mut self.tree.layers[layer].ports;
+            let idx = match ports.iter().position(|p| &*p.name == name) {
+                Some(i) => {
+                    if ports[i].array != array {
+                        return Err(bad(BuildError::Conflict));
+                    }
+                    i
+                }
+                None => {
+                    ports.push(Port { name: name.into(), hash: hash(name.as_bytes()), array, child: None, leaf: None });
+                    ports.len() - 1
+                }
+            };
+            if segs.peek().is_some() {
+                let child = match self.tree.layers[layer].ports[idx].child {
+                    Some(c) => c as usize,
+                    None => {
+                        self.tree.layers.push(Layer { ports: Vec::new(), table: Box::new([]) });
+                        let c = self.tree.layers.len() - 1;
+                        self.tree.layers[layer].ports[idx].child = Some(c as u32);
+                        c
+                    }
+                };
+                layer = child;
+            } else {
+                last = Some((layer, idx));
+            }
+        }
+        let Some((layer, idx)) = last else { return Err(bad(BuildError::BadPath)) };
+        let port = &mut self.tree.layers[layer].ports[idx];
+        if port.leaf.is_some() {
+            return Err(bad(BuildError::Duplicate));
+        }
+        let mut meta_json = String::new();
+        meta.write_json(path, args, &mut meta_json);
+        port.leaf = Some(Leaf { handler, args: args.map(Into::into), meta, path: path.into(), meta_json: meta_json.into() });
+        Ok(())
+    }
+
+    /// Checks the declarations and builds the lookup tables.
+    pub fn build(self) -> Result<Tree<S>, BuildError> {
+        let mut tree = self.tree;
+        if let Some(e) = tree.error.take() {
+            return Err(e);
+        }
+        for layer in &mut tree.layers {
+            let size = (layer.ports.len() * 2).next_power_of_two().max(2);
+            let mut table = vec![0u32; size];
+            for (i, p) in layer.ports.iter().enumerate() {
+                let mut slot = p.hash as usize & (size - 1);
+                while table[slot] != 0 {
+                    slot = (slot + 1) & (size - 1);
+                }
+                table[slot] = i as u32 + 1;
+            }
+            layer.table = table.into_boxed_slice();
+        }
+        let mut flat = Vec::new();
+        for (li, layer) in tree.layers.iter().enumerate() {
+            for (pi, p) in layer.ports.iter().enumerate() {
+                if let Some(leaf) = &p.leaf {
+                    if !leaf.path.contains('#') {
+                        flat.push((hash(&leaf.path.as_bytes()[1..]), li as u32, pi as u32));
+                    }
+                }
+            }
+        }
+        let size = (flat.len() * 2).next_power_of_two().max(2);
+        let mut table = vec![(0u64, u32::MAX, u32::MAX); size];
+        for e in flat {
+            let mut slot = e.0 as usize & (size - 1);
+            while table[slot].1 != u32::MAX {
+                slot = (slot + 1) & (size - 1);
+            }
+            table[slot] = e;
+        }
+        tree.flat = table.into_boxed_slice();
+        Ok(tree)
+    }
+}
+
+/// Per-dispatch working state kept on the stack.
+struct Walk<'a, 'r, 'o, S> {
+    state: &'a mut S,
+    message: &'r Message<'r>,
+    time: TimeTag,
+    out: &'a mut Outbox<'o>,
+    indices: [u32; MAX_PATH_DEPTH],
+    n_indices: usize,
+    budget: u32,
+    summary: DispatchSummary,
+}
+
+impl<S> Tree<S> {
+    /// Number of concrete leaf addresses the tree answers (array ports expanded).
+    pub fn reachable_paths(&self) -> u64 {
+        fn count<S>(t: &Tree<S>, layer: usize) -> u64 {
+            t.layers[layer]
+                .ports
+                .iter()
+                .map(|p| {
+                    let own = p.leaf.is_some() as u64 + p.child.map_or(0, |c| count(t, c as usize));
+                    own * (p.array.max(1) as u64)
+                })
+                .sum()
+        }
+        count(self, 0)
+    }
+
+    /// Every port and its metadata as a JSON document: `{"ports":[{"path":…},…]}`.
+    pub fn to_json(&self) -> String {
+        let mut out = String::from("{\"ports\":[");
+        let mut first = true;
+        for layer in &self.layers {
+            for p in &layer.ports {
+                if let Some(leaf) = &p.leaf {
+                    if !first {
+                        out.push(',');
+                    }
+                    first = false;
+                    out.push_str(&leaf.meta_json);
+                }
+            }
+        }
+        out.push_str("]}");
+        out
+    }
+
+    /// Decodes `packet` and dispatches every message in it (bundles flattened, with their
+    /// time tags), then every chained message. Never allocates.
+    pub fn dispatch(&self, state: &mut S, packet: &[u8], out: &mut Outbox<'_>) -> Result<DispatchSummary, DecodeError> {
+        let packet = Packet::decode(packet)?;
+        let mut summary = DispatchSummary::default();
+        let chain_start = out.len;
+        packet.for_each_message(|time, m| {
+            let s = self.dispatch_message(state, m, time, out);
+            accumulate(&mut summary, &s);
+        });
+        self.run_chains(state, chain_start, out, &mut summary);
+        Ok(summary)
+    }
+
+    fn run_chains(&self, state: &mut S, mut at: usize, out: &mut Outbox<'_>, summary: &mut DispatchSummary) {
+        while at < out.len && summary.chained < MAX_CHAINED {
+            let Some((route, n, next)) = entry_at(out.buf, at) else { break };
+            if route == Route::Chain {
+                let (done, rest) = out.buf.split_at_mut(out.len);
+                let bytes = &done[at + ENTRY_HEADER..at + ENTRY_HEADER + n];
+                if let Ok(m) = Message::decode(bytes) {
+                    let mut sub = Outbox { buf: rest, len: 0, dropped: 0 };
+                    let s = self.dispatch_message(state, &m, TimeTag::IMMEDIATELY, &mut sub);
+                    let (len, dropped) = (sub.len, sub.dropped);
+                    out.len += len;
+                    out.dropped += dropped;
+                    accumulate(summary, &s);
+                }
+                summary.chained += 1;
+            }
+            at = next;
+        }
+    }
+
+    /// Dispatches one decoded message delivered at `time` (chained messages it produces
+    /// stay in the outbox as [`Route::Chain`] entries; [`Tree::dispatch`] runs them).
+    pub fn dispatch_message(&self, state: &mut S, message: &Message<'_>, time: TimeTag, out: &mut Outbox<'_>) -> DispatchSummary {
+        let addr = message.address();
+        let mut w = Walk {
+            state,
+            message,
+            time,
+            out,
+            indices: [0; MAX_PATH_DEPTH],
+            n_indices: 0,
+            budget: self.pattern_budget,
+            summary: DispatchSummary { messages: 1, ..Default::default() },
+        };
+        let rel = addr.as_bytes().get(1..).unwrap_or(&[]);
+        if rel == &META_ADDRESS.as_bytes()[1..] {
+            self.answer_meta(&mut w);
+            return w.summary;
+        }
+        if is_literal(addr) {
+            if !self.lookup_flat(rel, &mut w) {
+                self.walk_literal(rel, &mut w);
+            }
+        } else {
+            self.walk_pattern(0, rel, 0, &mut w);
+        }
+        if w.summary.handled == 0 && w.summary.type_mismatch == 0 {
+            w.summary.unmatched = 1;
+        }
+        w.summary
+    }
+
+    fn lookup_flat(&self, rel: &[u8], w: &mut Walk<'_, '_, '_, S>) -> bool {
+        let h = hash(rel);
+        let mask = self.flat.len() - 1;
+        let mut slot = h as usize & mask;
+        loop {
+            let (eh, li, pi) = self.flat[slot];
+            if li == u32::MAX {
+                return false;
+            }
+            if eh == h {
+                let port = &self.layers[li as usize].ports[pi as usize];
+                if let Some(leaf) = &port.leaf {
+                    if &leaf.path.as_bytes()[1..] == rel {
+                        self.call(leaf, w);
+                        return true;
+                    }
+                }
+            }
+            slot = (slot + 1) & mask;
+        }
+    }
+
+    /// Finds the port for one literal segment: exact name first, then `base` + index for
+    /// array ports.
+    fn find(&self, layer: usize, seg: &[u8]) -> Option<(&Port<S>, Option<u32>)> {
+        let layer = &self.layers[layer];
+        if let Some(p) = probe(layer, seg, false) {
+            return Some((p, None));
+        }
+        let digits = seg.iter().rev().take_while(|c| c.is_ascii_digit()).count();
+        if digits == 0 || digits == seg.len() || digits > 10 {
+            return None;
+        }
+        let (base, num) = seg.split_at(seg.len() - digits);
+        if num.len() > 1 && num[0] == b'0' {
+            return None;
+        }
+        let idx = num.iter().fold(0u64, |acc, &d| acc * 10 + (d - b'0') as u64);
+        let p = probe(layer, base, true)?;
+        if idx < p.array as u64 {
+            Some((p, Some(idx as u32)))
+        } else {
+            None
+        }
+    }
+
+    fn walk_literal(&self, rel: &[u8], w: &mut Walk<'_, '_, '_, S>) {
+        let mut layer = 0usize;
+        let mut rest = rel;
+        loop {
+            let (seg, more) = match rest.iter().position(|&c| c == b'/') {
+                Some(i) => (&rest[..i], Some(&rest[i + 1..])),
+                None => (rest, None),
+            };
+            let Some((port, idx)) = self.find(layer, seg) else { return };
+            if let Some(i) = idx {
+                if w.n_indices >= MAX_PATH_DEPTH {
+                    return;
+                }
+                w.indices[w.n_indices] = i;
+                w.n_indices += 1;
+            }
+            match more {
+                None => {
+                    if let Some(leaf) = &port.leaf {
+                        self.call(leaf, w);
+                    }
+                    return;
+                }
+                Some(m) => {
+                    let Some(c) = port.child else { return };
+                    layer = c as usize;
+                    rest = m;
+                }
+            }
+        }
+    }
+
+    fn walk_pattern(&self, layer: usize, p: &[u8], depth: usize, w: &mut Walk<'_, '_, '_, S>) {
+        if depth >= MAX_PATH_DEPTH {
+            return;
+        }
+        let (seg, rest) = match p.iter().position(|&c| c == b'/') {
+            Some(i) => (&p[..i], Some(&p[i + 1..])),
+            None => (p, None),
+        };
+        if seg.is_empty() {
+            if let Some(rest) = rest {
+                // `//`: the rest of the pattern here, and `//` again in every child.
+                self.walk_pattern(layer, rest, depth, w);
+                for port in &self.layers[layer].ports {
+                    let Some(child) = port.child else { continue };
+                    for i in 0..port.array.max(1) {
+                        if !w.spend() {
+                            return;
+                        }
+                        let mark = w.push_index(port, i);
+                        self.walk_pattern(child as usize, p, depth + 1, w);
+                        w.n_indices = mark;
+                    }
+                }
+            }
+            return;
+        }
+        if !has_wildcards(seg) {
+            if let Some((port, idx)) = self.find(layer, seg) {
+                let mark = w.n_indices;
+                if let Some(i) = idx {
+                    w.indices[w.n_indices] = i;
+                    w.n_indices += 1;
+                }
+                self.visit(port, rest, depth, w);
+                w.n_indices = mark;
+            }
+            return;
+        }
+        for port in &self.layers[layer].ports {
+            if port.array == 0 {
+                if !w.spend() {
+                    return;
+                }
+                if match_segment(seg, port.name.as_bytes()) {
+                    self.visit(port, rest, depth, w);
+                }
+                continue;
+            }
+            let mut name = [0u8; 96];
+            let base = port.name.len();
+            if base + 10 > name.len() {
+                continue;
+            }
+            name[..base].copy_from_slice(port.name.as_bytes());
+            for i in 0..port.array {
+                if !w.spend() {
+                    return;
+                }
+                let mut digits = [0u8; 10];
+                let d = fmt_u32(i, &mut digits);
+                name[base..base + d.len()].copy_from_slice(d);
+                if match_segment(seg, &name[..base + d.len()]) {
+                    let mark = w.push_index(port, i);
+                    self.visit(port, rest, depth, w);
+                    w.n_indices = mark;
+                }
+            }
+        }
+    }
+
+    fn visit(&self, port: &Port<S>, rest: Option<&[u8]>, depth: usize, w: &mut Walk<'_, '_, '_, S>) {
+        match rest {
+            None => {
+                if let Some(leaf) = &port.leaf {
+                    self.call(leaf, w);
+                }
+            }
+            Some(r) => {
+                if let Some(c) = port.child {
+                    self.walk_pattern(c as usize, r, depth + 1, w);
+                }
+            }
+        }
+    }
+
+    fn call(&self, leaf: &Leaf<S>, w: &mut Walk<'_, '_, '_, S>) {
+        if let Some(spec) = &leaf.args {
+            let tags = w.message.type_tags();
+            if !spec.split(':').any(|alt| alt == tags) {
+                w.summary.type_mismatch += 1;
+                return;
+            }
+        }
+        let mut req = Request {
+            message: w.message,
+            time: w.time,
+            indices: &w.indices[..w.n_indices],
+            path: &leaf.path,
+            meta: &leaf.meta,
+            out: &mut *w.out,
+        };
+        (leaf.handler)(&mut *w.state, &mut req);
+        w.summary.handled += 1;
+    }
+
+    fn answer_meta(&self, w: &mut Walk<'_, '_, '_, S>) {
+        let Some(Arg::Str(path)) = w.message.arg(0) else {
+            let _ = w.out.push(Route::Reply, "/_meta/error", &[Arg::Str(""), Arg::Str("send /_meta ,s PATH")]);
+            return;
+        };
+        match self.leaf_for_meta(path) {
+            Some(leaf) => {
+                let _ = w.out.push(Route::Reply, META_ADDRESS, &[Arg::Str(path), Arg::Str(&leaf.meta_json)]);
+            }
+            None => {
+                let _ = w.out.push(Route::Reply, "/_meta/error", &[Arg::Str(path), Arg::Str("no such port")]);
+            }
+        }
+    }
+
+    /// The leaf for a concrete path (`/voice3/freq`) or a path spec (`/voice#16/freq`).
+    fn leaf_for_meta(&self, path: &str) -> Option<&Leaf<S>> {
+        let rel = path.as_bytes().get(1..)?;
+        if !path.starts_with('/') && !path.starts_with('!') {
+            return None;
+        }
+        let mut layer = 0usize;
+        let mut rest = rel;
+        loop {
+            let (seg, more) = match rest.iter().position(|&c| c == b'/') {
+                Some(i) => (&rest[..i], Some(&rest[i + 1..])),
+                None => (rest, None),
+            };
+            let port = match seg.iter().position(|&c| c == b'#') {
+                Some(h) => probe(&self.layers[layer], &seg[..h], true)?,
+                None => self.find(layer, seg)?.0,
+            };
+            match more {
+                None => return port.leaf.as_ref(),
+                Some(m) => {
+                    layer = port.child? as usize;
+                    rest = m;
+                }
+            }
+        }
+    }
+}
+
+fn probe<'t, S>(layer: &'t Layer<S>, name: &[u8], array: bool) -> Option<&'t Port<S>> {
+    let mask = layer.table.len().checked_sub(1)?;
+    let h = hash(name);
+    let mut slot = h as usize & mask;
+    loop {
+        let i = *layer.table.get(slot)?;
+        if i == 0 {
+            return None;
+        }
+        let p = &layer.ports[i as usize - 1];
+        if p.hash == h && (p.array > 0) == array && p.name.as_bytes() == name {
+            return Some(p);
+        }
+        slot = (slot + 1) & mask;
+    }
+}
+
+impl<S> Walk<'_, '_, '_, S> {
+    fn spend(&mut self) -> bool {
+        if self.budget == 0 {
+            self.summary.truncated = true;
+            return false;
+        }
+        self.budget -= 1;
+        true
+    }
+
+    fn push_index(&mut self, port: &Port<S>, i: u32) -> usize {
+        let mark = self.n_indices;
+        if port.array > 0 && self.n_indices < MAX_PATH_DEPTH {
+            self.indices[self.n_indices] = i;
+            self.n_indices += 1;
+        }
+        mark
+    }
+}
+
+fn accumulate(total: &mut DispatchSummary, s: &DispatchSummary) {
+    total.messages += s.messages;
+    total.handled += s.handled;
+    total.type_mismatch += s.type_mismatch;
+    total.unmatched += s.unmatched;
+    total.truncated |= s.truncated;
+}
