@@ -115,8 +115,22 @@ impl Arg<'_> {
 pub const fn is_known_tag(tag: u8) -> bool {
     matches!(
         tag,
-        b'i' | b'f' | b's' | b'b' | b'h' | b't' | b'd' | b'S' | b'c' | b'r' | b'm' | b'T' | b'F' | b'N' | b'I'
-            | b'[' | b']'
+        b'i' | b'f'
+            | b's'
+            | b'b'
+            | b'h'
+            | b't'
+            | b'd'
+            | b'S'
+            | b'c'
+            | b'r'
+            | b'm'
+            | b'T'
+            | b'F'
+            | b'N'
+            | b'I'
+            | b'['
+            | b']'
     )
 }
 

@@ -164,7 +164,12 @@ impl<'a> Message<'a> {
         let tags = tag_str.get(1..).unwrap_or("");
         let args = bytes.get(args_start..).unwrap_or(&[]);
         validate_args(tags.as_bytes(), args, base + pos + 1, base + args_start)?;
-        Ok(Message { address, tags, args, bytes })
+        Ok(Message {
+            address,
+            tags,
+            args,
+            bytes,
+        })
     }
 
     /// The address (or address pattern), e.g. `/synth/voice3/freq`.
@@ -189,7 +194,10 @@ impl<'a> Message<'a> {
 
     /// Iterates over the arguments, decoding each one as it is reached.
     pub fn args(&self) -> Args<'a> {
-        Args { tags: self.tags.as_bytes(), data: self.args }
+        Args {
+            tags: self.tags.as_bytes(),
+            data: self.args,
+        }
     }
 
     /// The `n`th argument (counting `[` and `]` as arguments).
@@ -264,7 +272,12 @@ fn validate_args(tags: &[u8], data: &[u8], tags_off: usize, data_off: usize) -> 
         let rest = data.get(pos..).unwrap_or(&[]);
         let need = |n: usize| -> Result<(), DecodeError> {
             if rest.len() < n {
-                Err(err(at, DecodeErrorKind::Truncated { needed: n - rest.len() }))
+                Err(err(
+                    at,
+                    DecodeErrorKind::Truncated {
+                        needed: n - rest.len(),
+                    },
+                ))
             } else {
                 Ok(())
             }
@@ -327,7 +340,10 @@ fn validate_args(tags: &[u8], data: &[u8], tags_off: usize, data_off: usize) -> 
         return Err(err(tags_off + tags.len(), DecodeErrorKind::UnbalancedArray));
     }
     if pos < data.len() {
-        return Err(err(data_off + pos, DecodeErrorKind::TrailingBytes(data.len() - pos)));
+        return Err(err(
+            data_off + pos,
+            DecodeErrorKind::TrailingBytes(data.len() - pos),
+        ));
     }
     Ok(())
 }
@@ -355,7 +371,12 @@ impl<'a> Bundle<'a> {
         }
         if bytes.len() < 16 {
             if bytes.starts_with(BUNDLE_TAG) || BUNDLE_TAG.starts_with(bytes) {
-                return Err(err(base + bytes.len(), DecodeErrorKind::Truncated { needed: 16 - bytes.len() }));
+                return Err(err(
+                    base + bytes.len(),
+                    DecodeErrorKind::Truncated {
+                        needed: 16 - bytes.len(),
+                    },
+                ));
             }
             return Err(err(base, DecodeErrorKind::BadBundleHeader));
         }
@@ -370,7 +391,12 @@ impl<'a> Bundle<'a> {
             let rest = &elements[pos..];
             let size = be_u32(rest, 0).map(|v| v as i32);
             let Some(size) = size else {
-                return Err(err(at, DecodeErrorKind::Truncated { needed: 4 - rest.len() }));
+                return Err(err(
+                    at,
+                    DecodeErrorKind::Truncated {
+                        needed: 4 - rest.len(),
+                    },
+                ));
             };
             if size <= 0 || size % 4 != 0 {
                 return Err(err(at, DecodeErrorKind::BadElementSize(size)));
@@ -381,7 +407,13 @@ impl<'a> Bundle<'a> {
             decode_at(content, at + 4, depth + 1)?;
             pos += 4 + size as usize;
         }
-        Ok(Bundle { time, elements, base, depth, bytes })
+        Ok(Bundle {
+            time,
+            elements,
+            base,
+            depth,
+            bytes,
+        })
     }
 
     /// The bundle's own time tag, as written on the wire.
@@ -396,7 +428,11 @@ impl<'a> Bundle<'a> {
 
     /// Iterates over the bundle's elements (messages and nested bundles).
     pub fn elements(&self) -> Elements<'a> {
-        Elements { rest: self.elements, base: self.base + 16, depth: self.depth }
+        Elements {
+            rest: self.elements,
+            base: self.base + 16,
+            depth: self.depth,
+        }
     }
 }
 
@@ -440,10 +476,16 @@ fn read_str(bytes: &[u8], pos: usize, base: usize) -> Result<(&str, usize), Deco
     };
     let end = padded_str_len(nul);
     if end > rest.len() {
-        return Err(err(base + bytes.len(), DecodeErrorKind::Truncated { needed: end - rest.len() }));
+        return Err(err(
+            base + bytes.len(),
+            DecodeErrorKind::Truncated {
+                needed: end - rest.len(),
+            },
+        ));
     }
     check_zero(rest, nul + 1, end, base + pos)?;
-    let s = core::str::from_utf8(&rest[..nul]).map_err(|e| err(base + pos + e.valid_up_to(), DecodeErrorKind::InvalidUtf8))?;
+    let s = core::str::from_utf8(&rest[..nul])
+        .map_err(|e| err(base + pos + e.valid_up_to(), DecodeErrorKind::InvalidUtf8))?;
     Ok((s, pos + end))
 }
 
@@ -504,7 +546,13 @@ mod tests {
 
     #[test]
     fn spec_example_foo() {
-        let args = [Arg::Int(1000), Arg::Int(-1), Arg::Str("hello"), Arg::Float(1.234), Arg::Float(5.678)];
+        let args = [
+            Arg::Int(1000),
+            Arg::Int(-1),
+            Arg::Str("hello"),
+            Arg::Float(1.234),
+            Arg::Float(5.678),
+        ];
         let m = Message::decode(SPEC_FOO).unwrap();
         assert_eq!(m.address(), "/foo");
         assert_eq!(m.args().collect::<Vec<_>>(), args.to_vec());
@@ -575,7 +623,9 @@ mod tests {
                 (TimeTag::new(200, 0), "/c".into())
             ]
         );
-        let Packet::Bundle(b) = p else { panic!("not a bundle") };
+        let Packet::Bundle(b) = p else {
+            panic!("not a bundle")
+        };
         assert_eq!(b.time(), TimeTag::new(100, 0));
         assert_eq!(b.elements().count(), 2);
     }
@@ -592,15 +642,27 @@ mod tests {
         assert_eq!(kind(b"/a\0\0,x\0\0"), DecodeErrorKind::UnknownTypeTag('x'));
         assert_eq!(Packet::decode(b"/a\0\0,x\0\0").unwrap_err().offset, 5);
         assert_eq!(kind(b"/a\0\0,i\0\0"), DecodeErrorKind::Truncated { needed: 4 });
-        assert_eq!(kind(b"/a\0\0,b\0\0\0\0\0\x09abcd"), DecodeErrorKind::BlobTooLong(9));
-        assert_eq!(kind(b"/a\0\0,b\0\0\0\0\0\x02ab\0x"), DecodeErrorKind::NonZeroPadding);
+        assert_eq!(
+            kind(b"/a\0\0,b\0\0\0\0\0\x09abcd"),
+            DecodeErrorKind::BlobTooLong(9)
+        );
+        assert_eq!(
+            kind(b"/a\0\0,b\0\0\0\0\0\x02ab\0x"),
+            DecodeErrorKind::NonZeroPadding
+        );
         assert_eq!(kind(b"/a\0\0,s\0\0abcd"), DecodeErrorKind::UnterminatedString);
         assert_eq!(kind(b"/a\0\0,[\0\0"), DecodeErrorKind::UnbalancedArray);
         assert_eq!(kind(b"/a\0\0,]\0\0"), DecodeErrorKind::UnbalancedArray);
         assert_eq!(kind(b"/a\0\0,\0\0\0\0\0\0\0"), DecodeErrorKind::TrailingBytes(4));
-        assert_eq!(kind(b"/a\0\0,c\0\0\0\x11\0\0"), DecodeErrorKind::InvalidChar(0x11_0000));
+        assert_eq!(
+            kind(b"/a\0\0,c\0\0\0\x11\0\0"),
+            DecodeErrorKind::InvalidChar(0x11_0000)
+        );
         assert_eq!(kind(b"/\xff\0\0,\0\0\0"), DecodeErrorKind::InvalidUtf8);
-        assert_eq!(kind(b"#bundlX\0\0\0\0\0\0\0\0\x01"), DecodeErrorKind::BadBundleHeader);
+        assert_eq!(
+            kind(b"#bundlX\0\0\0\0\0\0\0\0\x01"),
+            DecodeErrorKind::BadBundleHeader
+        );
         assert_eq!(kind(b"#bundle\0"), DecodeErrorKind::Truncated { needed: 8 });
         let mut b = b"#bundle\0\0\0\0\0\0\0\0\x01".to_vec();
         b.extend_from_slice(&[0, 0, 0, 3]);
@@ -610,7 +672,10 @@ mod tests {
         assert_eq!(kind(&b), DecodeErrorKind::ElementPastEnd(8));
         let err = Packet::decode(&b).unwrap_err();
         assert_eq!(err.offset, 16);
-        assert_eq!(err.to_string(), "malformed OSC packet: bundle element size 8 runs past the end of the bundle at byte 16");
+        assert_eq!(
+            err.to_string(),
+            "malformed OSC packet: bundle element size 8 runs past the end of the bundle at byte 16"
+        );
     }
 
     #[test]
@@ -669,7 +734,9 @@ mod tests {
             Just(Owned::Nil),
             Just(Owned::Inf),
         ];
-        leaf.prop_recursive(3, 16, 4, |inner| proptest::collection::vec(inner, 0..4).prop_map(Owned::Array))
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            proptest::collection::vec(inner, 0..4).prop_map(Owned::Array)
+        })
     }
 
     fn flatten<'a>(o: &'a Owned, out: &mut Vec<Arg<'a>>) {

@@ -106,7 +106,11 @@ pub struct Outbox<'o> {
 impl<'o> Outbox<'o> {
     /// An empty outbox writing into `buf`.
     pub fn new(buf: &'o mut [u8]) -> Self {
-        Outbox { buf, len: 0, dropped: 0 }
+        Outbox {
+            buf,
+            len: 0,
+            dropped: 0,
+        }
     }
 
     /// Forgets every entry (keeps the buffer).
@@ -127,7 +131,9 @@ impl<'o> Outbox<'o> {
 
     /// Iterates over `(route, encoded message)` in the order they were written.
     pub fn entries(&self) -> OutboxEntries<'_> {
-        OutboxEntries { rest: &self.buf[..self.len] }
+        OutboxEntries {
+            rest: &self.buf[..self.len],
+        }
     }
 
     /// Encodes a message for `route`.
@@ -135,7 +141,10 @@ impl<'o> Outbox<'o> {
         let start = self.len + ENTRY_HEADER;
         let Some(space) = self.buf.get_mut(start..) else {
             self.dropped += 1;
-            return Err(EncodeError::BufferTooSmall { needed: start, available: self.buf.len() });
+            return Err(EncodeError::BufferTooSmall {
+                needed: start,
+                available: self.buf.len(),
+            });
         };
         match encode_message(space, address, args) {
             Ok(n) => {
@@ -162,7 +171,10 @@ impl<'o> Outbox<'o> {
             }
             None => {
                 self.dropped += 1;
-                Err(EncodeError::BufferTooSmall { needed: start + padded, available: self.buf.len() })
+                Err(EncodeError::BufferTooSmall {
+                    needed: start + padded,
+                    available: self.buf.len(),
+                })
             }
         }
     }
@@ -357,6 +369,8 @@ pub struct Tree<S> {
     layers: Vec<Layer<S>>,
     /// Full-path table for leaves without array segments: (hash, layer, port).
     flat: Box<[(u64, u32, u32)]>,
+    /// Leaves in declaration order: (layer, port).
+    leaves: Vec<(u32, u32)>,
     pattern_budget: u32,
     error: Option<BuildError>,
 }
@@ -404,8 +418,12 @@ impl<S> TreeBuilder<S> {
     pub fn new() -> Self {
         TreeBuilder {
             tree: Tree {
-                layers: vec![Layer { ports: Vec::new(), table: Box::new([]) }],
+                layers: vec![Layer {
+                    ports: Vec::new(),
+                    table: Box::new([]),
+                }],
                 flat: Box::new([]),
+                leaves: Vec::new(),
                 pattern_budget: 100_000,
                 error: None,
             },
@@ -443,7 +461,9 @@ impl<S> TreeBuilder<S> {
                 return Err(bad(BuildError::BadName));
             }
         }
-        let Some(rel) = path.strip_prefix('/') else { return Err(bad(BuildError::BadPath)) };
+        let Some(rel) = path.strip_prefix('/') else {
+            return Err(bad(BuildError::BadPath));
+        };
         let segments = rel.split('/');
         if rel.split('/').count() > MAX_PATH_DEPTH {
             return Err(bad(BuildError::TooDeep));
@@ -463,7 +483,11 @@ impl<S> TreeBuilder<S> {
             let (name, array) = match seg.split_once('#') {
                 Some((n, count)) => {
                     let count: u32 = count.parse().map_err(|_| bad(BuildError::BadArray))?;
-                    if count == 0 || count > 1 << 31 || n.is_empty() || n.ends_with(|c: char| c.is_ascii_digit()) {
+                    if count == 0
+                        || count > 1 << 31
+                        || n.is_empty()
+                        || n.ends_with(|c: char| c.is_ascii_digit())
+                    {
                         return Err(bad(BuildError::BadArray));
                     }
                     (n, count)
@@ -482,7 +506,13 @@ impl<S> TreeBuilder<S> {
                     i
                 }
                 None => {
-                    ports.push(Port { name: name.into(), hash: hash(name.as_bytes()), array, child: None, leaf: None });
+                    ports.push(Port {
+                        name: name.into(),
+                        hash: hash(name.as_bytes()),
+                        array,
+                        child: None,
+                        leaf: None,
+                    });
                     ports.len() - 1
                 }
             };
@@ -490,7 +520,10 @@ impl<S> TreeBuilder<S> {
                 let child = match self.tree.layers[layer].ports[idx].child {
                     Some(c) => c as usize,
                     None => {
-                        self.tree.layers.push(Layer { ports: Vec::new(), table: Box::new([]) });
+                        self.tree.layers.push(Layer {
+                            ports: Vec::new(),
+                            table: Box::new([]),
+                        });
                         let c = self.tree.layers.len() - 1;
                         self.tree.layers[layer].ports[idx].child = Some(c as u32);
                         c
@@ -501,14 +534,23 @@ impl<S> TreeBuilder<S> {
                 last = Some((layer, idx));
             }
         }
-        let Some((layer, idx)) = last else { return Err(bad(BuildError::BadPath)) };
+        let Some((layer, idx)) = last else {
+            return Err(bad(BuildError::BadPath));
+        };
         let port = &mut self.tree.layers[layer].ports[idx];
         if port.leaf.is_some() {
             return Err(bad(BuildError::Duplicate));
         }
         let mut meta_json = String::new();
         meta.write_json(path, args, &mut meta_json);
-        port.leaf = Some(Leaf { handler, args: args.map(Into::into), meta, path: path.into(), meta_json: meta_json.into() });
+        port.leaf = Some(Leaf {
+            handler,
+            args: args.map(Into::into),
+            meta,
+            path: path.into(),
+            meta_json: meta_json.into(),
+        });
+        self.tree.leaves.push((layer as u32, idx as u32));
         Ok(())
     }
 
@@ -586,15 +628,13 @@ impl<S> Tree<S> {
     pub fn to_json(&self) -> String {
         let mut out = String::from("{\"ports\":[");
         let mut first = true;
-        for layer in &self.layers {
-            for p in &layer.ports {
-                if let Some(leaf) = &p.leaf {
-                    if !first {
-                        out.push(',');
-                    }
-                    first = false;
-                    out.push_str(&leaf.meta_json);
+        for &(li, pi) in &self.leaves {
+            if let Some(leaf) = &self.layers[li as usize].ports[pi as usize].leaf {
+                if !first {
+                    out.push(',');
                 }
+                first = false;
+                out.push_str(&leaf.meta_json);
             }
         }
         out.push_str("]}");
@@ -603,7 +643,12 @@ impl<S> Tree<S> {
 
     /// Decodes `packet` and dispatches every message in it (bundles flattened, with their
     /// time tags), then every chained message. Never allocates.
-    pub fn dispatch(&self, state: &mut S, packet: &[u8], out: &mut Outbox<'_>) -> Result<DispatchSummary, DecodeError> {
+    pub fn dispatch(
+        &self,
+        state: &mut S,
+        packet: &[u8],
+        out: &mut Outbox<'_>,
+    ) -> Result<DispatchSummary, DecodeError> {
         let packet = Packet::decode(packet)?;
         let mut summary = DispatchSummary::default();
         let chain_start = out.len;
@@ -617,12 +662,18 @@ impl<S> Tree<S> {
 
     fn run_chains(&self, state: &mut S, mut at: usize, out: &mut Outbox<'_>, summary: &mut DispatchSummary) {
         while at < out.len && summary.chained < MAX_CHAINED {
-            let Some((route, n, next)) = entry_at(out.buf, at) else { break };
+            let Some((route, n, next)) = entry_at(out.buf, at) else {
+                break;
+            };
             if route == Route::Chain {
                 let (done, rest) = out.buf.split_at_mut(out.len);
                 let bytes = &done[at + ENTRY_HEADER..at + ENTRY_HEADER + n];
                 if let Ok(m) = Message::decode(bytes) {
-                    let mut sub = Outbox { buf: rest, len: 0, dropped: 0 };
+                    let mut sub = Outbox {
+                        buf: rest,
+                        len: 0,
+                        dropped: 0,
+                    };
                     let s = self.dispatch_message(state, &m, TimeTag::IMMEDIATELY, &mut sub);
                     let (len, dropped) = (sub.len, sub.dropped);
                     out.len += len;
@@ -637,7 +688,13 @@ impl<S> Tree<S> {
 
     /// Dispatches one decoded message delivered at `time` (chained messages it produces
     /// stay in the outbox as [`Route::Chain`] entries; [`Tree::dispatch`] runs them).
-    pub fn dispatch_message(&self, state: &mut S, message: &Message<'_>, time: TimeTag, out: &mut Outbox<'_>) -> DispatchSummary {
+    pub fn dispatch_message(
+        &self,
+        state: &mut S,
+        message: &Message<'_>,
+        time: TimeTag,
+        out: &mut Outbox<'_>,
+    ) -> DispatchSummary {
         let addr = message.address();
         let mut w = Walk {
             state,
@@ -647,7 +704,10 @@ impl<S> Tree<S> {
             indices: [0; MAX_PATH_DEPTH],
             n_indices: 0,
             budget: self.pattern_budget,
-            summary: DispatchSummary { messages: 1, ..Default::default() },
+            summary: DispatchSummary {
+                messages: 1,
+                ..Default::default()
+            },
         };
         let rel = addr.as_bytes().get(1..).unwrap_or(&[]);
         if rel == &META_ADDRESS.as_bytes()[1..] {
@@ -721,7 +781,9 @@ impl<S> Tree<S> {
                 Some(i) => (&rest[..i], Some(&rest[i + 1..])),
                 None => (rest, None),
             };
-            let Some((port, idx)) = self.find(layer, seg) else { return };
+            let Some((port, idx)) = self.find(layer, seg) else {
+                return;
+            };
             if let Some(i) = idx {
                 if w.n_indices >= MAX_PATH_DEPTH {
                     return;
@@ -852,15 +914,27 @@ impl<S> Tree<S> {
 
     fn answer_meta(&self, w: &mut Walk<'_, '_, '_, S>) {
         let Some(Arg::Str(path)) = w.message.arg(0) else {
-            let _ = w.out.push(Route::Reply, "/_meta/error", &[Arg::Str(""), Arg::Str("send /_meta ,s PATH")]);
+            let _ = w.out.push(
+                Route::Reply,
+                "/_meta/error",
+                &[Arg::Str(""), Arg::Str("send /_meta ,s PATH")],
+            );
             return;
         };
         match self.leaf_for_meta(path) {
             Some(leaf) => {
-                let _ = w.out.push(Route::Reply, META_ADDRESS, &[Arg::Str(path), Arg::Str(&leaf.meta_json)]);
+                let _ = w.out.push(
+                    Route::Reply,
+                    META_ADDRESS,
+                    &[Arg::Str(path), Arg::Str(&leaf.meta_json)],
+                );
             }
             None => {
-                let _ = w.out.push(Route::Reply, "/_meta/error", &[Arg::Str(path), Arg::Str("no such port")]);
+                let _ = w.out.push(
+                    Route::Reply,
+                    "/_meta/error",
+                    &[Arg::Str(path), Arg::Str("no such port")],
+                );
             }
         }
     }
@@ -936,4 +1010,238 @@ fn accumulate(total: &mut DispatchSummary, s: &DispatchSummary) {
     total.type_mismatch += s.type_mismatch;
     total.unmatched += s.unmatched;
     total.truncated |= s.truncated;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::Scale;
+
+    #[derive(Default)]
+    struct Synth {
+        freq: [f32; 16],
+        gain: f32,
+        log: Vec<String>,
+    }
+
+    fn tree() -> Tree<Synth> {
+        let mut b = TreeBuilder::<Synth>::new();
+        b.port(
+            "/voice#16/freq::f",
+            Meta::new()
+                .doc("Oscillator frequency")
+                .range(20.0, 20000.0)
+                .unit("Hz")
+                .scale(Scale::Log),
+            |s, r| {
+                let v = r.index(0) as usize;
+                match r.arg(0) {
+                    Some(Arg::Float(f)) => s.freq[v] = f,
+                    _ => {
+                        let mut buf = [0u8; 64];
+                        let addr = r.concrete_address(&mut buf).unwrap_or("/?").to_owned();
+                        let _ = r.reply(&addr, &[Arg::Float(s.freq[v])]);
+                    }
+                }
+            },
+        )
+        .port("/gain:f", Meta::new().default_number(1.0), |s, r| {
+            if let Some(Arg::Float(g)) = r.arg(0) {
+                s.gain = g;
+                let _ = r.broadcast("/gain", &[Arg::Float(g)]);
+            }
+        })
+        .port("/osc2/mode", Meta::new().options(&["sine", "saw"]), |s, r| {
+            s.log.push(format!("osc2 {}", r.message().type_tags()));
+            let _ = r.forward();
+        })
+        .port("/panic:", Meta::new(), |_, r| {
+            for a in ["/voice0/freq", "/voice1/freq"] {
+                let _ = r.chain(a, &[Arg::Float(0.0)]);
+            }
+        })
+        .port("/a/b/c/deep", Meta::new(), |s, r| {
+            s.log.push(format!("deep {}", r.time()))
+        });
+        b.build().unwrap()
+    }
+
+    fn msg(buf: &mut [u8], addr: &str, args: &[Arg<'_>]) -> usize {
+        encode_message(buf, addr, args).unwrap()
+    }
+
+    #[test]
+    fn literal_array_and_type_constraints() {
+        let t = tree();
+        let mut s = Synth::default();
+        let mut pkt = [0u8; 128];
+        let mut ob = [0u8; 512];
+        let mut out = Outbox::new(&mut ob);
+        let n = msg(&mut pkt, "/voice3/freq", &[Arg::Float(440.0)]);
+        let r = t.dispatch(&mut s, &pkt[..n], &mut out).unwrap();
+        assert_eq!((r.handled, r.unmatched), (1, 0));
+        assert_eq!(s.freq[3], 440.0);
+        // Query (no args) replies with the concrete address.
+        let n = msg(&mut pkt, "/voice3/freq", &[]);
+        t.dispatch(&mut s, &pkt[..n], &mut out).unwrap();
+        let (route, bytes) = out.entries().next().unwrap();
+        assert_eq!(route, Route::Reply);
+        let m = Message::decode(bytes).unwrap();
+        assert_eq!((m.address(), m.arg(0)), ("/voice3/freq", Some(Arg::Float(440.0))));
+        // Wrong types, out-of-range index, leading zero, unknown names.
+        let n = msg(&mut pkt, "/voice3/freq", &[Arg::Int(1)]);
+        assert_eq!(t.dispatch(&mut s, &pkt[..n], &mut out).unwrap().type_mismatch, 1);
+        for bad in [
+            "/voice16/freq",
+            "/voice03/freq",
+            "/voice/freq",
+            "/nothing",
+            "/voice3",
+        ] {
+            let n = msg(&mut pkt, bad, &[Arg::Float(1.0)]);
+            assert_eq!(
+                t.dispatch(&mut s, &pkt[..n], &mut out).unwrap().unmatched,
+                1,
+                "{bad}"
+            );
+        }
+        // A plain name ending in digits wins over array parsing.
+        out.clear();
+        let n = msg(&mut pkt, "!osc2/mode", &[Arg::Int(1)]);
+        assert_eq!(t.dispatch(&mut s, &pkt[..n], &mut out).unwrap().handled, 1);
+        assert_eq!(out.entries().next().map(|e| e.0), Some(Route::Forward));
+        assert_eq!(out.entries().next().map(|e| e.1), Some(&pkt[..n]));
+    }
+
+    #[test]
+    fn patterns_match_layer_by_layer() {
+        let t = tree();
+        let mut s = Synth::default();
+        let mut pkt = [0u8; 128];
+        let mut ob = [0u8; 4096];
+        let mut out = Outbox::new(&mut ob);
+        let n = msg(&mut pkt, "/voice*/freq", &[Arg::Float(5.0)]);
+        assert_eq!(t.dispatch(&mut s, &pkt[..n], &mut out).unwrap().handled, 16);
+        assert!(s.freq.iter().all(|&f| f == 5.0));
+        let n = msg(&mut pkt, "/voice1[0-2]/freq", &[Arg::Float(6.0)]);
+        assert_eq!(t.dispatch(&mut s, &pkt[..n], &mut out).unwrap().handled, 3);
+        assert_eq!(&s.freq[9..14], &[5.0, 6.0, 6.0, 6.0, 5.0]);
+        let n = msg(&mut pkt, "/{voice2,gain}", &[Arg::Float(0.5)]);
+        assert_eq!(t.dispatch(&mut s, &pkt[..n], &mut out).unwrap().handled, 1);
+        assert_eq!(s.gain, 0.5);
+        let n = msg(&mut pkt, "//deep", &[]);
+        assert_eq!(t.dispatch(&mut s, &pkt[..n], &mut out).unwrap().handled, 1);
+        let n = msg(&mut pkt, "//freq", &[Arg::Float(7.0)]);
+        assert_eq!(t.dispatch(&mut s, &pkt[..n], &mut out).unwrap().handled, 16);
+        // A literal '!' address is never treated as a pattern.
+        let n = msg(&mut pkt, "!voice*/freq", &[Arg::Float(8.0)]);
+        assert_eq!(t.dispatch(&mut s, &pkt[..n], &mut out).unwrap().unmatched, 1);
+    }
+
+    #[test]
+    fn bundles_deliver_time_tags_and_chains_run() {
+        let t = tree();
+        let mut s = Synth::default();
+        let mut pkt = [0u8; 256];
+        let mut w = crate::encode::BundleWriter::new(&mut pkt, TimeTag::new(7, 0)).unwrap();
+        w.message("/a/b/c/deep", &[]).unwrap();
+        w.message("/panic", &[]).unwrap();
+        let n = w.finish().unwrap();
+        s.freq = [1.0; 16];
+        let mut ob = [0u8; 1024];
+        let mut out = Outbox::new(&mut ob);
+        let r = t.dispatch(&mut s, &pkt[..n], &mut out).unwrap();
+        assert_eq!(s.log, vec!["deep 00000007.00000000".to_owned()]);
+        assert_eq!((r.messages, r.handled, r.chained), (4, 4, 2));
+        assert_eq!(&s.freq[..3], &[0.0, 0.0, 1.0]);
+    }
+
+    #[test]
+    fn broadcast_and_full_outbox() {
+        let t = tree();
+        let mut s = Synth::default();
+        let mut pkt = [0u8; 64];
+        let mut ob = [0u8; 8];
+        let mut out = Outbox::new(&mut ob);
+        let n = msg(&mut pkt, "/gain", &[Arg::Float(0.25)]);
+        assert_eq!(t.dispatch(&mut s, &pkt[..n], &mut out).unwrap().handled, 1);
+        assert_eq!(out.dropped(), 1);
+        let mut ob = [0u8; 64];
+        let mut out = Outbox::new(&mut ob);
+        t.dispatch(&mut s, &pkt[..n], &mut out).unwrap();
+        assert_eq!(out.entries().next().map(|e| e.0), Some(Route::Broadcast));
+    }
+
+    #[test]
+    fn metadata_json_and_query() {
+        let t = tree();
+        assert_eq!(t.reachable_paths(), 20);
+        let json = t.to_json();
+        assert!(
+            json.starts_with("{\"ports\":[{\"path\":\"/voice#16/freq\",\"args\":[\"\",\"f\"]"),
+            "{json}"
+        );
+        assert!(json.contains("\"options\":[\"sine\",\"saw\"]"));
+        let mut s = Synth::default();
+        let mut pkt = [0u8; 64];
+        let mut ob = [0u8; 1024];
+        for path in ["/voice7/freq", "/voice#16/freq"] {
+            let mut out = Outbox::new(&mut ob);
+            let n = msg(&mut pkt, "/_meta", &[Arg::Str(path)]);
+            t.dispatch(&mut s, &pkt[..n], &mut out).unwrap();
+            let (route, bytes) = out.entries().next().unwrap();
+            assert_eq!(route, Route::Reply);
+            let m = Message::decode(bytes).unwrap();
+            assert_eq!(m.address(), "/_meta");
+            let json = m.arg(1).and_then(|a| a.as_str().map(str::to_owned)).unwrap();
+            assert!(json.contains("\"unit\":\"Hz\""), "{json}");
+        }
+        let mut out = Outbox::new(&mut ob);
+        let n = msg(&mut pkt, "/_meta", &[Arg::Str("/nope")]);
+        t.dispatch(&mut s, &pkt[..n], &mut out).unwrap();
+        let m = Message::decode(out.entries().next().unwrap().1).unwrap();
+        assert_eq!(m.address(), "/_meta/error");
+    }
+
+    #[test]
+    fn build_errors() {
+        let h = |_: &mut (), _: &mut Request<'_, '_>| {};
+        let cases = [
+            ("nope", BuildError::BadPath("nope".into())),
+            ("/a//b", BuildError::BadPath("/a//b".into())),
+            ("/a*", BuildError::BadName("/a*".into())),
+            ("/v#0", BuildError::BadArray("/v#0".into())),
+            ("/v2#4", BuildError::BadArray("/v2#4".into())),
+            ("/_x", BuildError::Reserved("/_x".into())),
+            ("/a:q", BuildError::BadName("/a:q".into())),
+        ];
+        for (spec, want) in cases {
+            let mut b = TreeBuilder::<()>::new();
+            b.port(spec, Meta::new(), h);
+            assert_eq!(b.build().unwrap_err(), want);
+        }
+        let mut b = TreeBuilder::<()>::new();
+        b.port("/a", Meta::new(), h).port("/a", Meta::new(), h);
+        assert_eq!(b.build().unwrap_err(), BuildError::Duplicate("/a".into()));
+        let mut b = TreeBuilder::<()>::new();
+        b.port("/a#2/x", Meta::new(), h).port("/a/y", Meta::new(), h);
+        assert_eq!(b.build().unwrap_err(), BuildError::Conflict("/a/y".into()));
+    }
+
+    #[test]
+    fn pattern_budget_bounds_work() {
+        let mut b = TreeBuilder::<u32>::new();
+        b.pattern_budget(1000)
+            .port("/a#1000/b#1000/c", Meta::new(), |n, _| *n += 1);
+        let t = b.build().unwrap();
+        assert_eq!(t.reachable_paths(), 1_000_000);
+        let mut n = 0u32;
+        let mut pkt = [0u8; 64];
+        let mut ob = [0u8; 64];
+        let mut out = Outbox::new(&mut ob);
+        let len = msg(&mut pkt, "/*/*/c", &[]);
+        let r = t.dispatch(&mut n, &pkt[..len], &mut out).unwrap();
+        assert!(r.truncated);
+        assert!(n < 1000);
+    }
 }

@@ -63,7 +63,9 @@ pub fn encode_message(buf: &mut [u8], address: &str, args: &[Arg<'_>]) -> Result
     let mut depth = 0usize;
     for a in args {
         match a {
-            Arg::Str(s) | Arg::Symbol(s) if s.as_bytes().contains(&0) => return Err(EncodeError::NulInString),
+            Arg::Str(s) | Arg::Symbol(s) if s.as_bytes().contains(&0) => {
+                return Err(EncodeError::NulInString)
+            }
             Arg::Blob(b) if b.len() > i32::MAX as usize => return Err(EncodeError::BlobTooLong),
             Arg::ArrayBegin => {
                 depth += 1;
@@ -80,7 +82,10 @@ pub fn encode_message(buf: &mut [u8], address: &str, args: &[Arg<'_>]) -> Result
     }
     let needed = message_len(address, args);
     if needed > buf.len() {
-        return Err(EncodeError::BufferTooSmall { needed, available: buf.len() });
+        return Err(EncodeError::BufferTooSmall {
+            needed,
+            available: buf.len(),
+        });
     }
     let out = &mut buf[..needed];
     let mut pos = put_str(out, 0, address.as_bytes());
@@ -170,14 +175,22 @@ pub struct BundleWriter<'b> {
 impl<'b> BundleWriter<'b> {
     /// Starts a bundle with time tag `time` at the beginning of `buf`.
     pub fn new(buf: &'b mut [u8], time: TimeTag) -> Result<Self, EncodeError> {
-        let mut w = BundleWriter { buf, len: 0, open: [0; MAX_BUNDLE_DEPTH], depth: 1 };
+        let mut w = BundleWriter {
+            buf,
+            len: 0,
+            open: [0; MAX_BUNDLE_DEPTH],
+            depth: 1,
+        };
         w.header(time)?;
         Ok(w)
     }
 
     fn reserve(&self, n: usize) -> Result<(), EncodeError> {
         if self.len + n > self.buf.len() {
-            Err(EncodeError::BufferTooSmall { needed: self.len + n, available: self.buf.len() })
+            Err(EncodeError::BufferTooSmall {
+                needed: self.len + n,
+                available: self.buf.len(),
+            })
         } else {
             Ok(())
         }
@@ -196,9 +209,10 @@ impl<'b> BundleWriter<'b> {
         self.reserve(4)?;
         let start = self.len + 4;
         let n = encode_message(&mut self.buf[start..], address, args).map_err(|e| match e {
-            EncodeError::BufferTooSmall { needed, .. } => {
-                EncodeError::BufferTooSmall { needed: start + needed, available: self.buf.len() }
-            }
+            EncodeError::BufferTooSmall { needed, .. } => EncodeError::BufferTooSmall {
+                needed: start + needed,
+                available: self.buf.len(),
+            },
             e => e,
         })?;
         self.buf[self.len..start].copy_from_slice(&(n as u32).to_be_bytes());

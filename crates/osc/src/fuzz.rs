@@ -49,7 +49,9 @@ pub fn pattern(data: &[u8]) {
         Some(i) => (&data[..i], &data[i + 1..]),
         None => (data, &b"/a/b"[..]),
     };
-    let (Ok(p), Ok(a)) = (core::str::from_utf8(p), core::str::from_utf8(a)) else { return };
+    let (Ok(p), Ok(a)) = (core::str::from_utf8(p), core::str::from_utf8(a)) else {
+        return;
+    };
     let m = crate::pattern::matches(p, a);
     if m && crate::pattern::is_literal(p) && p.starts_with('/') {
         assert_eq!(p, a, "a literal pattern matched a different address");

@@ -20,7 +20,8 @@ pub fn is_literal(address: &str) -> bool {
     match b.first() {
         Some(b'!') => true,
         Some(b'/') => {
-            !b.iter().any(|c| matches!(c, b'*' | b'?' | b'[' | b']' | b'{' | b'}'))
+            !b.iter()
+                .any(|c| matches!(c, b'*' | b'?' | b'[' | b']' | b'{' | b'}'))
                 && !b.windows(2).any(|w| w == b"//")
         }
         _ => false,
@@ -134,13 +135,19 @@ fn match_segment_budget(p: &[u8], s: &[u8], steps: &mut u32) -> bool {
                 return false;
             }
             b'?' => {
-                let Some((_, srest)) = s.split_first() else { return false };
+                let Some((_, srest)) = s.split_first() else {
+                    return false;
+                };
                 p = prest;
                 s = srest;
             }
             b'[' => {
-                let Some((&sc, srest)) = s.split_first() else { return false };
-                let Some(close) = prest.iter().position(|&x| x == b']') else { return false };
+                let Some((&sc, srest)) = s.split_first() else {
+                    return false;
+                };
+                let Some(close) = prest.iter().position(|&x| x == b']') else {
+                    return false;
+                };
                 if !class_matches(&prest[..close], sc) {
                     return false;
                 }
@@ -148,7 +155,9 @@ fn match_segment_budget(p: &[u8], s: &[u8], steps: &mut u32) -> bool {
                 s = srest;
             }
             b'{' => {
-                let Some(close) = prest.iter().position(|&x| x == b'}') else { return false };
+                let Some(close) = prest.iter().position(|&x| x == b'}') else {
+                    return false;
+                };
                 let after = &prest[close + 1..];
                 for alt in prest[..close].split(|&x| x == b',') {
                     if s.starts_with(alt) && match_segment_budget(after, &s[alt.len()..], steps) {
@@ -161,7 +170,9 @@ fn match_segment_budget(p: &[u8], s: &[u8], steps: &mut u32) -> bool {
                 return false;
             }
             _ => {
-                let Some((&sc, srest)) = s.split_first() else { return false };
+                let Some((&sc, srest)) = s.split_first() else {
+                    return false;
+                };
                 if sc != c {
                     return false;
                 }

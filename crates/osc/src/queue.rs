@@ -83,8 +83,16 @@ pub fn message_queue(capacity_bytes: usize) -> (Producer, Consumer) {
         tail: CachePadded(AtomicUsize::new(0)),
     });
     (
-        Producer { ring: ring.clone(), head: 0, cached_tail: 0 },
-        Consumer { ring, tail: 0, cached_head: 0 },
+        Producer {
+            ring: ring.clone(),
+            head: 0,
+            cached_tail: 0,
+        },
+        Consumer {
+            ring,
+            tail: 0,
+            cached_head: 0,
+        },
     )
 }
 
@@ -118,12 +126,18 @@ impl Producer {
         let cap = ring.words.len();
         let need = 1 + message.len().div_ceil(4);
         if need > cap || message.len() > u32::MAX as usize {
-            return Err(PushError { message, reason: PushErrorReason::TooLarge });
+            return Err(PushError {
+                message,
+                reason: PushErrorReason::TooLarge,
+            });
         }
         if self.head - self.cached_tail + need > cap {
             self.cached_tail = ring.tail.0.load(Ordering::Acquire);
             if self.head - self.cached_tail + need > cap {
-                return Err(PushError { message, reason: PushErrorReason::Full });
+                return Err(PushError {
+                    message,
+                    reason: PushErrorReason::Full,
+                });
             }
         }
         let mut at = self.head;
@@ -169,9 +183,14 @@ impl Consumer {
     /// Copies the next message into `out` and returns it. `Ok(None)` when the queue is
     /// empty; an error (message left queued) when `out` is too small.
     pub fn pop<'o>(&mut self, out: &'o mut [u8]) -> Result<Option<&'o [u8]>, PopError> {
-        let Some(len) = self.peek_len() else { return Ok(None) };
+        let Some(len) = self.peek_len() else {
+            return Ok(None);
+        };
         if len > out.len() {
-            return Err(PopError { needed: len, available: out.len() });
+            return Err(PopError {
+                needed: len,
+                available: out.len(),
+            });
         }
         let ring = &*self.ring;
         let mut at = self.tail + 1;
@@ -234,7 +253,13 @@ mod tests {
         assert_eq!(e.reason, PushErrorReason::Full);
         assert_eq!(e.message, &msg);
         let mut out = [0u8; 4];
-        assert_eq!(rx.pop(&mut out), Err(PopError { needed: 12, available: 4 }));
+        assert_eq!(
+            rx.pop(&mut out),
+            Err(PopError {
+                needed: 12,
+                available: 4
+            })
+        );
         let mut out = [0u8; 16];
         for _ in 0..pushed {
             assert_eq!(rx.pop(&mut out).unwrap(), Some(&msg[..]));

@@ -90,7 +90,10 @@ impl Scheduler {
             return Ok(());
         }
         if message.len() > self.slot_bytes {
-            return Err(ScheduleError::TooLarge { len: message.len(), slot: self.slot_bytes });
+            return Err(ScheduleError::TooLarge {
+                len: message.len(),
+                slot: self.slot_bytes,
+            });
         }
         let Some(i) = self.slots.iter().position(Option::is_none) else {
             return Err(ScheduleError::Full(self.slots.len()));
@@ -149,9 +152,18 @@ mod tests {
         let mut s = Scheduler::new(4, 16);
         let now = TimeTag::new(100, 0);
         let mut got: Vec<(TimeTag, Vec<u8>)> = Vec::new();
-        s.offer(now, TimeTag::new(102, 0), b"late", |t, m| got.push((t, m.to_vec()))).unwrap();
-        s.offer(now, TimeTag::new(101, 0), b"soon", |t, m| got.push((t, m.to_vec()))).unwrap();
-        s.offer(now, TimeTag::IMMEDIATELY, b"now", |t, m| got.push((t, m.to_vec()))).unwrap();
+        s.offer(now, TimeTag::new(102, 0), b"late", |t, m| {
+            got.push((t, m.to_vec()))
+        })
+        .unwrap();
+        s.offer(now, TimeTag::new(101, 0), b"soon", |t, m| {
+            got.push((t, m.to_vec()))
+        })
+        .unwrap();
+        s.offer(now, TimeTag::IMMEDIATELY, b"now", |t, m| {
+            got.push((t, m.to_vec()))
+        })
+        .unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!(s.next_due(), Some(TimeTag::new(101, 0)));
         s.drain_due(TimeTag::new(101, 5), |t, m| got.push((t, m.to_vec())));
@@ -166,7 +178,10 @@ mod tests {
         let mut s = Scheduler::new(1, 4);
         let now = TimeTag::new(1, 0);
         let later = TimeTag::new(9, 0);
-        assert_eq!(s.offer(now, later, b"12345", |_, _| {}), Err(ScheduleError::TooLarge { len: 5, slot: 4 }));
+        assert_eq!(
+            s.offer(now, later, b"12345", |_, _| {}),
+            Err(ScheduleError::TooLarge { len: 5, slot: 4 })
+        );
         s.offer(now, later, b"a", |_, _| {}).unwrap();
         assert_eq!(s.offer(now, later, b"b", |_, _| {}), Err(ScheduleError::Full(1)));
         let mut off = Scheduler::disabled();

@@ -173,7 +173,10 @@ mod tests {
         assert_eq!(TimeTag::new(50, 0).nested_in(parent), parent);
         assert_eq!(TimeTag::IMMEDIATELY.nested_in(parent), parent);
         assert_eq!(TimeTag::new(200, 0).nested_in(parent), TimeTag::new(200, 0));
-        assert_eq!(TimeTag::new(200, 0).nested_in(TimeTag::IMMEDIATELY), TimeTag::new(200, 0));
+        assert_eq!(
+            TimeTag::new(200, 0).nested_in(TimeTag::IMMEDIATELY),
+            TimeTag::new(200, 0)
+        );
     }
 
     #[test]

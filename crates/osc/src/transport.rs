@@ -77,7 +77,10 @@ impl StreamDecoder {
 
     /// A decoder for a known framing.
     pub fn with_framing(framing: Framing) -> Self {
-        StreamDecoder { framing: Some(framing), ..Self::default() }
+        StreamDecoder {
+            framing: Some(framing),
+            ..Self::default()
+        }
     }
 
     /// The framing in use, once known.
@@ -91,7 +94,11 @@ impl StreamDecoder {
             Some(f) => f,
             None => {
                 let Some(&first) = data.first() else { return Ok(()) };
-                let f = if matches!(first, END | b'/' | b'#') { Framing::Slip } else { Framing::LengthPrefix };
+                let f = if matches!(first, END | b'/' | b'#') {
+                    Framing::Slip
+                } else {
+                    Framing::LengthPrefix
+                };
                 self.framing = Some(f);
                 f
             }
@@ -139,8 +146,12 @@ impl StreamDecoder {
                         }
                         continue;
                     }
-                    let len = u32::from_be_bytes([self.pending[0], self.pending[1], self.pending[2], self.pending[3]])
-                        as usize;
+                    let len = u32::from_be_bytes([
+                        self.pending[0],
+                        self.pending[1],
+                        self.pending[2],
+                        self.pending[3],
+                    ]) as usize;
                     if len > MAX_STREAM_PACKET {
                         return Err(FrameError::TooLarge(len));
                     }
@@ -169,7 +180,9 @@ pub struct UdpEndpoint {
 impl UdpEndpoint {
     /// Binds to `addr` (e.g. `127.0.0.1:0` for an ephemeral port).
     pub fn bind<A: ToSocketAddrs>(addr: A) -> io::Result<Self> {
-        Ok(UdpEndpoint { socket: UdpSocket::bind(addr)? })
+        Ok(UdpEndpoint {
+            socket: UdpSocket::bind(addr)?,
+        })
     }
 
     /// The local address.
@@ -212,7 +225,12 @@ impl TcpConnection {
 
     /// Wraps an accepted stream.
     pub fn from_stream(stream: TcpStream, send_framing: Framing) -> Self {
-        TcpConnection { stream, send_framing, decoder: StreamDecoder::new(), out: Vec::new() }
+        TcpConnection {
+            stream,
+            send_framing,
+            decoder: StreamDecoder::new(),
+            out: Vec::new(),
+        }
     }
 
     /// The underlying stream.
@@ -268,7 +286,10 @@ mod tests {
             got.extend(frames(&mut dec, std::slice::from_ref(b)));
         }
         assert_eq!(dec.framing(), Some(Framing::LengthPrefix));
-        assert_eq!(got, vec![b"/a\0\0,\0\0\0".to_vec(), b"/bc\0,i\0\0\0\0\0\x01".to_vec()]);
+        assert_eq!(
+            got,
+            vec![b"/a\0\0,\0\0\0".to_vec(), b"/bc\0,i\0\0\0\0\0\x01".to_vec()]
+        );
     }
 
     #[test]
@@ -293,7 +314,10 @@ mod tests {
     #[test]
     fn oversized_frames_are_refused() {
         let mut dec = StreamDecoder::new();
-        assert_eq!(dec.feed(&[0x7f, 0, 0, 0], |_| {}), Err(FrameError::TooLarge(0x7f00_0000)));
+        assert_eq!(
+            dec.feed(&[0x7f, 0, 0, 0], |_| {}),
+            Err(FrameError::TooLarge(0x7f00_0000))
+        );
         let mut dec = StreamDecoder::with_framing(Framing::Slip);
         assert_eq!(dec.feed(&[ESC, 1], |_| {}), Err(FrameError::BadEscape));
     }
