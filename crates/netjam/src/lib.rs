@@ -7,4 +7,8 @@
 pub mod cli;
 pub mod clock;
 pub mod endpoint;
+pub mod relay;
+pub mod ring;
+pub mod session;
+pub mod status;
 pub mod transport;

@@ -2,9 +2,12 @@
 
 use clap::{Parser, Subcommand};
 
+pub mod common;
+pub mod demo;
 pub mod osc;
 pub mod probe;
 pub mod reflect;
+pub mod stream;
 
 /// Play music together live over the internet.
 #[derive(Debug, Parser)]
@@ -16,6 +19,14 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// A Seattle–Vermont jam over an emulated link in one process; prints the latency budget.
+    Demo(demo::DemoArgs),
+    /// Send audio (a WAV file, stdin, or a test signal) as RTP.
+    Send(stream::SendArgs),
+    /// Receive a stream into a WAV file or stdout, through the adaptive jitter buffer.
+    Recv(stream::RecvArgs),
+    /// Print an SDP description of a stream (for GStreamer, ffmpeg, VLC).
+    Sdp(stream::SdpArgs),
     /// Echo every audio and probe packet back to its sender (hear your own round trip).
     Reflect(reflect::ReflectArgs),
     /// Measure a link against `netjam reflect`: round trip, one-way delays, jitter, loss.
@@ -32,6 +43,10 @@ pub enum Command {
 impl Cli {
     pub fn run(self) -> anyhow::Result<()> {
         match self.command {
+            Command::Demo(a) => demo::run_demo(a),
+            Command::Send(a) => stream::run_send(a),
+            Command::Recv(a) => stream::run_recv(a),
+            Command::Sdp(a) => stream::run_sdp(a),
             Command::Reflect(a) => reflect::run(a),
             Command::Ping(a) => probe::run_ping(a),
             Command::Sweep(a) => probe::run_sweep(a),

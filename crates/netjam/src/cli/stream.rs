@@ -1,0 +1,369 @@
+//! `netjam send`, `netjam recv` and `netjam sdp`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use netjam_engine::receiver::{Receiver, ReceiverConfig, ReceiverStats};
+use netjam_engine::sender::{Sender, SenderConfig};
+use netjam_engine::synth::SynthKind;
+use netjam_engine::wire::sdp::{parse_sdp, write_sdp, SdpStream};
+use netjam_engine::wire::{AudioFormat, Codec};
+
+use super::common::{any_for, cname, fresh_seed, resolve, wall_offset_ns, BufferArg};
+use crate::clock;
+use crate::endpoint::paced::PacedEndpoint;
+use crate::endpoint::raw::{RawSink, RawSource};
+use crate::endpoint::synth::SynthSource;
+use crate::endpoint::wav::{WavSink, WavSource};
+use crate::endpoint::{FrameSink, FrameSource, PeriodStats, SampleFormat};
+use crate::session::{interrupt_flag, spawn_audio, NetIo, Peer, RecvProcess, SendProcess, Snapshot};
+use crate::status::{recv_line, send_line, StatusLine};
+use crate::transport::UdpTransport;
+
+fn parse_codec(s: &str) -> Result<Codec, String> {
+    Codec::from_name(s).map_err(|e| e.to_string())
+}
+
+/// Send audio to a netjam receiver (or anything that speaks RTP).
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["input", "stdin", "sine", "clicks", "noise"])))]
+pub struct SendArgs {
+    /// Where to send: HOST:PORT of `netjam recv`, `netjam reflect` or another RTP receiver.
+    #[arg(long)]
+    pub to: String,
+    /// A WAV file to send (played in real time).
+    #[arg(long, value_name = "FILE.wav")]
+    pub input: Option<PathBuf>,
+    /// Read raw interleaved PCM from stdin (layout from --sample-format, --rate, --channels).
+    #[arg(long)]
+    pub stdin: bool,
+    /// Send a sine tone of this frequency.
+    #[arg(long, value_name = "HZ")]
+    pub sine: Option<f64>,
+    /// Send a click track at this tempo.
+    #[arg(long, value_name = "BPM")]
+    pub clicks: Option<f64>,
+    /// Send white noise.
+    #[arg(long)]
+    pub noise: bool,
+    /// Sample encoding on the wire: l16, l24 or f32 (default: lossless for the input, else l16).
+    #[arg(long, value_parser = parse_codec)]
+    pub codec: Option<Codec>,
+    /// Frames per packet (16..=1024).
+    #[arg(long, default_value_t = 64)]
+    pub frames: u32,
+    /// Sample rate: 44100, 48000 or 96000 (default: the WAV's, else 48000).
+    #[arg(long)]
+    pub rate: Option<u32>,
+    /// Channels (default: the WAV's, else 2).
+    #[arg(long)]
+    pub channels: Option<u16>,
+    /// Each packet also carries the previous N packets (RFC 2198), 0..=8.
+    #[arg(long, default_value_t = 0)]
+    pub redundancy: usize,
+    /// Layout of raw PCM on stdin.
+    #[arg(long, value_enum, default_value = "s16le")]
+    pub sample_format: SampleFormat,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Your name, shown to the other side.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Local address to send from.
+    #[arg(long)]
+    pub bind: Option<SocketAddr>,
+}
+
+pub fn run_send(a: SendArgs) -> anyhow::Result<()> {
+    let to = resolve(&a.to)?;
+    let (source, default_codec): (Box<dyn FrameSource>, Codec) = if let Some(path) = &a.input {
+        let wav = WavSource::open(path)?;
+        let codec = wav.lossless_codec();
+        if a.rate.is_some_and(|r| r != wav.rate()) || a.channels.is_some_and(|c| c != wav.channels()) {
+            bail!(
+                "{} is {} Hz, {} channels: leave out --rate/--channels for a WAV input (netjam does not resample files)",
+                path.display(),
+                wav.rate(),
+                wav.channels()
+            );
+        }
+        (Box::new(wav), codec)
+    } else {
+        let rate = a.rate.unwrap_or(48_000);
+        let channels = a.channels.unwrap_or(2);
+        let src: Box<dyn FrameSource> = if a.stdin {
+            Box::new(RawSource::new(std::io::stdin(), a.sample_format, rate, channels))
+        } else {
+            let kind = if let Some(hz) = a.sine {
+                SynthKind::Sine { hz }
+            } else if let Some(bpm) = a.clicks {
+                SynthKind::Clicks { bpm }
+            } else {
+                SynthKind::Noise
+            };
+            Box::new(SynthSource::new(kind, rate, channels, fresh_seed()))
+        };
+        (src, Codec::L16)
+    };
+    let format = AudioFormat::new(a.codec.unwrap_or(default_codec), source.rate(), source.channels())?;
+    let sender = Sender::new(SenderConfig {
+        format,
+        frames_per_packet: a.frames,
+        redundancy: a.redundancy,
+        seed: fresh_seed(),
+        cname: cname(),
+        name: a.name.clone(),
+        wall_offset_ns: wall_offset_ns(),
+    })?;
+    if sender.max_packet_bytes() > netjam_engine::sender::MTU_PAYLOAD {
+        eprintln!(
+            "netjam: warning: packets of {} bytes exceed a 1500-byte MTU and will be fragmented; fewer --frames or channels avoid that",
+            sender.max_packet_bytes()
+        );
+    }
+    let socket = UdpTransport::bind(a.bind.unwrap_or_else(|| any_for(to)))
+        .context("opening a UDP socket to send from")?;
+    let (io, link) = NetIo::start(socket, Peer::Fixed(to))?;
+    let (process, mut snaps) = SendProcess::new(sender, link, format.rate);
+    let limit = a.duration.map(|d| (d * format.rate as f64) as u64);
+    let endpoint =
+        Box::new(PacedEndpoint::new(format.rate, a.frames, Some(source), 0, None).with_limit(limit));
+    let stop = interrupt_flag();
+    eprintln!(
+        "netjam: sending {format} in packets of {} frames to {to}",
+        a.frames
+    );
+    let audio = spawn_audio("netjam-audio", endpoint, process, stop.clone())?;
+    let mut status = StatusLine::new();
+    while !audio.is_finished() {
+        std::thread::sleep(Duration::from_millis(100));
+        while let Ok(s) = snaps.pop() {
+            status.show(&send_line(&s));
+        }
+    }
+    status.finish();
+    let (mut process, _, _) = audio
+        .join()
+        .map_err(|_| anyhow::anyhow!("the audio thread panicked"))??;
+    process.finish(clock::now_ns());
+    std::thread::sleep(Duration::from_millis(20));
+    io.shutdown();
+    let s = process.sender.stats();
+    eprintln!(
+        "netjam: sent {} packets ({} frames){}",
+        s.packets,
+        s.frames,
+        s.rtt_ms
+            .map_or(String::new(), |r| format!(", last rtt {r:.1} ms"))
+    );
+    Ok(())
+}
+
+/// Receive a stream and play it into a WAV file or stdout.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("sink").required(true).args(["output", "stdout"])))]
+pub struct RecvArgs {
+    /// Address to listen on, e.g. 0.0.0.0:4464.
+    #[arg(long)]
+    pub listen: SocketAddr,
+    /// Write what is played to this WAV file.
+    #[arg(long, value_name = "FILE.wav")]
+    pub output: Option<PathBuf>,
+    /// Write raw interleaved PCM to stdout (layout from --sample-format).
+    #[arg(long)]
+    pub stdout: bool,
+    /// Stop after this many seconds of playout.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Jitter buffer: auto, a number of frames, or milliseconds (e.g. 3ms).
+    #[arg(long, default_value = "auto")]
+    pub buffer: BufferArg,
+    /// Write the final statistics and their time series as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub stats_json: Option<PathBuf>,
+    /// For plain RTP without netjam's format extension: the codec.
+    #[arg(long, value_parser = parse_codec)]
+    pub codec: Option<Codec>,
+    /// For plain RTP: the sample rate.
+    #[arg(long)]
+    pub rate: Option<u32>,
+    /// For plain RTP: the channel count.
+    #[arg(long)]
+    pub channels: Option<u16>,
+    /// For plain RTP: the payload type (default: the usual one for the format).
+    #[arg(long)]
+    pub pt: Option<u8>,
+    /// For plain RTP: take codec, rate, channels and payload type from an SDP file.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["codec", "rate", "channels"])]
+    pub sdp: Option<PathBuf>,
+    /// Frames per playout period (the stand-in for a sound card's buffer).
+    #[arg(long, default_value_t = 64)]
+    pub period: u32,
+    /// Layout of raw PCM on stdout.
+    #[arg(long, value_enum, default_value = "s16le")]
+    pub sample_format: SampleFormat,
+}
+
+/// The statistics file of `netjam recv`.
+#[derive(Debug, serde::Serialize)]
+pub struct RecvReport {
+    pub format: Option<AudioFormat>,
+    pub stats: ReceiverStats,
+    pub periods: PeriodStats,
+    pub dropped_by_full_ring: u64,
+    pub series: Vec<Snapshot<ReceiverStats>>,
+}
+
+fn fixed_format(a: &RecvArgs) -> anyhow::Result<Option<(AudioFormat, u8)>> {
+    if let Some(path) = &a.sdp {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let s = parse_sdp(&text)
+            .with_context(|| format!("{} is not an SDP netjam can receive", path.display()))?;
+        return Ok(Some((s.format, s.payload_type)));
+    }
+    if a.codec.is_none() && a.rate.is_none() && a.channels.is_none() {
+        return Ok(None);
+    }
+    let (Some(codec), Some(rate), Some(channels)) = (a.codec, a.rate, a.channels) else {
+        bail!("for plain RTP give all of --codec, --rate and --channels (or --sdp FILE)");
+    };
+    let f = AudioFormat::new(codec, rate, channels)?;
+    Ok(Some((f, a.pt.unwrap_or(f.payload_type()))))
+}
+
+pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
+    let fixed = fixed_format(&a)?;
+    let receiver = Receiver::new(ReceiverConfig {
+        buffer: a.buffer.mode(fixed.map_or(48_000, |f| f.0.rate)),
+        fixed_format: fixed,
+        max_channels: 64,
+        seed: fresh_seed(),
+        cname: cname(),
+        name: None,
+    });
+    let socket = UdpTransport::bind(a.listen)
+        .with_context(|| format!("cannot listen on {}: is another program using it?", a.listen))?;
+    let (io, link) = NetIo::start(socket, Peer::Learned)?;
+    let stop = interrupt_flag();
+    let (mut receiver, mut link) = (receiver, link);
+    eprintln!("netjam: listening on {}", io.local);
+    // Until the first stream shows its format (or it was given), feed packets from here.
+    let mut buf = vec![0u8; crate::session::MAX_DATAGRAM];
+    let mut hinted = false;
+    let format = loop {
+        if stop.load(Ordering::Relaxed) {
+            io.shutdown();
+            return Ok(());
+        }
+        while let Some((at, len)) = link.from_net.pop(&mut buf) {
+            receiver.on_datagram(at, &buf[..len]);
+        }
+        if let Some(f) = receiver.output_format() {
+            break f;
+        }
+        if receiver.stats().unknown_format > 0 && !hinted {
+            hinted = true;
+            eprintln!("netjam: RTP is arriving without netjam's format: give --codec, --rate and --channels, or --sdp FILE");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let (mut process, mut snaps) = RecvProcess::new(receiver, link, format.rate);
+    process.receiver.set_buffer_mode(a.buffer.mode(format.rate));
+    eprintln!("netjam: receiving {format}");
+    let sink: Box<dyn FrameSink> = match &a.output {
+        Some(path) => Box::new(WavSink::create(path, format.rate, format.channels, format.codec)?),
+        None => Box::new(RawSink::new(std::io::stdout(), a.sample_format)),
+    };
+    let limit = a.duration.map(|d| (d * format.rate as f64) as u64);
+    let endpoint = Box::new(
+        PacedEndpoint::new(format.rate, a.period, None, format.channels, Some(sink)).with_limit(limit),
+    );
+    let audio = spawn_audio("netjam-audio", endpoint, process, stop.clone())?;
+    let mut status = StatusLine::new();
+    let mut series = Vec::new();
+    let mut last_starts = 1;
+    while !audio.is_finished() {
+        std::thread::sleep(Duration::from_millis(100));
+        while let Ok(s) = snaps.pop() {
+            if s.stats.stream_starts > last_starts {
+                status.finish();
+                eprintln!("netjam: the sender restarted; following the new stream");
+                last_starts = s.stats.stream_starts;
+            }
+            status.show(&recv_line(&s));
+            series.push(s);
+        }
+    }
+    status.finish();
+    let (process, _, periods) = audio
+        .join()
+        .map_err(|_| anyhow::anyhow!("the audio thread panicked"))??;
+    let dropped = io.rx_overflow.load(Ordering::Relaxed);
+    io.shutdown();
+    let stats = process.receiver.stats();
+    print_recv_summary(&stats);
+    if let Some(path) = &a.stats_json {
+        let report = RecvReport {
+            format: Some(format),
+            stats,
+            periods,
+            dropped_by_full_ring: dropped,
+            series,
+        };
+        write_json(path, &report)?;
+    }
+    Ok(())
+}
+
+/// Write `value` as pretty JSON to `path`.
+pub fn write_json<T: serde::Serialize>(path: &std::path::Path, value: &T) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+fn print_recv_summary(s: &ReceiverStats) {
+    let jb = &s.jitter_buffer;
+    eprintln!(
+        "netjam: received {} packets, lost {}, late {}, duplicate {}, reordered {}, malformed {}; concealed {} frames in {} gaps; recovered {} frames from redundancy; buffer target {:.2} ms, added latency {:.2} ms (max {:.2})",
+        s.received, s.lost, jb.late_packets, jb.duplicate_packets, s.reordered, s.malformed, jb.concealed_frames,
+        jb.concealment_events, jb.recovered_frames, jb.target_ms, jb.added_latency_ms, jb.added_latency_max_ms
+    );
+}
+
+/// Print an SDP description of a stream so GStreamer or ffmpeg can receive it.
+#[derive(Debug, Args)]
+pub struct SdpArgs {
+    #[arg(long, value_parser = parse_codec, default_value = "l16")]
+    pub codec: Codec,
+    #[arg(long, default_value_t = 48_000)]
+    pub rate: u32,
+    #[arg(long, default_value_t = 2)]
+    pub channels: u16,
+    /// The port the stream arrives on.
+    #[arg(long)]
+    pub port: u16,
+    /// The address the stream is sent to.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub address: std::net::IpAddr,
+    /// Frames per packet (sets a=ptime).
+    #[arg(long)]
+    pub frames: Option<u32>,
+}
+
+pub fn run_sdp(a: SdpArgs) -> anyhow::Result<()> {
+    let format = AudioFormat::new(a.codec, a.rate, a.channels)?;
+    let s = SdpStream {
+        format,
+        payload_type: format.payload_type(),
+        address: a.address,
+        port: a.port,
+        frames_per_packet: a.frames,
+    };
+    print!("{}", write_sdp(&s, "netjam"));
+    Ok(())
+}

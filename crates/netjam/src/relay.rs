@@ -1,0 +1,164 @@
+//! [`LinkRelay`]: a UDP relay that carries traffic through an emulated path.
+//!
+//! Datagrams from a client arriving at the relay's socket go to `forward` through the
+//! "up" [`LinkModel`]; datagrams coming back from `forward` go to the client that last
+//! sent, through the "down" model. The relay holds each packet until the model's delivery
+//! time, waking on absolute deadlines (the last stretch spun) so the emulated delay is
+//! what reaches the wire.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use netjam_engine::link::{LinkConfig, LinkModel, LinkStats};
+
+use crate::clock;
+use crate::transport::UdpTransport;
+
+/// One direction's counters and the delay its packets actually had inside the relay.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct DirectionStats {
+    pub link: LinkStats,
+    /// Mean and max of (sent on − received), ms.
+    pub delay_mean_ms: f64,
+    pub delay_max_ms: f64,
+    #[serde(skip)]
+    delay_sum_ns: u128,
+    #[serde(skip)]
+    delay_count: u64,
+}
+
+/// Both directions.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct RelayStats {
+    pub up: DirectionStats,
+    pub down: DirectionStats,
+}
+
+/// A running relay; stops when dropped or [`LinkRelay::stop`]ped.
+#[derive(Debug)]
+pub struct LinkRelay {
+    local: SocketAddr,
+    stop: Arc<AtomicBool>,
+    stats: Arc<Mutex<RelayStats>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+type Held = (u64, Vec<u8>);
+
+impl LinkRelay {
+    /// Bind `listen` and relay to and from `forward` through `up` and `down`.
+    pub fn start(
+        listen: SocketAddr,
+        forward: SocketAddr,
+        up: LinkConfig,
+        down: LinkConfig,
+        seed: u64,
+    ) -> anyhow::Result<Self> {
+        let socket = UdpTransport::bind(listen)?;
+        let local = socket.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(Mutex::new(RelayStats::default()));
+        let thread = {
+            let (stop, stats) = (stop.clone(), stats.clone());
+            std::thread::Builder::new()
+                .name("netjam-relay".into())
+                .spawn(move || {
+                    let mut up: LinkModel<Held> = LinkModel::new(up, seed);
+                    let mut down: LinkModel<Held> = LinkModel::new(down, seed.wrapping_add(1));
+                    let mut client: Option<SocketAddr> = None;
+                    let mut buf = vec![0u8; 65_536];
+                    let mut local_stats = RelayStats::default();
+                    let mut last_publish = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let now = clock::now_ns();
+                        while let Some((_, (recv_at, bytes))) = up.poll(now) {
+                            let _ = socket.send_to(&bytes, forward);
+                            note(&mut local_stats.up, recv_at, clock::now_ns());
+                        }
+                        if let Some(c) = client {
+                            while let Some((_, (recv_at, bytes))) = down.poll(now) {
+                                let _ = socket.send_to(&bytes, c);
+                                note(&mut local_stats.down, recv_at, clock::now_ns());
+                            }
+                        }
+                        let next = up.next_delivery().into_iter().chain(down.next_delivery()).min();
+                        let wait = next.map_or(20_000_000, |n| n.saturating_sub(now)).min(20_000_000);
+                        if wait < 300_000 {
+                            if let Some(n) = next {
+                                clock::sleep_until_ns(n);
+                            }
+                            continue;
+                        }
+                        let _ = socket.set_read_timeout(Some(Duration::from_nanos(wait - 200_000)));
+                        if let Ok(Some(r)) = socket.recv(&mut buf) {
+                            let data = buf[..r.len].to_vec();
+                            if r.from == forward {
+                                down.send(r.at_ns, (r.at_ns, data), r.len);
+                            } else {
+                                client = Some(r.from);
+                                up.send(r.at_ns, (r.at_ns, data), r.len);
+                            }
+                        }
+                        if now >= last_publish + 100_000_000 {
+                            last_publish = now;
+                            local_stats.up.link = up.stats();
+                            local_stats.down.link = down.stats();
+                            if let Ok(mut s) = stats.lock() {
+                                *s = local_stats;
+                            }
+                        }
+                    }
+                    local_stats.up.link = up.stats();
+                    local_stats.down.link = down.stats();
+                    if let Ok(mut s) = stats.lock() {
+                        *s = local_stats;
+                    }
+                })?
+        };
+        Ok(Self {
+            local,
+            stop,
+            stats,
+            thread: Some(thread),
+        })
+    }
+
+    /// The address clients send to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    pub fn stats(&self) -> RelayStats {
+        self.stats.lock().map(|s| *s).unwrap_or_default()
+    }
+
+    /// Stop relaying and return the final counters.
+    pub fn stop(mut self) -> RelayStats {
+        self.halt();
+        self.stats()
+    }
+
+    fn halt(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for LinkRelay {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+fn note(d: &mut DirectionStats, recv_at: u64, sent_at: u64) {
+    let delay = sent_at.saturating_sub(recv_at);
+    d.delay_sum_ns += delay as u128;
+    d.delay_count += 1;
+    d.delay_mean_ms = d.delay_sum_ns as f64 / d.delay_count as f64 / 1e6;
+    d.delay_max_ms = d.delay_max_ms.max(delay as f64 / 1e6);
+}

@@ -1,0 +1,369 @@
+//! Running a stream for real: the audio thread and the network threads around the
+//! sans-IO [`Sender`] and [`Receiver`].
+//!
+//! ```text
+//!  endpoint (device clock) --process()--> Sender/Receiver  (audio thread: no alloc, no locks)
+//!                                  ^  |
+//!                         PacketRx |  | PacketTx            (lock-free rings)
+//!                                  |  v
+//!             receive thread <--- UDP socket ---> send thread (parked until woken)
+//! ```
+//!
+//! The receive thread timestamps each datagram as it arrives and hands it to the audio
+//! thread, which feeds the engine and plays. Packets the engine produces go to the send
+//! thread, which the audio thread wakes with `unpark` (a futex wake that never blocks) so
+//! nothing waits for a poll interval. Statistics come back as snapshots through a ring.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle, Thread};
+use std::time::Duration;
+
+use netjam_engine::receiver::{Receiver, ReceiverStats};
+use netjam_engine::sender::{Sender, SenderStats};
+use netjam_engine::wire::{classify, PacketKind};
+
+use crate::endpoint::Process;
+use crate::ring::{packet_ring, PacketRx, PacketTx};
+use crate::transport::UdpTransport;
+
+/// Largest datagram handled.
+pub const MAX_DATAGRAM: usize = 65_536;
+/// Bytes of packets that may wait between threads (about a second of 8-channel f32 audio).
+const RING_BYTES: usize = 2 << 20;
+
+/// Where the send thread sends.
+#[derive(Debug, Clone, Copy)]
+pub enum Peer {
+    /// Always this address.
+    Fixed(SocketAddr),
+    /// The source of the last RTP packet received (a receiver answering its sender).
+    Learned,
+}
+
+/// The audio thread's ends of the rings, and how to wake the send thread.
+#[derive(Debug)]
+pub struct AudioLink {
+    pub to_net: PacketTx,
+    pub from_net: PacketRx,
+    pub waker: Thread,
+}
+
+/// The network side of a session: its threads.
+#[derive(Debug)]
+pub struct NetIo {
+    waker: Thread,
+    /// Datagrams dropped because the ring to the audio thread was full.
+    pub rx_overflow: Arc<std::sync::atomic::AtomicU64>,
+    pub local: SocketAddr,
+    threads: Vec<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl NetIo {
+    /// Start the receive and send threads on `socket`.
+    pub fn start(socket: UdpTransport, peer: Peer) -> anyhow::Result<(Self, AudioLink)> {
+        let local = socket.local_addr()?;
+        socket.set_read_timeout(Some(Duration::from_millis(50)))?;
+        let socket = Arc::new(socket);
+        let stop = Arc::new(AtomicBool::new(false));
+        let learned: Arc<Mutex<Option<SocketAddr>>> = Arc::new(Mutex::new(match peer {
+            Peer::Fixed(a) => Some(a),
+            Peer::Learned => None,
+        }));
+        let (to_audio, from_net) = packet_ring(RING_BYTES);
+        let (to_net, mut from_audio) = packet_ring(RING_BYTES);
+        let rx_overflow = Arc::new(std::sync::atomic::AtomicU64::new(0));
+
+        let rx = {
+            let (socket, stop, learned, overflow) =
+                (socket.clone(), stop.clone(), learned.clone(), rx_overflow.clone());
+            let mut to_audio = to_audio;
+            thread::Builder::new().name("netjam-rx".into()).spawn(move || {
+                let mut buf = vec![0u8; MAX_DATAGRAM];
+                while !stop.load(Ordering::Relaxed) {
+                    match socket.recv(&mut buf) {
+                        Ok(Some(r)) => {
+                            if matches!(peer, Peer::Learned) && classify(&buf[..r.len]) == PacketKind::Rtp {
+                                if let Ok(mut l) = learned.lock() {
+                                    *l = Some(r.from);
+                                }
+                            }
+                            if !to_audio.push(r.at_ns, &buf[..r.len]) {
+                                overflow.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            // ICMP port-unreachable from a peer that is not up yet: keep going.
+                            tracing::debug!("receive: {e}");
+                            thread::sleep(Duration::from_millis(5));
+                        }
+                    }
+                }
+            })?
+        };
+        let tx = {
+            let (socket, stop) = (socket.clone(), stop.clone());
+            thread::Builder::new().name("netjam-tx".into()).spawn(move || {
+                let mut buf = vec![0u8; MAX_DATAGRAM];
+                loop {
+                    let mut sent_any = false;
+                    while let Some((_, len)) = from_audio.pop(&mut buf) {
+                        sent_any = true;
+                        let to = learned.lock().ok().and_then(|l| *l);
+                        if let (Some(to), true) = (to, len > 0) {
+                            if let Err(e) = socket.send_to(&buf[..len], to) {
+                                tracing::debug!("send to {to}: {e}");
+                            }
+                        }
+                    }
+                    if stop.load(Ordering::Relaxed) && !sent_any {
+                        break;
+                    }
+                    thread::park_timeout(Duration::from_millis(20));
+                }
+            })?
+        };
+        let waker = tx.thread().clone();
+        let link = AudioLink {
+            to_net,
+            from_net,
+            waker: waker.clone(),
+        };
+        Ok((
+            Self {
+                waker,
+                rx_overflow,
+                local,
+                threads: vec![rx, tx],
+                stop,
+            },
+            link,
+        ))
+    }
+
+    /// Stop the threads after the send thread has flushed what is queued.
+    pub fn shutdown(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.waker.unpark();
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What the audio thread publishes a few times a second.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Snapshot<S> {
+    /// Seconds of audio processed.
+    pub t_s: f64,
+    /// Peak level of the last interval, dBFS.
+    pub peak_dbfs: f32,
+    pub stats: S,
+}
+
+/// Publishes snapshots about ten times a second without blocking the audio thread.
+struct Publisher<S> {
+    tx: rtrb::Producer<Snapshot<S>>,
+    frames: u64,
+    since: u64,
+    every: u64,
+    rate: u32,
+    peak: f32,
+}
+
+impl<S: Copy> Publisher<S> {
+    fn new(rate: u32) -> (Self, rtrb::Consumer<Snapshot<S>>) {
+        let (tx, rx) = rtrb::RingBuffer::new(256);
+        (
+            Self {
+                tx,
+                frames: 0,
+                since: 0,
+                every: rate as u64 / 10,
+                rate,
+                peak: 0.0,
+            },
+            rx,
+        )
+    }
+
+    fn tick(&mut self, frames: usize, audio: &[f32], stats: impl FnOnce() -> S) {
+        self.peak = audio.iter().fold(self.peak, |m, x| m.max(x.abs()));
+        self.frames += frames as u64;
+        self.since += frames as u64;
+        if self.since >= self.every {
+            self.since = 0;
+            let snap = Snapshot {
+                t_s: self.frames as f64 / self.rate as f64,
+                peak_dbfs: 20.0 * self.peak.max(1e-6).log10(),
+                stats: stats(),
+            };
+            self.peak = 0.0;
+            let _ = self.tx.push(snap);
+        }
+    }
+}
+
+/// The audio-thread side of `netjam send`.
+pub struct SendProcess {
+    pub sender: Sender,
+    to_net: PacketTx,
+    from_net: PacketRx,
+    waker: Thread,
+    rx_buf: Vec<u8>,
+    rtcp: Vec<u8>,
+    publisher: Publisher<SenderStats>,
+    /// Packets refused by a full ring (the network thread fell behind).
+    pub tx_overflow: u64,
+}
+
+impl std::fmt::Debug for SendProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendProcess")
+            .field("sender", &self.sender)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SendProcess {
+    pub fn new(sender: Sender, link: AudioLink, rate: u32) -> (Self, rtrb::Consumer<Snapshot<SenderStats>>) {
+        let (publisher, rx) = Publisher::new(rate);
+        let p = Self {
+            sender,
+            to_net: link.to_net,
+            from_net: link.from_net,
+            waker: link.waker,
+            rx_buf: vec![0; MAX_DATAGRAM],
+            rtcp: vec![0; 1500],
+            publisher,
+            tx_overflow: 0,
+        };
+        (p, rx)
+    }
+
+    /// Send a final report and BYE.
+    pub fn finish(&mut self, now_ns: u64) {
+        if let Some(n) = self.sender.bye(now_ns, &mut self.rtcp) {
+            let _ = self.to_net.push(now_ns, &self.rtcp[..n]);
+            self.waker.unpark();
+        }
+    }
+}
+
+impl Process for SendProcess {
+    fn process(&mut self, now_ns: u64, input: &[f32], _output: &mut [f32]) {
+        while let Some((at, len)) = self.from_net.pop(&mut self.rx_buf) {
+            if classify(&self.rx_buf[..len]) == PacketKind::Rtcp {
+                self.sender.on_rtcp(at, &self.rx_buf[..len]);
+            }
+        }
+        let (to_net, overflow) = (&mut self.to_net, &mut self.tx_overflow);
+        self.sender.push_frames(now_ns, input, |p| {
+            if !to_net.push(now_ns, p) {
+                *overflow += 1;
+            }
+        });
+        if let Some(n) = self.sender.poll_rtcp(now_ns, &mut self.rtcp) {
+            if !self.to_net.push(now_ns, &self.rtcp[..n]) {
+                self.tx_overflow += 1;
+            }
+        }
+        self.waker.unpark();
+        let ch = self.sender.format().channels as usize;
+        let sender = &self.sender;
+        self.publisher.tick(input.len() / ch, input, || sender.stats());
+    }
+}
+
+/// The audio-thread side of `netjam recv`.
+pub struct RecvProcess {
+    pub receiver: Receiver,
+    to_net: PacketTx,
+    from_net: PacketRx,
+    waker: Thread,
+    rx_buf: Vec<u8>,
+    rtcp: Vec<u8>,
+    publisher: Publisher<ReceiverStats>,
+}
+
+impl std::fmt::Debug for RecvProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvProcess")
+            .field("receiver", &self.receiver)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RecvProcess {
+    /// `rate` is the output rate.
+    pub fn new(
+        receiver: Receiver,
+        link: AudioLink,
+        rate: u32,
+    ) -> (Self, rtrb::Consumer<Snapshot<ReceiverStats>>) {
+        let (publisher, rx) = Publisher::new(rate);
+        let p = Self {
+            receiver,
+            to_net: link.to_net,
+            from_net: link.from_net,
+            waker: link.waker,
+            rx_buf: vec![0; MAX_DATAGRAM],
+            rtcp: vec![0; 1500],
+            publisher,
+        };
+        (p, rx)
+    }
+
+    /// Feed everything queued so far into the receiver (before playout starts).
+    pub fn drain(&mut self) {
+        while let Some((at, len)) = self.from_net.pop(&mut self.rx_buf) {
+            self.receiver.on_datagram(at, &self.rx_buf[..len]);
+        }
+    }
+}
+
+impl Process for RecvProcess {
+    fn process(&mut self, now_ns: u64, _input: &[f32], output: &mut [f32]) {
+        self.drain();
+        self.receiver.play(now_ns, output);
+        if let Some(n) = self.receiver.poll_rtcp(now_ns, &mut self.rtcp) {
+            let _ = self.to_net.push(now_ns, &self.rtcp[..n]);
+            self.waker.unpark();
+        }
+        let ch = self.receiver.output_format().map_or(1, |f| f.channels as usize);
+        let receiver = &self.receiver;
+        self.publisher
+            .tick(output.len() / ch, output, || receiver.stats());
+    }
+}
+
+/// A process-wide stop flag set by Ctrl-C (installed once).
+pub fn interrupt_flag() -> Arc<AtomicBool> {
+    static FLAG: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
+    FLAG.get_or_init(|| {
+        let flag = Arc::new(AtomicBool::new(false));
+        let f = flag.clone();
+        if let Err(e) = ctrlc::set_handler(move || f.store(true, Ordering::Relaxed)) {
+            tracing::warn!("Ctrl-C will not stop cleanly: {e}");
+        }
+        flag
+    })
+    .clone()
+}
+
+/// Run `endpoint` with `process` on a new audio thread; the handle gives the process back.
+pub fn spawn_audio<P: Process + 'static>(
+    name: &str,
+    endpoint: Box<dyn crate::endpoint::Endpoint>,
+    mut process: P,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<JoinHandle<anyhow::Result<(P, crate::endpoint::StopReason, crate::endpoint::PeriodStats)>>>
+{
+    Ok(thread::Builder::new().name(name.into()).spawn(move || {
+        let (reason, stats) = endpoint.run(&mut process, stop)?;
+        Ok((process, reason, stats))
+    })?)
+}

@@ -1,0 +1,96 @@
+//! The live one-line status: refreshed in place on a terminal, silent otherwise.
+
+use std::io::{IsTerminal, Write};
+
+use netjam_engine::receiver::ReceiverStats;
+use netjam_engine::sender::SenderStats;
+
+use crate::session::Snapshot;
+
+/// A line on stderr redrawn in place; does nothing when stderr is not a terminal.
+#[derive(Debug)]
+pub struct StatusLine {
+    enabled: bool,
+    shown: bool,
+}
+
+impl Default for StatusLine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StatusLine {
+    pub fn new() -> Self {
+        Self {
+            enabled: std::io::stderr().is_terminal(),
+            shown: false,
+        }
+    }
+
+    pub fn show(&mut self, line: &str) {
+        if self.enabled {
+            let mut e = std::io::stderr().lock();
+            let _ = write!(e, "\r\x1b[2K{line}");
+            let _ = e.flush();
+            self.shown = true;
+        }
+    }
+
+    /// End the line so later output starts on a fresh one.
+    pub fn finish(&mut self) {
+        if self.shown {
+            eprintln!();
+            self.shown = false;
+        }
+    }
+}
+
+/// A ten-step level meter for a peak in dBFS (-60..0).
+pub fn meter(dbfs: f32) -> String {
+    let steps = (((dbfs + 60.0) / 6.0).clamp(0.0, 10.0)) as usize;
+    format!(
+        "[{}{}] {:>4.0} dB",
+        "#".repeat(steps),
+        "-".repeat(10 - steps),
+        dbfs.max(-99.0)
+    )
+}
+
+pub fn recv_line(s: &Snapshot<ReceiverStats>) -> String {
+    let r = &s.stats;
+    let jb = &r.jitter_buffer;
+    let expected = (r.received as i64 + r.lost.max(0)).max(1);
+    format!(
+        "{:>7.1}s  pkts {:>8}  lost {:>5} ({:.2}%)  late {:>4}  jitter {:>5.2} ms  buffer {:>5.2}/{:>5.2} ms  conceal {:>5}  {}",
+        s.t_s,
+        r.received,
+        r.lost,
+        100.0 * r.lost.max(0) as f64 / expected as f64,
+        jb.late_packets,
+        r.jitter_ms,
+        jb.depth_ms,
+        jb.target_ms,
+        jb.concealment_events,
+        meter(s.peak_dbfs)
+    )
+}
+
+pub fn send_line(s: &Snapshot<SenderStats>) -> String {
+    let t = &s.stats;
+    let rtt = t.rtt_ms.map_or("  -  ".to_string(), |r| format!("{r:5.1}"));
+    let loss = t
+        .remote_fraction_lost
+        .map_or(" - ".to_string(), |l| format!("{:.1}%", l * 100.0));
+    format!(
+        "{:>7.1}s  sent {:>8} pkts  {:>7.0} kbit/s  rtt {rtt} ms  far-end loss {loss}  {}",
+        s.t_s,
+        t.packets,
+        if s.t_s > 0.0 {
+            t.bytes as f64 * 8.0 / s.t_s / 1000.0
+        } else {
+            0.0
+        },
+        meter(s.peak_dbfs)
+    )
+}
