@@ -101,6 +101,9 @@ pub struct JitterBuffer {
     highest_end: u64,
     late_run: u32,
     last_shrink_ns: u64,
+    /// Smallest excess delay (ns) seen since `last_shrink_ns`: shrink only what was
+    /// too much all along, never on one late sample.
+    min_excess_ns: i64,
     latency_sum_ms: f64,
     latency_n: u64,
     stats: JitterStats,
@@ -128,6 +131,7 @@ impl JitterBuffer {
             highest_end: 0,
             late_run: 0,
             last_shrink_ns: 0,
+            min_excess_ns: i64::MAX,
             latency_sum_ms: 0.0,
             latency_n: 0,
             stats: JitterStats::default(),
@@ -161,6 +165,7 @@ impl JitterBuffer {
         self.stream_start = None;
         self.highest_end = 0;
         self.late_run = 0;
+        self.min_excess_ns = i64::MAX;
         self.stats.relocks += 1;
     }
 
@@ -330,23 +335,29 @@ impl JitterBuffer {
             self.stats.inserted_frames += frames as u64;
             return;
         }
-        // Shrink: a little at a time when slightly too deep; at once when far too deep (the
-        // path got faster or the sender jumped ahead), always with a cross-fade.
-        let shrink_gap_ns = 250_000_000;
-        let far_too_deep = err > (4 * period_ns).max(20_000_000);
-        if far_too_deep || (err > period_ns / 2 + 250_000 && now_ns >= self.last_shrink_ns + shrink_gap_ns) {
-            let excess = ns_to_frames((err - period_ns / 4) as u64, self.rate);
-            let skip = if far_too_deep {
-                excess
-            } else {
-                excess.min(frames as u64 / 2)
-            };
-            if skip > 0 && self.skip_with_crossfade(play_ts, skip, out) {
-                self.last_shrink_ns = now_ns;
-                self.stats.skipped_frames += skip;
-                self.play_ts = Some(play_ts + frames as u64 + skip);
-                self.note_latency(now_ns, play_ts + skip, frames);
-                return;
+        // Shrink: when the buffer was too deep for a whole window, a little at a time; at
+        // once when far too deep (the path got faster or the sender jumped ahead); always
+        // with a cross-fade.
+        const SHRINK_WINDOW_NS: u64 = 250_000_000;
+        self.min_excess_ns = self.min_excess_ns.min(err);
+        if now_ns >= self.last_shrink_ns + SHRINK_WINDOW_NS {
+            let excess = self.min_excess_ns;
+            self.last_shrink_ns = now_ns;
+            self.min_excess_ns = i64::MAX;
+            if excess > period_ns / 2 + 250_000 {
+                let far_too_deep = excess > (4 * period_ns).max(20_000_000);
+                let frames_excess = ns_to_frames((excess - period_ns / 4) as u64, self.rate);
+                let skip = if far_too_deep {
+                    frames_excess
+                } else {
+                    frames_excess.min(frames as u64 / 2)
+                };
+                if skip > 0 && self.skip_with_crossfade(play_ts, skip, out) {
+                    self.stats.skipped_frames += skip;
+                    self.play_ts = Some(play_ts + frames as u64 + skip);
+                    self.note_latency(now_ns, play_ts + skip, frames);
+                    return;
+                }
             }
         }
         self.read(play_ts, out);

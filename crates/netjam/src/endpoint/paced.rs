@@ -102,7 +102,9 @@ impl Endpoint for PacedEndpoint {
             if late > period_ns {
                 stats.missed_deadlines += 1;
             }
-            process.process(woke, &input, &mut output);
+            // Like a sound card's period timestamp, the callback is given the nominal time
+            // of the period, so a late wake-up of this thread does not look like network delay.
+            process.process(deadline, &input, &mut output);
             let took = clock::now_ns() - woke;
             late_sum += late as f64 / 1e3;
             cb_sum += took as f64 / 1e3;
