@@ -17,7 +17,7 @@ pub use payload::{decode, encode, AudioFormat, Codec, FormatError, RED_PAYLOAD_T
 pub use red::{parse_red, write_red, RedBlock, RedError, RedPayload, MAX_RED_BLOCKS};
 pub use rtcp::{
     parse_rtcp, rtt_ns, write_bye, write_receiver_report, write_sdes, write_sender_report, NtpTime,
-    ReceptionStats, ReportBlock, RtcpError, RtcpPacket, SenderInfo,
+    ReceptionSnapshot, ReceptionStats, ReportBlock, RtcpError, RtcpPacket, SenderInfo,
 };
 pub use rtp::{
     classify, format_extension, parse_format_extension, parse_rtp, write_rtp, PacketKind, RtpError,

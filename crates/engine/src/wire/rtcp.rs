@@ -7,6 +7,8 @@
 //! field from it. Nothing here allocates, reads a clock or panics on any input: times come
 //! in as nanosecond counts and bad packets come out as typed [`RtcpError`]s.
 
+use serde::{Deserialize, Serialize};
+
 /// RTCP packet type of a sender report.
 pub const RTCP_SR: u8 = 200;
 /// RTCP packet type of a receiver report.
@@ -589,6 +591,23 @@ pub fn rtt_ns(arrival_ntp_middle32: u32, lsr: u32, dlsr: u32) -> Option<u64> {
     Some(ntp_short_to_ns(rtt))
 }
 
+/// A serializable snapshot of [`ReceptionStats`] for the CLI, JSON output and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReceptionSnapshot {
+    /// Packets expected (highest minus lowest sequence number plus one).
+    pub expected: u64,
+    /// Packets received, duplicates included.
+    pub received: u64,
+    /// Expected minus received; negative when duplicates outnumber losses.
+    pub lost: i64,
+    /// Fraction lost in the last completed report interval, out of 256.
+    pub fraction_lost: u8,
+    /// Interarrival jitter in RTP timestamp units.
+    pub jitter: u32,
+    /// Interarrival jitter in nanoseconds.
+    pub jitter_ns: u64,
+}
+
 /// Receiver-side statistics of one source (RFC 3550 appendix A.1, A.3, A.8): packets
 /// expected and received, cumulative and interval loss, and interarrival jitter.
 ///
@@ -610,6 +629,8 @@ pub struct ReceptionStats {
     jitter: f64,
     /// Arrival time and RTP timestamp of the previous packet.
     last: Option<(u64, u32)>,
+    /// Fraction lost computed by the last [`ReceptionStats::report_block`].
+    last_fraction_lost: u8,
 }
 
 impl ReceptionStats {
@@ -625,6 +646,7 @@ impl ReceptionStats {
             received_prior: 0,
             jitter: 0.0,
             last: None,
+            last_fraction_lost: 0,
         }
     }
 
@@ -682,6 +704,18 @@ impl ReceptionStats {
         (self.jitter * NS_PER_S as f64 / f64::from(self.clock_rate)).round() as u64
     }
 
+    /// The current counters, for display and tests.
+    pub fn snapshot(&self) -> ReceptionSnapshot {
+        ReceptionSnapshot {
+            expected: self.expected(),
+            received: self.received,
+            lost: self.lost(),
+            fraction_lost: self.last_fraction_lost,
+            jitter: self.jitter(),
+            jitter_ns: self.jitter_ns(),
+        }
+    }
+
     /// The report block for this source, and the start of a new reporting interval.
     ///
     /// `lsr` and `dlsr` come from the caller's record of the last SR received from the
@@ -698,6 +732,7 @@ impl ReceptionStats {
             let lost_interval = u128::from(expected_interval - received_interval);
             ((lost_interval << 8) / u128::from(expected_interval)).min(255) as u8
         };
+        self.last_fraction_lost = fraction_lost;
         ReportBlock {
             ssrc,
             fraction_lost,
@@ -1072,6 +1107,11 @@ mod tests {
         let b = s.report_block(42, 0, 0);
         // Fraction: 2 lost of 10 expected = 0.2 * 256 = 51.2 -> 51.
         assert_eq!(b.fraction_lost, 51);
+        let snap = s.snapshot();
+        assert_eq!((snap.expected, snap.received, snap.lost), (10, 8, 2));
+        assert_eq!(snap.fraction_lost, 51);
+        let json = serde_json::to_string(&snap).expect("serialize");
+        assert!(json.contains("\"fraction_lost\":51"), "{json}");
         assert_eq!(b.cumulative_lost, 2);
         // First packet 65536 is cycle 0 seq 0, highest 65545 -> 9.
         assert_eq!(b.highest_seq, 9);
