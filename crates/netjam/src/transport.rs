@@ -2,6 +2,14 @@
 //!
 //! Receive timestamps are taken as close to arrival as the platform allows and say where
 //! they came from. Sockets carry DSCP EF (46) so routers that honour it queue audio first.
+//!
+//! On Linux the kernel stamps every datagram as it arrives (`SO_TIMESTAMPNS`, read back
+//! with `recvmsg`); the stamp is on `CLOCK_REALTIME`, so it is moved onto the monotonic
+//! [`clock::now_ns`] scale by sampling both clocks right after the datagram is read and
+//! subtracting the datagram's age. This removes the scheduler's wake-up delay from the
+//! measurement. Elsewhere, or if the kernel refuses, the monotonic clock is read after
+//! `recv` returns. UDP GRO and every other receive batching stay off (they are never
+//! enabled here): each read returns one datagram with its own stamp.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -38,7 +46,12 @@ pub struct Received {
 #[derive(Debug)]
 pub struct UdpTransport {
     socket: UdpSocket,
+    kernel_timestamps: bool,
 }
+
+/// A kernel stamp older than this (or in the future) means the wall clock was stepped
+/// between arrival and reading; the monotonic reading is used instead.
+const MAX_KERNEL_AGE_NS: i128 = 10_000_000_000;
 
 impl UdpTransport {
     /// Bind to `addr` with DSCP EF set (best effort: a refusal is ignored) and large
@@ -58,9 +71,21 @@ impl UdpTransport {
         let _ = socket.set_recv_buffer_size(1 << 20);
         let _ = socket.set_send_buffer_size(1 << 20);
         socket.bind(&addr.into())?;
+        let socket: UdpSocket = socket.into();
+        let kernel_timestamps = enable_kernel_timestamps(&socket);
         Ok(Self {
-            socket: socket.into(),
+            socket,
+            kernel_timestamps,
         })
+    }
+
+    /// Where receive timestamps on this socket come from.
+    pub fn timestamp_source(&self) -> TimestampSource {
+        if self.kernel_timestamps {
+            TimestampSource::Kernel
+        } else {
+            TimestampSource::Monotonic
+        }
     }
 
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -78,6 +103,14 @@ impl UdpTransport {
 
     /// Receive one datagram into `buf`. A timeout is `Ok(None)`.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<Received>> {
+        #[cfg(target_os = "linux")]
+        if self.kernel_timestamps {
+            return self.recv_stamped(buf);
+        }
+        self.recv_plain(buf)
+    }
+
+    fn recv_plain(&self, buf: &mut [u8]) -> io::Result<Option<Received>> {
         match self.socket.recv_from(buf) {
             Ok((len, from)) => Ok(Some(Received {
                 len,
@@ -85,13 +118,157 @@ impl UdpTransport {
                 at_ns: clock::now_ns(),
                 source: TimestampSource::Monotonic,
             })),
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => Ok(None),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+                ) =>
+            {
+                Ok(None)
+            }
             Err(e) => Err(e),
         }
+    }
+
+    #[cfg(target_os = "linux")]
+    fn recv_stamped(&self, buf: &mut [u8]) -> io::Result<Option<Received>> {
+        use std::os::fd::AsRawFd;
+
+        let fd = self.socket.as_raw_fd();
+        // Room for one timespec control message, 8-byte aligned.
+        let mut control = [0u64; 8];
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let mut stamp: Option<libc::timespec> = None;
+        // SAFETY: `try_init` hands us a zeroed sockaddr_storage and its length to fill.
+        // recvmsg writes at most `msg_namelen` bytes of address into it, at most `iov_len`
+        // bytes into `buf` (which the iovec borrows for this call only) and at most
+        // `msg_controllen` bytes into `control`; all three outlive the call. The control
+        // messages are walked with the libc CMSG macros, which stay inside
+        // `msg_controllen`, and the timespec is read unaligned from inside one of them.
+        let result = unsafe {
+            socket2::SockAddr::try_init(|storage, len| {
+                let mut msg: libc::msghdr = std::mem::zeroed();
+                msg.msg_name = storage.cast();
+                msg.msg_namelen = *len;
+                msg.msg_iov = &mut iov;
+                msg.msg_iovlen = 1;
+                msg.msg_control = control.as_mut_ptr().cast();
+                msg.msg_controllen = std::mem::size_of_val(&control) as _;
+                let n = libc::recvmsg(fd, &mut msg, 0);
+                if n < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                *len = msg.msg_namelen;
+                let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+                while !cmsg.is_null() {
+                    let c = &*cmsg;
+                    if c.cmsg_level == libc::SOL_SOCKET && c.cmsg_type == libc::SCM_TIMESTAMPNS {
+                        stamp = Some(std::ptr::read_unaligned(
+                            libc::CMSG_DATA(cmsg).cast::<libc::timespec>(),
+                        ));
+                    }
+                    cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+                }
+                Ok(n as usize)
+            })
+        };
+        let mono = clock::now_ns();
+        let real = std::time::SystemTime::now();
+        let (len, addr) = match result {
+            Ok(r) => r,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+                ) =>
+            {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        };
+        let from = addr
+            .as_socket()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "datagram from a non-IP address"))?;
+        let (at_ns, source) = match (stamp, real.duration_since(std::time::UNIX_EPOCH)) {
+            (Some(ts), Ok(now_real)) => {
+                let stamped = ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128;
+                let age = now_real.as_nanos() as i128 - stamped;
+                if (0..MAX_KERNEL_AGE_NS).contains(&age) {
+                    (mono.saturating_sub(age as u64), TimestampSource::Kernel)
+                } else {
+                    (mono, TimestampSource::Monotonic)
+                }
+            }
+            _ => (mono, TimestampSource::Monotonic),
+        };
+        Ok(Some(Received {
+            len: len.min(buf.len()),
+            from,
+            at_ns,
+            source,
+        }))
     }
 
     /// The underlying socket, for the rare caller that needs an option set here.
     pub fn socket(&self) -> &UdpSocket {
         &self.socket
+    }
+}
+
+/// Ask the kernel to stamp arriving datagrams (Linux `SO_TIMESTAMPNS`). False if the
+/// platform or the kernel does not offer it.
+#[cfg(target_os = "linux")]
+fn enable_kernel_timestamps(socket: &UdpSocket) -> bool {
+    use std::os::fd::AsRawFd;
+    let on: libc::c_int = 1;
+    // SAFETY: the fd is a live socket owned by `socket`; the option value points to a
+    // c_int that lives across the call and its exact size is passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    rc == 0
+}
+
+#[cfg(not(target_os = "linux"))]
+fn enable_kernel_timestamps(_socket: &UdpSocket) -> bool {
+    false
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_datagram_gets_a_plausible_timestamp() {
+        let a = UdpTransport::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let b = UdpTransport::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        b.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let before = clock::now_ns();
+        a.send_to(b"hello", b.local_addr().unwrap()).unwrap();
+        let mut buf = [0u8; 64];
+        let r = b.recv(&mut buf).unwrap().unwrap();
+        let after = clock::now_ns();
+        assert_eq!(&buf[..r.len], b"hello");
+        assert_eq!(r.from, a.local_addr().unwrap());
+        // Allow for the two clocks being sampled a little apart.
+        assert!(
+            r.at_ns + 1_000_000 >= before && r.at_ns <= after,
+            "{before} {} {after}",
+            r.at_ns
+        );
+        if cfg!(target_os = "linux") {
+            assert_eq!(b.timestamp_source(), TimestampSource::Kernel);
+            assert_eq!(r.source, TimestampSource::Kernel);
+        }
     }
 }
