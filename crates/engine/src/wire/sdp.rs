@@ -32,7 +32,7 @@ pub struct SdpStream {
 pub enum SdpError {
     #[error("the SDP has no audio stream (no \"m=audio\" line)")]
     NoAudio,
-    #[error("bad SDP media line {0:?}: expected \"m=audio <port> RTP/AVP <payload type>\"")]
+    #[error("bad SDP media line {0:?}: expected \"m=audio <port> RTP/AVP <payload type>\" (SRTP is not supported)")]
     BadMediaLine(String),
     #[error("the SDP's audio stream has no connection address (\"c=IN IP4 <address>\")")]
     NoConnection,
@@ -198,8 +198,9 @@ pub fn parse_sdp(text: &str) -> Result<SdpStream, SdpError> {
                 .and_then(|p| p.split('/').next())
                 .and_then(|p| p.parse::<u16>().ok())
                 .ok_or_else(bad)?;
+            // Plain RTP only: netjam does not do SRTP (RTP/SAVP) or DTLS.
             let proto = parts.next().ok_or_else(bad)?;
-            if !proto.starts_with("RTP/") {
+            if proto != "RTP/AVP" && proto != "RTP/AVPF" {
                 return Err(bad());
             }
             let pt = parts
@@ -371,6 +372,10 @@ mod tests {
         ));
         assert!(matches!(
             parse_sdp(&base("m=audio 5004 udp 96", "")),
+            Err(SdpError::BadMediaLine(_))
+        ));
+        assert!(matches!(
+            parse_sdp(&base("m=audio 5004 RTP/SAVP 96", "a=rtpmap:96 L16/48000/2")),
             Err(SdpError::BadMediaLine(_))
         ));
         assert!(matches!(
