@@ -241,7 +241,17 @@ pub fn recommend(format: &AudioFormat, results: &[PointResult], loss_limit_pct: 
                     loss_limit_pct
                 ));
             }
-            // Why not the next smaller packet?
+            // Why not the next smaller packet (or, for the smallest, the next larger)?
+            if let Some(larger) = candidates
+                .iter()
+                .find(|o| o.frames > c.frames)
+                .filter(|_| !candidates.iter().any(|o| o.frames < c.frames))
+            {
+                s.push_str(&format!(
+                    "; {} frames would give {:.2} ms",
+                    larger.frames, larger.expected_ms
+                ));
+            }
             if let Some(smaller) = candidates.iter().rev().find(|o| o.frames < c.frames) {
                 if !smaller.within_loss_limit {
                     s.push_str(&format!(
@@ -346,6 +356,7 @@ mod tests {
         assert!(r.reason.contains("16 frames lost 2.00 %"), "{}", r.reason);
         let r = recommend(&fmt(), &rs, 5.0);
         assert_eq!(r.best.unwrap().frames, 16);
+        assert!(r.reason.contains("32 frames would give 19.77"), "{}", r.reason);
     }
 
     #[test]
