@@ -102,6 +102,7 @@ pub enum Packet<'a> {
 
 impl<'a> Packet<'a> {
     /// Validates and decodes one packet (a UDP datagram or one TCP frame).
+    #[inline]
     pub fn decode(bytes: &'a [u8]) -> Result<Self, DecodeError> {
         decode_at(bytes, 0, 1)
     }
@@ -173,26 +174,31 @@ impl<'a> Message<'a> {
     }
 
     /// The address (or address pattern), e.g. `/synth/voice3/freq`.
+    #[inline]
     pub fn address(&self) -> &'a str {
         self.address
     }
 
     /// The type tags without the leading comma, e.g. `"sif"`.
+    #[inline]
     pub fn type_tags(&self) -> &'a str {
         self.tags
     }
 
     /// The whole encoded message.
+    #[inline]
     pub fn as_bytes(&self) -> &'a [u8] {
         self.bytes
     }
 
     /// The argument section (after the type tag string).
+    #[inline]
     pub fn arg_bytes(&self) -> &'a [u8] {
         self.args
     }
 
     /// Iterates over the arguments, decoding each one as it is reached.
+    #[inline]
     pub fn args(&self) -> Args<'a> {
         Args {
             tags: self.tags.as_bytes(),
@@ -201,6 +207,7 @@ impl<'a> Message<'a> {
     }
 
     /// The `n`th argument (counting `[` and `]` as arguments).
+    #[inline]
     pub fn arg(&self, n: usize) -> Option<Arg<'a>> {
         self.args().nth(n)
     }
@@ -216,6 +223,7 @@ pub struct Args<'a> {
 impl<'a> Iterator for Args<'a> {
     type Item = Arg<'a>;
 
+    #[inline]
     fn next(&mut self) -> Option<Arg<'a>> {
         let (&tag, rest) = self.tags.split_first()?;
         self.tags = rest;
@@ -233,6 +241,7 @@ impl ExactSizeIterator for Args<'_> {}
 
 /// Reads one argument from already validated data. Returns `None` only if the data is
 /// not what validation guaranteed, which cannot happen for a decoded [`Message`].
+#[inline]
 fn read_arg(tag: u8, d: &[u8]) -> Option<(Arg<'_>, usize)> {
     Some(match tag {
         b'i' => (Arg::Int(be_u32(d, 0)? as i32), 4),
@@ -244,7 +253,7 @@ fn read_arg(tag: u8, d: &[u8]) -> Option<(Arg<'_>, usize)> {
         b't' => (Arg::Time(TimeTag(be_u64(d)?)), 8),
         b'd' => (Arg::Double(f64::from_bits(be_u64(d)?)), 8),
         b's' | b'S' => {
-            let nul = d.iter().position(|&b| b == 0)?;
+            let nul = find_nul(d)?;
             let s = core::str::from_utf8(d.get(..nul)?).ok()?;
             let arg = if tag == b's' { Arg::Str(s) } else { Arg::Symbol(s) };
             (arg, padded_str_len(nul))
@@ -417,6 +426,7 @@ impl<'a> Bundle<'a> {
     }
 
     /// The bundle's own time tag, as written on the wire.
+    #[inline]
     pub fn time(&self) -> TimeTag {
         self.time
     }
@@ -471,7 +481,7 @@ fn check_len(bytes: &[u8], base: usize) -> Result<(), DecodeError> {
 /// position after its padding.
 fn read_str(bytes: &[u8], pos: usize, base: usize) -> Result<(&str, usize), DecodeError> {
     let rest = bytes.get(pos..).unwrap_or(&[]);
-    let Some(nul) = rest.iter().position(|&b| b == 0) else {
+    let Some(nul) = find_nul(rest) else {
         return Err(err(base + pos, DecodeErrorKind::UnterminatedString));
     };
     let end = padded_str_len(nul);
@@ -487,6 +497,23 @@ fn read_str(bytes: &[u8], pos: usize, base: usize) -> Result<(&str, usize), Deco
     let s = core::str::from_utf8(&rest[..nul])
         .map_err(|e| err(base + pos + e.valid_up_to(), DecodeErrorKind::InvalidUtf8))?;
     Ok((s, pos + end))
+}
+
+/// Index of the first NUL byte, looking at 4 bytes at a time (OSC strings end in the
+/// last 4-byte word of their padding).
+#[inline]
+fn find_nul(d: &[u8]) -> Option<usize> {
+    let mut chunks = d.chunks_exact(4);
+    for (i, c) in (&mut chunks).enumerate() {
+        let w = u32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
+        if w.wrapping_sub(0x0101_0101) & !w & 0x8080_8080 != 0 {
+            return c.iter().position(|&b| b == 0).map(|j| i * 4 + j);
+        }
+    }
+    let tail = chunks.remainder();
+    tail.iter()
+        .position(|&b| b == 0)
+        .map(|j| d.len() - tail.len() + j)
 }
 
 fn check_zero(bytes: &[u8], from: usize, to: usize, base: usize) -> Result<(), DecodeError> {

@@ -362,6 +362,9 @@ struct Layer<S> {
     ports: Vec<Port<S>>,
     /// Open-addressing table of port index + 1 (0 = empty), by name hash.
     table: Box<[u32]>,
+    /// Whether a plain (non-array) port's name ends in a digit; if not, a segment ending
+    /// in digits can only name an array element and needs one probe.
+    digit_names: bool,
 }
 
 /// A built dispatch tree over state `S`.
@@ -385,14 +388,26 @@ impl<S> std::fmt::Debug for Tree<S> {
     }
 }
 
-/// FNV-1a, 64 bit: short names, no allocation, good spread.
+/// A fast non-cryptographic hash of a short name, 8 bytes at a time (names are chosen
+/// by whoever builds the tree, so flooding is not a concern; probes compare names too).
+#[inline]
 fn hash(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut h: u64 = bytes.len() as u64 ^ 0x243F_6A88_85A3_08D3;
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        h = (h ^ w).wrapping_mul(K).rotate_left(29);
     }
-    h
+    let tail = chunks.remainder();
+    if !tail.is_empty() {
+        let mut b = [0u8; 8];
+        b[..tail.len()].copy_from_slice(tail);
+        h = (h ^ u64::from_le_bytes(b)).wrapping_mul(K).rotate_left(29);
+    }
+    h ^= h >> 32;
+    h = h.wrapping_mul(K);
+    h ^ (h >> 29)
 }
 
 /// Collects port declarations; [`build`](TreeBuilder::build) checks them and makes the
@@ -421,6 +436,7 @@ impl<S> TreeBuilder<S> {
                 layers: vec![Layer {
                     ports: Vec::new(),
                     table: Box::new([]),
+                    digit_names: false,
                 }],
                 flat: Box::new([]),
                 leaves: Vec::new(),
@@ -523,6 +539,7 @@ impl<S> TreeBuilder<S> {
                         self.tree.layers.push(Layer {
                             ports: Vec::new(),
                             table: Box::new([]),
+                            digit_names: false,
                         });
                         let c = self.tree.layers.len() - 1;
                         self.tree.layers[layer].ports[idx].child = Some(c as u32);
@@ -571,6 +588,10 @@ impl<S> TreeBuilder<S> {
                 table[slot] = i as u32 + 1;
             }
             layer.table = table.into_boxed_slice();
+            layer.digit_names = layer
+                .ports
+                .iter()
+                .any(|p| p.array == 0 && p.name.ends_with(|c: char| c.is_ascii_digit()));
         }
         let mut flat = Vec::new();
         for (li, layer) in tree.layers.iter().enumerate() {
@@ -714,10 +735,13 @@ impl<S> Tree<S> {
             self.answer_meta(&mut w);
             return w.summary;
         }
-        if is_literal(addr) {
+        if addr.starts_with('!') {
+            // O2 convention: no wildcards, so try the whole path in one probe first.
             if !self.lookup_flat(rel, &mut w) {
                 self.walk_literal(rel, &mut w);
             }
+        } else if is_literal(addr) {
+            self.walk_literal(rel, &mut w);
         } else {
             self.walk_pattern(0, rel, 0, &mut w);
         }
@@ -753,10 +777,12 @@ impl<S> Tree<S> {
     /// array ports.
     fn find(&self, layer: usize, seg: &[u8]) -> Option<(&Port<S>, Option<u32>)> {
         let layer = &self.layers[layer];
-        if let Some(p) = probe(layer, seg, false) {
-            return Some((p, None));
-        }
         let digits = seg.iter().rev().take_while(|c| c.is_ascii_digit()).count();
+        if digits == 0 || layer.digit_names {
+            if let Some(p) = probe(layer, seg, false) {
+                return Some((p, None));
+            }
+        }
         if digits == 0 || digits == seg.len() || digits > 10 {
             return None;
         }

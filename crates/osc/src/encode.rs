@@ -58,6 +58,7 @@ pub fn message_len(address: &str, args: &[Arg<'_>]) -> usize {
 /// let n = encode_message(&mut buf, "/oscillator/4/frequency", &[Arg::Float(440.0)]).unwrap();
 /// assert_eq!(n, 32);
 /// ```
+#[inline]
 pub fn encode_message(buf: &mut [u8], address: &str, args: &[Arg<'_>]) -> Result<usize, EncodeError> {
     check_address(address)?;
     let mut depth = 0usize;

@@ -20,9 +20,14 @@ pub fn is_literal(address: &str) -> bool {
     match b.first() {
         Some(b'!') => true,
         Some(b'/') => {
-            !b.iter()
-                .any(|c| matches!(c, b'*' | b'?' | b'[' | b']' | b'{' | b'}'))
-                && !b.windows(2).any(|w| w == b"//")
+            let mut prev = 0u8;
+            for &c in b {
+                if matches!(c, b'*' | b'?' | b'[' | b']' | b'{' | b'}') || (c == b'/' && prev == b'/') {
+                    return false;
+                }
+                prev = c;
+            }
+            true
         }
         _ => false,
     }
