@@ -221,7 +221,7 @@ impl Concealer {
         let hist = &self.history[ch * h..(ch + 1) * h];
         for i in 0..out.len() {
             let mut acc = 0.0f64;
-            for j in 1..=order {
+            for (j, aj) in a.iter().enumerate().skip(1) {
                 // Sample n-j where n = h + i: from `out` if already predicted, else history.
                 let idx = (h + i) as isize - j as isize;
                 let x = if idx >= h as isize {
@@ -229,7 +229,7 @@ impl Concealer {
                 } else {
                     hist[idx.max(0) as usize]
                 };
-                acc -= a[j] * x as f64;
+                acc -= aj * x as f64;
             }
             out[i] = (acc as f32).clamp(-1.0, 1.0);
         }

@@ -67,7 +67,7 @@ pub struct JitterStats {
     /// Frames rebuilt from redundant copies before they were due (lost primaries).
     pub recovered_frames: u64,
     pub relocks: u64,
-    /// Current target on top of one period, ms.
+    /// Current target on top of one period (jitter plus any redundancy wait), ms.
     pub target_ms: f64,
     /// Audio buffered ahead of the playout point, ms.
     pub depth_ms: f64,
@@ -101,6 +101,8 @@ pub struct JitterBuffer {
     highest_end: u64,
     late_run: u32,
     last_shrink_ns: u64,
+    /// Added to the target so redundant copies of a lost packet arrive before it is due.
+    redundancy_wait_ns: u64,
     /// Smallest excess delay (ns) seen since `last_shrink_ns`: shrink only what was
     /// too much all along, never on one late sample.
     min_excess_ns: i64,
@@ -131,6 +133,7 @@ impl JitterBuffer {
             highest_end: 0,
             late_run: 0,
             last_shrink_ns: 0,
+            redundancy_wait_ns: 0,
             min_excess_ns: i64::MAX,
             latency_sum_ms: 0.0,
             latency_n: 0,
@@ -182,6 +185,12 @@ impl JitterBuffer {
         self.delay.set_mode(mode);
     }
 
+    /// Wait this much longer than the jitter needs, so that a packet lost in a burst of up
+    /// to N is rebuilt from the N redundant copies that follow it (N packet times).
+    pub fn set_redundancy_wait_ns(&mut self, ns: u64) {
+        self.redundancy_wait_ns = ns;
+    }
+
     /// Tell the estimator the packet rate, which sets its memory.
     pub fn set_packet_rate(&mut self, packets_per_second: f64) {
         self.delay.set_packet_rate(packets_per_second);
@@ -190,7 +199,7 @@ impl JitterBuffer {
     /// A snapshot of the counters and gauges.
     pub fn stats(&self) -> JitterStats {
         let mut s = self.stats;
-        s.target_ms = self.delay.target_ns() as f64 / 1e6;
+        s.target_ms = (self.delay.target_ns() + self.redundancy_wait_ns) as f64 / 1e6;
         s.pdv_ms = self.delay.last_pdv_ns() as f64 / 1e6;
         s.pdv_p99_ms = self.delay.pdv_quantile_ns(0.99) as f64 / 1e6;
         s.concealed_frames = self.concealer.concealed_frames();
@@ -310,7 +319,7 @@ impl JitterBuffer {
             self.stats.idle_frames += frames as u64;
             return;
         };
-        let target = period_ns + self.delay.target_ns() as i64;
+        let target = period_ns + (self.delay.target_ns() + self.redundancy_wait_ns) as i64;
         let play_ts = match self.play_ts {
             Some(p) => p,
             None => {

@@ -13,6 +13,7 @@
 use crate::delay::BufferMode;
 use crate::jitter::{JitterBuffer, JitterStats};
 use crate::rng::SimRng;
+use crate::time::frames_to_ns;
 use crate::wire::red::parse_red;
 use crate::wire::rtcp::{parse_rtcp, write_receiver_report, write_sdes, ReceptionStats, RtcpPacket};
 use crate::wire::{
@@ -24,6 +25,8 @@ use crate::wire::{
 const MAX_SAMPLES: usize = 1024 * 64;
 /// A sequence step larger than this (either way) means the sender restarted.
 const SEQ_JUMP: i64 = 3000;
+/// A source silent this long may be replaced by the first packet of another.
+const SOURCE_TIMEOUT_NS: u64 = 200_000_000;
 
 /// How the receiver is set up.
 #[derive(Debug, Clone)]
@@ -34,6 +37,9 @@ pub struct ReceiverConfig {
     pub fixed_format: Option<(AudioFormat, u8)>,
     /// Channels to reserve for (1..=64).
     pub max_channels: usize,
+    /// With RFC 2198 redundancy of N, the buffer waits min(N, this) packet times longer so
+    /// lost packets are rebuilt rather than concealed. 0 never waits for redundancy.
+    pub max_redundancy_wait: usize,
     pub seed: u64,
     pub cname: String,
     pub name: Option<String>,
@@ -73,6 +79,8 @@ pub struct ReceiverStats {
     pub rtcp_malformed: u64,
     pub rtcp_sent: u64,
     pub stream_starts: u64,
+    /// Packets of another stream held on probation while the current one was live.
+    pub probation: u64,
     /// RFC 3550 interarrival jitter, ms.
     pub jitter_ms: f64,
     pub format: Option<AudioFormat>,
@@ -89,6 +97,7 @@ struct Source {
     reception: ReceptionStats,
     /// Middle 32 bits of the last SR's NTP time and when it arrived.
     last_sr: Option<(u32, u64)>,
+    last_arrival_ns: u64,
 }
 
 /// See the module docs.
@@ -98,6 +107,10 @@ pub struct Receiver {
     ssrc: u32,
     jb: JitterBuffer,
     source: Option<Source>,
+    /// A would-be new stream (SSRC, sequence number) on probation while the current one
+    /// is live: it takes over with its next consecutive packet, so one stray or forged
+    /// packet never interrupts the music.
+    candidate: Option<(u32, u16)>,
     output: Option<AudioFormat>,
     decoded: Vec<f32>,
     play_buf: Vec<f32>,
@@ -115,6 +128,7 @@ impl Receiver {
             ssrc: rng.next_u64() as u32,
             jb: JitterBuffer::new(config.buffer, 48_000, 2.min(max_ch), max_ch),
             source: None,
+            candidate: None,
             output: None,
             decoded: vec![0.0; MAX_SAMPLES],
             play_buf: vec![0.0; 4096 * max_ch],
@@ -223,15 +237,30 @@ impl Receiver {
                 return;
             }
         }
-        // A new sender, a new format or a sequence jump: start the stream over.
+        // A new sender, a new format or a sequence jump: start the stream over — at once if
+        // the current source has gone quiet, after two consecutive packets otherwise.
         let restart = match &mut self.source {
             None => true,
-            Some(src) if src.ssrc != h.ssrc || src.format != format => true,
             Some(src) => {
-                let highest = src.seq.highest().unwrap_or(0) as i64;
-                let mut probe = src.seq;
-                let ext = probe.extend(h.sequence) as i64;
-                (ext - highest).abs() > SEQ_JUMP
+                let changed = if src.ssrc != h.ssrc || src.format != format {
+                    true
+                } else {
+                    let highest = src.seq.highest().unwrap_or(0) as i64;
+                    let mut probe = src.seq;
+                    let ext = probe.extend(h.sequence) as i64;
+                    (ext - highest).abs() > SEQ_JUMP
+                };
+                if !changed {
+                    false
+                } else if now_ns.saturating_sub(src.last_arrival_ns) > SOURCE_TIMEOUT_NS
+                    || self.candidate == Some((h.ssrc, h.sequence.wrapping_sub(1)))
+                {
+                    true
+                } else {
+                    self.candidate = Some((h.ssrc, h.sequence));
+                    self.stats.probation += 1;
+                    return;
+                }
             }
         };
         if restart {
@@ -243,7 +272,9 @@ impl Receiver {
                 ts: TimestampExtender::new(),
                 reception: ReceptionStats::new(format.rate),
                 last_sr: None,
+                last_arrival_ns: now_ns,
             });
+            self.candidate = None;
             if self.output.is_none() {
                 self.output = Some(format);
             }
@@ -256,6 +287,7 @@ impl Receiver {
             });
         }
         let Some(src) = self.source.as_mut() else { return };
+        src.last_arrival_ns = now_ns;
         let highest_before = src.seq.highest();
         let ext_seq = src.seq.extend(h.sequence);
         let ext_ts = src.ts.extend(h.timestamp);
@@ -273,6 +305,11 @@ impl Receiver {
             let primary = red.primary();
             let n = decode(format.codec, primary.data, &mut self.decoded);
             let n = n - n % ch;
+            // Wait for the redundant copies: N blocks cover a burst of N lost packets.
+            let packet_ns = frames_to_ns((n / ch) as u64, format.rate);
+            self.jb.set_redundancy_wait_ns(
+                packet_ns * red.redundant().len().min(self.config.max_redundancy_wait) as u64,
+            );
             self.jb.insert(now_ns, ext_ts, &self.decoded[..n], true);
             for block in red.redundant() {
                 let ts = ext_ts.saturating_sub(block.timestamp_offset as u64);

@@ -66,6 +66,7 @@ fn sender_and_receiver_do_not_allocate_in_steady_state() {
             buffer: BufferMode::default(),
             fixed_format: None,
             max_channels: 4,
+            max_redundancy_wait: 8,
             seed: 4,
             cname: "c@d".into(),
             name: None,
@@ -94,6 +95,15 @@ fn sender_and_receiver_do_not_allocate_in_steady_state() {
                 n += 1;
             });
             for p in packets.iter().take(n) {
+                // The parsers themselves, walked to the end.
+                if let Ok(rtp) = netjam_engine::wire::parse_rtp(p) {
+                    if let Some(ext) = rtp.extension.as_ref() {
+                        let _ = std::hint::black_box(netjam_engine::wire::parse_format_extension(ext));
+                    }
+                    if let Ok(red) = netjam_engine::wire::red::parse_red(rtp.payload) {
+                        std::hint::black_box(red.redundant().len());
+                    }
+                }
                 let arrive = now + 5_000_000;
                 if k % 37 == 0 {
                     continue;
@@ -112,6 +122,9 @@ fn sender_and_receiver_do_not_allocate_in_steady_state() {
                 }
             }
             if let Some(len) = sender.poll_rtcp(now, &mut rtcp) {
+                for pkt in netjam_engine::wire::rtcp::parse_rtcp(&rtcp[..len]) {
+                    std::hint::black_box(&pkt);
+                }
                 receiver.on_datagram(now + 5_000_000, &rtcp[..len]);
             }
             receiver.play(now + 5_000_000 + 300_000, &mut out);

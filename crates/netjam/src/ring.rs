@@ -71,9 +71,9 @@ impl PacketRx {
         let (a, b) = chunk.as_slices();
         let fits = len <= buf.len();
         if fits {
-            for i in 0..len {
+            for (i, slot) in buf[..len].iter_mut().enumerate() {
                 let k = HEADER + i;
-                buf[i] = if k < a.len() { a[k] } else { b[k - a.len()] };
+                *slot = if k < a.len() { a[k] } else { b[k - a.len()] };
             }
         }
         chunk.commit_all();

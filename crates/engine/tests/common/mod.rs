@@ -10,6 +10,9 @@ use netjam_engine::synth::{Synth, SynthKind};
 use netjam_engine::time::frames_to_ns;
 use netjam_engine::wire::AudioFormat;
 
+/// Makes a hostile datagram (or none) for a given step.
+pub type GarbageSource = Box<dyn FnMut(u64) -> Option<Vec<u8>>>;
+
 pub struct Session {
     pub sender: Sender,
     pub receiver: Receiver,
@@ -29,7 +32,7 @@ pub struct Session {
     pub play_times: Vec<u64>,
     pub events: Vec<ReceiverEvent>,
     /// Hostile datagrams injected into the receiver, if set: every n-th step.
-    pub garbage: Option<Box<dyn FnMut(u64) -> Option<Vec<u8>>>>,
+    pub garbage: Option<GarbageSource>,
 }
 
 pub fn sender_config(format: AudioFormat, frames: u32, redundancy: usize, seed: u64) -> SenderConfig {
@@ -51,6 +54,7 @@ impl Session {
             buffer: BufferMode::default(),
             fixed_format: None,
             max_channels: 64,
+            max_redundancy_wait: 8,
             seed: seed + 1,
             cname: "listener@test".into(),
             name: None,
@@ -147,6 +151,16 @@ impl Session {
                 self.next_play += play_ns;
             }
         }
+    }
+
+    /// Resume capture and playout clocks at `t` (after a stretch driven by hand).
+    pub fn reset_clocks_at(&mut self, t: u64) {
+        self.now = t;
+        self.next_capture = t;
+        self.next_play = self
+            .play_times
+            .last()
+            .map_or(t, |p| *p + frames_to_ns(self.period as u64, self.format.rate));
     }
 
     /// Offset (in frames) of the sent signal within the played one, found by exact match

@@ -92,6 +92,7 @@ pub fn run_demo(a: DemoArgs) -> anyhow::Result<()> {
         buffer: a.buffer.mode(format.rate),
         fixed_format: None,
         max_channels: 2,
+        max_redundancy_wait: 8,
         seed: a.seed ^ 0x5eed,
         cname: "vermont@netjam-demo".into(),
         name: Some("Vermont".into()),

@@ -242,6 +242,7 @@ pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
         buffer: a.buffer.mode(fixed.map_or(48_000, |f| f.0.rate)),
         fixed_format: fixed,
         max_channels: 64,
+        max_redundancy_wait: 8,
         seed: fresh_seed(),
         cname: cname(),
         name: None,
