@@ -1,0 +1,227 @@
+//! `netjam send` → `netjam recv` over real UDP on loopback: bit-exact WAV delivery for
+//! every codec at 1, 2 and 8 channels; a sender restarted mid-stream is followed by the
+//! same receiver; hostile datagrams sprayed at the receiver change nothing.
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_netjam");
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("netjam-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(name)
+}
+
+/// Start `netjam recv` on an ephemeral port; returns the child and the port it took.
+fn start_recv(args: &[&str]) -> (Child, SocketAddr, mpsc::Receiver<String>) {
+    let mut child = Command::new(BIN)
+        .args(["recv", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start netjam recv");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("recv prints its address");
+    let addr = line
+        .rsplit(' ')
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    (child, addr, rx)
+}
+
+fn send(to: SocketAddr, args: &[&str]) {
+    let status = Command::new(BIN)
+        .args(["send", "--to", &to.to_string()])
+        .args(args)
+        .stderr(Stdio::null())
+        .status()
+        .expect("run netjam send");
+    assert!(status.success(), "netjam send failed");
+}
+
+fn wait(mut child: Child, lines: &mpsc::Receiver<String>) -> Vec<String> {
+    let status = child.wait().expect("wait for recv");
+    let out: Vec<String> = lines.try_iter().collect();
+    assert!(status.success(), "recv failed: {out:?}");
+    out
+}
+
+/// Write a WAV of pseudo-random samples (full scale, every bit used).
+fn write_noise_wav(path: &Path, bits: u16, float: bool, channels: u16, frames: usize) {
+    let spec = hound::WavSpec {
+        channels,
+        sample_rate: 48_000,
+        bits_per_sample: bits,
+        sample_format: if float {
+            hound::SampleFormat::Float
+        } else {
+            hound::SampleFormat::Int
+        },
+    };
+    let mut w = hound::WavWriter::create(path, spec).expect("create wav");
+    let mut x: u64 = 0x1234_5678;
+    for _ in 0..frames * channels as usize {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if float {
+            w.write_sample(((x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32)
+                .expect("write");
+        } else {
+            let v = (x as i64 >> (64 - bits)) as i32;
+            w.write_sample(v).expect("write");
+        }
+    }
+    w.finalize().expect("finalize");
+}
+
+/// All samples of a WAV as raw integers or float bit patterns, so comparison is exact.
+fn samples(path: &Path) -> Vec<u32> {
+    let mut r = hound::WavReader::open(path).expect("open wav");
+    match r.spec().sample_format {
+        hound::SampleFormat::Float => r.samples::<f32>().map(|s| s.expect("sample").to_bits()).collect(),
+        hound::SampleFormat::Int => r.samples::<i32>().map(|s| s.expect("sample") as u32).collect(),
+    }
+}
+
+/// Where `needle` occurs inside `hay`.
+fn find(hay: &[u32], needle: &[u32]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+fn spray_garbage(
+    to: SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let mut n = 0u64;
+        let mut x = 7u64;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let len = (x >> 52) as usize % 300;
+            let mut p: Vec<u8> = (0..len).map(|i| (x >> (i % 56)) as u8).collect();
+            match n % 4 {
+                0 if len > 2 => p[0] = 0x80,          // RTP version, garbage after
+                1 if len > 2 => p[0] = 0x8f,          // CSRC count past the end
+                2 => p = vec![0x81, 200, 0xff, 0xff], // RTCP with an absurd length
+                _ => {}
+            }
+            let _ = s.send_to(&p, to);
+            n += 1;
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        n
+    })
+}
+
+#[test]
+fn wav_files_arrive_bit_exact_for_every_codec_and_channel_count() {
+    let cases = [(16u16, false, "l16"), (24, false, "l24"), (32, true, "f32")];
+    for (bits, float, codec) in cases {
+        for channels in [1u16, 2, 8] {
+            let input = tmp(&format!("in-{codec}-{channels}.wav"));
+            let output = tmp(&format!("out-{codec}-{channels}.wav"));
+            write_noise_wav(&input, bits, float, channels, 9_600); // 0.2 s
+                                                                   // A generous fixed buffer: this test is about exactness, not latency.
+            let (child, addr, lines) = start_recv(&[
+                "--output",
+                output.to_str().expect("path"),
+                "--duration",
+                "0.5",
+                "--buffer",
+                "40ms",
+            ]);
+            let garbage_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let sprayer = (channels == 2).then(|| spray_garbage(addr, garbage_stop.clone()));
+            send(addr, &["--input", input.to_str().expect("path")]);
+            let out = wait(child, &lines);
+            garbage_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            if let Some(s) = sprayer {
+                assert!(s.join().expect("sprayer") > 50);
+            }
+            let sent = samples(&input);
+            let got = samples(&output);
+            let at = find(&got, &sent).unwrap_or_else(|| {
+                panic!("{codec} x{channels}: input not found bit-exact in output; recv said {out:?}")
+            });
+            assert_eq!(at % channels as usize, 0, "channels stay aligned");
+            let spec = hound::WavReader::open(&output).expect("open").spec();
+            assert_eq!(
+                (spec.channels, spec.sample_rate, spec.bits_per_sample),
+                (channels, 48_000, bits)
+            );
+        }
+    }
+}
+
+#[test]
+fn a_restarted_sender_is_followed_without_restarting_the_receiver() {
+    let output = tmp("restart.wav");
+    let stats = tmp("restart.json");
+    let (child, addr, lines) = start_recv(&[
+        "--output",
+        output.to_str().expect("path"),
+        "--duration",
+        "1.6",
+        "--stats-json",
+        stats.to_str().expect("path"),
+    ]);
+    send(addr, &["--sine", "440", "--duration", "0.5"]);
+    std::thread::sleep(Duration::from_millis(300));
+    send(addr, &["--sine", "880", "--duration", "0.5"]);
+    let out = wait(child, &lines);
+    assert!(out.iter().any(|l| l.contains("restarted")), "{out:?}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).expect("stats")).expect("json");
+    assert_eq!(report["stats"]["stream_starts"], 2, "{report}");
+    // The second tone is in the file: zero crossings of the last 0.2 s of audio at 880 Hz.
+    let all = samples(&output);
+    let ch0: Vec<i32> = all.iter().step_by(2).map(|v| *v as i32).collect();
+    let voiced: Vec<&i32> = ch0.iter().filter(|v| v.abs() > 1000).collect();
+    assert!(
+        voiced.len() > 30_000,
+        "both tones were played: {} voiced samples",
+        voiced.len()
+    );
+    let series = report["series"].as_array().expect("series");
+    assert!(series.len() > 5);
+}
+
+#[test]
+fn plain_rtp_without_a_format_gets_a_clear_hint() {
+    let (mut child, addr, lines) = start_recv(&["--output", tmp("never.wav").to_str().expect("path")]);
+    let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let mut pkt = vec![0x80, 96, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1];
+    pkt.extend_from_slice(&[0; 256]);
+    let mut hint = None;
+    for _ in 0..100 {
+        let _ = s.send_to(&pkt, addr);
+        if let Ok(l) = lines.recv_timeout(Duration::from_millis(50)) {
+            if l.contains("--codec") {
+                hint = Some(l);
+                break;
+            }
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(hint.is_some(), "recv explains how to give the format");
+}
