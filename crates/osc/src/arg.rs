@@ -47,6 +47,7 @@ pub enum Arg<'a> {
 
 impl Arg<'_> {
     /// The type tag character of this argument.
+    #[inline]
     pub const fn tag(&self) -> u8 {
         match self {
             Arg::Int(_) => b'i',
@@ -70,6 +71,7 @@ impl Arg<'_> {
     }
 
     /// Bytes this argument takes in the argument section (with padding).
+    #[inline]
     pub const fn encoded_len(&self) -> usize {
         match self {
             Arg::Int(_) | Arg::Float(_) | Arg::Char(_) | Arg::Color(_) | Arg::Midi(_) => 4,

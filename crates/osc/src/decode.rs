@@ -128,6 +128,7 @@ impl<'a> Packet<'a> {
     }
 }
 
+#[inline]
 fn decode_at(bytes: &[u8], base: usize, depth: usize) -> Result<Packet<'_>, DecodeError> {
     match bytes.first() {
         None => Err(err(base, DecodeErrorKind::Empty)),
@@ -140,7 +141,7 @@ fn decode_at(bytes: &[u8], base: usize, depth: usize) -> Result<Packet<'_>, Deco
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Message<'a> {
     address: &'a str,
-    tags: &'a str,
+    tags: &'a [u8],
     args: &'a [u8],
     bytes: &'a [u8],
 }
@@ -151,6 +152,7 @@ impl<'a> Message<'a> {
         Self::decode_at(bytes, 0)
     }
 
+    #[inline]
     fn decode_at(bytes: &'a [u8], base: usize) -> Result<Self, DecodeError> {
         check_len(bytes, base)?;
         let (address, pos) = read_str(bytes, 0, base)?;
@@ -161,10 +163,10 @@ impl<'a> Message<'a> {
         if bytes.get(pos) != Some(&b',') {
             return Err(err(base + pos, DecodeErrorKind::MissingTypeTags));
         }
-        let (tag_str, args_start) = read_str(bytes, pos, base)?;
-        let tags = tag_str.get(1..).unwrap_or("");
+        let (tag_str, args_start) = read_raw_str(bytes, pos, base)?;
+        let tags = tag_str.get(1..).unwrap_or(&[]);
         let args = bytes.get(args_start..).unwrap_or(&[]);
-        validate_args(tags.as_bytes(), args, base + pos + 1, base + args_start)?;
+        validate_args(tags, args, base + pos + 1, base + args_start)?;
         Ok(Message {
             address,
             tags,
@@ -182,6 +184,13 @@ impl<'a> Message<'a> {
     /// The type tags without the leading comma, e.g. `"sif"`.
     #[inline]
     pub fn type_tags(&self) -> &'a str {
+        // Validation admitted only ASCII type tags.
+        core::str::from_utf8(self.tags).unwrap_or("")
+    }
+
+    /// The type tags as bytes, without the leading comma.
+    #[inline]
+    pub fn type_tag_bytes(&self) -> &'a [u8] {
         self.tags
     }
 
@@ -201,7 +210,7 @@ impl<'a> Message<'a> {
     #[inline]
     pub fn args(&self) -> Args<'a> {
         Args {
-            tags: self.tags.as_bytes(),
+            tags: self.tags,
             data: self.args,
         }
     }
@@ -273,6 +282,7 @@ fn read_arg(tag: u8, d: &[u8]) -> Option<(Arg<'_>, usize)> {
     })
 }
 
+#[inline]
 fn validate_args(tags: &[u8], data: &[u8], tags_off: usize, data_off: usize) -> Result<(), DecodeError> {
     let mut pos = 0usize;
     let mut depth = 0usize;
@@ -308,10 +318,7 @@ fn validate_args(tags: &[u8], data: &[u8], tags_off: usize, data_off: usize) -> 
                 need(8)?;
                 pos += 8;
             }
-            b's' | b'S' => {
-                let (_, next) = read_str(data, pos, data_off)?;
-                pos = next;
-            }
+            b's' | b'S' => pos = check_str(data, pos, data_off)?,
             b'b' => {
                 need(4)?;
                 let n = be_u32(rest, 0).unwrap_or(0);
@@ -479,7 +486,42 @@ fn check_len(bytes: &[u8], base: usize) -> Result<(), DecodeError> {
 
 /// Reads a NUL-terminated, zero-padded string starting at `pos`; returns it and the
 /// position after its padding.
+#[inline]
 fn read_str(bytes: &[u8], pos: usize, base: usize) -> Result<(&str, usize), DecodeError> {
+    let (raw, next) = read_raw_str(bytes, pos, base)?;
+    let s = core::str::from_utf8(raw)
+        .map_err(|e| err(base + pos + e.valid_up_to(), DecodeErrorKind::InvalidUtf8))?;
+    Ok((s, next))
+}
+
+/// Like [`read_str`] but only proves the bytes are valid UTF-8 (cheaply when ASCII)
+/// without producing the `&str`.
+#[inline]
+fn check_str(bytes: &[u8], pos: usize, base: usize) -> Result<usize, DecodeError> {
+    let (raw, next) = read_raw_str(bytes, pos, base)?;
+    if !is_ascii(raw) {
+        core::str::from_utf8(raw)
+            .map_err(|e| err(base + pos + e.valid_up_to(), DecodeErrorKind::InvalidUtf8))?;
+    }
+    Ok(next)
+}
+
+#[inline]
+fn is_ascii(b: &[u8]) -> bool {
+    let mut chunks = b.chunks_exact(8);
+    for c in &mut chunks {
+        let w = u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        if w & 0x8080_8080_8080_8080 != 0 {
+            return false;
+        }
+    }
+    chunks.remainder().iter().all(|&c| c < 0x80)
+}
+
+/// The bytes of a NUL-terminated, zero-padded string at `pos`, and the position after
+/// its padding.
+#[inline]
+fn read_raw_str(bytes: &[u8], pos: usize, base: usize) -> Result<(&[u8], usize), DecodeError> {
     let rest = bytes.get(pos..).unwrap_or(&[]);
     let Some(nul) = find_nul(rest) else {
         return Err(err(base + pos, DecodeErrorKind::UnterminatedString));
@@ -494,9 +536,7 @@ fn read_str(bytes: &[u8], pos: usize, base: usize) -> Result<(&str, usize), Deco
         ));
     }
     check_zero(rest, nul + 1, end, base + pos)?;
-    let s = core::str::from_utf8(&rest[..nul])
-        .map_err(|e| err(base + pos + e.valid_up_to(), DecodeErrorKind::InvalidUtf8))?;
-    Ok((s, pos + end))
+    Ok((&rest[..nul], pos + end))
 }
 
 /// Index of the first NUL byte, looking at 4 bytes at a time (OSC strings end in the
@@ -516,11 +556,15 @@ fn find_nul(d: &[u8]) -> Option<usize> {
         .map(|j| d.len() - tail.len() + j)
 }
 
+#[inline]
 fn check_zero(bytes: &[u8], from: usize, to: usize, base: usize) -> Result<(), DecodeError> {
-    match bytes.get(from..to).and_then(|p| p.iter().position(|&b| b != 0)) {
-        Some(i) => Err(err(base + from + i, DecodeErrorKind::NonZeroPadding)),
-        None => Ok(()),
+    let pad = bytes.get(from..to).unwrap_or(&[]);
+    for (i, &b) in pad.iter().enumerate() {
+        if b != 0 {
+            return Err(err(base + from + i, DecodeErrorKind::NonZeroPadding));
+        }
     }
+    Ok(())
 }
 
 fn be_u32(d: &[u8], at: usize) -> Option<u32> {

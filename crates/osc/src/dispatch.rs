@@ -920,8 +920,8 @@ impl<S> Tree<S> {
 
     fn call(&self, leaf: &Leaf<S>, w: &mut Walk<'_, '_, '_, S>) {
         if let Some(spec) = &leaf.args {
-            let tags = w.message.type_tags();
-            if !spec.split(':').any(|alt| alt == tags) {
+            let tags = w.message.type_tag_bytes();
+            if !spec.as_bytes().split(|&c| c == b':').any(|alt| alt == tags) {
                 w.summary.type_mismatch += 1;
                 return;
             }

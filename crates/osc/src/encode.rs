@@ -60,13 +60,17 @@ pub fn message_len(address: &str, args: &[Arg<'_>]) -> usize {
 /// ```
 #[inline]
 pub fn encode_message(buf: &mut [u8], address: &str, args: &[Arg<'_>]) -> Result<usize, EncodeError> {
-    check_address(address)?;
+    let ab = address.as_bytes();
+    if !matches!(ab.first(), Some(b'/') | Some(b'!')) || has_nul(ab) {
+        return Err(EncodeError::BadAddress);
+    }
+    // One pass: validate and size.
+    let mut needed = padded_str_len(ab.len()) + padded_str_len(1 + args.len());
     let mut depth = 0usize;
     for a in args {
+        needed += a.encoded_len();
         match a {
-            Arg::Str(s) | Arg::Symbol(s) if s.as_bytes().contains(&0) => {
-                return Err(EncodeError::NulInString)
-            }
+            Arg::Str(s) | Arg::Symbol(s) if has_nul(s.as_bytes()) => return Err(EncodeError::NulInString),
             Arg::Blob(b) if b.len() > i32::MAX as usize => return Err(EncodeError::BlobTooLong),
             Arg::ArrayBegin => {
                 depth += 1;
@@ -81,22 +85,21 @@ pub fn encode_message(buf: &mut [u8], address: &str, args: &[Arg<'_>]) -> Result
     if depth != 0 {
         return Err(EncodeError::UnbalancedArray);
     }
-    let needed = message_len(address, args);
-    if needed > buf.len() {
+    let Some(out) = buf.get_mut(..needed) else {
         return Err(EncodeError::BufferTooSmall {
             needed,
             available: buf.len(),
         });
-    }
-    let out = &mut buf[..needed];
-    let mut pos = put_str(out, 0, address.as_bytes());
+    };
+    let mut pos = put_str(out, 0, ab);
     // Type tag string: ',' then one tag per argument, NUL padded.
     let tag_end = pos + padded_str_len(1 + args.len());
-    out[pos] = b',';
-    for (i, a) in args.iter().enumerate() {
-        out[pos + 1 + i] = a.tag();
+    let tags = &mut out[pos..tag_end];
+    tags[0] = b',';
+    for (t, a) in tags[1..].iter_mut().zip(args) {
+        *t = a.tag();
     }
-    out[pos + 1 + args.len()..tag_end].fill(0);
+    tags[1 + args.len()..].fill(0);
     pos = tag_end;
     for a in args {
         pos = put_arg(out, pos, a);
@@ -105,14 +108,20 @@ pub fn encode_message(buf: &mut [u8], address: &str, args: &[Arg<'_>]) -> Result
     Ok(needed)
 }
 
-fn check_address(address: &str) -> Result<(), EncodeError> {
-    let b = address.as_bytes();
-    match b.first() {
-        Some(b'/') | Some(b'!') if !b.contains(&0) => Ok(()),
-        _ => Err(EncodeError::BadAddress),
+/// Whether `b` contains a NUL byte, 8 bytes at a time.
+#[inline]
+fn has_nul(b: &[u8]) -> bool {
+    let mut chunks = b.chunks_exact(8);
+    for c in &mut chunks {
+        let w = u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        if w.wrapping_sub(0x0101_0101_0101_0101) & !w & 0x8080_8080_8080_8080 != 0 {
+            return true;
+        }
     }
+    chunks.remainder().contains(&0)
 }
 
+#[inline]
 fn put_str(out: &mut [u8], pos: usize, s: &[u8]) -> usize {
     let end = pos + padded_str_len(s.len());
     out[pos..pos + s.len()].copy_from_slice(s);
@@ -120,16 +129,19 @@ fn put_str(out: &mut [u8], pos: usize, s: &[u8]) -> usize {
     end
 }
 
+#[inline]
 fn put4(out: &mut [u8], pos: usize, b: [u8; 4]) -> usize {
     out[pos..pos + 4].copy_from_slice(&b);
     pos + 4
 }
 
+#[inline]
 fn put8(out: &mut [u8], pos: usize, b: [u8; 8]) -> usize {
     out[pos..pos + 8].copy_from_slice(&b);
     pos + 8
 }
 
+#[inline]
 fn put_arg(out: &mut [u8], pos: usize, a: &Arg<'_>) -> usize {
     match *a {
         Arg::Int(v) => put4(out, pos, v.to_be_bytes()),
