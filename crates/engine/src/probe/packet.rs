@@ -31,6 +31,8 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
+use crate::wire::rtp::PacketKind;
+
 pub(crate) type HmacSha256 = Hmac<Sha256>;
 
 /// The first three bytes of every probe packet.
@@ -71,20 +73,18 @@ pub enum DatagramKind {
     Other,
 }
 
-/// Tell probe, RTP and RTCP datagrams apart by their first bytes.
+/// Tell probe, RTP and RTCP datagrams apart by their first bytes: the probe magic, else
+/// [`crate::wire::rtp::classify`] (RFC 5761), requiring a full fixed header (12 bytes for
+/// RTP, 8 for RTCP) before calling anything RTP.
 pub fn classify(buf: &[u8]) -> DatagramKind {
     if buf.len() >= 3 && buf[..3] == MAGIC {
         return DatagramKind::Probe;
     }
-    if buf.len() >= 8 && buf[0] >> 6 == 2 {
-        if (192..=223).contains(&buf[1]) {
-            return DatagramKind::Rtcp;
-        }
-        if buf.len() >= 12 {
-            return DatagramKind::Rtp;
-        }
+    match crate::wire::rtp::classify(buf) {
+        PacketKind::Rtp if buf.len() >= 12 => DatagramKind::Rtp,
+        PacketKind::Rtcp if buf.len() >= 8 => DatagramKind::Rtcp,
+        _ => DatagramKind::Other,
     }
-    DatagramKind::Other
 }
 
 /// Kinds of probe packet.
