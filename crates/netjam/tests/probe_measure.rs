@@ -182,3 +182,31 @@ fn asymmetric_delay_keeps_the_round_trip_and_duplicates_are_counted() {
     assert_eq!(s.duplicates, emulated.down.duplicated, "{emulated:?}");
     assert!(s.duplicates > 0);
 }
+
+/// The same seed drops the same probes: two runs through `impair` with seed 5 lose the
+/// same sequence numbers.
+#[test]
+fn same_seed_loses_the_same_probes() {
+    let lost_seqs = || {
+        let r = reflect::spawn(loopback(), ReflectorConfig::default(), None).unwrap();
+        let imp = spawn_impair(loopback(), r.local_addr(), link(1, 0, 0.03), link(1, 0, 0.0), 5).unwrap();
+        let mut cfg = PingConfig::new(imp.local_addr(), 500.0, 64, Duration::from_secs(1));
+        cfg.wait_after = Some(Duration::from_millis(100));
+        let out = ping(&cfg).unwrap();
+        imp.stop();
+        r.stop().unwrap();
+        let lost: Vec<usize> = out
+            .stats
+            .records()
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.reply.is_none())
+            .map(|(i, _)| i)
+            .collect();
+        lost
+    };
+    let a = lost_seqs();
+    let b = lost_seqs();
+    assert!(!a.is_empty());
+    assert_eq!(a, b);
+}
