@@ -43,3 +43,7 @@ pub use dispatch::{DispatchSummary, Outbox, Request, Route, Tree, TreeBuilder};
 pub use encode::{encode_message, message_len, BundleWriter, EncodeError};
 pub use meta::{Meta, Scale};
 pub use time::TimeTag;
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -105,6 +105,26 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Offers every message of an encoded packet with the time tag that applies to it
+    /// (bundles flattened; a nested bundle earlier than its parent counts as the
+    /// parent's). Returns how many messages could not be held (they were not delivered
+    /// either), or the decode error for a malformed packet.
+    pub fn offer_packet<F: FnMut(TimeTag, &[u8])>(
+        &mut self,
+        now: TimeTag,
+        packet: &[u8],
+        mut deliver: F,
+    ) -> Result<usize, crate::DecodeError> {
+        let p = crate::Packet::decode(packet)?;
+        let mut refused = 0;
+        p.for_each_message(|t, m| {
+            if self.offer(now, t, m.as_bytes(), &mut deliver).is_err() {
+                refused += 1;
+            }
+        });
+        Ok(refused)
+    }
+
     /// The earliest held time tag, to know how long to sleep.
     pub fn next_due(&self) -> Option<TimeTag> {
         self.slots.iter().flatten().map(|(t, _)| *t).min()
@@ -171,6 +191,25 @@ mod tests {
         s.drain_due(TimeTag::new(103, 0), |t, m| got.push((t, m.to_vec())));
         assert_eq!(got[2].1, b"late");
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn packets_are_flattened_with_their_time_tags() {
+        let mut buf = [0u8; 128];
+        let mut w = crate::BundleWriter::new(&mut buf, TimeTag::new(50, 0)).unwrap();
+        w.message("/late", &[]).unwrap();
+        w.open_bundle(TimeTag::new(10, 0)).unwrap();
+        w.message("/nested", &[]).unwrap();
+        w.close_bundle().unwrap();
+        let n = w.finish().unwrap();
+        let mut s = Scheduler::new(4, 64);
+        let mut got = Vec::new();
+        let refused = s
+            .offer_packet(TimeTag::new(20, 0), &buf[..n], |t, m| got.push((t, m.len())))
+            .unwrap();
+        assert_eq!((refused, got.len(), s.len()), (0, 0, 2));
+        s.drain_due(TimeTag::new(50, 0), |t, _| got.push((t, 0)));
+        assert_eq!(got, vec![(TimeTag::new(50, 0), 0), (TimeTag::new(50, 0), 0)]);
     }
 
     #[test]
