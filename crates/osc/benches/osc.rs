@@ -183,6 +183,24 @@ fn dispatch(c: &mut Criterion) {
         },
     );
 
+    let Ok(Packet::Message(decoded)) = Packet::decode(&bytes[..n]) else {
+        unreachable!()
+    };
+    g.bench_function(
+        "single layer /methodname sif, pre-decoded (lookup + handler)",
+        |bch| {
+            bch.iter(|| {
+                let mut out = Outbox::new(&mut ob);
+                black_box(single.dispatch_message(
+                    &mut sink,
+                    black_box(&decoded),
+                    netjam_osc::TimeTag::IMMEDIATELY,
+                    &mut out,
+                ))
+            })
+        },
+    );
+
     let tree = zyn_tree();
     let paths = tree.reachable_paths();
     println!("zyn-scale tree: {paths} reachable paths");

@@ -9,7 +9,7 @@
 //! of work per call, so hostile patterns cannot blow up the time spent. This module must
 //! never allocate.
 
-/// Upper bound on the matching steps one [`matches`] call may take; a pattern that needs
+/// Upper bound on the matching steps one [`matches()`] call may take; a pattern that needs
 /// more is treated as not matching.
 pub const MAX_MATCH_STEPS: u32 = 20_000;
 
@@ -269,6 +269,23 @@ mod tests {
         assert!(!is_literal("/a/*"));
         assert!(!is_literal("//a"));
         assert!(!is_literal("a"));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_patterns_never_panic(p in "[/a-c*?\\[\\]!{},-]{0,24}", a in "[/a-c]{0,16}") {
+            let _ = matches(&p, &a);
+            let mut bytes = p.into_bytes();
+            bytes.push(0);
+            bytes.extend_from_slice(a.as_bytes());
+            crate::fuzz::pattern(&bytes);
+        }
+
+        #[test]
+        fn literal_patterns_match_only_themselves(a in "(/[a-z0-9]{1,4}){1,4}", b in "(/[a-z0-9]{1,4}){1,4}") {
+            proptest::prop_assert_eq!(matches(&a, &b), a == b);
+            proptest::prop_assert!(matches(&a, &a));
+        }
     }
 
     #[test]
