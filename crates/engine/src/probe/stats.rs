@@ -167,6 +167,8 @@ pub struct ProbeSummary {
     /// Lost with no later reply to tell the direction (at the end of the run).
     pub lost_direction_unknown: u64,
     pub duplicates: u64,
+    /// Replies whose round trip exceeded `late_after_ms`: counted as received (not lost),
+    /// but too late for any jitter buffer.
     pub late: u64,
     pub late_after_ms: f64,
     pub unknown_replies: u64,

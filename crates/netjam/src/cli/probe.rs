@@ -70,8 +70,8 @@ pub struct PingArgs {
     /// Write one line per probe as CSV.
     #[arg(long)]
     pub csv: Option<PathBuf>,
-    /// Milliseconds to wait for replies after the last probe (default: the late threshold,
-    /// max(1 s, 4 × median RTT), or less once every probe is answered).
+    /// Milliseconds to wait for replies after the last probe (default: three times the late
+    /// threshold max(1 s, 4 × median RTT); it stops early once every probe is answered).
     #[arg(long)]
     pub wait: Option<f64>,
 }
@@ -84,7 +84,7 @@ pub struct PingConfig {
     pub size: usize,
     pub duration: Duration,
     pub secret: Option<String>,
-    /// How long to wait for replies after the last probe; `None` for the late threshold.
+    /// How long to wait for replies after the last probe; `None` for three late thresholds.
     pub wait_after: Option<Duration>,
     /// Print a live status line to stderr.
     pub live: bool,
@@ -246,7 +246,9 @@ pub fn ping(cfg: &PingConfig) -> anyhow::Result<PingOutcome> {
                         if stats_now.all_answered() {
                             break;
                         }
-                        let w = *wait_ns.get_or_insert_with(|| stats_now.default_late_after_ns());
+                        // Listen three late thresholds past the last probe, so late replies
+                        // are seen and counted rather than taken for lost.
+                        let w = *wait_ns.get_or_insert_with(|| 3 * stats_now.default_late_after_ns());
                         drop(stats_now);
                         if clock::now_ns() >= last_send.load(Ordering::Acquire) + w {
                             break;
