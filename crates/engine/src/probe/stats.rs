@@ -59,7 +59,7 @@ impl ProbeRecord {
     /// Round-trip time without the reflector's hold time.
     pub fn rtt_ns(&self) -> Option<i64> {
         self.reply
-            .map(|r| r.t4_ns.wrapping_sub(self.t1_ns) as i64 - r.hold_ns as i64)
+            .map(|r| (r.t4_ns.wrapping_sub(self.t1_ns) as i64).saturating_sub(r.hold_ns as i64))
     }
 
     /// Raw up transit `t2 − t1` (includes the clock offset).
@@ -239,13 +239,13 @@ fn pdv_stats(sorted: &[i64]) -> PdvStats {
         return PdvStats::default();
     };
     let n = sorted.len() as f64;
-    let sum: f64 = sorted.iter().map(|v| (v - min) as f64).sum();
+    let sum: f64 = sorted.iter().map(|v| v.saturating_sub(min) as f64).sum();
     PdvStats {
         mean_ms: ms(sum / n),
-        median_ms: ms((nearest_rank(sorted, 0.5) - min) as f64),
-        p99_ms: ms((nearest_rank(sorted, 0.99) - min) as f64),
-        p999_ms: ms((nearest_rank(sorted, 0.999) - min) as f64),
-        max_ms: ms((sorted[sorted.len() - 1] - min) as f64),
+        median_ms: ms(nearest_rank(sorted, 0.5).saturating_sub(min) as f64),
+        p99_ms: ms(nearest_rank(sorted, 0.99).saturating_sub(min) as f64),
+        p999_ms: ms(nearest_rank(sorted, 0.999).saturating_sub(min) as f64),
+        max_ms: ms(sorted[sorted.len() - 1].saturating_sub(min) as f64),
     }
 }
 
@@ -274,7 +274,7 @@ fn rfc3550_jitter(transits_in_arrival_order: impl Iterator<Item = i64>) -> f64 {
     let mut prev: Option<i64> = None;
     for t in transits_in_arrival_order {
         if let Some(p) = prev {
-            let d = (t - p).saturating_abs() as f64;
+            let d = t.saturating_sub(p).saturating_abs() as f64;
             j += (d - j) / 16.0;
         }
         prev = Some(t);
@@ -300,7 +300,7 @@ fn histogram(sorted: &[i64]) -> Vec<HistogramBin> {
         return Vec::new();
     };
     // Bin width from the 1-2-5 series so that at most 30 bins cover the range.
-    let span = (hi - lo).max(1) as f64;
+    let span = hi.saturating_sub(lo).max(1) as f64;
     let mut width = 1_000.0f64; // 1 µs
     'outer: loop {
         for m in [1.0, 2.0, 5.0] {
@@ -408,7 +408,7 @@ impl ProbeStats {
             self.kernel += 1;
         }
         if let Some(prev) = self.last_rtt_ns {
-            let d = (rtt - prev).saturating_abs() as f64;
+            let d = rtt.saturating_sub(prev).saturating_abs() as f64;
             self.jitter_ns += (d - self.jitter_ns) / 16.0;
         }
         self.last_rtt_ns = Some(rtt);
@@ -459,7 +459,7 @@ impl ProbeStats {
     /// The default late threshold: the larger of 1 s and four median round trips.
     pub fn default_late_after_ns(&self) -> u64 {
         let m = self.median_rtt_ns().unwrap_or(0).max(0) as u64;
-        (4 * m).max(1_000_000_000)
+        m.saturating_mul(4).max(1_000_000_000)
     }
 
     /// Compute every figure. `late_after_ns`: round trips above it count as late
@@ -494,7 +494,7 @@ impl ProbeStats {
             let mut diffs: Vec<i64> = got
                 .windows(2)
                 .filter(|w| w[1].0 == w[0].0.wrapping_add(1))
-                .filter_map(|w| Some(f(w[1].1)? - f(w[0].1)?))
+                .filter_map(|w| Some(f(w[1].1)?.saturating_sub(f(w[0].1)?)))
                 .collect();
             let ipdv = ipdv_stats(&mut diffs);
             let jitter = rfc3550_jitter(order.iter().filter_map(|(_, r)| f(r)));
@@ -719,6 +719,37 @@ mod tests {
         let h = histogram(&ns);
         assert_eq!(h.iter().map(|b| b.count).sum::<u64>(), 100);
         assert!(h.len() <= 31 && h[0].lo_ms <= 20.0);
+    }
+
+    #[test]
+    fn arbitrary_replies_never_panic() {
+        let mut rng = crate::rng::SimRng::new(99);
+        let mut s = ProbeStats::new(64);
+        for i in 0..5000u64 {
+            let pick = |r: &mut crate::rng::SimRng| match r.next_u64() % 4 {
+                0 => 0,
+                1 => u64::MAX,
+                2 => i64::MAX as u64 + 1,
+                _ => r.next_u64(),
+            };
+            let seq = (rng.next_u64() % 80) as u32;
+            if i % 2 == 0 {
+                s.on_sent(seq, pick(&mut rng));
+            }
+            let r = ProbeReply {
+                session: 1,
+                seq,
+                t1_ns: pick(&mut rng),
+                t2_ns: pick(&mut rng),
+                hold_ns: rng.next_u64() as u32,
+                received: rng.next_u64() as u32,
+                refused: rng.next_u64() as u16,
+                reflector_kernel_ts: false,
+            };
+            s.on_reply(pick(&mut rng), &r, false);
+        }
+        let _ = s.live();
+        let _ = s.summary(None);
     }
 
     #[test]

@@ -248,9 +248,10 @@ pub fn ping(cfg: &PingConfig) -> anyhow::Result<PingOutcome> {
                         }
                         // Listen three late thresholds past the last probe, so late replies
                         // are seen and counted rather than taken for lost.
-                        let w = *wait_ns.get_or_insert_with(|| 3 * stats_now.default_late_after_ns());
+                        let w = *wait_ns
+                            .get_or_insert_with(|| stats_now.default_late_after_ns().saturating_mul(3));
                         drop(stats_now);
-                        if clock::now_ns() >= last_send.load(Ordering::Acquire) + w {
+                        if clock::now_ns() >= last_send.load(Ordering::Acquire).saturating_add(w) {
                             break;
                         }
                     }
