@@ -5,6 +5,7 @@
 //! byte slices; nothing here reads a clock, sleeps or touches a socket, and no input can
 //! make it panic or grow without bound.
 
+pub mod fuzz;
 pub mod packet;
 pub mod recommend;
 pub mod reflector;
