@@ -136,6 +136,18 @@ fn netjam_send(args: &[&str]) {
     run_ok(Command::new(NETJAM).args(["osc", "send"]).args(args));
 }
 
+/// Sends until `receiver` prints a line: a receiver that gives no sign of being ready
+/// (oscdump) may not be listening yet when the first packet goes out.
+fn netjam_send_until_line(receiver: &Proc, args: &[&str]) -> String {
+    for _ in 0..20 {
+        let _ = Command::new(NETJAM).args(["osc", "send"]).args(args).output();
+        if let Ok(line) = receiver.lines.recv_timeout(Duration::from_millis(250)) {
+            return line;
+        }
+    }
+    receiver.line()
+}
+
 #[test]
 fn liblo_oscsend_to_netjam_dump_udp() {
     require_liblo();
@@ -165,19 +177,20 @@ fn netjam_send_to_liblo_oscdump_udp() {
     require_liblo();
     let port = free_udp_port();
     let dump = spawn(Command::new("oscdump").args(["-L", &port.to_string()]));
-    std::thread::sleep(Duration::from_millis(300));
-    netjam_send(&[
-        &format!("127.0.0.1:{port}"),
-        "/nj/udp",
-        "ifsdhTc",
-        "-3",
-        "1.5",
-        "a string",
-        "2.25",
-        "77",
-        "q",
-    ]);
-    let line = dump.line();
+    let line = netjam_send_until_line(
+        &dump,
+        &[
+            &format!("127.0.0.1:{port}"),
+            "/nj/udp",
+            "ifsdhTc",
+            "-3",
+            "1.5",
+            "a string",
+            "2.25",
+            "77",
+            "q",
+        ],
+    );
     assert!(
         line.ends_with("/nj/udp ifsdhTc -3 1.500000 \"a string\" 2.250000 77 #T 'q'"),
         "{line}"
@@ -189,10 +202,8 @@ fn netjam_send_to_liblo_oscdump_tcp_both_framings() {
     require_liblo();
     let port = free_tcp_port();
     let dump = spawn(Command::new("oscdump").args(["-L", &format!("osc.tcp://:{port}")]));
-    std::thread::sleep(Duration::from_millis(300));
     let target = format!("127.0.0.1:{port}");
-    netjam_send(&["--tcp", &target, "/nj/len", "si", "length prefix", "1"]);
-    let line = dump.line();
+    let line = netjam_send_until_line(&dump, &["--tcp", &target, "/nj/len", "si", "length prefix", "1"]);
     assert!(line.ends_with("/nj/len si \"length prefix\" 1"), "{line}");
     netjam_send(&["--slip", &target, "/nj/slip", "si", "slip", "2"]);
     let line = dump.line();
@@ -303,6 +314,21 @@ fn netjam_send_to_python_osc_udp() {
 }
 
 #[test]
+fn netjam_bundle_to_python_osc_udp() {
+    require_python_osc();
+    let (srv, port) = python_server("udp", "-", 1);
+    netjam_send(&[
+        "--at",
+        "1000000000.25",
+        &format!("127.0.0.1:{port}"),
+        "/nj/bundled",
+        "i",
+        "11",
+    ]);
+    assert_eq!(srv.line(), "/nj/bundled [11]");
+}
+
+#[test]
 fn netjam_send_to_python_osc_tcp_both_framings() {
     require_python_osc();
     for (mode, flag) in [("1.1", "--slip"), ("1.0", "--tcp")] {
@@ -323,6 +349,16 @@ fn netjam_to_netjam_and_helpful_errors() {
         "immediately",
     ]);
     assert_eq!(dump.line(), "/self ,tT immediately true");
+    netjam_send(&[
+        "--tcp",
+        "--at",
+        "eeac7be5.80000000",
+        &format!("127.0.0.1:{port}"),
+        "/later",
+        "s",
+        "x",
+    ]);
+    assert_eq!(dump.line(), "@eeac7be5.80000000 /later ,s \"x\"");
     let out = Command::new(NETJAM)
         .args(["osc", "send", "127.0.0.1:9", "/x", "i", "nope"])
         .output()

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use netjam_osc::transport::{frame, Framing, StreamDecoder};
-use netjam_osc::{encode_message, Arg, Message, Packet, TimeTag};
+use netjam_osc::{encode_message, Arg, BundleWriter, Message, Packet, TimeTag};
 
 #[derive(Debug, Subcommand)]
 pub enum OscCommand {
@@ -41,6 +41,10 @@ pub struct SendArgs {
     /// Send over TCP with OSC 1.1 SLIP framing (implies --tcp).
     #[arg(long)]
     pub slip: bool,
+    /// Wrap the message in a bundle with this time tag ("now", "immediately", UNIX
+    /// seconds or NTP hex SSSSSSSS.FFFFFFFF).
+    #[arg(long, value_name = "TIME")]
+    pub at: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -125,8 +129,21 @@ fn send(a: SendArgs) -> anyhow::Result<()> {
     if values.next().is_some() {
         bail!("more values than type tags {types:?} describe; add a type tag for each value");
     }
-    let mut buf = vec![0u8; netjam_osc::message_len(&a.address, &args)];
-    let n = encode_message(&mut buf, &a.address, &args).context("cannot encode this message")?;
+    let mut buf = vec![0u8; netjam_osc::message_len(&a.address, &args) + 20];
+    let n = match &a.at {
+        None => encode_message(&mut buf, &a.address, &args).context("cannot encode this message")?,
+        Some(at) => {
+            let time = parse_time(at).with_context(|| {
+                format!(
+                    "--at {at:?} must be \"now\", \"immediately\", UNIX seconds or NTP hex SSSSSSSS.FFFFFFFF"
+                )
+            })?;
+            let mut w = BundleWriter::new(&mut buf, time).context("cannot encode the bundle")?;
+            w.message(&a.address, &args)
+                .context("cannot encode this message")?;
+            w.finish().context("cannot encode the bundle")?
+        }
+    };
     let to = resolve(&a.target)?;
     if a.tcp || a.slip {
         let framing = if a.slip {
