@@ -305,11 +305,11 @@ impl Receiver {
             let primary = red.primary();
             let n = decode(format.codec, primary.data, &mut self.decoded);
             let n = n - n % ch;
-            // Wait for the redundant copies: N blocks cover a burst of N lost packets.
+            // Wait for the redundant copies: N blocks cover a burst of N lost packets. A
+            // stream's first packets carry fewer blocks than it will, so RED means at least one.
             let packet_ns = frames_to_ns((n / ch) as u64, format.rate);
-            self.jb.set_redundancy_wait_ns(
-                packet_ns * red.redundant().len().min(self.config.max_redundancy_wait) as u64,
-            );
+            let blocks = red.redundant().len().max(1).min(self.config.max_redundancy_wait);
+            self.jb.set_redundancy_wait_ns(packet_ns * blocks as u64);
             self.jb.insert(now_ns, ext_ts, &self.decoded[..n], true);
             for block in red.redundant() {
                 let ts = ext_ts.saturating_sub(block.timestamp_offset as u64);

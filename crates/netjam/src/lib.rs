@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod clock;
 pub mod endpoint;
+pub mod loopback;
 pub mod relay;
 pub mod ring;
 pub mod session;

@@ -4,27 +4,22 @@
 //! link profile → receiver → WAV file. It ends with the latency budget, measured stage by
 //! stage, and the quality figures.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::Args;
 use netjam_engine::link::LinkConfig;
-use netjam_engine::receiver::{Receiver, ReceiverConfig, ReceiverStats};
-use netjam_engine::sender::{Sender, SenderConfig, SenderStats};
+use netjam_engine::receiver::ReceiverStats;
+use netjam_engine::sender::SenderStats;
 use netjam_engine::synth::SynthKind;
 use netjam_engine::wire::{AudioFormat, Codec};
 
-use super::common::{cname, wall_offset_ns, BufferArg};
+use super::common::BufferArg;
 use super::stream::write_json;
-use crate::endpoint::paced::PacedEndpoint;
-use crate::endpoint::synth::SynthSource;
-use crate::endpoint::wav::WavSink;
 use crate::endpoint::PeriodStats;
-use crate::relay::{LinkRelay, RelayStats};
-use crate::session::{interrupt_flag, spawn_audio, NetIo, Peer, RecvProcess, SendProcess, Snapshot};
+use crate::loopback::{run_loopback, LoopbackOptions};
+use crate::relay::RelayStats;
+use crate::session::Snapshot;
 use crate::status::{recv_line, StatusLine};
-use crate::transport::UdpTransport;
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
@@ -80,34 +75,6 @@ struct DemoReport {
 pub fn run_demo(a: DemoArgs) -> anyhow::Result<()> {
     let format = AudioFormat::new(Codec::L16, 48_000, 2)?;
     let link = LinkConfig::seattle_vermont();
-    let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
-
-    let recv_socket = UdpTransport::bind(loopback)?;
-    let recv_addr = recv_socket.local_addr()?;
-    let relay = LinkRelay::start(loopback, recv_addr, link.clone(), link.clone(), a.seed)?;
-    let (recv_io, recv_link) = NetIo::start(recv_socket, Peer::Learned)?;
-    let (send_io, send_link) = NetIo::start(UdpTransport::bind(loopback)?, Peer::Fixed(relay.local_addr()))?;
-
-    let mut receiver = Receiver::new(ReceiverConfig {
-        buffer: a.buffer.mode(format.rate),
-        fixed_format: None,
-        max_channels: 2,
-        max_redundancy_wait: 8,
-        seed: a.seed ^ 0x5eed,
-        cname: "vermont@netjam-demo".into(),
-        name: Some("Vermont".into()),
-    });
-    receiver.set_output_format(format);
-    let sender = Sender::new(SenderConfig {
-        format,
-        frames_per_packet: a.frames,
-        redundancy: a.redundancy,
-        seed: a.seed,
-        cname: cname(),
-        name: Some("Seattle".into()),
-        wall_offset_ns: wall_offset_ns(),
-    })?;
-
     println!(
         "netjam demo: {format}, {} frames per packet ({:.2} ms), redundancy {}",
         a.frames,
@@ -120,57 +87,25 @@ pub fn run_demo(a: DemoArgs) -> anyhow::Result<()> {
         link.jitter_ns as f64 / 1e6,
         link.loss.mean_rate() * 100.0
     );
-    let stop = interrupt_flag();
-    let frames_total = (a.duration * format.rate as f64) as u64;
-    let (recv_proc, mut snaps) = RecvProcess::new(receiver, recv_link, format.rate);
-    let sink = Box::new(WavSink::create(
-        &a.output,
-        format.rate,
-        format.channels,
-        format.codec,
-    )?);
-    let recv_ep = Box::new(
-        PacedEndpoint::new(format.rate, 64, None, format.channels, Some(sink)).with_limit(Some(frames_total)),
-    );
-    let recv_audio = spawn_audio("netjam-demo-rx", recv_ep, recv_proc, stop.clone())?;
-
-    let (send_proc, _send_snaps) = SendProcess::new(sender, send_link, format.rate);
-    let music = Box::new(SynthSource::new(
-        SynthKind::Music { bpm: 112.0 },
-        format.rate,
-        format.channels,
-        a.seed,
-    ));
-    // The sender runs a little longer so the last played periods are real audio.
-    let send_ep = Box::new(
-        PacedEndpoint::new(format.rate, a.frames, Some(music), 0, None)
-            .with_limit(Some(frames_total + format.rate as u64 / 5)),
-    );
-    let send_audio = spawn_audio("netjam-demo-tx", send_ep, send_proc, stop.clone())?;
-
+    let options = LoopbackOptions {
+        format,
+        frames_per_packet: a.frames,
+        redundancy: a.redundancy,
+        buffer: a.buffer.mode(format.rate),
+        period: 64,
+        link: Some(link.clone()),
+        seed: a.seed,
+        duration_s: a.duration,
+        source: SynthKind::Music { bpm: 112.0 },
+        output: Some(a.output.clone()),
+        sender_name: "Seattle".into(),
+        receiver_name: "Vermont".into(),
+    };
     let mut status = StatusLine::new();
-    let mut series = Vec::new();
-    while !recv_audio.is_finished() {
-        std::thread::sleep(Duration::from_millis(100));
-        while let Ok(s) = snaps.pop() {
-            status.show(&recv_line(&s));
-            series.push(s);
-        }
-    }
+    let report = run_loopback(&options, |s| status.show(&recv_line(s)))?;
     status.finish();
-    let (recv_proc, _, playout) = recv_audio
-        .join()
-        .map_err(|_| anyhow::anyhow!("the receiving audio thread panicked"))??;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (send_proc, _, _) = send_audio
-        .join()
-        .map_err(|_| anyhow::anyhow!("the sending audio thread panicked"))??;
-    stop.store(false, std::sync::atomic::Ordering::Relaxed);
-    recv_io.shutdown();
-    send_io.shutdown();
-    let relay_stats = relay.stop();
-    let rx = recv_proc.receiver.stats();
-    let tx = send_proc.sender.stats();
+    let relay_stats = report.relay.unwrap_or_default();
+    let (rx, tx, playout) = (report.receiver, report.sender, report.playout);
     let jb = rx.jitter_buffer;
 
     let budget = Budget {
@@ -252,7 +187,7 @@ pub fn run_demo(a: DemoArgs) -> anyhow::Result<()> {
             sender: tx,
             relay: relay_stats,
             playout_periods: playout,
-            series,
+            series: report.series,
         };
         write_json(path, &report)?;
         println!("  statistics      {}", path.display());
