@@ -9,7 +9,11 @@
 //! - raw one-way transit `up = t2 − t1` and `down = t4 − t3` (with `t3 = t2 + hold`), each
 //!   off by the unknown clock offset θ between the hosts. θ is **estimated** from the probes
 //!   themselves with a minimum filter, `θ = (min up − min down) / 2`, which assumes the
-//!   fastest packets took equally long each way; one-way delays are reported as estimates;
+//!   fastest packets took equally long each way; one-way delays are reported as estimates.
+//!   Two hosts' clocks also run at slightly different rates (tens of ppm: a millisecond a
+//!   minute), which would show up as a delay ramp in one direction and a fall in the other,
+//!   so the skew is estimated first by a least-squares line through the per-window minima
+//!   of both raw transits and taken out before the offset;
 //! - IPDV (RFC 3393, RFC 5481 §4.1): `D(i) − D(i−1)` for consecutive sequence numbers
 //!   both received (the offset cancels, so IPDV and PDV need no synchronised clocks);
 //! - PDV (RFC 5481 §4.2): `D(i) − min D`;
@@ -150,8 +154,11 @@ pub struct HistogramBin {
 /// How the clock offset between sender and reflector was estimated.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ClockEstimate {
-    /// Reflector clock minus sender clock, estimated.
+    /// Reflector clock minus sender clock, estimated (at the first probe).
     pub offset_ms: f64,
+    /// How much faster the reflector's clock runs, estimated, in parts per million
+    /// (0 when the run is too short to tell).
+    pub skew_ppm: f64,
     /// Always true: one-way delays rest on the estimate.
     pub one_way_delays_are_estimates: bool,
     pub method: String,
@@ -473,12 +480,10 @@ impl ProbeStats {
             .map(|(i, r)| (i as u32, r))
             .collect();
 
-        // Clock offset by minimum filter.
-        let min_up = got.iter().filter_map(|(_, r)| r.up_raw_ns()).min().unwrap_or(0);
-        let min_down = got.iter().filter_map(|(_, r)| r.down_raw_ns()).min().unwrap_or(0);
-        let theta = ((min_up as i128 - min_down as i128) / 2) as i64;
-        let send_of = |r: &ProbeRecord| r.up_raw_ns().map(|u| u.wrapping_sub(theta));
-        let recv_of = |r: &ProbeRecord| r.down_raw_ns().map(|d| d.wrapping_add(theta));
+        // Clock skew, then offset by minimum filter.
+        let clock = self.clock_model();
+        let send_of = |r: &ProbeRecord| clock.send_ns(r);
+        let recv_of = |r: &ProbeRecord| clock.receive_ns(r);
 
         // Arrival order at the sender.
         let mut by_arrival: Vec<(u32, &ProbeRecord)> = got.clone();
@@ -570,9 +575,12 @@ impl ProbeStats {
             send,
             receive,
             clock: ClockEstimate {
-                offset_ms: ms(theta as f64),
+                offset_ms: ms(clock.theta as f64),
+                skew_ppm: clock.skew * 1e6,
                 one_way_delays_are_estimates: true,
-                method: "minimum filter: (min(t2-t1) - min(t4-t3)) / 2".to_string(),
+                method: "skew: least squares through per-window minima; offset: minimum filter \
+                         (min(t2-t1) - min(t4-t3)) / 2"
+                    .to_string(),
             },
             reflector_hold: delay_stats(&mut holds),
             rtt_histogram: histogram(&rtts),
@@ -581,13 +589,111 @@ impl ProbeStats {
         }
     }
 
-    /// The clock offset estimate (reflector minus sender, ns) used by [`Self::summary`].
-    pub fn clock_offset_ns(&self) -> i64 {
-        let got = self.records().iter().filter(|r| r.reply.is_some());
-        let min_up = got.clone().filter_map(|r| r.up_raw_ns()).min().unwrap_or(0);
-        let min_down = got.filter_map(|r| r.down_raw_ns()).min().unwrap_or(0);
-        ((min_up as i128 - min_down as i128) / 2) as i64
+    /// Estimate the reflector's clock against ours from the replies: skew from the slope of
+    /// the per-window minimum transits, then the offset by minimum filter.
+    pub fn clock_model(&self) -> ClockModel {
+        let got: Vec<&ProbeRecord> = self.records().iter().filter(|r| r.reply.is_some()).collect();
+        let t0 = got.iter().map(|r| r.t1_ns).min().unwrap_or(0);
+        let up: Vec<(u64, i64)> = got
+            .iter()
+            .filter_map(|r| Some((r.t1_ns, r.up_raw_ns()?)))
+            .collect();
+        let down: Vec<(u64, i64)> = got
+            .iter()
+            .filter_map(|r| Some((r.t1_ns, r.down_raw_ns()?)))
+            .collect();
+        let skew = match (min_envelope_slope(&up, t0), min_envelope_slope(&down, t0)) {
+            (Some(a), Some(b)) => (a - b) / 2.0,
+            _ => 0.0,
+        };
+        // Beyond 500 ppm it is not a clock difference but something else; leave it alone.
+        let skew = if skew.abs() <= 500e-6 { skew } else { 0.0 };
+        let mut model = ClockModel { theta: 0, skew, t0 };
+        let min_up = got.iter().filter_map(|r| model.up_deskewed(r)).min().unwrap_or(0);
+        let min_down = got
+            .iter()
+            .filter_map(|r| model.down_deskewed(r))
+            .min()
+            .unwrap_or(0);
+        model.theta = ((min_up as i128 - min_down as i128) / 2) as i64;
+        model
     }
+
+    /// The clock offset estimate (reflector minus sender at the first probe, ns).
+    pub fn clock_offset_ns(&self) -> i64 {
+        self.clock_model().theta
+    }
+}
+
+/// The estimated relation between the reflector's clock and ours.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClockModel {
+    /// Offset at `t0`, ns.
+    pub theta: i64,
+    /// Rate difference (reflector runs `skew` ns per ns faster).
+    pub skew: f64,
+    /// Our time of the first answered probe.
+    pub t0: u64,
+}
+
+impl ClockModel {
+    fn drift_ns(&self, r: &ProbeRecord) -> i64 {
+        (self.skew * r.t1_ns.saturating_sub(self.t0) as f64) as i64
+    }
+
+    fn up_deskewed(&self, r: &ProbeRecord) -> Option<i64> {
+        Some(r.up_raw_ns()?.saturating_sub(self.drift_ns(r)))
+    }
+
+    fn down_deskewed(&self, r: &ProbeRecord) -> Option<i64> {
+        Some(r.down_raw_ns()?.saturating_add(self.drift_ns(r)))
+    }
+
+    /// Estimated one-way delay sender to reflector.
+    pub fn send_ns(&self, r: &ProbeRecord) -> Option<i64> {
+        Some(self.up_deskewed(r)?.saturating_sub(self.theta))
+    }
+
+    /// Estimated one-way delay reflector to sender.
+    pub fn receive_ns(&self, r: &ProbeRecord) -> Option<i64> {
+        Some(self.down_deskewed(r)?.saturating_add(self.theta))
+    }
+}
+
+/// Slope (ns per ns) of a least-squares line through the minimum of each of eight time
+/// windows; `None` when the run is under 2 s or fewer than four windows have data.
+fn min_envelope_slope(points: &[(u64, i64)], t0: u64) -> Option<f64> {
+    const WINDOWS: usize = 8;
+    let end = points.iter().map(|p| p.0).max()?;
+    let span = end.saturating_sub(t0);
+    if span < 2_000_000_000 {
+        return None;
+    }
+    let mut mins: [Option<(u64, i64)>; WINDOWS] = [None; WINDOWS];
+    for &(t, v) in points {
+        let w =
+            ((t.saturating_sub(t0) as u128 * WINDOWS as u128 / (span as u128 + 1)) as usize).min(WINDOWS - 1);
+        if !matches!(mins[w], Some((_, m)) if m <= v) {
+            mins[w] = Some((t, v));
+        }
+    }
+    let pts: Vec<(f64, f64)> = mins
+        .iter()
+        .flatten()
+        .map(|(t, v)| (t.saturating_sub(t0) as f64, *v as f64))
+        .collect();
+    if pts.len() < 4 {
+        return None;
+    }
+    let n = pts.len() as f64;
+    let mx = pts.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = pts.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = pts.iter().map(|p| (p.0 - mx) * (p.0 - mx)).sum();
+    let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    if sxx <= 0.0 {
+        return None;
+    }
+    Some(sxy / sxx)
 }
 
 #[cfg(test)]
@@ -719,6 +825,39 @@ mod tests {
         let h = histogram(&ns);
         assert_eq!(h.iter().map(|b| b.count).sum::<u64>(), 100);
         assert!(h.len() <= 31 && h[0].lo_ms <= 20.0);
+    }
+
+    /// Reflector clock 50 ppm fast and 100 ms ahead; 10 ms each way plus up to 1 ms of
+    /// uniform jitter, over 20 s. Without skew correction the drift (1 ms over the run)
+    /// would double the one-way PDV.
+    #[test]
+    fn clock_skew_is_estimated_and_removed() {
+        let skew = 50e-6;
+        let mut rng = crate::rng::SimRng::new(5);
+        let mut s = ProbeStats::new(2000);
+        for seq in 0..2000u32 {
+            let t1 = 1_000 * MS + seq as u64 * 10 * MS;
+            let up = 10.0 * MS as f64 + rng.uniform(0.0, 1.0) * MS as f64;
+            let down = 10.0 * MS as f64 + rng.uniform(0.0, 1.0) * MS as f64;
+            let reflector = |t: f64| (t * (1.0 + skew) + 100.0 * MS as f64) as u64;
+            let t2 = reflector(t1 as f64 + up);
+            let t4 = (t1 as f64 + up + 0.5 * MS as f64 + down) as u64;
+            s.on_sent(seq, t1);
+            let hold = (0.5 * MS as f64 * (1.0 + skew)) as u32;
+            s.on_reply(t4, &reply(seq, t1, t2, hold, seq + 1), false);
+        }
+        let sum = s.summary(None);
+        assert!(
+            (sum.clock.skew_ppm - 50.0).abs() < 3.0,
+            "skew {}",
+            sum.clock.skew_ppm
+        );
+        for p in [&sum.send, &sum.receive] {
+            assert!(p.pdv.p99_ms < 1.1, "PDV p99 {} ms", p.pdv.p99_ms);
+            assert!((p.delay.min_ms - 10.0).abs() < 0.2, "min {}", p.delay.min_ms);
+        }
+        // Round trip is unaffected either way: 20 to 22 ms.
+        assert!(sum.round_trip.delay.min_ms >= 19.9 && sum.round_trip.delay.max_ms <= 22.1);
     }
 
     #[test]

@@ -446,8 +446,8 @@ pub fn format_summary(r: &PingReport) -> String {
     o.push_str(&(variation_row("send*", &s.send) + "\n"));
     o.push_str(&(variation_row("receive*", &s.receive) + "\n"));
     o.push_str(&format!(
-        "* one-way figures are estimates: clock offset (reflector - here) {:.3} ms by minimum filter\n",
-        s.clock.offset_ms
+        "* one-way figures are estimates: clock offset (reflector - here) {:.3} ms by minimum filter, skew {:.1} ppm\n",
+        s.clock.offset_ms, s.clock.skew_ppm
     ));
     o.push_str(&format!(
         "sent {}  received {}  lost {} ({:.2} %; {} up, {} down, {} unknown)  duplicates {}  late {} (> {:.0} ms)  \
@@ -484,15 +484,15 @@ pub fn format_summary(r: &PingReport) -> String {
 
 /// Per-probe CSV: one line per sequence number.
 pub fn write_csv(path: &std::path::Path, stats: &ProbeStats) -> anyhow::Result<()> {
-    let theta = stats.clock_offset_ns();
+    let clock = stats.clock_model();
     let mut out =
         String::from("seq,t1_ns,t2_ns,hold_ns,t4_ns,rtt_ms,send_ms_est,receive_ms_est,duplicates,status\n");
     for (seq, r) in stats.records().iter().enumerate() {
         match r.reply {
             Some(x) => {
                 let rtt = r.rtt_ns().unwrap_or(0) as f64 / 1e6;
-                let up = r.up_raw_ns().unwrap_or(0).wrapping_sub(theta) as f64 / 1e6;
-                let down = r.down_raw_ns().unwrap_or(0).wrapping_add(theta) as f64 / 1e6;
+                let up = clock.send_ns(r).unwrap_or(0) as f64 / 1e6;
+                let down = clock.receive_ns(r).unwrap_or(0) as f64 / 1e6;
                 out.push_str(&format!(
                     "{seq},{},{},{},{},{rtt:.6},{up:.6},{down:.6},{},received\n",
                     r.t1_ns, x.t2_ns, x.hold_ns, x.t4_ns, r.duplicates
