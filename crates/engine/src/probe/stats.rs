@@ -156,8 +156,8 @@ pub struct HistogramBin {
 pub struct ClockEstimate {
     /// Reflector clock minus sender clock, estimated (at the first probe).
     pub offset_ms: f64,
-    /// How much faster the reflector's clock runs, estimated, in parts per million
-    /// (0 when the run is too short to tell).
+    /// How much faster the reflector's clock runs, estimated, in parts per million (0 when
+    /// the run is under 10 s or the jitter hides it).
     pub skew_ppm: f64,
     /// Always true: one-way delays rest on the estimate.
     pub one_way_delays_are_estimates: bool,
@@ -603,11 +603,19 @@ impl ProbeStats {
             .filter_map(|r| Some((r.t1_ns, r.down_raw_ns()?)))
             .collect();
         let skew = match (min_envelope_slope(&up, t0), min_envelope_slope(&down, t0)) {
-            (Some(a), Some(b)) => (a - b) / 2.0,
+            (Some((a, sa)), Some((b, sb))) => {
+                let skew = (a - b) / 2.0;
+                let se = (sa * sa + sb * sb).sqrt() / 2.0;
+                // Correct only a skew the data clearly shows; beyond 500 ppm it is not a
+                // clock difference but a path change, and is left alone.
+                if skew.abs() > 3.0 * se && skew.abs() <= 500e-6 {
+                    skew
+                } else {
+                    0.0
+                }
+            }
             _ => 0.0,
         };
-        // Beyond 500 ppm it is not a clock difference but something else; leave it alone.
-        let skew = if skew.abs() <= 500e-6 { skew } else { 0.0 };
         let mut model = ClockModel { theta: 0, skew, t0 };
         let min_up = got.iter().filter_map(|r| model.up_deskewed(r)).min().unwrap_or(0);
         let min_down = got
@@ -660,13 +668,14 @@ impl ClockModel {
     }
 }
 
-/// Slope (ns per ns) of a least-squares line through the minimum of each of eight time
-/// windows; `None` when the run is under 2 s or fewer than four windows have data.
-fn min_envelope_slope(points: &[(u64, i64)], t0: u64) -> Option<f64> {
-    const WINDOWS: usize = 8;
+/// Slope (ns per ns) and its standard error of a least-squares line through the minimum
+/// of each of sixteen time windows; `None` when the run is under 10 s (drift then stays
+/// far below the jitter) or fewer than six windows have data.
+fn min_envelope_slope(points: &[(u64, i64)], t0: u64) -> Option<(f64, f64)> {
+    const WINDOWS: usize = 16;
     let end = points.iter().map(|p| p.0).max()?;
     let span = end.saturating_sub(t0);
-    if span < 2_000_000_000 {
+    if span < 10_000_000_000 {
         return None;
     }
     let mut mins: [Option<(u64, i64)>; WINDOWS] = [None; WINDOWS];
@@ -682,7 +691,7 @@ fn min_envelope_slope(points: &[(u64, i64)], t0: u64) -> Option<f64> {
         .flatten()
         .map(|(t, v)| (t.saturating_sub(t0) as f64, *v as f64))
         .collect();
-    if pts.len() < 4 {
+    if pts.len() < 6 {
         return None;
     }
     let n = pts.len() as f64;
@@ -693,7 +702,10 @@ fn min_envelope_slope(points: &[(u64, i64)], t0: u64) -> Option<f64> {
     if sxx <= 0.0 {
         return None;
     }
-    Some(sxy / sxx)
+    let slope = sxy / sxx;
+    let rss: f64 = pts.iter().map(|p| (p.1 - my - slope * (p.0 - mx)).powi(2)).sum();
+    let se = (rss / (n - 2.0) / sxx).sqrt();
+    Some((slope, se))
 }
 
 #[cfg(test)]
@@ -858,6 +870,24 @@ mod tests {
         }
         // Round trip is unaffected either way: 20 to 22 ms.
         assert!(sum.round_trip.delay.min_ms >= 19.9 && sum.round_trip.delay.max_ms <= 22.1);
+    }
+
+    /// Same clock on both sides, heavy normal jitter: no skew is invented.
+    #[test]
+    fn jitter_alone_does_not_look_like_skew() {
+        let mut rng = crate::rng::SimRng::new(8);
+        let mut s = ProbeStats::new(15_000);
+        for seq in 0..15_000u32 {
+            let t1 = seq as u64 * MS;
+            let up = (19.0 + 1.5 * rng.normal()).max(0.0) * MS as f64;
+            let down = (19.0 + 1.5 * rng.normal()).max(0.0) * MS as f64;
+            let t2 = t1 + up as u64;
+            let t4 = t2 + down as u64;
+            s.on_sent(seq, t1);
+            s.on_reply(t4, &reply(seq, t1, t2, 0, seq + 1), false);
+        }
+        let sum = s.summary(None);
+        assert!(sum.clock.skew_ppm.abs() < 20.0, "skew {}", sum.clock.skew_ppm);
     }
 
     #[test]
