@@ -69,23 +69,44 @@ fn free_port() -> u16 {
 }
 
 #[test]
-fn gstreamer_rtp_l16_is_received_bit_exact() {
-    let gst = gst();
-    let input = tmp("gst-in.wav");
-    let output = tmp("gst-out.wav");
-    write_wav(&input, 14_400); // 0.3 s
-    let mut recv = Command::new(BIN)
+fn gstreamer_rtp_l16_is_received_bit_exact_with_format_flags() {
+    gstreamer_to_netjam("flags", &["--codec", "l16", "--rate", "48000", "--channels", "2"]);
+}
+
+#[test]
+fn gstreamer_rtp_l16_is_received_bit_exact_with_an_sdp_file() {
+    let sdp = tmp("stream.sdp");
+    let out = Command::new(BIN)
         .args([
-            "recv",
-            "--listen",
-            "127.0.0.1:0",
+            "sdp",
             "--codec",
             "l16",
             "--rate",
             "48000",
             "--channels",
             "2",
+            "--port",
+            "5004",
+            "--frames",
+            "64",
         ])
+        .output()
+        .expect("netjam sdp");
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(text.contains("a=rtpmap:96 L16/48000/2"), "{text}");
+    std::fs::write(&sdp, text).expect("write sdp");
+    gstreamer_to_netjam("sdp", &["--sdp", sdp.to_str().expect("path")]);
+}
+
+fn gstreamer_to_netjam(tag: &str, format_args: &[&str]) {
+    let gst = gst();
+    let input = tmp(&format!("gst-in-{tag}.wav"));
+    let output = tmp(&format!("gst-out-{tag}.wav"));
+    write_wav(&input, 14_400); // 0.3 s
+    let mut recv = Command::new(BIN)
+        .args(["recv", "--listen", "127.0.0.1:0"])
+        .args(format_args)
         .args([
             "--buffer",
             "40ms",
