@@ -140,7 +140,8 @@ fn decode_at(bytes: &[u8], base: usize, depth: usize) -> Result<Packet<'_>, Deco
 /// A validated OSC message borrowing from its packet.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Message<'a> {
-    address: &'a str,
+    /// Validated UTF-8.
+    address: &'a [u8],
     tags: &'a [u8],
     args: &'a [u8],
     bytes: &'a [u8],
@@ -155,8 +156,9 @@ impl<'a> Message<'a> {
     #[inline]
     fn decode_at(bytes: &'a [u8], base: usize) -> Result<Self, DecodeError> {
         check_len(bytes, base)?;
-        let (address, pos) = read_str(bytes, 0, base)?;
-        match address.as_bytes().first() {
+        let (address, pos) = read_raw_str(bytes, 0, base)?;
+        check_utf8(address, base)?;
+        match address.first() {
             Some(b'/') | Some(b'!') => {}
             _ => return Err(err(base, DecodeErrorKind::BadAddress)),
         }
@@ -178,6 +180,14 @@ impl<'a> Message<'a> {
     /// The address (or address pattern), e.g. `/synth/voice3/freq`.
     #[inline]
     pub fn address(&self) -> &'a str {
+        // Validated as UTF-8 when decoded; converted on demand because dispatch only
+        // needs the bytes.
+        core::str::from_utf8(self.address).unwrap_or("")
+    }
+
+    /// The address as bytes.
+    #[inline]
+    pub fn address_bytes(&self) -> &'a [u8] {
         self.address
     }
 
@@ -486,36 +496,33 @@ fn check_len(bytes: &[u8], base: usize) -> Result<(), DecodeError> {
 
 /// Reads a NUL-terminated, zero-padded string starting at `pos`; returns it and the
 /// position after its padding.
-#[inline]
-fn read_str(bytes: &[u8], pos: usize, base: usize) -> Result<(&str, usize), DecodeError> {
-    let (raw, next) = read_raw_str(bytes, pos, base)?;
-    let s = core::str::from_utf8(raw)
-        .map_err(|e| err(base + pos + e.valid_up_to(), DecodeErrorKind::InvalidUtf8))?;
-    Ok((s, next))
-}
-
-/// Like [`read_str`] but only proves the bytes are valid UTF-8 (cheaply when ASCII)
-/// without producing the `&str`.
+/// Skips a string argument after proving it is valid UTF-8 (cheaply when ASCII).
 #[inline]
 fn check_str(bytes: &[u8], pos: usize, base: usize) -> Result<usize, DecodeError> {
     let (raw, next) = read_raw_str(bytes, pos, base)?;
-    if !is_ascii(raw) {
-        core::str::from_utf8(raw)
-            .map_err(|e| err(base + pos + e.valid_up_to(), DecodeErrorKind::InvalidUtf8))?;
-    }
+    check_utf8(raw, base + pos)?;
     Ok(next)
+}
+
+/// Proves `raw` (found at offset `at`) is UTF-8, cheaply when it is ASCII.
+#[inline]
+fn check_utf8(raw: &[u8], at: usize) -> Result<(), DecodeError> {
+    if !is_ascii(raw) {
+        core::str::from_utf8(raw).map_err(|e| err(at + e.valid_up_to(), DecodeErrorKind::InvalidUtf8))?;
+    }
+    Ok(())
 }
 
 #[inline]
 fn is_ascii(b: &[u8]) -> bool {
-    let mut chunks = b.chunks_exact(8);
-    for c in &mut chunks {
-        let w = u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-        if w & 0x8080_8080_8080_8080 != 0 {
+    let mut i = 0;
+    while let Some(Ok(c)) = b.get(i..i + 8).map(<[u8; 8]>::try_from) {
+        if u64::from_ne_bytes(c) & 0x8080_8080_8080_8080 != 0 {
             return false;
         }
+        i += 8;
     }
-    chunks.remainder().iter().all(|&c| c < 0x80)
+    b.get(i..).is_some_and(|t| t.iter().all(|&c| c < 0x80))
 }
 
 /// The bytes of a NUL-terminated, zero-padded string at `pos`, and the position after
@@ -539,21 +546,21 @@ fn read_raw_str(bytes: &[u8], pos: usize, base: usize) -> Result<(&[u8], usize),
     Ok((&rest[..nul], pos + end))
 }
 
-/// Index of the first NUL byte, looking at 4 bytes at a time (OSC strings end in the
+/// Index of the first NUL byte, looking at 8 bytes at a time (OSC strings end in the
 /// last 4-byte word of their padding).
 #[inline]
 fn find_nul(d: &[u8]) -> Option<usize> {
-    let mut chunks = d.chunks_exact(4);
-    for (i, c) in (&mut chunks).enumerate() {
-        let w = u32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
-        if w.wrapping_sub(0x0101_0101) & !w & 0x8080_8080 != 0 {
-            return c.iter().position(|&b| b == 0).map(|j| i * 4 + j);
+    let mut i = 0;
+    while let Some(Ok(c)) = d.get(i..i + 8).map(<[u8; 8]>::try_from) {
+        let w = u64::from_le_bytes(c);
+        // The lowest set bit marks the first zero byte exactly.
+        let m = w.wrapping_sub(0x0101_0101_0101_0101) & !w & 0x8080_8080_8080_8080;
+        if m != 0 {
+            return Some(i + (m.trailing_zeros() / 8) as usize);
         }
+        i += 8;
     }
-    let tail = chunks.remainder();
-    tail.iter()
-        .position(|&b| b == 0)
-        .map(|j| d.len() - tail.len() + j)
+    d.get(i..)?.iter().position(|&b| b == 0).map(|j| i + j)
 }
 
 #[inline]
@@ -567,15 +574,18 @@ fn check_zero(bytes: &[u8], from: usize, to: usize, base: usize) -> Result<(), D
     Ok(())
 }
 
+#[inline]
 fn be_u32(d: &[u8], at: usize) -> Option<u32> {
     let b: [u8; 4] = d.get(at..at + 4)?.try_into().ok()?;
     Some(u32::from_be_bytes(b))
 }
 
+#[inline]
 fn be_4(d: &[u8]) -> Option<[u8; 4]> {
     d.get(..4)?.try_into().ok()
 }
 
+#[inline]
 fn be_u64(d: &[u8]) -> Option<u64> {
     let b: [u8; 8] = d.get(..8)?.try_into().ok()?;
     Some(u64::from_be_bytes(b))

@@ -24,7 +24,7 @@ use crate::arg::Arg;
 use crate::decode::{DecodeError, Message, Packet};
 use crate::encode::{encode_message, EncodeError};
 use crate::meta::Meta;
-use crate::pattern::{has_wildcards, is_literal, match_segment};
+use crate::pattern::{has_wildcards, is_literal_bytes, match_segment};
 use crate::time::TimeTag;
 
 /// Deepest address (in segments) the tree accepts.
@@ -393,18 +393,35 @@ impl<S> std::fmt::Debug for Tree<S> {
 #[inline]
 fn hash(bytes: &[u8]) -> u64 {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut h: u64 = bytes.len() as u64 ^ 0x243F_6A88_85A3_08D3;
-    let mut chunks = bytes.chunks_exact(8);
-    for c in &mut chunks {
-        let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-        h = (h ^ w).wrapping_mul(K).rotate_left(29);
-    }
-    let tail = chunks.remainder();
-    if !tail.is_empty() {
-        let mut b = [0u8; 8];
-        b[..tail.len()].copy_from_slice(tail);
-        h = (h ^ u64::from_le_bytes(b)).wrapping_mul(K).rotate_left(29);
-    }
+    let n = bytes.len();
+    let mut h: u64 = (n as u64).wrapping_mul(K) ^ 0x243F_6A88_85A3_08D3;
+    let w = |at: usize| -> u64 {
+        bytes.get(at..at + 8).map_or(0, |c| {
+            u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])
+        })
+    };
+    let h4 = |at: usize| -> u64 {
+        bytes
+            .get(at..at + 4)
+            .map_or(0, |c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u64)
+    };
+    // Whole 8-byte words, then the last 8 bytes again (overlapping) so the tail is one load;
+    // the length mixed in above keeps overlapping reads of different names apart.
+    let tail = if n >= 8 {
+        let mut at = 0;
+        while at + 8 < n {
+            h = (h ^ w(at)).wrapping_mul(K).rotate_left(29);
+            at += 8;
+        }
+        w(n - 8)
+    } else if n >= 4 {
+        (h4(0) << 32) | h4(n - 4)
+    } else if n > 0 {
+        (bytes[0] as u64) | (bytes[n / 2] as u64) << 8 | (bytes[n - 1] as u64) << 16
+    } else {
+        0
+    };
+    h = (h ^ tail).wrapping_mul(K).rotate_left(29);
     h ^= h >> 32;
     h = h.wrapping_mul(K);
     h ^ (h >> 29)
@@ -716,7 +733,7 @@ impl<S> Tree<S> {
         time: TimeTag,
         out: &mut Outbox<'_>,
     ) -> DispatchSummary {
-        let addr = message.address();
+        let addr = message.address_bytes();
         let mut w = Walk {
             state,
             message,
@@ -730,17 +747,17 @@ impl<S> Tree<S> {
                 ..Default::default()
             },
         };
-        let rel = addr.as_bytes().get(1..).unwrap_or(&[]);
+        let rel = addr.get(1..).unwrap_or(&[]);
         if rel == &META_ADDRESS.as_bytes()[1..] {
             self.answer_meta(&mut w);
             return w.summary;
         }
-        if addr.starts_with('!') {
+        if addr.first() == Some(&b'!') {
             // O2 convention: no wildcards, so try the whole path in one probe first.
             if !self.lookup_flat(rel, &mut w) {
                 self.walk_literal(rel, &mut w);
             }
-        } else if is_literal(addr) {
+        } else if is_literal_bytes(addr) {
             self.walk_literal(rel, &mut w);
         } else {
             self.walk_pattern(0, rel, 0, &mut w);

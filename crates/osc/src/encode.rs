@@ -95,11 +95,12 @@ pub fn encode_message(buf: &mut [u8], address: &str, args: &[Arg<'_>]) -> Result
     // Type tag string: ',' then one tag per argument, NUL padded.
     let tag_end = pos + padded_str_len(1 + args.len());
     let tags = &mut out[pos..tag_end];
+    let n = tags.len();
+    tags[n - 4..].copy_from_slice(&[0; 4]);
     tags[0] = b',';
     for (t, a) in tags[1..].iter_mut().zip(args) {
         *t = a.tag();
     }
-    tags[1 + args.len()..].fill(0);
     pos = tag_end;
     for a in args {
         pos = put_arg(out, pos, a);
@@ -111,21 +112,23 @@ pub fn encode_message(buf: &mut [u8], address: &str, args: &[Arg<'_>]) -> Result
 /// Whether `b` contains a NUL byte, 8 bytes at a time.
 #[inline]
 fn has_nul(b: &[u8]) -> bool {
-    let mut chunks = b.chunks_exact(8);
-    for c in &mut chunks {
-        let w = u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+    let mut i = 0;
+    while let Some(Ok(c)) = b.get(i..i + 8).map(<[u8; 8]>::try_from) {
+        let w = u64::from_ne_bytes(c);
         if w.wrapping_sub(0x0101_0101_0101_0101) & !w & 0x8080_8080_8080_8080 != 0 {
             return true;
         }
+        i += 8;
     }
-    chunks.remainder().contains(&0)
+    b.get(i..).is_some_and(|t| t.contains(&0))
 }
 
 #[inline]
 fn put_str(out: &mut [u8], pos: usize, s: &[u8]) -> usize {
     let end = pos + padded_str_len(s.len());
+    // Zero the last word first (it holds the NUL and the padding), then copy over it.
+    out[end - 4..end].copy_from_slice(&[0; 4]);
     out[pos..pos + s.len()].copy_from_slice(s);
-    out[pos + s.len()..end].fill(0);
     end
 }
 
@@ -155,8 +158,10 @@ fn put_arg(out: &mut [u8], pos: usize, a: &Arg<'_>) -> usize {
         Arg::Blob(b) => {
             let p = put4(out, pos, (b.len() as u32).to_be_bytes());
             let end = p + crate::arg::pad4(b.len());
+            if end > p {
+                out[end - 4..end].copy_from_slice(&[0; 4]);
+            }
             out[p..p + b.len()].copy_from_slice(b);
-            out[p + b.len()..end].fill(0);
             end
         }
         Arg::True | Arg::False | Arg::Nil | Arg::Inf | Arg::ArrayBegin | Arg::ArrayEnd => pos,

@@ -16,22 +16,44 @@ pub const MAX_MATCH_STEPS: u32 = 20_000;
 /// Whether `address` (or pattern) can be looked up literally: it starts with `!`, or it
 /// starts with `/` and contains no wildcard characters and no `//`.
 pub fn is_literal(address: &str) -> bool {
-    let b = address.as_bytes();
+    is_literal_bytes(address.as_bytes())
+}
+
+/// [`is_literal`] on bytes.
+#[inline]
+pub fn is_literal_bytes(b: &[u8]) -> bool {
     match b.first() {
         Some(b'!') => true,
         Some(b'/') => {
-            let mut prev = 0u8;
+            let mut prev_slash = false;
             for &c in b {
-                if matches!(c, b'*' | b'?' | b'[' | b']' | b'{' | b'}') || (c == b'/' && prev == b'/') {
+                let class = BYTE_CLASS[c as usize];
+                if class == WILDCARD || (class == SLASH && prev_slash) {
                     return false;
                 }
-                prev = c;
+                prev_slash = class == SLASH;
             }
             true
         }
         _ => false,
     }
 }
+
+const WILDCARD: u8 = 1;
+const SLASH: u8 = 2;
+
+/// Which bytes matter when deciding whether an address is literal.
+static BYTE_CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    t[b'*' as usize] = WILDCARD;
+    t[b'?' as usize] = WILDCARD;
+    t[b'[' as usize] = WILDCARD;
+    t[b']' as usize] = WILDCARD;
+    t[b'{' as usize] = WILDCARD;
+    t[b'}' as usize] = WILDCARD;
+    t[b'/' as usize] = SLASH;
+    t
+};
 
 /// Whether one path segment (no `/`) contains OSC wildcard characters.
 pub fn has_wildcards(segment: &[u8]) -> bool {
