@@ -1,0 +1,129 @@
+//! The audio callbacks themselves — `SendProcess::process` and `RecvProcess::process`, with
+//! their lock-free rings to real network threads on loopback — allocate nothing per
+//! period in steady state. Counted with a per-thread counting allocator on the thread
+//! that runs the callbacks, as the audio thread would.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::time::Duration;
+
+use netjam::endpoint::Process;
+use netjam::session::{NetIo, Peer, RecvProcess, SendProcess};
+use netjam::transport::UdpTransport;
+use netjam_engine::delay::BufferMode;
+use netjam_engine::receiver::{Receiver, ReceiverConfig};
+use netjam_engine::sender::{Sender, SenderConfig};
+use netjam_engine::synth::{Synth, SynthKind};
+use netjam_engine::time::frames_to_ns;
+use netjam_engine::wire::{AudioFormat, Codec};
+
+struct Counting;
+
+thread_local! {
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: forwards every call to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System.alloc` with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCS.with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocs() -> u64 {
+    ALLOCS.with(|c| c.get())
+}
+
+#[test]
+fn send_and_receive_callbacks_do_not_allocate() {
+    let before = allocs();
+    drop(std::hint::black_box(Box::new(1u64)));
+    assert_eq!(allocs(), before + 1, "the counter counts this thread");
+
+    let format = AudioFormat::new(Codec::L16, 48_000, 2).expect("format");
+    let loopback = "127.0.0.1:0".parse().expect("addr");
+    let recv_socket = UdpTransport::bind(loopback).expect("bind");
+    let recv_addr = recv_socket.local_addr().expect("addr");
+    let (recv_io, recv_link) = NetIo::start(recv_socket, Peer::Learned).expect("recv io");
+    let (send_io, send_link) = NetIo::start(
+        UdpTransport::bind(loopback).expect("bind"),
+        Peer::Fixed(recv_addr),
+    )
+    .expect("send io");
+    let sender = Sender::new(SenderConfig {
+        format,
+        frames_per_packet: 64,
+        redundancy: 1,
+        seed: 1,
+        cname: "a@b".into(),
+        name: Some("A".into()),
+        wall_offset_ns: 0,
+    })
+    .expect("sender");
+    let mut receiver = Receiver::new(ReceiverConfig {
+        buffer: BufferMode::default(),
+        fixed_format: None,
+        max_channels: 2,
+        max_redundancy_wait: 8,
+        seed: 2,
+        cname: "c@d".into(),
+        name: None,
+    });
+    receiver.set_output_format(format);
+    let (mut tx, mut tx_snaps) = SendProcess::new(sender, send_link, 48_000);
+    let (mut rx, mut rx_snaps) = RecvProcess::new(receiver, recv_link, 48_000);
+    let mut synth = Synth::new(SynthKind::Music { bpm: 120.0 }, 48_000, 2, 3);
+    let mut input = vec![0.0f32; 128];
+    let mut output = vec![0.0f32; 128];
+    let period = frames_to_ns(64, 48_000);
+    let start = netjam::clock::now_ns();
+    let mut measured_from = 0;
+    let periods = 3000u64; // 4 s, with RTCP both ways several times
+    for k in 0..periods {
+        if k == 500 {
+            measured_from = allocs();
+        }
+        let deadline = start + (k + 1) * period;
+        netjam::clock::sleep_until_ns(deadline);
+        synth.fill(&mut input);
+        tx.process(deadline, &input, &mut []);
+        rx.process(deadline, &[], &mut output);
+    }
+    let during = allocs() - measured_from;
+    // Drain the snapshot rings (outside the measured stretch).
+    let last_rx = std::iter::from_fn(|| rx_snaps.pop().ok())
+        .last()
+        .expect("receiver snapshots");
+    let last_tx = std::iter::from_fn(|| tx_snaps.pop().ok())
+        .last()
+        .expect("sender snapshots");
+    std::thread::sleep(Duration::from_millis(20));
+    send_io.shutdown();
+    recv_io.shutdown();
+    assert!(last_rx.stats.received > 2000, "{:?}", last_rx.stats);
+    assert!(
+        last_tx.stats.rtcp_received >= 2,
+        "receiver reports came back: {:?}",
+        last_tx.stats
+    );
+    assert_eq!(
+        during,
+        0,
+        "{during} allocations in {} callbacks of each kind",
+        periods - 500
+    );
+}
