@@ -755,11 +755,13 @@ impl<S> Tree<S> {
         if addr.first() == Some(&b'!') {
             // O2 convention: no wildcards, so try the whole path in one probe first.
             if !self.lookup_flat(rel, &mut w) {
-                self.walk_literal(rel, &mut w);
+                let _ = self.walk_literal(rel, &mut w);
             }
-        } else if is_literal_bytes(addr) {
-            self.walk_literal(rel, &mut w);
-        } else {
+        } else if !self.walk_literal(rel, &mut w) && !is_literal_bytes(addr) {
+            // Port names never contain wildcard characters or empty segments, so a
+            // pattern can't succeed as a literal lookup: trying the literal walk first
+            // costs patterns little and spares literal addresses a scan.
+            w.n_indices = 0;
             self.walk_pattern(0, rel, 0, &mut w);
         }
         if w.summary.handled == 0 && w.summary.type_mismatch == 0 {
@@ -816,7 +818,8 @@ impl<S> Tree<S> {
         }
     }
 
-    fn walk_literal(&self, rel: &[u8], w: &mut Walk<'_, '_, '_, S>) {
+    /// Resolves a literal address segment by segment; returns whether it reached a leaf.
+    fn walk_literal(&self, rel: &[u8], w: &mut Walk<'_, '_, '_, S>) -> bool {
         let mut layer = 0usize;
         let mut rest = rel;
         loop {
@@ -825,24 +828,23 @@ impl<S> Tree<S> {
                 None => (rest, None),
             };
             let Some((port, idx)) = self.find(layer, seg) else {
-                return;
+                return false;
             };
             if let Some(i) = idx {
                 if w.n_indices >= MAX_PATH_DEPTH {
-                    return;
+                    return false;
                 }
                 w.indices[w.n_indices] = i;
                 w.n_indices += 1;
             }
             match more {
                 None => {
-                    if let Some(leaf) = &port.leaf {
-                        self.call(leaf, w);
-                    }
-                    return;
+                    let Some(leaf) = &port.leaf else { return false };
+                    self.call(leaf, w);
+                    return true;
                 }
                 Some(m) => {
-                    let Some(c) = port.child else { return };
+                    let Some(c) = port.child else { return false };
                     layer = c as usize;
                     rest = m;
                 }
