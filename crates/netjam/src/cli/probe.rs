@@ -932,9 +932,15 @@ pub struct ImpairStats {
     pub down: LinkStats,
     /// Replies that arrived before any client had sent.
     pub down_without_client: u64,
+    /// Packets dropped because [`MAX_IN_FLIGHT`] were already held in one direction.
+    pub overflow_dropped: u64,
     /// Worst lateness of a release against its delivery time.
     pub max_release_slip_ns: u64,
 }
+
+/// Most packets the relay holds per direction; beyond this it drops, so a flood into a
+/// long emulated delay cannot grow memory without bound.
+pub const MAX_IN_FLIGHT: usize = 65_536;
 
 struct Links {
     up: LinkModel<Vec<u8>>,
@@ -1034,7 +1040,11 @@ pub fn spawn_impair(
                             *c = Some(rx.from);
                         }
                         if let Ok(mut l) = shared.0.lock() {
-                            l.0.up.send(rx.at_ns, buf[..rx.len].to_vec(), rx.len);
+                            if l.0.up.in_flight() >= MAX_IN_FLIGHT {
+                                l.0.stats.overflow_dropped += 1;
+                            } else {
+                                l.0.up.send(rx.at_ns, buf[..rx.len].to_vec(), rx.len);
+                            }
                         }
                         shared.1.notify_one();
                     }
@@ -1059,6 +1069,9 @@ pub fn spawn_impair(
                         let to = client.lock().ok().and_then(|c| *c);
                         if let Ok(mut l) = shared.0.lock() {
                             match to {
+                                Some(_) if l.0.down.in_flight() >= MAX_IN_FLIGHT => {
+                                    l.0.stats.overflow_dropped += 1
+                                }
                                 Some(to) => {
                                     l.0.down.send(rx.at_ns, (buf[..rx.len].to_vec(), to), rx.len);
                                 }
