@@ -165,6 +165,24 @@ impl Producer {
     pub fn is_abandoned(&self) -> bool {
         Arc::strong_count(&self.ring) < 2
     }
+
+    /// Queues every outbox entry for `route` (e.g. the [`Route::Forward`] entries a
+    /// realtime dispatch produced, for the control thread). Returns how many were queued
+    /// and how many did not fit. Never blocks or allocates.
+    ///
+    /// [`Route::Forward`]: crate::Route::Forward
+    pub fn push_outbox(&mut self, outbox: &crate::Outbox<'_>, route: crate::Route) -> (u32, u32) {
+        let (mut queued, mut refused) = (0, 0);
+        for (r, msg) in outbox.entries() {
+            if r == route {
+                match self.push(msg) {
+                    Ok(()) => queued += 1,
+                    Err(_) => refused += 1,
+                }
+            }
+        }
+        (queued, refused)
+    }
 }
 
 impl Consumer {
@@ -305,6 +323,19 @@ mod tests {
             }
         }
         t.join().unwrap();
+    }
+
+    #[test]
+    fn outbox_entries_cross_over() {
+        let mut ob = [0u8; 128];
+        let mut out = crate::Outbox::new(&mut ob);
+        out.push(crate::Route::Forward, "/f", &[]).unwrap();
+        out.push(crate::Route::Reply, "/r", &[]).unwrap();
+        let (mut tx, mut rx) = message_queue(64);
+        assert_eq!(tx.push_outbox(&out, crate::Route::Forward), (1, 0));
+        let mut buf = [0u8; 16];
+        assert_eq!(rx.pop(&mut buf).unwrap(), Some(&b"/f\0\0,\0\0\0"[..]));
+        assert_eq!(rx.pop(&mut buf).unwrap(), None);
     }
 
     #[test]

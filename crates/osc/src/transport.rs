@@ -207,6 +207,60 @@ impl UdpEndpoint {
     }
 }
 
+/// What [`UdpEndpoint::serve_one`] did with one datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Served {
+    /// Who sent the datagram.
+    pub from: SocketAddr,
+    /// What dispatch did, or why the datagram was dropped.
+    pub result: Result<crate::DispatchSummary, crate::DecodeError>,
+    /// Replies sent back to the sender.
+    pub replies: u32,
+    /// Broadcast messages sent to the listeners.
+    pub broadcasts: u32,
+}
+
+impl UdpEndpoint {
+    /// Receives one datagram, dispatches it through `tree`, sends the replies back to
+    /// its sender and the broadcasts to every address in `listeners`. Forwarded and
+    /// chained entries stay in the outbox buffer `scratch` for the caller to read until
+    /// the next call. A malformed datagram is counted in the result, never an `Err`.
+    pub fn serve_one<S>(
+        &self,
+        tree: &crate::Tree<S>,
+        state: &mut S,
+        packet_buf: &mut [u8],
+        scratch: &mut [u8],
+        listeners: &[SocketAddr],
+    ) -> io::Result<Served> {
+        let (n, from) = self.socket.recv_from(packet_buf)?;
+        let mut out = crate::Outbox::new(scratch);
+        let result = tree.dispatch(state, &packet_buf[..n], &mut out);
+        let (mut replies, mut broadcasts) = (0, 0);
+        for (route, msg) in out.entries() {
+            match route {
+                crate::Route::Reply => {
+                    self.socket.send_to(msg, from)?;
+                    replies += 1;
+                }
+                crate::Route::Broadcast => {
+                    for l in listeners {
+                        self.socket.send_to(msg, l)?;
+                    }
+                    broadcasts += 1;
+                }
+                crate::Route::Forward | crate::Route::Chain => {}
+            }
+        }
+        Ok(Served {
+            from,
+            result,
+            replies,
+            broadcasts,
+        })
+    }
+}
+
 /// An OSC connection over TCP with a chosen sending framing and detected receiving
 /// framing.
 #[derive(Debug)]
@@ -309,6 +363,64 @@ mod tests {
         let mut dec = StreamDecoder::new();
         let got = frames(&mut dec, b"/a\0\0,\0\0\0\xC0");
         assert_eq!(got, vec![b"/a\0\0,\0\0\0".to_vec()]);
+    }
+
+    #[test]
+    fn udp_server_answers_metadata_queries_and_broadcasts() {
+        use crate::{encode_message, Arg, Message, Meta, Scale, TreeBuilder};
+        let mut b = TreeBuilder::<f32>::new();
+        b.port(
+            "/gain::f",
+            Meta::new()
+                .doc("Output gain")
+                .range(0.0, 2.0)
+                .scale(Scale::Linear),
+            |g, r| {
+                if let Some(Arg::Float(v)) = r.arg(0) {
+                    *g = v;
+                    let _ = r.broadcast("/gain", &[Arg::Float(v)]);
+                }
+            },
+        );
+        let tree = b.build().unwrap();
+        let server = UdpEndpoint::bind("127.0.0.1:0").unwrap();
+        let client = UdpEndpoint::bind("127.0.0.1:0").unwrap();
+        let listener = UdpEndpoint::bind("127.0.0.1:0").unwrap();
+        for s in [&server, &client, &listener] {
+            s.socket()
+                .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                .unwrap();
+        }
+        let to = server.local_addr().unwrap();
+        let mut pkt = [0u8; 64];
+        let (mut gain, mut inbuf, mut scratch, mut rx) = (1.0f32, [0u8; 1500], [0u8; 1500], [0u8; 1500]);
+
+        let n = encode_message(&mut pkt, "/_meta", &[Arg::Str("/gain")]).unwrap();
+        client.send_to(&pkt[..n], to).unwrap();
+        let served = server
+            .serve_one(&tree, &mut gain, &mut inbuf, &mut scratch, &[])
+            .unwrap();
+        assert_eq!(served.replies, 1);
+        let (reply, _) = client.recv(&mut rx).unwrap();
+        let m = Message::decode(reply).unwrap();
+        let json = m.arg(1).and_then(|a| a.as_str().map(str::to_owned)).unwrap();
+        assert!(json.contains("\"doc\":\"Output gain\""), "{json}");
+
+        let n = encode_message(&mut pkt, "/gain", &[Arg::Float(0.5)]).unwrap();
+        client.send_to(&pkt[..n], to).unwrap();
+        let l = listener.local_addr().unwrap();
+        let served = server
+            .serve_one(&tree, &mut gain, &mut inbuf, &mut scratch, &[l])
+            .unwrap();
+        assert_eq!((served.broadcasts, gain), (1, 0.5));
+        let (b, _) = listener.recv(&mut rx).unwrap();
+        assert_eq!(Message::decode(b).unwrap().arg(0), Some(Arg::Float(0.5)));
+
+        client.send_to(b"junk", to).unwrap();
+        let served = server
+            .serve_one(&tree, &mut gain, &mut inbuf, &mut scratch, &[])
+            .unwrap();
+        assert!(served.result.is_err());
     }
 
     #[test]

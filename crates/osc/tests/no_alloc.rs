@@ -8,7 +8,7 @@ use std::cell::Cell;
 use netjam_osc::pattern::matches;
 use netjam_osc::queue::message_queue;
 use netjam_osc::schedule::Scheduler;
-use netjam_osc::{encode_message, Arg, BundleWriter, Meta, Outbox, Packet, TimeTag, TreeBuilder};
+use netjam_osc::{encode_message, Arg, BundleWriter, Meta, Outbox, Packet, Route, TimeTag, TreeBuilder};
 
 thread_local! {
     static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
@@ -121,6 +121,12 @@ fn steady_state_paths_do_not_allocate() {
             let n = encode_message(&mut pkt, addr, args).unwrap();
             let r = tree.dispatch(&mut state, &pkt[..n], &mut out).unwrap();
             assert!(r.handled > 0 || addr == "/_meta", "{addr}");
+            // Forwarded messages cross to the other thread's queue.
+            let (queued, refused) = tx.push_outbox(&out, Route::Forward);
+            assert_eq!(refused, 0);
+            for _ in 0..queued {
+                assert!(rx.pop(&mut popped).unwrap().is_some());
+            }
         }
         // A bundle.
         let mut w = BundleWriter::new(&mut pkt, TimeTag::new(10, 0)).unwrap();
