@@ -8,6 +8,7 @@
 
 pub mod conceal;
 pub mod delay;
+pub mod drift;
 pub mod jitter;
 pub mod link;
 pub mod probe;
