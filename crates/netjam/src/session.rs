@@ -367,3 +367,110 @@ pub fn spawn_audio<P: Process + 'static>(
         Ok((process, reason, stats))
     })?)
 }
+
+/// What a jam's audio thread publishes: both halves.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct JamStats {
+    pub sent: SenderStats,
+    pub heard: ReceiverStats,
+}
+
+/// The audio-thread side of `netjam jam`: send what you play, hear what they play, on one
+/// socket. RTCP from the peer goes to both halves (its SR to the receiver, its RR to the
+/// sender), so both RTT and the far side's view of our stream are measured.
+pub struct JamProcess {
+    pub sender: Sender,
+    pub receiver: Receiver,
+    to_net: PacketTx,
+    from_net: PacketRx,
+    waker: Thread,
+    rx_buf: Vec<u8>,
+    rtcp: Vec<u8>,
+    /// Linear gain applied to what is heard; 0 mutes.
+    gain: Arc<std::sync::atomic::AtomicU32>,
+    publisher: Publisher<JamStats>,
+    pub tx_overflow: u64,
+}
+
+impl std::fmt::Debug for JamProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JamProcess")
+            .field("sender", &self.sender)
+            .field("receiver", &self.receiver)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JamProcess {
+    /// `gain` holds the f32 bits of the linear gain for what is heard (changeable live).
+    pub fn new(
+        sender: Sender,
+        receiver: Receiver,
+        link: AudioLink,
+        gain: Arc<std::sync::atomic::AtomicU32>,
+    ) -> (Self, rtrb::Consumer<Snapshot<JamStats>>) {
+        let (publisher, rx) = Publisher::new(sender.format().rate);
+        let p = Self {
+            sender,
+            receiver,
+            to_net: link.to_net,
+            from_net: link.from_net,
+            waker: link.waker,
+            rx_buf: vec![0; MAX_DATAGRAM],
+            rtcp: vec![0; 1500],
+            gain,
+            publisher,
+            tx_overflow: 0,
+        };
+        (p, rx)
+    }
+
+    /// Send a final report and BYE.
+    pub fn finish(&mut self, now_ns: u64) {
+        if let Some(n) = self.sender.bye(now_ns, &mut self.rtcp) {
+            let _ = self.to_net.push(now_ns, &self.rtcp[..n]);
+            self.waker.unpark();
+        }
+    }
+}
+
+impl Process for JamProcess {
+    fn process(&mut self, now_ns: u64, input: &[f32], output: &mut [f32]) {
+        while let Some((at, len)) = self.from_net.pop(&mut self.rx_buf) {
+            let bytes = &self.rx_buf[..len];
+            if classify(bytes) == PacketKind::Rtcp {
+                self.sender.on_rtcp(at, bytes);
+            }
+            self.receiver.on_datagram(at, bytes);
+        }
+        let (to_net, overflow) = (&mut self.to_net, &mut self.tx_overflow);
+        self.sender.push_frames(now_ns, input, |p| {
+            if !to_net.push(now_ns, p) {
+                *overflow += 1;
+            }
+        });
+        self.receiver.play(now_ns, output);
+        let gain = f32::from_bits(self.gain.load(Ordering::Relaxed));
+        if gain != 1.0 {
+            output.iter_mut().for_each(|x| *x *= gain);
+        }
+        if let Some(n) = self.sender.poll_rtcp(now_ns, &mut self.rtcp) {
+            if !self.to_net.push(now_ns, &self.rtcp[..n]) {
+                self.tx_overflow += 1;
+            }
+        }
+        if let Some(n) = self.receiver.poll_rtcp(now_ns, &mut self.rtcp) {
+            if !self.to_net.push(now_ns, &self.rtcp[..n]) {
+                self.tx_overflow += 1;
+            }
+        }
+        self.waker.unpark();
+        let ch = self.sender.format().channels as usize;
+        let (sender, receiver) = (&self.sender, &self.receiver);
+        self.publisher
+            .tick(output.len() / ch.max(1), output, || JamStats {
+                sent: sender.stats(),
+                heard: receiver.stats(),
+            });
+    }
+}

@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 pub mod common;
 pub mod demo;
+pub mod jam;
 pub mod osc;
 pub mod probe;
 pub mod reflect;
@@ -25,6 +26,8 @@ pub enum Command {
     Send(stream::SendArgs),
     /// Receive a stream into a WAV file or stdout, through the adaptive jitter buffer.
     Recv(stream::RecvArgs),
+    /// Play with one other player: send what you play, hear what they play, on one socket.
+    Jam(jam::JamArgs),
     /// Print an SDP description of a stream (for GStreamer, ffmpeg, VLC).
     Sdp(stream::SdpArgs),
     /// Echo every audio and probe packet back to its sender (hear your own round trip).
@@ -47,6 +50,7 @@ impl Cli {
             Command::Send(a) => stream::run_send(a),
             Command::Recv(a) => stream::run_recv(a),
             Command::Sdp(a) => stream::run_sdp(a),
+            Command::Jam(a) => jam::run_jam(a),
             Command::Reflect(a) => reflect::run(a),
             Command::Ping(a) => probe::run_ping(a),
             Command::Sweep(a) => probe::run_sweep(a),

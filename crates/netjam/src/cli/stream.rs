@@ -28,13 +28,10 @@ fn parse_codec(s: &str) -> Result<Codec, String> {
     Codec::from_name(s).map_err(|e| e.to_string())
 }
 
-/// Send audio to a netjam receiver (or anything that speaks RTP).
+/// Where the audio to send comes from.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("source").required(true).args(["input", "stdin", "sine", "clicks", "noise"])))]
-pub struct SendArgs {
-    /// Where to send: HOST:PORT of `netjam recv`, `netjam reflect` or another RTP receiver.
-    #[arg(long)]
-    pub to: String,
+#[command(group(clap::ArgGroup::new("source").required(true).args(["input", "stdin", "sine", "clicks", "noise", "silence"])))]
+pub struct SourceArgs {
     /// A WAV file to send (played in real time).
     #[arg(long, value_name = "FILE.wav")]
     pub input: Option<PathBuf>,
@@ -50,30 +47,124 @@ pub struct SendArgs {
     /// Send white noise.
     #[arg(long)]
     pub noise: bool,
-    /// Sample encoding on the wire: l16, l24 or f32 (default: lossless for the input, else l16).
-    #[arg(long, value_parser = parse_codec)]
-    pub codec: Option<Codec>,
-    /// Frames per packet (16..=1024).
-    #[arg(long, default_value_t = 64)]
-    pub frames: u32,
+    /// Send silence (just listen).
+    #[arg(long)]
+    pub silence: bool,
     /// Sample rate: 44100, 48000 or 96000 (default: the WAV's, else 48000).
     #[arg(long)]
     pub rate: Option<u32>,
     /// Channels (default: the WAV's, else 2).
     #[arg(long)]
     pub channels: Option<u16>,
-    /// Each packet also carries the previous N packets (RFC 2198), 0..=8.
-    #[arg(long, default_value_t = 0)]
-    pub redundancy: usize,
     /// Layout of raw PCM on stdin.
     #[arg(long, value_enum, default_value = "s16le")]
     pub sample_format: SampleFormat,
-    /// Stop after this many seconds.
-    #[arg(long)]
-    pub duration: Option<f64>,
+}
+
+impl SourceArgs {
+    /// Open the source; also returns the codec that carries it without loss.
+    pub fn open(&self) -> anyhow::Result<(Box<dyn FrameSource>, Codec)> {
+        if let Some(path) = &self.input {
+            let wav = WavSource::open(path)?;
+            let codec = wav.lossless_codec();
+            if self.rate.is_some_and(|r| r != wav.rate())
+                || self.channels.is_some_and(|c| c != wav.channels())
+            {
+                bail!(
+                    "{} is {} Hz, {} channels: leave out --rate/--channels for a WAV input (netjam does not resample files)",
+                    path.display(),
+                    wav.rate(),
+                    wav.channels()
+                );
+            }
+            return Ok((Box::new(wav), codec));
+        }
+        let rate = self.rate.unwrap_or(48_000);
+        let channels = self.channels.unwrap_or(2);
+        if self.stdin {
+            return Ok((
+                Box::new(RawSource::new(
+                    std::io::stdin(),
+                    self.sample_format,
+                    rate,
+                    channels,
+                )),
+                Codec::L16,
+            ));
+        }
+        let kind = if let Some(hz) = self.sine {
+            SynthKind::Sine { hz }
+        } else if let Some(bpm) = self.clicks {
+            SynthKind::Clicks { bpm }
+        } else if self.silence {
+            SynthKind::Sine { hz: 0.0 }
+        } else {
+            SynthKind::Noise
+        };
+        Ok((
+            Box::new(SynthSource::new(kind, rate, channels, fresh_seed())),
+            Codec::L16,
+        ))
+    }
+}
+
+/// How audio is packetized on the wire.
+#[derive(Debug, Args)]
+pub struct WireArgs {
+    /// Sample encoding on the wire: l16, l24 or f32 (default: lossless for the input, else l16).
+    #[arg(long, value_parser = parse_codec)]
+    pub codec: Option<Codec>,
+    /// Frames per packet (16..=1024).
+    #[arg(long, default_value_t = 64)]
+    pub frames: u32,
+    /// Each packet also carries the previous N packets (RFC 2198), 0..=8.
+    #[arg(long, default_value_t = 0)]
+    pub redundancy: usize,
     /// Your name, shown to the other side.
     #[arg(long)]
     pub name: Option<String>,
+}
+
+impl WireArgs {
+    /// A sender for `source`'s audio.
+    pub fn sender(&self, source: &dyn FrameSource, default_codec: Codec) -> anyhow::Result<Sender> {
+        let format = AudioFormat::new(
+            self.codec.unwrap_or(default_codec),
+            source.rate(),
+            source.channels(),
+        )?;
+        let sender = Sender::new(SenderConfig {
+            format,
+            frames_per_packet: self.frames,
+            redundancy: self.redundancy,
+            seed: fresh_seed(),
+            cname: cname(),
+            name: self.name.clone(),
+            wall_offset_ns: wall_offset_ns(),
+        })?;
+        if sender.max_packet_bytes() > netjam_engine::sender::MTU_PAYLOAD {
+            eprintln!(
+                "netjam: warning: packets of {} bytes exceed a 1500-byte MTU and will be fragmented; fewer --frames or channels avoid that",
+                sender.max_packet_bytes()
+            );
+        }
+        Ok(sender)
+    }
+}
+
+/// Send audio to a netjam receiver (or anything that speaks RTP).
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    /// Where to send: HOST:PORT of `netjam recv`, `netjam reflect` or another RTP receiver.
+    #[arg(long)]
+    pub to: String,
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[command(flatten)]
+    pub wire: WireArgs,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    pub duration: Option<f64>,
     /// Local address to send from.
     #[arg(long)]
     pub bind: Option<SocketAddr>,
@@ -81,62 +172,20 @@ pub struct SendArgs {
 
 pub fn run_send(a: SendArgs) -> anyhow::Result<()> {
     let to = resolve(&a.to)?;
-    let (source, default_codec): (Box<dyn FrameSource>, Codec) = if let Some(path) = &a.input {
-        let wav = WavSource::open(path)?;
-        let codec = wav.lossless_codec();
-        if a.rate.is_some_and(|r| r != wav.rate()) || a.channels.is_some_and(|c| c != wav.channels()) {
-            bail!(
-                "{} is {} Hz, {} channels: leave out --rate/--channels for a WAV input (netjam does not resample files)",
-                path.display(),
-                wav.rate(),
-                wav.channels()
-            );
-        }
-        (Box::new(wav), codec)
-    } else {
-        let rate = a.rate.unwrap_or(48_000);
-        let channels = a.channels.unwrap_or(2);
-        let src: Box<dyn FrameSource> = if a.stdin {
-            Box::new(RawSource::new(std::io::stdin(), a.sample_format, rate, channels))
-        } else {
-            let kind = if let Some(hz) = a.sine {
-                SynthKind::Sine { hz }
-            } else if let Some(bpm) = a.clicks {
-                SynthKind::Clicks { bpm }
-            } else {
-                SynthKind::Noise
-            };
-            Box::new(SynthSource::new(kind, rate, channels, fresh_seed()))
-        };
-        (src, Codec::L16)
-    };
-    let format = AudioFormat::new(a.codec.unwrap_or(default_codec), source.rate(), source.channels())?;
-    let sender = Sender::new(SenderConfig {
-        format,
-        frames_per_packet: a.frames,
-        redundancy: a.redundancy,
-        seed: fresh_seed(),
-        cname: cname(),
-        name: a.name.clone(),
-        wall_offset_ns: wall_offset_ns(),
-    })?;
-    if sender.max_packet_bytes() > netjam_engine::sender::MTU_PAYLOAD {
-        eprintln!(
-            "netjam: warning: packets of {} bytes exceed a 1500-byte MTU and will be fragmented; fewer --frames or channels avoid that",
-            sender.max_packet_bytes()
-        );
-    }
+    let (source, default_codec) = a.source.open()?;
+    let sender = a.wire.sender(source.as_ref(), default_codec)?;
+    let format = sender.format();
     let socket = UdpTransport::bind(a.bind.unwrap_or_else(|| any_for(to)))
         .context("opening a UDP socket to send from")?;
     let (io, link) = NetIo::start(socket, Peer::Fixed(to))?;
     let (process, mut snaps) = SendProcess::new(sender, link, format.rate);
     let limit = a.duration.map(|d| (d * format.rate as f64) as u64);
     let endpoint =
-        Box::new(PacedEndpoint::new(format.rate, a.frames, Some(source), 0, None).with_limit(limit));
+        Box::new(PacedEndpoint::new(format.rate, a.wire.frames, Some(source), 0, None).with_limit(limit));
     let stop = interrupt_flag();
     eprintln!(
         "netjam: sending {format} in packets of {} frames to {to}",
-        a.frames
+        a.wire.frames
     );
     let audio = spawn_audio("netjam-audio", endpoint, process, stop.clone())?;
     let mut status = StatusLine::new();

@@ -1,0 +1,79 @@
+//! `netjam jam` against `netjam reflect` on loopback: the player hears their own stream
+//! come back, and the round trip is measured in-band from the click track.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_netjam");
+
+#[test]
+fn jam_against_reflect_hears_its_own_round_trip() {
+    let dir = std::env::temp_dir().join(format!("netjam-jam-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (wav, json) = (dir.join("heard.wav"), dir.join("jam.json"));
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let mut reflect = Command::new(BIN)
+        .args([
+            "reflect",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--duration",
+            "6",
+        ])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("netjam reflect");
+    std::thread::sleep(Duration::from_millis(200));
+    let status = Command::new(BIN)
+        .args([
+            "jam",
+            "--peer",
+            &format!("127.0.0.1:{port}"),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--clicks",
+            "120",
+            "--duration",
+            "2",
+            "--output",
+            wav.to_str().expect("path"),
+        ])
+        .args(["--stats-json", json.to_str().expect("path")])
+        .stderr(Stdio::null())
+        .status()
+        .expect("netjam jam");
+    let _ = reflect.kill();
+    let _ = reflect.wait();
+    assert!(status.success());
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parse");
+    let sent = report["stats"]["sent"]["packets"].as_u64().expect("sent");
+    let heard = report["stats"]["heard"]["received"].as_u64().expect("heard");
+    assert!(
+        sent > 1400 && heard >= sent * 95 / 100,
+        "sent {sent}, heard {heard}"
+    );
+    assert_eq!(report["stats"]["heard"]["stream_starts"], 1);
+    // The first click leaves at input frame 0; output frame 0 is the same callback, so the
+    // first heard click's onset is the mouth-to-ear round trip.
+    let samples: Vec<i32> = hound::WavReader::open(&wav)
+        .expect("wav")
+        .samples::<i32>()
+        .map(|s| s.expect("sample"))
+        .collect();
+    let onset = samples
+        .iter()
+        .position(|s| s.abs() > 3000)
+        .expect("a click was heard")
+        / 2;
+    let rtt_ms = onset as f64 / 48.0;
+    // Loopback: packetization (1.33 ms) + buffer (a period plus target) + the wire (~0).
+    assert!((1.3..25.0).contains(&rtt_ms), "in-band round trip {rtt_ms:.2} ms");
+    eprintln!("in-band round trip through netjam reflect: {rtt_ms:.2} ms ({onset} frames)");
+}
