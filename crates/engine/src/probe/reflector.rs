@@ -200,6 +200,10 @@ impl ReplayWindow {
 #[derive(Debug, Clone)]
 struct Session {
     id: u32,
+    /// The last token verified for this source and the epoch it belongs to: a probe
+    /// carrying the same token skips the keyed hash (it is bound to this address).
+    token: [u8; TOKEN_LEN],
+    token_epoch: u64,
     received: u32,
     refused: u16,
     window: ReplayWindow,
@@ -286,14 +290,18 @@ impl Reflector {
         out
     }
 
-    fn token_ok(&mut self, now_ns: u64, from: &SocketAddr, token: &[u8; TOKEN_LEN]) -> bool {
-        self.rotate(now_ns);
+    /// The epoch whose key issued `token` to `from`, if it is one still accepted.
+    fn token_epoch(&mut self, now_ns: u64, from: &SocketAddr, token: &[u8; TOKEN_LEN]) -> Option<u64> {
+        let e = self.rotate(now_ns);
         let a = addr_bytes(from);
-        self.epoch_keys.iter().flatten().any(|k| {
-            let mut m = k.clone();
-            m.update(&a);
-            m.verify_truncated_left(token).is_ok()
-        })
+        self.epoch_keys
+            .iter()
+            .zip([e, e.wrapping_sub(1)])
+            .find_map(|(k, epoch)| {
+                let mut m = k.as_ref()?.clone();
+                m.update(&a);
+                m.verify_truncated_left(token).is_ok().then_some(epoch)
+            })
     }
 
     fn drop(&mut self, why: DropReason) -> Action {
@@ -439,9 +447,18 @@ impl Reflector {
             Ok(r) => r,
             Err(e) => return self.drop_probe_error(e),
         };
-        if !self.token_ok(now_ns, &from, &req.token) {
-            return self.drop(DropReason::BadToken);
-        }
+        let epoch = self.rotate(now_ns);
+        let cached = self.sessions.get(&from).and_then(|s| {
+            (s.token_epoch.saturating_add(1) >= epoch && same_token(&s.token, &req.token))
+                .then_some(s.token_epoch)
+        });
+        let token_epoch = match cached {
+            Some(e) => e,
+            None => match self.token_epoch(now_ns, &from, &req.token) {
+                Some(e) => e,
+                None => return self.drop(DropReason::BadToken),
+            },
+        };
         if !self.sessions.contains_key(&from) && self.sessions.len() >= self.config.max_sessions {
             if let Some(oldest) = self
                 .sessions
@@ -460,6 +477,8 @@ impl Reflector {
         let cap = burst_capacity(self.config.rate_limit_pps);
         let fresh = || Session {
             id: req.session,
+            token: req.token,
+            token_epoch,
             received: 0,
             refused: 0,
             window: ReplayWindow::new(),
@@ -471,6 +490,8 @@ impl Reflector {
             *s = fresh();
         }
         s.last_seen_ns = now_ns;
+        s.token = req.token;
+        s.token_epoch = token_epoch;
         if !s.bucket.take(now_ns, rate, cap) {
             s.refused = s.refused.saturating_add(1);
             return self.drop(DropReason::RateLimited);
@@ -494,6 +515,11 @@ impl Reflector {
             Err(e) => self.drop_probe_error(e),
         }
     }
+}
+
+/// Compare tokens without an early exit.
+fn same_token(a: &[u8; TOKEN_LEN], b: &[u8; TOKEN_LEN]) -> bool {
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn burst_capacity(rate_pps: u32) -> f64 {
@@ -747,6 +773,62 @@ mod tests {
             Action::Drop(DropReason::Rtcp)
         );
         assert_eq!(r.stats().rtp_echoed, 1);
+    }
+
+    /// Two seconds of flood in virtual time: a valid source at 20 000 probes/s against a
+    /// 1000/s limit, forged tokens from ever-new addresses, garbage — and a legitimate
+    /// sender at 200/s, every one of whose probes is answered.
+    #[test]
+    fn flood_in_virtual_time_keeps_the_legitimate_sender_answered() {
+        let cfg = ReflectorConfig {
+            rate_limit_pps: 1000,
+            ..ReflectorConfig::default()
+        };
+        let mut r = Reflector::new(cfg, [3; 32], None);
+        let legit = addr(1);
+        let greedy = addr(2);
+        let legit_token = handshake(&mut r, 0, legit, None);
+        let greedy_token = handshake(&mut r, 0, greedy, None);
+        let (mut legit_answered, mut greedy_answered) = (0, 0);
+        let mut seq = 0u32;
+        for us in (0..2_000_000u64).step_by(50) {
+            let now = us * 1000;
+            let mut b = probe(seq, greedy_token, None, 64);
+            if matches!(
+                r.handle(now, now, false, greedy, &mut b, 64),
+                Action::Reply { .. }
+            ) {
+                greedy_answered += 1;
+            }
+            seq += 1;
+            if us % 1000 == 0 {
+                let spoofed = SocketAddr::from(([198, 51, (us >> 16) as u8, (us >> 8) as u8], us as u16));
+                let mut b = probe(seq, legit_token, None, 64);
+                assert_eq!(
+                    r.handle(now, now, false, spoofed, &mut b, 64),
+                    Action::Drop(DropReason::BadToken)
+                );
+                let mut junk = [0x4E, 0x4A, 0x50, 1, 3, 0, 0];
+                assert!(matches!(
+                    r.handle(now, now, false, spoofed, &mut junk, 7),
+                    Action::Drop(_)
+                ));
+            }
+            if us % 5000 == 0 {
+                let mut b = probe((us / 5000) as u32, legit_token, None, 64);
+                if matches!(r.handle(now, now, false, legit, &mut b, 64), Action::Reply { .. }) {
+                    legit_answered += 1;
+                }
+            }
+        }
+        assert_eq!(legit_answered, 400);
+        assert!(greedy_answered <= 100 + 2000, "greedy got {greedy_answered}");
+        assert!(greedy_answered >= 1900, "greedy got {greedy_answered}");
+        assert_eq!(
+            r.stats().sessions,
+            2,
+            "forged sources must not take table entries"
+        );
     }
 
     #[test]
