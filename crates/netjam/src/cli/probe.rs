@@ -255,8 +255,16 @@ pub fn ping(cfg: &PingConfig) -> anyhow::Result<PingOutcome> {
                             break;
                         }
                     }
-                    let Some(rx) = sock.recv(&mut buf)? else {
-                        continue;
+                    let rx = match sock.recv(&mut buf) {
+                        Ok(Some(rx)) => rx,
+                        Ok(None) => continue,
+                        // An error queued on the socket (e.g. an ICMP report) is not the
+                        // end of the run; back off briefly so it cannot spin.
+                        Err(e) => {
+                            tracing::debug!("receive error: {e}");
+                            std::thread::sleep(Duration::from_millis(1));
+                            continue;
+                        }
                     };
                     if rx.from != target {
                         continue;
