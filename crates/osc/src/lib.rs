@@ -5,9 +5,18 @@
 //!   decoded lazily by [`Message::args`]. Errors say what is wrong and at which byte.
 //! * [`pattern`] matches OSC 1.0 wildcards and OSC 1.1 `//` path traversal.
 //! * [`dispatch`] routes messages through a tree of ports with per-port metadata.
-//! * [`queue`] hands whole messages between threads without locks.
-//! * [`schedule`] holds bundled messages until their time tags; [`transport`] is the
-//!   std-socket shell for UDP and TCP (length-prefix and SLIP framing).
+//! * [`queue`] hands whole messages between threads without locks; a full queue hands
+//!   the message back. [`queue::Producer::push_outbox`] moves what a realtime dispatch
+//!   forwarded over to the control thread.
+//! * [`schedule`] holds bundled messages until their time tags (bounded, optional);
+//!   [`transport`] is the std-socket shell for UDP and TCP (length-prefix and SLIP
+//!   framing, detected on receive), with [`transport::UdpEndpoint::serve_one`] sending a
+//!   dispatch's replies and broadcasts.
+//!
+//! A typical setup: the control thread receives packets, answers metadata queries and
+//! pushes parameter changes through a [`queue`] to the audio thread, which dispatches
+//! them through its [`Tree`] at the start of each audio callback and pushes the replies
+//! back the same way.
 //!
 //! Encoding, decoding, matching, dispatch and the queue never allocate, so they may run
 //! on an audio thread. This crate must never depend on netjam's engine or binary, and
