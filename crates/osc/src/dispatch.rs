@@ -9,9 +9,11 @@
 //!   separated by `:`. `freq::f` accepts no arguments (a query) or one float; `freq:f`
 //!   only a float; `go:` only no arguments. Without `:` any arguments are accepted.
 //!
-//! Literal addresses (starting with `!`, or `/` without wildcards) are resolved with
-//! hash probes only; patterns are matched layer by layer (`//` included) under a work
-//! budget. Handlers may reply to the sender, broadcast, forward the message unchanged to
+//! Literal addresses are resolved with hash probes only, one per layer. An address
+//! starting with `!` (the O2 convention: no wildcards) is first looked up whole in a
+//! full-path table — one probe — and falls back to the per-layer walk only when the path
+//! goes through array ports. Patterns are matched layer by layer (`//` included) under a
+//! work budget, so a hostile pattern cannot make one message cost more than that. Handlers may reply to the sender, broadcast, forward the message unchanged to
 //! the next stage, or chain a new message that is dispatched after the current one; all
 //! of these are written into a caller-provided [`Outbox`].
 //!
