@@ -594,7 +594,11 @@ pub fn sweep(
     mut progress: impl FnMut(&SweepPoint, &PointResult),
 ) -> anyhow::Result<SweepReport> {
     let mut points = Vec::new();
-    for p in sweep_grid(&format) {
+    let min_size = packet::probe_min_len(secret.as_deref().map(|s| ProbeKey::new(s.as_bytes())).as_ref());
+    for mut p in sweep_grid(&format) {
+        // The smallest audio packets can be shorter than a probe; measure those at the
+        // probe minimum and say so in the point's size.
+        p.size_bytes = p.size_bytes.max(min_size);
         let cfg = PingConfig {
             target,
             rate_pps: p.packet_rate,
