@@ -1251,6 +1251,49 @@ mod tests {
     }
 
     #[test]
+    fn json_export_is_valid_json_with_every_field() {
+        let mut b = TreeBuilder::<()>::new();
+        b.port(
+            "/filter#2/cutoff::f",
+            Meta::new()
+                .doc("Cutoff \"frequency\"\nin Hz")
+                .short("cut")
+                .range(20.0, 20000.0)
+                .default_number(1000.0)
+                .unit("Hz")
+                .scale(Scale::Log),
+            |_, _| {},
+        )
+        .port(
+            "/filter#2/type:i",
+            Meta::new().options(&["lp", "hp"]).default_text("lp"),
+            |_, _| {},
+        )
+        .port("/bypass", Meta::new().default_bool(false), |_, _| {});
+        let json: serde_json::Value = serde_json::from_str(&b.build().unwrap().to_json()).unwrap();
+        let ports = json["ports"].as_array().unwrap();
+        assert_eq!(ports.len(), 3);
+        let cutoff = &ports[0];
+        assert_eq!(cutoff["path"], "/filter#2/cutoff");
+        assert_eq!(cutoff["args"], serde_json::json!(["", "f"]));
+        assert_eq!(cutoff["doc"], "Cutoff \"frequency\"\nin Hz");
+        assert_eq!(cutoff["short_name"], "cut");
+        assert_eq!(
+            (cutoff["min"].as_f64(), cutoff["max"].as_f64()),
+            (Some(20.0), Some(20000.0))
+        );
+        assert_eq!(cutoff["default"].as_f64(), Some(1000.0));
+        assert_eq!(
+            (&cutoff["unit"], &cutoff["scale"]),
+            (&serde_json::json!("Hz"), &serde_json::json!("log"))
+        );
+        assert_eq!(ports[1]["options"], serde_json::json!(["lp", "hp"]));
+        assert_eq!(ports[1]["default"], "lp");
+        assert_eq!(ports[2]["args"], serde_json::Value::Null);
+        assert_eq!(ports[2]["default"], false);
+    }
+
+    #[test]
     fn build_errors() {
         let h = |_: &mut (), _: &mut Request<'_, '_>| {};
         let cases = [
