@@ -779,6 +779,18 @@ pub fn sweep_svg(report: &SweepReport) -> String {
         w - r,
         yl(report.recommendation.loss_limit_pct)
     ));
+    s.push_str(&format!(
+        "<line x1=\"{}\" y1=\"52\" x2=\"{}\" y2=\"52\" stroke=\"#1f5fbf\" stroke-width=\"2\"/><text x=\"{}\" \
+         y=\"56\">expected latency, ms (left)</text>\n<line x1=\"{}\" y1=\"68\" x2=\"{}\" y2=\"68\" \
+         stroke=\"#c0392b\" stroke-width=\"2\" stroke-dasharray=\"5,3\"/><text x=\"{}\" y=\"72\">loss of the worse \
+         direction, % (right); faint line: limit</text>\n",
+        l + 10.0,
+        l + 40.0,
+        l + 46.0,
+        l + 10.0,
+        l + 40.0,
+        l + 46.0
+    ));
     s.push_str("</svg>\n");
     s
 }
