@@ -79,12 +79,13 @@ fn timestamp_resolution() {
         }
     }
     println!(
-        "socket timestamps: {} ({} datagrams at 2000/s)",
+        "socket timestamps: {} ({} datagrams at 2000/s); stamps are integer ns, smallest gap seen {} ns",
         match source {
-            TimestampSource::Kernel => "kernel (SO_TIMESTAMPNS, ns resolution)",
+            TimestampSource::Kernel => "kernel (SO_TIMESTAMPNS, mapped onto the monotonic scale)",
             TimestampSource::Monotonic => "monotonic after recv",
         },
-        stamps.len()
+        stamps.len(),
+        min_diff
     );
     if !gaps.is_empty() {
         gaps.sort_unstable();
