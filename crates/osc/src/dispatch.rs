@@ -32,6 +32,9 @@ use crate::time::TimeTag;
 /// Deepest address (in segments) the tree accepts.
 pub const MAX_PATH_DEPTH: usize = 16;
 
+/// Longest base name of an array port.
+pub const MAX_ARRAY_NAME: usize = 80;
+
 /// How many chained messages one [`Tree::dispatch`] call processes at most.
 pub const MAX_CHAINED: u32 = 64;
 
@@ -51,7 +54,7 @@ pub enum BuildError {
     #[error("port spec {0:?}: segment names may not contain ' ', '#', ',', '*', '?', '[', ']', '{{', '}}' or ':' (except 'name#N' for arrays)")]
     BadName(String),
     /// An array count is missing, zero or too large, or its base name ends in a digit.
-    #[error("port spec {0:?}: array ports are written 'name#N' with 1 <= N <= 2^31 and a name not ending in a digit")]
+    #[error("port spec {0:?}: array ports are written 'name#N' with 1 <= N <= 2^31 and a name of at most {MAX_ARRAY_NAME} bytes not ending in a digit")]
     BadArray(String),
     /// The path has more than [`MAX_PATH_DEPTH`] segments.
     #[error("port spec {0:?} is deeper than {MAX_PATH_DEPTH} segments")]
@@ -521,6 +524,7 @@ impl<S> TreeBuilder<S> {
                     if count == 0
                         || count > 1 << 31
                         || n.is_empty()
+                        || n.len() > MAX_ARRAY_NAME
                         || n.ends_with(|c: char| c.is_ascii_digit())
                     {
                         return Err(bad(BuildError::BadArray));
@@ -902,9 +906,12 @@ impl<S> Tree<S> {
                 }
                 continue;
             }
-            let mut name = [0u8; 96];
+            if !prefix_compatible(seg, port.name.as_bytes()) {
+                continue;
+            }
+            let mut name = [0u8; MAX_ARRAY_NAME + 10];
             let base = port.name.len();
-            if base + 10 > name.len() {
+            if base > MAX_ARRAY_NAME {
                 continue;
             }
             name[..base].copy_from_slice(port.name.as_bytes());
@@ -1011,6 +1018,22 @@ impl<S> Tree<S> {
                 }
             }
         }
+    }
+}
+
+/// Whether an array port named `base` (elements `base0`, `base1`, …) can match the
+/// pattern segment at all, judged by the pattern's literal prefix, so patterns like
+/// `kit*` skip `voice#8` without trying all eight names.
+fn prefix_compatible(pattern: &[u8], base: &[u8]) -> bool {
+    let lit_len = pattern
+        .iter()
+        .position(|c| matches!(c, b'*' | b'?' | b'[' | b'{'))
+        .unwrap_or(pattern.len());
+    let lit = &pattern[..lit_len];
+    if lit.len() <= base.len() {
+        base.starts_with(lit)
+    } else {
+        lit.starts_with(base) && lit[base.len()..].iter().all(u8::is_ascii_digit)
     }
 }
 
@@ -1304,6 +1327,7 @@ mod tests {
             ("/v2#4", BuildError::BadArray("/v2#4".into())),
             ("/_x", BuildError::Reserved("/_x".into())),
             ("/a:q", BuildError::BadName("/a:q".into())),
+            ("/a{0}#2", BuildError::BadName("/a{0}#2".into())),
         ];
         for (spec, want) in cases {
             let mut b = TreeBuilder::<()>::new();
