@@ -10,6 +10,7 @@ pub mod endpoint;
 pub mod loopback;
 pub mod relay;
 pub mod ring;
+pub mod rt;
 pub mod session;
 pub mod status;
 pub mod transport;

@@ -81,6 +81,7 @@ impl NetIo {
                 (socket.clone(), stop.clone(), learned.clone(), rx_overflow.clone());
             let mut to_audio = to_audio;
             thread::Builder::new().name("netjam-rx".into()).spawn(move || {
+                crate::rt::promote_current_thread(crate::rt::NETWORK_PRIORITY);
                 let mut buf = vec![0u8; MAX_DATAGRAM];
                 while !stop.load(Ordering::Relaxed) {
                     match socket.recv(&mut buf) {
@@ -107,6 +108,7 @@ impl NetIo {
         let tx = {
             let (socket, stop) = (socket.clone(), stop.clone());
             thread::Builder::new().name("netjam-tx".into()).spawn(move || {
+                crate::rt::promote_current_thread(crate::rt::NETWORK_PRIORITY);
                 let mut buf = vec![0u8; MAX_DATAGRAM];
                 loop {
                     let mut sent_any = false;

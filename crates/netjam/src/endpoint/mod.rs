@@ -12,6 +12,7 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+pub mod jack;
 pub mod paced;
 pub mod raw;
 pub mod synth;
@@ -46,18 +47,75 @@ pub enum StopReason {
     Stopped,
 }
 
-/// Timing of the periods an endpoint ran.
+/// Buckets of [`PeriodStats::callback_histogram`]: bucket k counts callbacks that took
+/// less than 2^k µs (the last bucket takes the rest).
+pub const HISTOGRAM_BUCKETS: usize = 16;
+
+/// Timing of the periods an endpoint ran, as a realtime OS would report it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct PeriodStats {
     pub periods: u64,
     /// Periods whose callback started later than a whole period after its deadline.
     pub missed_deadlines: u64,
-    /// Mean and worst lateness of the callback's start, µs.
+    /// Lateness of the callback's start, µs: mean, standard deviation, worst.
     pub wake_late_mean_us: f64,
+    pub wake_late_std_us: f64,
     pub wake_late_max_us: f64,
-    /// Mean and worst time spent in `process`, µs.
+    /// Time spent in `process`, µs: mean, standard deviation, worst.
     pub callback_mean_us: f64,
+    pub callback_std_us: f64,
     pub callback_max_us: f64,
+    /// Callback durations in power-of-two µs buckets.
+    pub callback_histogram: [u64; HISTOGRAM_BUCKETS],
+    /// Whether the audio thread ran under realtime scheduling.
+    pub realtime: bool,
+}
+
+/// Accumulates [`PeriodStats`] without allocating (for endpoints' callback threads).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PeriodTimer {
+    stats: PeriodStats,
+    late_sum: f64,
+    late_sq: f64,
+    cb_sum: f64,
+    cb_sq: f64,
+}
+
+impl PeriodTimer {
+    /// Record one period: how late it started and how long `process` took, in ns, against
+    /// a period of `period_ns`.
+    pub fn record(&mut self, late_ns: u64, took_ns: u64, period_ns: u64) {
+        let s = &mut self.stats;
+        s.periods += 1;
+        if late_ns > period_ns || took_ns > period_ns {
+            s.missed_deadlines += 1;
+        }
+        let (late, took) = (late_ns as f64 / 1e3, took_ns as f64 / 1e3);
+        self.late_sum += late;
+        self.late_sq += late * late;
+        self.cb_sum += took;
+        self.cb_sq += took * took;
+        s.wake_late_max_us = s.wake_late_max_us.max(late);
+        s.callback_max_us = s.callback_max_us.max(took);
+        let bucket = (64 - (took_ns / 1000).leading_zeros() as usize).min(HISTOGRAM_BUCKETS - 1);
+        s.callback_histogram[bucket] += 1;
+    }
+
+    pub fn set_realtime(&mut self, realtime: bool) {
+        self.stats.realtime = realtime;
+    }
+
+    /// The figures so far.
+    pub fn stats(&self) -> PeriodStats {
+        let mut s = self.stats;
+        let n = s.periods.max(1) as f64;
+        let std = |sum: f64, sq: f64| (sq / n - (sum / n).powi(2)).max(0.0).sqrt();
+        s.wake_late_mean_us = self.late_sum / n;
+        s.wake_late_std_us = std(self.late_sum, self.late_sq);
+        s.callback_mean_us = self.cb_sum / n;
+        s.callback_std_us = std(self.cb_sum, self.cb_sq);
+        s
+    }
 }
 
 /// A clocked audio endpoint (see the module docs).

@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::{Endpoint, FrameSink, FrameSource, PeriodStats, Process, StopReason, StreamSpec};
+use super::{Endpoint, FrameSink, FrameSource, PeriodStats, PeriodTimer, Process, StopReason, StreamSpec};
 use crate::clock;
 use netjam_engine::time::frames_to_ns;
 
@@ -75,9 +75,19 @@ impl Endpoint for PacedEndpoint {
         let mut input = vec![0.0f32; period * s.input_channels as usize];
         let mut output = vec![0.0f32; period * s.output_channels as usize];
         let period_ns = frames_to_ns(s.period as u64, s.rate);
+        let realtime = matches!(
+            crate::rt::promote_current_thread(crate::rt::AUDIO_PRIORITY),
+            crate::rt::RtStatus::Realtime { .. }
+        );
+        let mut timer = PeriodTimer::default();
+        timer.set_realtime(realtime);
+        if realtime {
+            if let Err(e) = crate::rt::lock_memory() {
+                tracing::info!("memory not locked: {e}");
+            }
+        }
         let start = clock::now_ns();
-        let mut stats = PeriodStats::default();
-        let (mut late_sum, mut cb_sum) = (0.0, 0.0);
+        let mut periods = 0u64;
         let mut frames_done = 0u64;
         let reason = loop {
             if stop.load(Ordering::Relaxed) {
@@ -95,22 +105,14 @@ impl Endpoint for PacedEndpoint {
                 input[got * s.input_channels as usize..].fill(0.0);
             }
             // The period is handed over once it has been "captured": at its end.
-            let deadline = start + (stats.periods + 1) * period_ns;
+            let deadline = start + (periods + 1) * period_ns;
             clock::sleep_until_ns(deadline);
             let woke = clock::now_ns();
-            let late = woke.saturating_sub(deadline);
-            if late > period_ns {
-                stats.missed_deadlines += 1;
-            }
             // Like a sound card's period timestamp, the callback is given the nominal time
             // of the period, so a late wake-up of this thread does not look like network delay.
             process.process(deadline, &input, &mut output);
-            let took = clock::now_ns() - woke;
-            late_sum += late as f64 / 1e3;
-            cb_sum += took as f64 / 1e3;
-            stats.wake_late_max_us = stats.wake_late_max_us.max(late as f64 / 1e3);
-            stats.callback_max_us = stats.callback_max_us.max(took as f64 / 1e3);
-            stats.periods += 1;
+            timer.record(woke.saturating_sub(deadline), clock::now_ns() - woke, period_ns);
+            periods += 1;
             if let Some(sink) = self.sink.as_mut() {
                 sink.write(&output[..got * s.output_channels as usize])?;
             }
@@ -119,10 +121,6 @@ impl Endpoint for PacedEndpoint {
         if let Some(sink) = self.sink.as_mut() {
             sink.finish()?;
         }
-        if stats.periods > 0 {
-            stats.wake_late_mean_us = late_sum / stats.periods as f64;
-            stats.callback_mean_us = cb_sum / stats.periods as f64;
-        }
-        Ok((reason, stats))
+        Ok((reason, timer.stats()))
     }
 }

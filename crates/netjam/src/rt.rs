@@ -1,0 +1,94 @@
+//! Realtime scheduling for the audio and network threads.
+//!
+//! Where the system allows it, the audio thread and the network threads run under
+//! `SCHED_FIFO` and the process's memory is locked, so the kernel never makes a callback
+//! wait for a page or for a background job. Where it does not (no privilege, no rtprio
+//! limit, another OS), netjam says so once, in one line, and runs at normal priority.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Priority of the audio thread (the network threads run just below it).
+pub const AUDIO_PRIORITY: i32 = 80;
+pub const NETWORK_PRIORITY: i32 = 75;
+
+/// What a thread got.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "scheduling", rename_all = "snake_case")]
+pub enum RtStatus {
+    Realtime { priority: i32 },
+    Normal { reason: String },
+}
+
+static WARNED: AtomicBool = AtomicBool::new(false);
+static DISABLED: AtomicBool = AtomicBool::new(false);
+
+/// Never ask for realtime scheduling in this process (tests, `--no-realtime`).
+pub fn disable() {
+    DISABLED.store(true, Ordering::Relaxed);
+}
+
+/// Move the calling thread to `SCHED_FIFO` at `priority`; on failure, warn once and stay.
+pub fn promote_current_thread(priority: i32) -> RtStatus {
+    if DISABLED.load(Ordering::Relaxed) || std::env::var_os("NETJAM_NO_REALTIME").is_some() {
+        return RtStatus::Normal {
+            reason: "disabled".into(),
+        };
+    }
+    let status = set_fifo(priority);
+    if let RtStatus::Normal { reason } = &status {
+        if !WARNED.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "netjam: warning: no realtime priority ({reason}); audio may glitch when the machine is busy. \
+                 Allow it with an rtprio limit (e.g. `@audio - rtprio 95` in /etc/security/limits.conf)"
+            );
+        }
+    }
+    status
+}
+
+#[cfg(target_os = "linux")]
+fn set_fifo(priority: i32) -> RtStatus {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: pthread_self() is the calling thread; `param` is a valid sched_param that
+    // outlives the call.
+    let rc = unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
+    if rc == 0 {
+        RtStatus::Realtime { priority }
+    } else {
+        RtStatus::Normal {
+            reason: std::io::Error::from_raw_os_error(rc).to_string(),
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_fifo(_priority: i32) -> RtStatus {
+    RtStatus::Normal {
+        reason: "realtime scheduling is only requested on Linux".into(),
+    }
+}
+
+/// Lock the memory the process holds now (call it once the audio buffers are reserved),
+/// so no callback waits for a page. Future allocations are not locked: with a small
+/// memlock limit that would make them fail. Returns why not, if it could not.
+pub fn lock_memory() -> Result<(), String> {
+    if DISABLED.load(Ordering::Relaxed) || std::env::var_os("NETJAM_NO_REALTIME").is_some() {
+        return Err("disabled".into());
+    }
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: mlockall takes flags only and touches no memory of ours.
+        let rc = unsafe { libc::mlockall(libc::MCL_CURRENT) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error().to_string())
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Err("memory locking is only requested on Linux".into())
+    }
+}
