@@ -304,6 +304,23 @@ impl<'r> Request<'r, '_> {
         self.out.push(Route::Broadcast, address, args)
     }
 
+    /// Replies to the sender from this port's concrete address (e.g. answering a query
+    /// on `/voice3/freq` with the current value, even if it arrived as `/voice*/freq`).
+    pub fn reply_here(&mut self, args: &[Arg<'_>]) -> Result<(), EncodeError> {
+        self.push_here(Route::Reply, args)
+    }
+
+    /// Broadcasts from this port's concrete address (e.g. announcing a changed value).
+    pub fn broadcast_here(&mut self, args: &[Arg<'_>]) -> Result<(), EncodeError> {
+        self.push_here(Route::Broadcast, args)
+    }
+
+    fn push_here(&mut self, route: Route, args: &[Arg<'_>]) -> Result<(), EncodeError> {
+        let mut buf = [0u8; 512];
+        let address = self.concrete_address(&mut buf).ok_or(EncodeError::BadAddress)?;
+        self.out.push(route, address, args)
+    }
+
     /// Hands the unchanged message on to the next stage.
     pub fn forward(&mut self) -> Result<(), EncodeError> {
         self.out.push_raw(Route::Forward, self.message.as_bytes())
@@ -1108,9 +1125,7 @@ mod tests {
                 match r.arg(0) {
                     Some(Arg::Float(f)) => s.freq[v] = f,
                     _ => {
-                        let mut buf = [0u8; 64];
-                        let addr = r.concrete_address(&mut buf).unwrap_or("/?").to_owned();
-                        let _ = r.reply(&addr, &[Arg::Float(s.freq[v])]);
+                        let _ = r.reply_here(&[Arg::Float(s.freq[v])]);
                     }
                 }
             },

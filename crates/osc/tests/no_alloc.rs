@@ -62,13 +62,7 @@ fn steady_state_paths_do_not_allocate() {
         match r.arg(0) {
             Some(Arg::Float(f)) => s.freq[p][v] = f,
             _ => {
-                let mut buf = [0u8; 64];
-                let addr = r.concrete_address(&mut buf).unwrap_or("/");
-                let (addr, value) = (addr, s.freq[p][v]);
-                let mut copy = [0u8; 64];
-                copy[..addr.len()].copy_from_slice(addr.as_bytes());
-                let addr = core::str::from_utf8(&copy[..addr.len()]).unwrap_or("/");
-                let _ = r.reply(addr, &[Arg::Float(value)]);
+                let _ = r.reply_here(&[Arg::Float(s.freq[p][v])]);
             }
         }
     })
