@@ -209,17 +209,64 @@ impl<S: Copy> Publisher<S> {
     }
 }
 
-/// The audio-thread side of `netjam send`.
-pub struct SendProcess {
-    pub sender: Sender,
+/// The audio thread's network plumbing, shared by every kind of stream: the rings, the
+/// send thread's waker and pre-allocated buffers.
+struct NetSide {
     to_net: PacketTx,
     from_net: PacketRx,
     waker: Thread,
     rx_buf: Vec<u8>,
     rtcp: Vec<u8>,
-    publisher: Publisher<SenderStats>,
     /// Packets refused by a full ring (the network thread fell behind).
-    pub tx_overflow: u64,
+    tx_overflow: u64,
+}
+
+impl NetSide {
+    fn new(link: AudioLink) -> Self {
+        Self {
+            to_net: link.to_net,
+            from_net: link.from_net,
+            waker: link.waker,
+            rx_buf: vec![0; MAX_DATAGRAM],
+            rtcp: vec![0; 1500],
+            tx_overflow: 0,
+        }
+    }
+
+    /// Queue the first `len` bytes of the RTCP buffer.
+    fn send_rtcp(&mut self, now_ns: u64, len: usize) {
+        if !self.to_net.push(now_ns, &self.rtcp[..len]) {
+            self.tx_overflow += 1;
+        }
+    }
+
+    /// Write `sender`'s final report and BYE, and wake the send thread.
+    fn bye(&mut self, sender: &mut Sender, now_ns: u64) {
+        if let Some(n) = sender.bye(now_ns, &mut self.rtcp) {
+            self.send_rtcp(now_ns, n);
+            self.waker.unpark();
+        }
+    }
+
+    /// Packetize `input` through `sender` onto the ring.
+    fn send_frames(&mut self, sender: &mut Sender, now_ns: u64, input: &[f32]) {
+        let (to_net, overflow) = (&mut self.to_net, &mut self.tx_overflow);
+        sender.push_frames(now_ns, input, |p| {
+            if !to_net.push(now_ns, p) {
+                *overflow += 1;
+            }
+        });
+        if let Some(n) = sender.poll_rtcp(now_ns, &mut self.rtcp) {
+            self.send_rtcp(now_ns, n);
+        }
+    }
+}
+
+/// The audio-thread side of `netjam send`.
+pub struct SendProcess {
+    pub sender: Sender,
+    net: NetSide,
+    publisher: Publisher<SenderStats>,
 }
 
 impl std::fmt::Debug for SendProcess {
@@ -233,47 +280,37 @@ impl std::fmt::Debug for SendProcess {
 impl SendProcess {
     pub fn new(sender: Sender, link: AudioLink, rate: u32) -> (Self, rtrb::Consumer<Snapshot<SenderStats>>) {
         let (publisher, rx) = Publisher::new(rate);
-        let p = Self {
-            sender,
-            to_net: link.to_net,
-            from_net: link.from_net,
-            waker: link.waker,
-            rx_buf: vec![0; MAX_DATAGRAM],
-            rtcp: vec![0; 1500],
-            publisher,
-            tx_overflow: 0,
-        };
-        (p, rx)
+        (
+            Self {
+                sender,
+                net: NetSide::new(link),
+                publisher,
+            },
+            rx,
+        )
     }
 
     /// Send a final report and BYE.
     pub fn finish(&mut self, now_ns: u64) {
-        if let Some(n) = self.sender.bye(now_ns, &mut self.rtcp) {
-            let _ = self.to_net.push(now_ns, &self.rtcp[..n]);
-            self.waker.unpark();
-        }
+        self.net.bye(&mut self.sender, now_ns);
+    }
+
+    /// Packets refused by a full ring.
+    pub fn tx_overflow(&self) -> u64 {
+        self.net.tx_overflow
     }
 }
 
 impl Process for SendProcess {
     fn process(&mut self, now_ns: u64, input: &[f32], _output: &mut [f32]) {
-        while let Some((at, len)) = self.from_net.pop(&mut self.rx_buf) {
-            if classify(&self.rx_buf[..len]) == PacketKind::Rtcp {
-                self.sender.on_rtcp(at, &self.rx_buf[..len]);
+        let net = &mut self.net;
+        while let Some((at, len)) = net.from_net.pop(&mut net.rx_buf) {
+            if classify(&net.rx_buf[..len]) == PacketKind::Rtcp {
+                self.sender.on_rtcp(at, &net.rx_buf[..len]);
             }
         }
-        let (to_net, overflow) = (&mut self.to_net, &mut self.tx_overflow);
-        self.sender.push_frames(now_ns, input, |p| {
-            if !to_net.push(now_ns, p) {
-                *overflow += 1;
-            }
-        });
-        if let Some(n) = self.sender.poll_rtcp(now_ns, &mut self.rtcp) {
-            if !self.to_net.push(now_ns, &self.rtcp[..n]) {
-                self.tx_overflow += 1;
-            }
-        }
-        self.waker.unpark();
+        net.send_frames(&mut self.sender, now_ns, input);
+        net.waker.unpark();
         let ch = self.sender.format().channels as usize;
         let sender = &self.sender;
         self.publisher.tick(input.len() / ch, input, || sender.stats());
@@ -283,11 +320,7 @@ impl Process for SendProcess {
 /// The audio-thread side of `netjam recv`.
 pub struct RecvProcess {
     pub receiver: Receiver,
-    to_net: PacketTx,
-    from_net: PacketRx,
-    waker: Thread,
-    rx_buf: Vec<u8>,
-    rtcp: Vec<u8>,
+    net: NetSide,
     publisher: Publisher<ReceiverStats>,
 }
 
@@ -307,22 +340,21 @@ impl RecvProcess {
         rate: u32,
     ) -> (Self, rtrb::Consumer<Snapshot<ReceiverStats>>) {
         let (publisher, rx) = Publisher::new(rate);
-        let p = Self {
-            receiver,
-            to_net: link.to_net,
-            from_net: link.from_net,
-            waker: link.waker,
-            rx_buf: vec![0; MAX_DATAGRAM],
-            rtcp: vec![0; 1500],
-            publisher,
-        };
-        (p, rx)
+        (
+            Self {
+                receiver,
+                net: NetSide::new(link),
+                publisher,
+            },
+            rx,
+        )
     }
 
-    /// Feed everything queued so far into the receiver (before playout starts).
+    /// Feed everything queued so far into the receiver.
     pub fn drain(&mut self) {
-        while let Some((at, len)) = self.from_net.pop(&mut self.rx_buf) {
-            self.receiver.on_datagram(at, &self.rx_buf[..len]);
+        let net = &mut self.net;
+        while let Some((at, len)) = net.from_net.pop(&mut net.rx_buf) {
+            self.receiver.on_datagram(at, &net.rx_buf[..len]);
         }
     }
 }
@@ -331,9 +363,9 @@ impl Process for RecvProcess {
     fn process(&mut self, now_ns: u64, _input: &[f32], output: &mut [f32]) {
         self.drain();
         self.receiver.play(now_ns, output);
-        if let Some(n) = self.receiver.poll_rtcp(now_ns, &mut self.rtcp) {
-            let _ = self.to_net.push(now_ns, &self.rtcp[..n]);
-            self.waker.unpark();
+        if let Some(n) = self.receiver.poll_rtcp(now_ns, &mut self.net.rtcp) {
+            self.net.send_rtcp(now_ns, n);
+            self.net.waker.unpark();
         }
         let ch = self.receiver.output_format().map_or(1, |f| f.channels as usize);
         let receiver = &self.receiver;
@@ -383,15 +415,10 @@ pub struct JamStats {
 pub struct JamProcess {
     pub sender: Sender,
     pub receiver: Receiver,
-    to_net: PacketTx,
-    from_net: PacketRx,
-    waker: Thread,
-    rx_buf: Vec<u8>,
-    rtcp: Vec<u8>,
-    /// Linear gain applied to what is heard; 0 mutes.
+    net: NetSide,
+    /// f32 bits of the linear gain applied to what is heard; 0 mutes.
     gain: Arc<std::sync::atomic::AtomicU32>,
     publisher: Publisher<JamStats>,
-    pub tx_overflow: u64,
 }
 
 impl std::fmt::Debug for JamProcess {
@@ -412,61 +439,49 @@ impl JamProcess {
         gain: Arc<std::sync::atomic::AtomicU32>,
     ) -> (Self, rtrb::Consumer<Snapshot<JamStats>>) {
         let (publisher, rx) = Publisher::new(sender.format().rate);
-        let p = Self {
-            sender,
-            receiver,
-            to_net: link.to_net,
-            from_net: link.from_net,
-            waker: link.waker,
-            rx_buf: vec![0; MAX_DATAGRAM],
-            rtcp: vec![0; 1500],
-            gain,
-            publisher,
-            tx_overflow: 0,
-        };
-        (p, rx)
+        (
+            Self {
+                sender,
+                receiver,
+                net: NetSide::new(link),
+                gain,
+                publisher,
+            },
+            rx,
+        )
     }
 
     /// Send a final report and BYE.
     pub fn finish(&mut self, now_ns: u64) {
-        if let Some(n) = self.sender.bye(now_ns, &mut self.rtcp) {
-            let _ = self.to_net.push(now_ns, &self.rtcp[..n]);
-            self.waker.unpark();
-        }
+        self.net.bye(&mut self.sender, now_ns);
+    }
+
+    /// Packets refused by a full ring.
+    pub fn tx_overflow(&self) -> u64 {
+        self.net.tx_overflow
     }
 }
 
 impl Process for JamProcess {
     fn process(&mut self, now_ns: u64, input: &[f32], output: &mut [f32]) {
-        while let Some((at, len)) = self.from_net.pop(&mut self.rx_buf) {
-            let bytes = &self.rx_buf[..len];
+        let net = &mut self.net;
+        while let Some((at, len)) = net.from_net.pop(&mut net.rx_buf) {
+            let bytes = &net.rx_buf[..len];
             if classify(bytes) == PacketKind::Rtcp {
                 self.sender.on_rtcp(at, bytes);
             }
             self.receiver.on_datagram(at, bytes);
         }
-        let (to_net, overflow) = (&mut self.to_net, &mut self.tx_overflow);
-        self.sender.push_frames(now_ns, input, |p| {
-            if !to_net.push(now_ns, p) {
-                *overflow += 1;
-            }
-        });
+        net.send_frames(&mut self.sender, now_ns, input);
         self.receiver.play(now_ns, output);
         let gain = f32::from_bits(self.gain.load(Ordering::Relaxed));
         if gain != 1.0 {
             output.iter_mut().for_each(|x| *x *= gain);
         }
-        if let Some(n) = self.sender.poll_rtcp(now_ns, &mut self.rtcp) {
-            if !self.to_net.push(now_ns, &self.rtcp[..n]) {
-                self.tx_overflow += 1;
-            }
+        if let Some(n) = self.receiver.poll_rtcp(now_ns, &mut net.rtcp) {
+            net.send_rtcp(now_ns, n);
         }
-        if let Some(n) = self.receiver.poll_rtcp(now_ns, &mut self.rtcp) {
-            if !self.to_net.push(now_ns, &self.rtcp[..n]) {
-                self.tx_overflow += 1;
-            }
-        }
-        self.waker.unpark();
+        net.waker.unpark();
         let ch = self.sender.format().channels as usize;
         let (sender, receiver) = (&self.sender, &self.receiver);
         self.publisher
