@@ -119,6 +119,8 @@ pub struct PingReport {
     pub send_errors: u64,
     /// The sender's worst lateness against its schedule.
     pub max_schedule_slip_ms: f64,
+    /// Probes per second actually sent (first to last send).
+    pub achieved_rate_pps: f64,
     pub summary: ProbeSummary,
 }
 
@@ -384,6 +386,13 @@ pub fn ping(cfg: &PingConfig) -> anyhow::Result<PingOutcome> {
             .clone(),
     };
     let summary = stats.summary(None);
+    let sent_times = stats.records().iter().filter(|r| r.sent).map(|r| r.t1_ns);
+    let (first, last) = sent_times.fold((u64::MAX, 0), |(a, b), t| (a.min(t), b.max(t)));
+    let achieved_rate_pps = if last > first {
+        (summary.sent.saturating_sub(1)) as f64 * NS / (last - first) as f64
+    } else {
+        0.0
+    };
     let refl_kernel = reflector_kernel.load(Ordering::Relaxed);
     let report = PingReport {
         target: cfg.target,
@@ -399,6 +408,7 @@ pub fn ping(cfg: &PingConfig) -> anyhow::Result<PingOutcome> {
         },
         send_errors: send_errors.load(Ordering::Relaxed),
         max_schedule_slip_ms: max_slip.load(Ordering::Relaxed) as f64 / 1e6,
+        achieved_rate_pps,
         summary,
     };
     Ok(PingOutcome { report, stats })
