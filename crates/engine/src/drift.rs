@@ -9,10 +9,10 @@
 //!   `r = sender rate / device rate`.
 //!   Each clock is seen as pairs `(t_ns, media_frames)`: packet arrivals for the sender,
 //!   device callbacks for the device. Both views are delayed by something that is never
-//!   negative (network queueing, scheduling latency), so per 0.5 s window the estimator
+//!   negative (network queueing, scheduling latency), so per 0.25 s window the estimator
 //!   keeps two summaries of `x = t_ns - frames * nominal_ns_per_frame`: the minimum (the
 //!   lower envelope; sharp when the delay has a floor, as real paths have) and the mean
-//!   (better when the delay is symmetric, as in Gaussian jitter). Over the last 64 windows
+//!   (better when the delay is symmetric, as in Gaussian jitter). Over the last 128 windows
 //!   (32 s) it fits a line to each series by least squares; each fit's residual scatter gives
 //!   the standard error of its slope, and the two slopes are combined by inverse variance.
 //!   So the estimator picks whichever summary the link makes precise, and says how precise
@@ -22,7 +22,7 @@
 //!   noise through one bandwidth, while the fit needs no tuning: after 10 s of 1 ms jitter
 //!   its error is a few ppm (figures in the scenario tests), and it keeps refining to 32 s.
 //!   A jump of the timeline (a new stream) restarts a clock's fit; a step of the path delay
-//!   larger than 2 ms restarts it too, keeping the last slope until the new fit has 3 s.
+//!   larger than 2 ms restarts it too, keeping the last slope until the new fit has 1.5 s.
 //! * [`AdaptiveResampler`] converts interleaved frames at ratio `r` (input frames per output
 //!   frame, within ±1 %): a 32-tap Kaiser-windowed sinc (β = 9, cutoff 0.455 of the input
 //!   rate) in a 256-phase table, interpolated linearly between phases. The position is a
@@ -64,10 +64,10 @@ const KAISER_BETA: f64 = 9.0;
 const CUTOFF: f64 = 0.455;
 
 /// Estimator window: one minimum and one mean per window.
-const WINDOW_NS: u64 = 500_000_000;
+const WINDOW_NS: u64 = 250_000_000;
 /// Windows kept for the fit (32 s).
-const POINTS: usize = 64;
-/// Windows needed before a fit is reported (3 s).
+const POINTS: usize = 128;
+/// Windows needed before a fit is reported (1.5 s).
 const MIN_POINTS: usize = 6;
 /// A window minimum this far off the fitted line, twice in a row, is a step of the path.
 const STEP_NS: f64 = 2_000_000.0;
@@ -118,6 +118,8 @@ struct ClockFit {
     len: usize,
     head: usize,
     fitted: Option<Slope>,
+    /// The lower envelope `x = a + b·m` (fitted slope, minimum series' intercept).
+    envelope: Option<(f64, f64)>,
     /// Kept across a restart until the new fit has enough points.
     held: Option<Slope>,
     /// A window off the fitted line, held back until the next one says step or outlier.
@@ -144,6 +146,7 @@ impl ClockFit {
             len: 0,
             head: 0,
             fitted: None,
+            envelope: None,
             held: None,
             off_line: None,
             outliers: 0,
@@ -167,6 +170,7 @@ impl ClockFit {
         self.len = 0;
         self.head = 0;
         self.fitted = None;
+        self.envelope = None;
         self.off_line = None;
         self.win_n = 0;
         self.restarts += 1;
@@ -269,6 +273,12 @@ impl ClockFit {
         self.head = (self.head + 1) % POINTS;
         self.len = (self.len + 1).min(POINTS);
         self.fitted = self.fit();
+        self.envelope = self.fitted.map(|s| {
+            let n = self.len as f64;
+            let mean_m = self.iter().map(|p| p.min_m).sum::<f64>() / n;
+            let mean_x = self.iter().map(|p| p.min_x).sum::<f64>() / n;
+            (mean_x - s.ns_per_frame * mean_m, s.ns_per_frame)
+        });
         if self.fitted.is_some() {
             self.held = None;
         }
@@ -303,6 +313,15 @@ impl ClockFit {
             ns_per_frame: (b_min * w_min + b_mean * w_mean) / w,
             se: (1.0 / w).sqrt(),
         })
+    }
+
+    /// Local time at which media frame `media` is seen at the lower envelope.
+    fn envelope_ns(&self, media: u64) -> Option<u64> {
+        let (t0, m0) = self.origin?;
+        let (a, b) = self.envelope?;
+        let m = (media as i128 - m0 as i128) as f64;
+        let t = t0 as f64 + a + (b + self.ns_per_frame) * m;
+        (t.is_finite() && t >= 0.0 && t < u64::MAX as f64).then_some(t as u64)
     }
 
     /// Rate of this clock relative to nominal, minus one (e.g. 50e-6 for +50 ppm).
@@ -404,12 +423,22 @@ impl DriftEstimator {
         self.device.reset();
     }
 
-    /// `r` with its standard error, once the sender's clock has 3 s of data.
+    /// `r` with its standard error, once the sender's clock has 1.5 s of data.
     pub fn estimate(&self) -> Option<(f64, f64)> {
         let (s, s_se) = self.sender.rate_error()?;
         let (d, d_se) = self.device.rate_error().unwrap_or((0.0, 0.0));
         let r = (1.0 + s) / (1.0 + d);
         Some((r, (s_se * s_se + d_se * d_se).sqrt()))
+    }
+
+    /// When the packet holding frame `rtp_ts_ext` would arrive over the fastest path, on
+    /// the lower envelope of the arrivals (its slope is the sender's estimated rate). This
+    /// is the base transit without lag: a buffer measuring its playout delay against it
+    /// (`now - earliest_arrival_ns(play_ts)`) sees no drift-induced error, where a windowed
+    /// minimum of transit lags by up to its window times the drift (0.8 ms for 4 s at
+    /// 200 ppm). `None` until a fit of the current timeline exists (1.5 s).
+    pub fn earliest_arrival_ns(&self, rtp_ts_ext: u64) -> Option<u64> {
+        self.sender.envelope_ns(rtp_ts_ext)
     }
 
     /// `r` alone (see [`Self::estimate`]).
@@ -575,13 +604,30 @@ impl AdaptiveResampler {
     /// interleaved samples, `output` receives `output.len() / channels` frames. A change of
     /// the channel count silences the history first.
     pub fn process(&mut self, channels: usize, input: &[f32], output: &mut [f32]) -> Result<(), DriftError> {
+        let frames = output.len() / channels.max(1);
+        self.run(channels, input, Some(output), frames)
+    }
+
+    /// Consume the input of `out_frames` output frames without computing them (the output
+    /// is muted or not needed): the position, the history and the counts end exactly as
+    /// after [`Self::process`], at a fraction of its cost.
+    pub fn discard(&mut self, channels: usize, input: &[f32], out_frames: usize) -> Result<(), DriftError> {
+        self.run(channels, input, None, out_frames)
+    }
+
+    fn run(
+        &mut self,
+        channels: usize,
+        input: &[f32],
+        output: Option<&mut [f32]>,
+        out_frames: usize,
+    ) -> Result<(), DriftError> {
         if channels == 0 || channels > self.channels_max {
             return Err(DriftError::Channels {
                 channels,
                 max: self.channels_max,
             });
         }
-        let out_frames = output.len() / channels;
         if out_frames > self.max_out {
             return Err(DriftError::BlockTooLong {
                 frames: out_frames,
@@ -611,22 +657,27 @@ impl AdaptiveResampler {
         }
         let total = self.have + need;
         let mut pos = self.phase;
-        for k in 0..out_frames {
-            let start = (pos >> FRAC_BITS) as usize;
-            let frac = pos & FRAC_MASK;
-            let j = (frac >> SUB_BITS) as usize;
-            let t = (frac & ((1 << SUB_BITS) - 1)) as f32 * (1.0 / (1u64 << SUB_BITS) as f32);
-            let a = &self.table[j * TAPS..(j + 1) * TAPS];
-            let b = &self.table[(j + 1) * TAPS..(j + 2) * TAPS];
-            for ((c, x), y) in self.coef.iter_mut().zip(a).zip(b) {
-                *c = x + (y - x) * t;
+        match output {
+            Some(output) => {
+                for k in 0..out_frames {
+                    let start = (pos >> FRAC_BITS) as usize;
+                    let frac = pos & FRAC_MASK;
+                    let j = (frac >> SUB_BITS) as usize;
+                    let t = (frac & ((1 << SUB_BITS) - 1)) as f32 * (1.0 / (1u64 << SUB_BITS) as f32);
+                    let a = &self.table[j * TAPS..(j + 1) * TAPS];
+                    let b = &self.table[(j + 1) * TAPS..(j + 2) * TAPS];
+                    for ((c, x), y) in self.coef.iter_mut().zip(a).zip(b) {
+                        *c = x + (y - x) * t;
+                    }
+                    for c in 0..channels {
+                        let base = c * cap + start;
+                        let x = &self.buf[base..base + TAPS];
+                        output[k * channels + c] = dot(x, &self.coef);
+                    }
+                    pos += self.step;
+                }
             }
-            for c in 0..channels {
-                let base = c * cap + start;
-                let x = &self.buf[base..base + TAPS];
-                output[k * channels + c] = dot(x, &self.coef);
-            }
-            pos += self.step;
+            None => pos += out_frames as u64 * self.step,
         }
         // Keep the frames from the next window start on.
         let next = ((pos >> FRAC_BITS) as usize).min(total);
@@ -776,6 +827,11 @@ impl DriftCorrector {
     /// Resample this period's input (see [`AdaptiveResampler::process`]).
     pub fn resample(&mut self, channels: usize, input: &[f32], output: &mut [f32]) -> Result<(), DriftError> {
         self.resampler.process(channels, input, output)
+    }
+
+    /// Consume this period's input without output (see [`AdaptiveResampler::discard`]).
+    pub fn discard(&mut self, channels: usize, input: &[f32], out_frames: usize) -> Result<(), DriftError> {
+        self.resampler.discard(channels, input, out_frames)
     }
 
     pub fn estimator(&self) -> &DriftEstimator {
@@ -1012,7 +1068,7 @@ mod tests {
     }
 
     #[test]
-    fn estimator_is_silent_until_3_s_and_restarts_on_a_new_timeline() {
+    fn estimator_is_silent_until_1_5_s_and_restarts_on_a_new_timeline() {
         let mut est = DriftEstimator::new(RATE);
         for k in 0..1000u64 {
             est.on_packet(k * 1_333_333, k * 64);
