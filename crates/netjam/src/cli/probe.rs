@@ -237,12 +237,21 @@ pub fn ping(cfg: &PingConfig) -> anyhow::Result<PingOutcome> {
         let key = key.clone();
         let reflector_kernel = reflector_kernel.clone();
         let wait_after = cfg.wait_after;
+        // Whatever happens to the sender, the receiver gives up a minute after the schedule
+        // (plus any explicit wait) ends.
+        let hard_deadline = start_ns
+            .saturating_add((total as f64 * interval_ns) as u64)
+            .saturating_add(wait_after.map_or(0, |d| d.as_nanos() as u64))
+            .saturating_add(60_000_000_000);
         std::thread::Builder::new()
             .name("netjam-ping-rx".into())
             .spawn(move || -> anyhow::Result<()> {
                 let mut buf = vec![0u8; 65_536];
                 let mut wait_ns: Option<u64> = wait_after.map(|d| d.as_nanos() as u64);
                 loop {
+                    if clock::now_ns() >= hard_deadline {
+                        break;
+                    }
                     if done.load(Ordering::Acquire) {
                         let stats_now = stats.lock().map_err(|_| anyhow::anyhow!("stats lock poisoned"))?;
                         if stats_now.all_answered() {
