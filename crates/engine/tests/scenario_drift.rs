@@ -472,3 +472,50 @@ fn the_windowed_minimum_base_lags_a_slow_sender_and_the_envelope_does_not() {
     assert!(envelope.mean_err_frames.abs() < 5.0, "{envelope:?}");
     assert_eq!(envelope.underruns, 0, "{envelope:?}");
 }
+
+/// The resampler's cost per block (run on purpose:
+/// `cargo test --release -p netjam-engine --test scenario_drift -- --ignored --nocapture`).
+/// Prints the figure; asserts nothing about time.
+#[test]
+#[ignore]
+fn resampler_cost_per_block() {
+    use netjam_engine::drift::AdaptiveResampler;
+    for (channels, frames) in [(1usize, 64usize), (2, 64), (8, 64), (2, 256)] {
+        let mut rs = AdaptiveResampler::new(channels, frames);
+        let input = vec![0.25f32; channels * (frames + 8)];
+        let mut out = vec![0.0f32; channels * frames];
+        let blocks = 100_000u32;
+        let mut ratio = 1.0002;
+        // Best of five runs, in wall time and in this thread's CPU time (the machine may be
+        // shared: CPU time leaves out the time other work held the core).
+        let (mut ns, mut cpu_ns) = (f64::INFINITY, f64::INFINITY);
+        for _ in 0..5 {
+            let start = std::time::Instant::now();
+            let cpu_start = thread_cpu_ns();
+            for b in 0..blocks {
+                // A new ratio every block, as the corrector sets it.
+                ratio += if b % 2 == 0 { 1e-7 } else { -1e-7 };
+                rs.set_ratio(ratio);
+                let need = rs.input_frames_needed(frames);
+                rs.process(channels, &input[..need * channels], &mut out)
+                    .expect("process");
+                std::hint::black_box(&out);
+            }
+            ns = ns.min(start.elapsed().as_nanos() as f64 / blocks as f64);
+            if let (Some(a), Some(b)) = (cpu_start, thread_cpu_ns()) {
+                cpu_ns = cpu_ns.min((b - a) as f64 / blocks as f64);
+            }
+        }
+        println!(
+            "{channels} ch x {frames} frames: {ns:.0} ns per block wall, {cpu_ns:.0} ns on CPU \
+             ({:.2} ns per sample on CPU)",
+            cpu_ns / (channels * frames) as f64
+        );
+    }
+}
+
+/// This thread's time on a CPU, ns (Linux `schedstat`), if available.
+fn thread_cpu_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
