@@ -23,13 +23,21 @@
 //!   its error is a few ppm (figures in the scenario tests), and it keeps refining to 32 s.
 //!   A jump of the timeline (a new stream) restarts a clock's fit; a step of the path delay
 //!   larger than 2 ms restarts it too, keeping the last slope until the new fit has 1.5 s.
+//!   The sender's lower envelope is also offered as a base transit
+//!   ([`DriftEstimator::earliest_arrival_ns`]): unlike a windowed minimum of transit it
+//!   does not lag a drifting sender, so a buffer measuring its depth against it holds the
+//!   depth it means to (a 4 s minimum trails a sender 200 ppm slow by up to 0.8 ms).
 //! * [`AdaptiveResampler`] converts interleaved frames at ratio `r` (input frames per output
-//!   frame, within ±1 %): a 32-tap Kaiser-windowed sinc (β = 9, cutoff 0.455 of the input
+//!   frame, within ±1 %): a 24-tap Kaiser-windowed sinc (β = 9, cutoff 0.455 of the input
 //!   rate) in a 256-phase table, interpolated linearly between phases. The position is a
 //!   32.32 fixed-point count, so the input consumed is exact: over any run, frames consumed
 //!   equal the sum of `ratio × output frames` in that fixed point, to the frame. The ratio
-//!   may change every block: the phase is continuous, so there is no click. It adds 16
-//!   frames of delay (0.33 ms at 48 kHz). Quality and cost are measured in the tests.
+//!   may change every block: the phase is continuous, so there is no click. It adds 12
+//!   frames of delay (0.25 ms at 48 kHz). Measured (unit tests, bench test): a sine at
+//!   1 kHz or 10 kHz resampled at 1.0002 leaves a residual 103 dB below the tone; gain is
+//!   flat within 0.02 dB to 16 kHz, −0.15 dB at 18 kHz, −1.6 dB at 20 kHz; a 64-frame stereo
+//!   block costs about 1.4 µs on a shared 2-vCPU Xeon. 32 taps would give −98 dB, −0.01 dB
+//!   at 18 kHz, 2.0 µs and 0.33 ms: fewer taps won on latency and cost.
 //! * [`DriftCorrector`] owns one of each plus a PI loop on the buffer's depth error: the
 //!   resampling ratio is the estimate times `1 + Kp·e + Ki·∫e`, where `e` is the depth
 //!   error (seconds, low-passed over 1 s), `Kp = 2ζω`, `Ki = ω²`, `ω = 2π·0.005 Hz`,
@@ -46,7 +54,7 @@
 use thiserror::Error;
 
 /// Taps of the interpolation filter (an even number, a multiple of 8).
-pub const TAPS: usize = 32;
+pub const TAPS: usize = 24;
 /// Frames of delay the resampler adds (half the filter).
 pub const RESAMPLER_DELAY_FRAMES: usize = TAPS / 2;
 /// Phases in the filter table.
@@ -956,13 +964,21 @@ mod tests {
     }
 
     #[test]
-    fn passband_gain_is_flat_to_within_a_tenth_of_a_db_up_to_18_khz() {
-        for f in [100.0, 1000.0, 10_000.0, 18_000.0] {
+    fn passband_is_flat_to_16_khz_and_within_a_quarter_db_at_18_khz() {
+        // At 48 kHz: (frequency, largest allowed loss in dB).
+        for (f, max_loss) in [
+            (100.0, 0.02),
+            (1000.0, 0.02),
+            (10_000.0, 0.02),
+            (16_000.0, 0.02),
+            (18_000.0, 0.25),
+            (20_000.0, 3.0),
+        ] {
             let (y, _) = run_sine(f, 64, 400, |_| 1.0001);
             let rms = (y.iter().map(|v| v * v).sum::<f64>() / y.len() as f64).sqrt();
             let gain_db = 20.0 * (rms / (0.5 / 2f64.sqrt())).log10();
             println!("{f} Hz: gain {gain_db:.3} dB");
-            assert!(gain_db.abs() < 0.1, "{f} Hz: {gain_db} dB");
+            assert!(gain_db < 0.02 && gain_db > -max_loss, "{f} Hz: {gain_db} dB");
         }
     }
 

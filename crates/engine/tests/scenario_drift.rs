@@ -332,7 +332,7 @@ fn check(run: &Run, settle_s: f64) -> Outcome {
         "sender {:+} ppm, device {:+} ppm, {:?} jitter, {:.0} s ({} periods): depth within one packet \
          from {:.1} s; after {settle_s} s depth error max {:.1} mean {:+.2} rms {:.2} frames, largest swing from the mean {:.1} frames; \
          estimate within 5 ppm from {:.2} s, error {:+.3} ppm at 10 s, {:+.3} ppm at the end; applied ratio error {:+.3} ppm; \
-         underruns {} (after {settle_s} s: {}, last at {:.1} s); frames arrived {} read {} (resampler counted {}); worst tone residual {:.1} dB",
+         underruns {} (after {settle_s} s: {}, last at {:.1} s); frames arrived {} read {} (resampler counted {}){}",
         run.sender_ppm,
         run.device_ppm,
         run.jitter,
@@ -353,7 +353,11 @@ fn check(run: &Run, settle_s: f64) -> Outcome {
         o.arrived,
         o.consumed,
         o.resampler_consumed,
-        o.worst_residual_db,
+        if o.worst_residual_db.is_finite() {
+            format!("; worst tone residual {:.1} dB", o.worst_residual_db)
+        } else {
+            String::new()
+        },
     );
     // Nothing dropped or repeated: every frame read went through the resampler once, and
     // what was read never ran ahead of what had arrived.
