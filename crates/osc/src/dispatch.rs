@@ -1054,6 +1054,40 @@ fn prefix_compatible(pattern: &[u8], base: &[u8]) -> bool {
     }
 }
 
+/// Byte equality for short names without a library call: 8 bytes at a time, with
+/// overlapping loads for the tail.
+#[inline]
+fn same_name(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let word = |s: &[u8], at: usize| -> u64 {
+        s.get(at..at + 8)
+            .and_then(|c| <[u8; 8]>::try_from(c).ok())
+            .map_or(0, u64::from_ne_bytes)
+    };
+    if n >= 8 {
+        let mut at = 0;
+        while at + 8 < n {
+            if word(a, at) != word(b, at) {
+                return false;
+            }
+            at += 8;
+        }
+        word(a, n - 8) == word(b, n - 8)
+    } else if n >= 4 {
+        let half = |s: &[u8], at: usize| -> u32 {
+            s.get(at..at + 4)
+                .and_then(|c| <[u8; 4]>::try_from(c).ok())
+                .map_or(0, u32::from_ne_bytes)
+        };
+        half(a, 0) == half(b, 0) && half(a, n - 4) == half(b, n - 4)
+    } else {
+        a.iter().zip(b).all(|(x, y)| x == y)
+    }
+}
+
 fn probe<'t, S>(layer: &'t Layer<S>, name: &[u8], array: bool) -> Option<&'t Port<S>> {
     let mask = layer.table.len().checked_sub(1)?;
     let h = hash(name);
@@ -1064,7 +1098,7 @@ fn probe<'t, S>(layer: &'t Layer<S>, name: &[u8], array: bool) -> Option<&'t Por
             return None;
         }
         let p = &layer.ports[i as usize - 1];
-        if p.hash == h && (p.array > 0) == array && p.name.as_bytes() == name {
+        if p.hash == h && (p.array > 0) == array && same_name(p.name.as_bytes(), name) {
             return Some(p);
         }
         slot = (slot + 1) & mask;
