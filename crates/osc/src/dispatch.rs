@@ -1366,6 +1366,45 @@ mod tests {
     }
 
     #[test]
+    fn names_of_every_length_resolve_exactly() {
+        let names: Vec<String> = (1..=40)
+            .map(|n| (0..n).map(|i| (b'a' + (i % 26) as u8) as char).collect())
+            .collect();
+        let mut b = TreeBuilder::<Vec<usize>>::new();
+        for (k, name) in names.iter().enumerate() {
+            b.port(&format!("/{name}"), Meta::new(), move |hits, _| hits.push(k));
+            b.port(&format!("/arr/{name}#3/x"), Meta::new(), move |hits, r| {
+                hits.push(1000 * k + r.index(0) as usize)
+            });
+        }
+        let t = b.build().unwrap();
+        let mut pkt = [0u8; 128];
+        let mut ob = [0u8; 64];
+        for (k, name) in names.iter().enumerate() {
+            let mut hits = Vec::new();
+            for addr in [format!("/{name}"), format!("/arr/{name}2/x")] {
+                let n = msg(&mut pkt, &addr, &[]);
+                t.dispatch(&mut hits, &pkt[..n], &mut Outbox::new(&mut ob))
+                    .unwrap();
+            }
+            assert_eq!(hits, vec![k, 1000 * k + 2], "{name}");
+            // Same length, one byte different at either end: no match.
+            let mut first = name.clone().into_bytes();
+            first[0] = b'Z';
+            let mut last = name.clone().into_bytes();
+            *last.last_mut().unwrap() = b'Z';
+            for wrong in [first, last] {
+                let addr = format!("/{}", String::from_utf8(wrong).unwrap());
+                let n = msg(&mut pkt, &addr, &[]);
+                let s = t
+                    .dispatch(&mut hits, &pkt[..n], &mut Outbox::new(&mut ob))
+                    .unwrap();
+                assert_eq!(s.unmatched, 1, "{addr}");
+            }
+        }
+    }
+
+    #[test]
     fn build_errors() {
         let h = |_: &mut (), _: &mut Request<'_, '_>| {};
         let cases = [
