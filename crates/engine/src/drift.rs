@@ -813,6 +813,18 @@ impl DriftCorrector {
         self.correction = 0.0;
     }
 
+    /// A new stream format: forget both clocks (the nominal rate is now `rate`), the loop
+    /// and the resampler's history. Allocation-free.
+    pub fn reset(&mut self, rate: u32) {
+        self.estimator = DriftEstimator::new(rate);
+        self.resampler.reset();
+        self.integral = 0.0;
+        self.error_s = 0.0;
+        self.correction = 0.0;
+        self.last_ns = None;
+        self.frames_played = 0;
+    }
+
     /// Start of a device period at `now_ns` that will output `out_frames` frames while the
     /// buffer's playout delay exceeds its target by `depth_error_ns` (negative: too
     /// shallow). Updates the loop and returns the input frames this period consumes; read
@@ -1071,6 +1083,41 @@ mod tests {
         assert!(rs.process(1, &vec![1.0; need], &mut out[..64]).is_ok());
         assert_eq!(rs.input_frames_needed(0), 0);
         assert!(rs.process(1, &[], &mut []).is_ok());
+    }
+
+    #[test]
+    fn hostile_times_and_errors_never_panic_and_keep_the_ratio_bounded() {
+        let mut rng = SimRng::new(13);
+        let mut dc = DriftCorrector::new(RATE, 2, 64, DriftLoopConfig::default());
+        let input = vec![0.0f32; 2 * 80];
+        let mut out = vec![0.0f32; 128];
+        let specials = [0, 1, u64::MAX, u64::MAX - 1, i64::MAX as u64, 1 << 63];
+        for i in 0..5_000u64 {
+            let pick = |r: &mut SimRng| {
+                if r.chance(0.3) {
+                    specials[(r.next_u64() % specials.len() as u64) as usize]
+                } else {
+                    r.next_u64() >> (r.next_u64() % 64)
+                }
+            };
+            let (a, b) = (pick(&mut rng), pick(&mut rng));
+            dc.on_packet(a, b);
+            let err = match i % 4 {
+                0 => i64::MIN,
+                1 => i64::MAX,
+                _ => rng.next_u64() as i64,
+            };
+            let need = dc.begin_period(pick(&mut rng), 64, err);
+            dc.resample(2, &input[..2 * need], &mut out).unwrap();
+            assert!(out.iter().all(|v| v.is_finite()));
+            let r = dc.resampler().ratio();
+            assert!((1.0 - MAX_RATIO_DEVIATION..=1.0 + MAX_RATIO_DEVIATION).contains(&r));
+            if i % 1000 == 999 {
+                dc.reset(44_100);
+            }
+        }
+        let _ = dc.estimator().earliest_arrival_ns(u64::MAX);
+        let _ = dc.stats();
     }
 
     /// Feed packets from a sender at `sender_ppm` (1 ms uniform jitter) and callbacks of a

@@ -91,6 +91,10 @@ fn drift_correction_does_not_allocate_per_period() {
             // A re-locked stream on the realtime path.
             dc.relock();
         }
+        if j == 17_000 {
+            // A new format (same rate) on the realtime path.
+            dc.reset(RATE);
+        }
     }
     let during = allocs() - measured;
     let st = dc.stats();
