@@ -3,11 +3,60 @@
 //! single-layer dispatch; liblo 218 / 383 / 530 ns.
 #![allow(clippy::unwrap_used, clippy::approx_constant)]
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use netjam_osc::{encode_message, Arg, Meta, Outbox, Packet, Tree, TreeBuilder};
+
+/// Counts allocations while `COUNTING` is set (one relaxed load per allocation otherwise),
+/// to print allocations per operation next to the timings.
+struct Counting;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards every call unchanged to the system allocator, which upholds the
+// GlobalAlloc contract; the counters are plain atomics that never allocate.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same layout contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System.alloc` with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: `ptr` came from `System.alloc` with `layout`.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Average allocations per call of `f` over 1000 calls, after one warm-up call.
+fn allocations_per_call(mut f: impl FnMut()) -> f64 {
+    f();
+    ALLOCATIONS.store(0, Ordering::Relaxed);
+    COUNTING.store(true, Ordering::Relaxed);
+    for _ in 0..1000 {
+        f();
+    }
+    COUNTING.store(false, Ordering::Relaxed);
+    ALLOCATIONS.load(Ordering::Relaxed) as f64 / 1000.0
+}
 
 const ADDRESS: &str = "/methodname";
 const TEXT: &str = "this is a string";
@@ -32,6 +81,27 @@ fn codec(c: &mut Criterion) {
     let n = encode_message(&mut bytes, ADDRESS, &sif()).unwrap();
     let bytes = &bytes[..n];
     assert_eq!(rosc::encoder::encode(&rosc_msg()).unwrap(), bytes);
+
+    let mut scratch = [0u8; 64];
+    let packet = rosc_msg();
+    println!(
+        "allocations per call: netjam-osc decode {} encode {}; rosc decode {} encode {}",
+        allocations_per_call(|| {
+            let Ok(Packet::Message(m)) = Packet::decode(black_box(bytes)) else {
+                unreachable!()
+            };
+            black_box(m.args().count());
+        }),
+        allocations_per_call(|| {
+            black_box(encode_message(&mut scratch, ADDRESS, &sif()).unwrap());
+        }),
+        allocations_per_call(|| {
+            black_box(rosc::decoder::decode_udp(black_box(bytes)).unwrap());
+        }),
+        allocations_per_call(|| {
+            black_box(rosc::encoder::encode(black_box(&packet)).unwrap());
+        }),
+    );
 
     let mut g = c.benchmark_group("decode /methodname sif");
     g.bench_function("netjam-osc", |b| {
@@ -61,7 +131,6 @@ fn codec(c: &mut Criterion) {
     g.bench_function("netjam-osc", |b| {
         b.iter(|| black_box(encode_message(&mut out, black_box(ADDRESS), black_box(&sif())).unwrap()))
     });
-    let packet = rosc_msg();
     g.bench_function("rosc (encode, new Vec)", |b| {
         b.iter(|| black_box(rosc::encoder::encode(black_box(&packet)).unwrap()))
     });
@@ -223,6 +292,30 @@ fn dispatch(c: &mut Criterion) {
     }
     let msgs = encoded(&addrs);
     let mut i = 0usize;
+    let pattern_msg = encoded(&["/part3/kit*/adpars/voice[0-1]/oscil0/harmonic7/mag".to_owned()]);
+    println!(
+        "allocations per dispatch: single layer {}, zyn-scale literal {}, zyn-scale pattern {}",
+        allocations_per_call(|| {
+            black_box(
+                single
+                    .dispatch(&mut sink, &bytes[..n], &mut Outbox::new(&mut ob))
+                    .unwrap(),
+            );
+        }),
+        allocations_per_call(|| {
+            i = (i + 1) & 255;
+            black_box(
+                tree.dispatch(&mut sink, &msgs[i], &mut Outbox::new(&mut ob))
+                    .unwrap(),
+            );
+        }),
+        allocations_per_call(|| {
+            black_box(
+                tree.dispatch(&mut sink, &pattern_msg[0], &mut Outbox::new(&mut ob))
+                    .unwrap(),
+            );
+        }),
+    );
     g.bench_function("zyn-scale tree, random literal paths depth 6-7", |bch| {
         bch.iter(|| {
             i = (i + 1) & 255;
@@ -241,22 +334,25 @@ fn dispatch(c: &mut Criterion) {
             black_box(tree.dispatch(&mut sink, black_box(&bang[i]), &mut out).unwrap())
         })
     });
-    let pat = encoded(&["/part3/kit*/adpars/voice[0-1]/oscil0/harmonic7/mag".to_owned()]);
     g.bench_function("zyn-scale tree, pattern matching 32 ports", |bch| {
         bch.iter(|| {
             let mut out = Outbox::new(&mut ob);
-            black_box(tree.dispatch(&mut sink, black_box(&pat[0]), &mut out).unwrap())
+            black_box(
+                tree.dispatch(&mut sink, black_box(&pattern_msg[0]), &mut out)
+                    .unwrap(),
+            )
         })
     });
     g.finish();
     black_box(sink.acc);
 }
 
+/// Short enough that the whole bench runs in about a minute.
 fn config() -> Criterion {
     Criterion::default()
-        .warm_up_time(Duration::from_millis(400))
-        .measurement_time(Duration::from_millis(1200))
-        .sample_size(30)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_millis(2500))
+        .sample_size(50)
 }
 
 criterion_group! { name = benches; config = config(); targets = codec, dispatch }
