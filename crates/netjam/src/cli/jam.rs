@@ -2,6 +2,10 @@
 //!
 //! Send what you play, hear what they play. Against `netjam reflect` on the far side it is
 //! a self-test: you hear your own round trip, and RTCP measures it.
+//!
+//! With `--jack`, the audio comes from and goes to a JACK server: netjam's client ports
+//! `NAME:send_N` carry what you play and `NAME:receive_N` what you hear, and the server's
+//! period clocks the stream. Otherwise a file, stdin or a synthesizer is played in real time.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,17 +13,19 @@ use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use clap::Args;
 use netjam_engine::receiver::{Receiver, ReceiverConfig};
+use netjam_engine::wire::Codec;
 
 use super::common::{cname, fresh_seed, resolve, BufferArg};
 use super::stream::{write_json, SourceArgs, WireArgs};
 use crate::clock;
+use crate::endpoint::jack::{JackConfig, JackEndpoint, JackMonitor, Realtime};
 use crate::endpoint::paced::PacedEndpoint;
 use crate::endpoint::raw::RawSink;
 use crate::endpoint::wav::WavSink;
-use crate::endpoint::{FrameSink, PeriodStats, SampleFormat};
+use crate::endpoint::{Endpoint, FrameSink, FrameSource, PeriodStats, SampleFormat};
 use crate::session::{interrupt_flag, spawn_audio, JamProcess, JamStats, NetIo, Peer, Snapshot};
 use crate::status::{meter, StatusLine};
 use crate::transport::UdpTransport;
@@ -34,6 +40,16 @@ pub struct JamArgs {
     pub listen: SocketAddr,
     #[command(flatten)]
     pub source: SourceArgs,
+    /// Play through the JACK server instead of a file or test signal: ports NAME:send_N
+    /// (what you play) and NAME:receive_N (what you hear). --channels sets N (default 2).
+    #[arg(long, group = "source", conflicts_with_all = ["output", "stdout"])]
+    pub jack: bool,
+    /// Name of netjam's JACK client (default: netjam).
+    #[arg(long, value_name = "NAME")]
+    pub jack_name: Option<String>,
+    /// Leave netjam's JACK ports unconnected (default: connect to the physical ports).
+    #[arg(long)]
+    pub no_connect: bool,
     #[command(flatten)]
     pub wire: WireArgs,
     /// Write what you hear to a WAV file.
@@ -66,6 +82,69 @@ struct JamReport {
     stats: JamStats,
     periods: PeriodStats,
     series: Vec<Snapshot<JamStats>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    jack: Option<JackReport>,
+}
+
+/// How the JACK side ran.
+#[derive(Debug, serde::Serialize)]
+struct JackReport {
+    client: String,
+    rate: u32,
+    period: u32,
+    realtime: bool,
+    realtime_priority: Option<i32>,
+    xruns: u64,
+}
+
+/// The rate and channels of a device, for building a sender before the device runs.
+#[derive(Debug)]
+struct DeviceFormat {
+    rate: u32,
+    channels: u16,
+}
+
+impl FrameSource for DeviceFormat {
+    fn rate(&self) -> u32 {
+        self.rate
+    }
+    fn channels(&self) -> u16 {
+        self.channels
+    }
+    fn read(&mut self, _out: &mut [f32]) -> anyhow::Result<usize> {
+        Ok(0)
+    }
+}
+
+/// Open netjam's JACK client and make `--frames` and `--rate` agree with the server.
+fn open_jack(a: &mut JamArgs) -> anyhow::Result<JackEndpoint> {
+    let channels = a.source.channels.unwrap_or(2);
+    if channels == 0 {
+        bail!("--channels must be at least 1");
+    }
+    let endpoint = JackEndpoint::open(&JackConfig {
+        name: a.jack_name.clone().unwrap_or_else(|| "netjam".into()),
+        channels,
+        connect: !a.no_connect,
+    })
+    .context("cannot use JACK (--jack)")?;
+    let spec = endpoint.spec();
+    if let Some(rate) = a.source.rate {
+        if rate != spec.rate {
+            bail!(
+                "the JACK server runs at {} Hz, not --rate {rate}: leave out --rate, or restart jackd with -r {rate}",
+                spec.rate
+            );
+        }
+    }
+    if a.wire.frames != spec.period {
+        eprintln!(
+            "netjam: the JACK server runs {}-frame periods, not --frames {}: sending {} frames per packet (change the server's period with jackd -p or jack_bufsize)",
+            spec.period, a.wire.frames, spec.period
+        );
+        a.wire.frames = spec.period;
+    }
+    Ok(endpoint)
 }
 
 fn jam_line(s: &Snapshot<JamStats>) -> String {
@@ -85,10 +164,28 @@ fn jam_line(s: &Snapshot<JamStats>) -> String {
     )
 }
 
-pub fn run_jam(a: JamArgs) -> anyhow::Result<()> {
+pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     let peer = resolve(&a.peer)?;
-    let (source, default_codec) = a.source.open()?;
-    let sender = a.wire.sender(source.as_ref(), default_codec)?;
+    if !a.jack && (a.jack_name.is_some() || a.no_connect) {
+        bail!("--jack-name and --no-connect apply to JACK: add --jack");
+    }
+    let jack = if a.jack { Some(open_jack(&mut a)?) } else { None };
+    let (source, sender) = match &jack {
+        Some(j) => {
+            let spec = j.spec();
+            let device = DeviceFormat {
+                rate: spec.rate,
+                channels: spec.input_channels,
+            };
+            // A device's float samples keep 24 bits of headroom on the wire by default.
+            (None, a.wire.sender(&device, Codec::L24)?)
+        }
+        None => {
+            let (source, default_codec) = a.source.open()?;
+            let sender = a.wire.sender(source.as_ref(), default_codec)?;
+            (Some(source), sender)
+        }
+    };
     let format = sender.format();
     let mut receiver = Receiver::new(ReceiverConfig {
         buffer: a.buffer.mode(format.rate),
@@ -122,9 +219,30 @@ pub fn run_jam(a: JamArgs) -> anyhow::Result<()> {
         (None, false) => None,
     };
     let limit = a.duration.map(|d| (d * format.rate as f64) as u64);
-    let endpoint = Box::new(
-        PacedEndpoint::new(format.rate, a.wire.frames, Some(source), format.channels, sink).with_limit(limit),
-    );
+    let mut jack_info = None;
+    let endpoint: Box<dyn Endpoint> = match (jack, source) {
+        (Some(j), _) => {
+            let name = j.client_name().to_string();
+            eprintln!(
+                "netjam: JACK client {name}: {} Hz, {}-frame periods; {name}:send_1..{n} are sent, {name}:receive_1..{n} play what you hear{}",
+                format.rate,
+                j.spec().period,
+                if a.no_connect {
+                    " (not connected: --no-connect)"
+                } else {
+                    " (connected to the physical ports)"
+                },
+                n = format.channels,
+            );
+            jack_info = Some((name, j.monitor(), j.spec()));
+            Box::new(j.with_limit(limit))
+        }
+        (None, Some(source)) => Box::new(
+            PacedEndpoint::new(format.rate, a.wire.frames, Some(source), format.channels, sink)
+                .with_limit(limit),
+        ),
+        (None, None) => bail!("no audio source"),
+    };
     eprintln!(
         "netjam: jamming with {peer} from {} ({format}, {} frames per packet)",
         io.local, a.wire.frames
@@ -133,10 +251,19 @@ pub fn run_jam(a: JamArgs) -> anyhow::Result<()> {
     let audio = spawn_audio("netjam-audio", endpoint, process, stop)?;
     let mut status = StatusLine::new();
     let mut series = Vec::new();
+    let mut realtime_told = false;
     while !audio.is_finished() {
         std::thread::sleep(Duration::from_millis(100));
         while let Ok(s) = snaps.pop() {
-            status.show(&jam_line(&s));
+            let mut line = jam_line(&s);
+            if let Some((_, monitor, _)) = &jack_info {
+                if !realtime_told && monitor.realtime() != Realtime::Unknown {
+                    status.finish();
+                    realtime_told = tell_realtime(monitor);
+                }
+                line.push_str(&format!("  xruns {}", monitor.xruns()));
+            }
+            status.show(&line);
             series.push(s);
         }
     }
@@ -162,6 +289,28 @@ pub fn run_jam(a: JamArgs) -> anyhow::Result<()> {
         jb.target_ms,
         jb.added_latency_ms
     );
+    let jack = jack_info.map(|(client, monitor, spec)| {
+        let realtime = monitor.realtime();
+        eprintln!(
+            "netjam: JACK: {} periods, {} missed deadlines ({} xruns), callback {:.1} µs mean, {:.1} µs worst; {realtime}",
+            periods.periods,
+            periods.missed_deadlines,
+            monitor.xruns(),
+            periods.callback_mean_us,
+            periods.callback_max_us
+        );
+        JackReport {
+            client,
+            rate: spec.rate,
+            period: spec.period,
+            realtime: matches!(realtime, Realtime::Yes { .. }),
+            realtime_priority: match realtime {
+                Realtime::Yes { priority } => Some(priority),
+                _ => None,
+            },
+            xruns: monitor.xruns(),
+        }
+    });
     if let Some(path) = &a.stats_json {
         write_json(
             path,
@@ -169,8 +318,20 @@ pub fn run_jam(a: JamArgs) -> anyhow::Result<()> {
                 stats,
                 periods,
                 series,
+                jack,
             },
         )?;
     }
     Ok(())
+}
+
+/// Say once whether JACK's callback runs at realtime priority; false until it is known.
+fn tell_realtime(monitor: &JackMonitor) -> bool {
+    match monitor.realtime() {
+        Realtime::Unknown => false,
+        r => {
+            eprintln!("netjam: JACK callback: {r}");
+            true
+        }
+    }
 }

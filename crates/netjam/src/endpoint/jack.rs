@@ -1,0 +1,773 @@
+//! [`JackEndpoint`]: a JACK client as a clocked [`Endpoint`].
+//!
+//! netjam registers its own client with ports `NAME:send_1..N` (what you play, captured and
+//! sent) and `NAME:receive_1..N` (what you hear, played), the names JackTrip uses, and can
+//! connect them to the physical ports. JACK's process callback de-interleaves the captured
+//! ports into a buffer reserved at start, calls the [`Process`] with the nominal start of the
+//! period on netjam's monotonic clock, and interleaves what it returns into the playback
+//! ports. The callback never allocates, locks, blocks or logs: its statistics are atomics
+//! that [`Endpoint::run`] reads after the client is deactivated.
+//!
+//! libjack is opened at run time with `dlopen`, so netjam builds without JACK's headers and
+//! runs without libjack; only this endpoint and `netjam devices` need it. The bindings cover
+//! the few functions netjam calls and nothing else.
+
+use std::ffi::{c_char, c_int, c_ulong, c_void, CStr, CString};
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use super::{Endpoint, PeriodStats, PeriodTimer, Process, StopReason, StreamSpec};
+use crate::clock;
+
+/// Why JACK could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum JackError {
+    #[error(
+        "libjack is not installed ({0}); install JACK (Debian: apt install jackd2) or use another endpoint"
+    )]
+    LibraryMissing(String),
+    #[error("no JACK server is running{server}; start one (e.g. `jackd -d alsa -r 48000 -p 64`, or `jackd -d dummy -r 48000 -p 64` to try without a sound card) or use another endpoint")]
+    NoServer { server: String },
+    #[error("the JACK server refused client {name:?} (status 0x{status:x})")]
+    ClientRefused { name: String, status: c_int },
+    #[error("cannot register JACK port {0}")]
+    PortRegister(String),
+    #[error("cannot activate the JACK client")]
+    Activate,
+    #[error("a name given to JACK contains a NUL byte")]
+    Nul(#[from] std::ffi::NulError),
+}
+
+type Client = c_void;
+type Port = c_void;
+type ProcessCallback = unsafe extern "C" fn(u32, *mut c_void) -> c_int;
+type XrunCallback = unsafe extern "C" fn(*mut c_void) -> c_int;
+type ShutdownCallback = unsafe extern "C" fn(*mut c_void);
+type MessageFunction = unsafe extern "C" fn(*const c_char);
+
+const NO_START_SERVER: c_int = 0x01;
+const STATUS_SERVER_FAILED: c_int = 0x10;
+const PORT_IS_INPUT: c_ulong = 0x1;
+const PORT_IS_OUTPUT: c_ulong = 0x2;
+const PORT_IS_PHYSICAL: c_ulong = 0x4;
+const AUDIO_TYPE: &CStr = c"32 bit float mono audio";
+
+/// The libjack functions netjam uses, resolved once from the shared library.
+struct JackApi {
+    client_open: unsafe extern "C" fn(*const c_char, c_int, *mut c_int, ...) -> *mut Client,
+    client_close: unsafe extern "C" fn(*mut Client) -> c_int,
+    get_client_name: unsafe extern "C" fn(*mut Client) -> *const c_char,
+    get_sample_rate: unsafe extern "C" fn(*mut Client) -> u32,
+    get_buffer_size: unsafe extern "C" fn(*mut Client) -> u32,
+    is_realtime: unsafe extern "C" fn(*mut Client) -> c_int,
+    cpu_load: unsafe extern "C" fn(*mut Client) -> f32,
+    port_register:
+        unsafe extern "C" fn(*mut Client, *const c_char, *const c_char, c_ulong, c_ulong) -> *mut Port,
+    port_get_buffer: unsafe extern "C" fn(*mut Port, u32) -> *mut c_void,
+    port_name: unsafe extern "C" fn(*const Port) -> *const c_char,
+    port_by_name: unsafe extern "C" fn(*mut Client, *const c_char) -> *mut Port,
+    port_flags: unsafe extern "C" fn(*const Port) -> c_int,
+    port_type: unsafe extern "C" fn(*const Port) -> *const c_char,
+    get_ports: unsafe extern "C" fn(*mut Client, *const c_char, *const c_char, c_ulong) -> *mut *const c_char,
+    free: unsafe extern "C" fn(*mut c_void),
+    connect: unsafe extern "C" fn(*mut Client, *const c_char, *const c_char) -> c_int,
+    set_process_callback: unsafe extern "C" fn(*mut Client, ProcessCallback, *mut c_void) -> c_int,
+    set_xrun_callback: unsafe extern "C" fn(*mut Client, XrunCallback, *mut c_void) -> c_int,
+    on_shutdown: unsafe extern "C" fn(*mut Client, ShutdownCallback, *mut c_void),
+    activate: unsafe extern "C" fn(*mut Client) -> c_int,
+    deactivate: unsafe extern "C" fn(*mut Client) -> c_int,
+    get_time: unsafe extern "C" fn() -> u64,
+    get_cycle_times:
+        Option<unsafe extern "C" fn(*const Client, *mut u32, *mut u64, *mut u64, *mut f32) -> c_int>,
+    set_error_function: unsafe extern "C" fn(MessageFunction),
+    set_info_function: unsafe extern "C" fn(MessageFunction),
+}
+
+/// libjack's own messages ("cannot connect to server socket" ...) are dropped: netjam says
+/// what went wrong in its own words.
+unsafe extern "C" fn quiet(_msg: *const c_char) {}
+
+impl JackApi {
+    // Each transmute's target is the declared type of the field it initializes.
+    #[allow(clippy::missing_transmute_annotations)]
+    fn load() -> Result<Self, String> {
+        const NAMES: [&CStr; 3] = [c"libjack.so.0", c"libjack.so", c"libjack.0.dylib"];
+        let mut handle = ptr::null_mut();
+        for name in NAMES {
+            // SAFETY: `name` is a NUL-terminated string; dlopen has no other precondition.
+            handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+            if !handle.is_null() {
+                break;
+            }
+        }
+        if handle.is_null() {
+            return Err("libjack.so.0 not found".into());
+        }
+        let sym = |name: &CStr| -> Result<*mut c_void, String> {
+            // SAFETY: `handle` is a live library handle (never closed) and `name` is NUL-terminated.
+            let p = unsafe { libc::dlsym(handle, name.as_ptr()) };
+            if p.is_null() {
+                Err(format!("libjack lacks {}", name.to_string_lossy()))
+            } else {
+                Ok(p)
+            }
+        };
+        macro_rules! f {
+            ($name:literal) => {
+                // SAFETY: the symbol comes from libjack, whose C declaration of this function
+                // matches the field's type (see jack/jack.h); the library stays loaded forever.
+                unsafe { std::mem::transmute::<*mut c_void, _>(sym($name)?) }
+            };
+        }
+        let api = Self {
+            client_open: f!(c"jack_client_open"),
+            client_close: f!(c"jack_client_close"),
+            get_client_name: f!(c"jack_get_client_name"),
+            get_sample_rate: f!(c"jack_get_sample_rate"),
+            get_buffer_size: f!(c"jack_get_buffer_size"),
+            is_realtime: f!(c"jack_is_realtime"),
+            cpu_load: f!(c"jack_cpu_load"),
+            port_register: f!(c"jack_port_register"),
+            port_get_buffer: f!(c"jack_port_get_buffer"),
+            port_name: f!(c"jack_port_name"),
+            port_by_name: f!(c"jack_port_by_name"),
+            port_flags: f!(c"jack_port_flags"),
+            port_type: f!(c"jack_port_type"),
+            get_ports: f!(c"jack_get_ports"),
+            free: f!(c"jack_free"),
+            connect: f!(c"jack_connect"),
+            set_process_callback: f!(c"jack_set_process_callback"),
+            set_xrun_callback: f!(c"jack_set_xrun_callback"),
+            on_shutdown: f!(c"jack_on_shutdown"),
+            activate: f!(c"jack_activate"),
+            deactivate: f!(c"jack_deactivate"),
+            get_time: f!(c"jack_get_time"),
+            get_cycle_times: sym(c"jack_get_cycle_times").ok().map(|p| {
+                // SAFETY: as for `f!`: jack_get_cycle_times(const jack_client_t*, jack_nframes_t*,
+                // jack_time_t*, jack_time_t*, float*) -> int.
+                unsafe { std::mem::transmute::<*mut c_void, _>(p) }
+            }),
+            set_error_function: f!(c"jack_set_error_function"),
+            set_info_function: f!(c"jack_set_info_function"),
+        };
+        // SAFETY: `quiet` is a valid function for the whole program.
+        unsafe {
+            (api.set_error_function)(quiet);
+            (api.set_info_function)(quiet);
+        }
+        Ok(api)
+    }
+
+    fn get() -> Result<&'static Self, JackError> {
+        static API: OnceLock<Result<JackApi, String>> = OnceLock::new();
+        API.get_or_init(Self::load)
+            .as_ref()
+            .map_err(|e| JackError::LibraryMissing(e.clone()))
+    }
+}
+
+/// An open JACK client, closed on drop.
+struct ClientHandle {
+    api: &'static JackApi,
+    raw: *mut Client,
+}
+
+// SAFETY: a jack_client_t may be used from any thread; netjam calls the non-realtime API
+// from one thread at a time (the one that owns the handle).
+unsafe impl Send for ClientHandle {}
+
+impl Drop for ClientHandle {
+    fn drop(&mut self) {
+        // SAFETY: `raw` came from jack_client_open and is closed only here.
+        unsafe { (self.api.client_close)(self.raw) };
+    }
+}
+
+impl ClientHandle {
+    fn open(name: &str) -> Result<Self, JackError> {
+        let api = JackApi::get()?;
+        let cname = CString::new(name)?;
+        let mut status: c_int = 0;
+        // SAFETY: `cname` is NUL-terminated and `status` is writable; with no JackServerName
+        // option libjack reads no variadic argument.
+        let raw = unsafe { (api.client_open)(cname.as_ptr(), NO_START_SERVER, &mut status) };
+        if raw.is_null() {
+            if status & STATUS_SERVER_FAILED != 0 {
+                let server = std::env::var("JACK_DEFAULT_SERVER")
+                    .map(|s| format!(" (JACK_DEFAULT_SERVER={s})"))
+                    .unwrap_or_default();
+                return Err(JackError::NoServer { server });
+            }
+            return Err(JackError::ClientRefused {
+                name: name.into(),
+                status,
+            });
+        }
+        Ok(Self { api, raw })
+    }
+
+    fn name(&self) -> String {
+        // SAFETY: the client is open; libjack returns a NUL-terminated string it owns.
+        unsafe { cstr_lossy((self.api.get_client_name)(self.raw)) }
+    }
+
+    fn rate(&self) -> u32 {
+        // SAFETY: the client is open.
+        unsafe { (self.api.get_sample_rate)(self.raw) }
+    }
+
+    fn period(&self) -> u32 {
+        // SAFETY: the client is open.
+        unsafe { (self.api.get_buffer_size)(self.raw) }
+    }
+
+    /// Full names of the ports matching `flags` (audio ports only), in JACK's order.
+    fn ports(&self, flags: c_ulong) -> Vec<String> {
+        // SAFETY: the client is open; a NULL pattern matches every port name.
+        let list = unsafe { (self.api.get_ports)(self.raw, ptr::null(), AUDIO_TYPE.as_ptr(), flags) };
+        let mut out = Vec::new();
+        if list.is_null() {
+            return out;
+        }
+        let mut i = 0;
+        loop {
+            // SAFETY: libjack returns a NULL-terminated array of NUL-terminated strings.
+            let p = unsafe { *list.add(i) };
+            if p.is_null() {
+                break;
+            }
+            // SAFETY: `p` is a NUL-terminated string inside the array.
+            out.push(unsafe { cstr_lossy(p) });
+            i += 1;
+        }
+        // SAFETY: the array came from jack_get_ports and must be released with jack_free.
+        unsafe { (self.api.free)(list.cast()) };
+        out
+    }
+
+    fn connect(&self, from: &str, to: &str) -> bool {
+        let (Ok(a), Ok(b)) = (CString::new(from), CString::new(to)) else {
+            return false;
+        };
+        // SAFETY: the client is open and both names are NUL-terminated. EEXIST (already
+        // connected) counts as success.
+        let r = unsafe { (self.api.connect)(self.raw, a.as_ptr(), b.as_ptr()) };
+        r == 0 || r == libc::EEXIST
+    }
+}
+
+/// # Safety
+/// `p` is NULL or a NUL-terminated string valid for the call.
+unsafe fn cstr_lossy(p: *const c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: per this function's contract.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// How to set up netjam's JACK client.
+#[derive(Debug, Clone)]
+pub struct JackConfig {
+    /// Client name (`--jack-name`); JACK may add a suffix if it is taken.
+    pub name: String,
+    /// Number of `send_N` and `receive_N` ports.
+    pub channels: u16,
+    /// Connect to the physical capture and playback ports.
+    pub connect: bool,
+}
+
+/// Atomics the callback writes and the owner reads while it runs (the callback is the only
+/// writer of each, except `xruns` and `shutdown`, which JACK's notification thread sets).
+#[derive(Debug, Default)]
+struct CallbackStats {
+    frames: AtomicU64,
+    wrong_size: AtomicU64,
+    xruns: AtomicU64,
+    shutdown: AtomicBool,
+    /// Scheduling policy and priority of the callback thread, seen in its first period
+    /// (-1 before that).
+    policy: AtomicI32,
+    priority: AtomicI32,
+}
+
+/// What the process callback owns; boxed so its address stays fixed while JACK holds it.
+struct CallbackState {
+    api: &'static JackApi,
+    client: *mut Client,
+    /// Valid from activation to deactivation (see [`JackEndpoint::run`]).
+    process: *mut dyn Process,
+    send: Vec<*mut Port>,
+    receive: Vec<*mut Port>,
+    input: Vec<f32>,
+    output: Vec<f32>,
+    period: u32,
+    period_ns: u64,
+    /// netjam clock minus JACK clock, ns.
+    offset_ns: i64,
+    stats: Arc<CallbackStats>,
+    timer: PeriodTimer,
+    policy_seen: bool,
+}
+
+unsafe extern "C" fn on_process(nframes: u32, arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` is the `CallbackState` registered with this callback; JACK calls it from
+    // one thread only, and the state outlives the activation.
+    let state = unsafe { &mut *arg.cast::<CallbackState>() };
+    state.period_callback(nframes);
+    0
+}
+
+unsafe extern "C" fn on_xrun(arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` is the `CallbackStats` registered with this callback, kept alive by the
+    // endpoint until the client is closed.
+    let stats = unsafe { &*arg.cast::<CallbackStats>() };
+    stats.xruns.fetch_add(1, Ordering::Relaxed);
+    0
+}
+
+unsafe extern "C" fn on_shutdown(arg: *mut c_void) {
+    // SAFETY: as for `on_xrun`.
+    let stats = unsafe { &*arg.cast::<CallbackStats>() };
+    stats.shutdown.store(true, Ordering::Relaxed);
+}
+
+impl CallbackState {
+    /// The realtime work of one period: no allocation, no lock, no log.
+    fn period_callback(&mut self, nframes: u32) {
+        let woke = clock::now_ns();
+        if !self.policy_seen {
+            self.policy_seen = true;
+            self.record_policy();
+        }
+        let n = nframes as usize;
+        if nframes != self.period {
+            // The server changed its period; the owner stops the stream. Play silence.
+            self.stats.wrong_size.fetch_add(1, Ordering::Relaxed);
+            for &port in &self.receive {
+                // SAFETY: an output port of this client; its buffer holds `nframes` floats.
+                let buf = unsafe { (self.api.port_get_buffer)(port, nframes) }.cast::<f32>();
+                if !buf.is_null() {
+                    // SAFETY: as above.
+                    unsafe { ptr::write_bytes(buf, 0, n) };
+                }
+            }
+            return;
+        }
+        let nominal = self.nominal_start(woke);
+        let chans_in = self.send.len();
+        for (c, &port) in self.send.iter().enumerate() {
+            // SAFETY: an input port of this client; JACK guarantees `nframes` readable floats.
+            let buf = unsafe { (self.api.port_get_buffer)(port, nframes) }.cast::<f32>();
+            if buf.is_null() {
+                continue;
+            }
+            // SAFETY: as above; the slice lives only within this callback.
+            let samples = unsafe { std::slice::from_raw_parts(buf, n) };
+            for (f, &x) in samples.iter().enumerate() {
+                self.input[f * chans_in + c] = x;
+            }
+        }
+        // SAFETY: `process` points at the `Process` borrowed by `run`, which deactivates the
+        // client (so this callback has returned for good) before the borrow ends; only this
+        // thread touches it meanwhile.
+        let process = unsafe { &mut *self.process };
+        process.process(nominal, &self.input, &mut self.output);
+        let chans_out = self.receive.len();
+        for (c, &port) in self.receive.iter().enumerate() {
+            // SAFETY: an output port of this client; JACK guarantees `nframes` writable floats
+            // that no one else touches during this callback.
+            let buf = unsafe { (self.api.port_get_buffer)(port, nframes) }.cast::<f32>();
+            if buf.is_null() {
+                continue;
+            }
+            // SAFETY: as above.
+            let samples = unsafe { std::slice::from_raw_parts_mut(buf, n) };
+            for (f, x) in samples.iter_mut().enumerate() {
+                *x = self.output[f * chans_out + c];
+            }
+        }
+        let done = clock::now_ns();
+        let took = done.saturating_sub(woke);
+        let late = woke.saturating_sub(nominal);
+        self.timer.record(late, took, self.period_ns);
+        self.stats.frames.fetch_add(nframes as u64, Ordering::Relaxed);
+    }
+
+    /// The start of this period on netjam's clock: JACK's estimate of when the period's
+    /// first frame was handed over (its DLL-filtered cycle time), not this thread's wake-up.
+    fn nominal_start(&self, woke: u64) -> u64 {
+        let Some(cycle_times) = self.api.get_cycle_times else {
+            return woke;
+        };
+        let (mut frames, mut current, mut next, mut period_us) = (0u32, 0u64, 0u64, 0f32);
+        // SAFETY: the client is active and this is its process thread, where
+        // jack_get_cycle_times is meant to be called; all pointers are to locals.
+        let r = unsafe { cycle_times(self.client, &mut frames, &mut current, &mut next, &mut period_us) };
+        if r != 0 {
+            return woke;
+        }
+        let t = (current as i64)
+            .saturating_mul(1000)
+            .saturating_add(self.offset_ns);
+        // Never in the future of the wake-up: the two clocks are the same clock, so a later
+        // value can only be rounding.
+        (t.max(0) as u64).min(woke)
+    }
+
+    fn record_policy(&mut self) {
+        // SAFETY: querying the calling thread's own scheduling; `param` is a local. This runs
+        // once, in the first period.
+        let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+        let mut policy: c_int = 0;
+        // SAFETY: as above.
+        let r = unsafe { libc::pthread_getschedparam(libc::pthread_self(), &mut policy, &mut param) };
+        if r == 0 {
+            self.timer
+                .set_realtime(policy == libc::SCHED_FIFO || policy == libc::SCHED_RR);
+            self.stats.priority.store(param.sched_priority, Ordering::Relaxed);
+            self.stats.policy.store(policy, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Whether JACK's process thread runs at realtime priority.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Realtime {
+    /// SCHED_FIFO or SCHED_RR at this priority.
+    Yes { priority: i32 },
+    /// An ordinary time-shared thread.
+    No,
+    /// The first period has not run yet.
+    Unknown,
+}
+
+impl std::fmt::Display for Realtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Realtime::Yes { priority } => write!(f, "realtime (priority {priority})"),
+            Realtime::No => write!(
+                f,
+                "NOT realtime (the JACK server lacks realtime rights: run jackd with -R as a member of the audio group)"
+            ),
+            Realtime::Unknown => write!(f, "realtime: not known yet"),
+        }
+    }
+}
+
+/// A handle that reports how the running endpoint is doing, readable from any thread.
+#[derive(Debug, Clone)]
+pub struct JackMonitor {
+    stats: Arc<CallbackStats>,
+}
+
+impl JackMonitor {
+    pub fn realtime(&self) -> Realtime {
+        let policy = self.stats.policy.load(Ordering::Relaxed);
+        if policy < 0 {
+            Realtime::Unknown
+        } else if policy == libc::SCHED_FIFO || policy == libc::SCHED_RR {
+            Realtime::Yes {
+                priority: self.stats.priority.load(Ordering::Relaxed),
+            }
+        } else {
+            Realtime::No
+        }
+    }
+
+    /// xruns the server reported since the client started.
+    pub fn xruns(&self) -> u64 {
+        self.stats.xruns.load(Ordering::Relaxed)
+    }
+}
+
+/// See the module docs.
+pub struct JackEndpoint {
+    client: ClientHandle,
+    name: String,
+    spec: StreamSpec,
+    send: Vec<*mut Port>,
+    receive: Vec<*mut Port>,
+    connect: bool,
+    stats: Arc<CallbackStats>,
+    limit_frames: Option<u64>,
+}
+
+// SAFETY: the port pointers are handles owned by the client; they are used only by the
+// thread that owns the endpoint and, after activation, by JACK's process thread.
+unsafe impl Send for JackEndpoint {}
+
+impl std::fmt::Debug for JackEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JackEndpoint")
+            .field("name", &self.name)
+            .field("spec", &self.spec)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JackEndpoint {
+    /// Open a client and register its ports; nothing runs until [`Endpoint::run`].
+    pub fn open(config: &JackConfig) -> Result<Self, JackError> {
+        let client = ClientHandle::open(&config.name)?;
+        let name = client.name();
+        let (mut send, mut receive) = (Vec::new(), Vec::new());
+        for (list, prefix, flags) in [
+            (&mut send, "send", PORT_IS_INPUT),
+            (&mut receive, "receive", PORT_IS_OUTPUT),
+        ] {
+            for i in 1..=config.channels {
+                let short = format!("{prefix}_{i}");
+                let c = CString::new(short.as_str())?;
+                // SAFETY: the client is open; names are NUL-terminated; buffer size 0 is
+                // ignored for the built-in audio type.
+                let port = unsafe {
+                    (client.api.port_register)(client.raw, c.as_ptr(), AUDIO_TYPE.as_ptr(), flags, 0)
+                };
+                if port.is_null() {
+                    return Err(JackError::PortRegister(format!("{name}:{short}")));
+                }
+                list.push(port);
+            }
+        }
+        let spec = StreamSpec {
+            rate: client.rate(),
+            input_channels: config.channels,
+            output_channels: config.channels,
+            period: client.period(),
+        };
+        let stats = Arc::new(CallbackStats {
+            policy: AtomicI32::new(-1),
+            ..Default::default()
+        });
+        Ok(Self {
+            client,
+            name,
+            spec,
+            send,
+            receive,
+            connect: config.connect,
+            stats,
+            limit_frames: None,
+        })
+    }
+
+    /// The client's name as JACK registered it (its ports are `NAME:send_N`, `NAME:receive_N`).
+    pub fn client_name(&self) -> &str {
+        &self.name
+    }
+
+    /// Stop after `frames` frames.
+    pub fn with_limit(mut self, frames: Option<u64>) -> Self {
+        self.limit_frames = frames;
+        self
+    }
+
+    pub fn monitor(&self) -> JackMonitor {
+        JackMonitor {
+            stats: self.stats.clone(),
+        }
+    }
+
+    /// Whether the server says it runs realtime (before the first period shows it for sure).
+    pub fn server_realtime(&self) -> bool {
+        // SAFETY: the client is open.
+        unsafe { (self.client.api.is_realtime)(self.client.raw) != 0 }
+    }
+
+    /// Connect `send_N` to the N-th physical capture port and `receive_N` to the N-th
+    /// physical playback port; returns the pairs connected.
+    fn connect_physical(&self) -> Vec<(String, String)> {
+        let mut done = Vec::new();
+        // Physical capture ports are outputs (they produce audio); playback ports are inputs.
+        let capture = self.client.ports(PORT_IS_PHYSICAL | PORT_IS_OUTPUT);
+        let playback = self.client.ports(PORT_IS_PHYSICAL | PORT_IS_INPUT);
+        for (i, from) in capture.iter().take(self.send.len()).enumerate() {
+            let to = format!("{}:send_{}", self.name, i + 1);
+            if self.client.connect(from, &to) {
+                done.push((from.clone(), to));
+            }
+        }
+        for (i, to) in playback.iter().take(self.receive.len()).enumerate() {
+            let from = format!("{}:receive_{}", self.name, i + 1);
+            if self.client.connect(&from, to) {
+                done.push((from, to.clone()));
+            }
+        }
+        done
+    }
+
+    /// netjam's clock minus JACK's, from the closest of a few paired readings.
+    fn clock_offset_ns(&self) -> i64 {
+        let mut best = (u64::MAX, 0i64);
+        for _ in 0..8 {
+            let a = clock::now_ns();
+            // SAFETY: jack_get_time has no preconditions once libjack is loaded and a client open.
+            let j = unsafe { (self.client.api.get_time)() };
+            let b = clock::now_ns();
+            let mid = (a / 2 + b / 2) as i64;
+            if b - a < best.0 {
+                best = (b - a, mid - (j as i64).saturating_mul(1000));
+            }
+        }
+        best.1
+    }
+}
+
+impl Endpoint for JackEndpoint {
+    fn spec(&self) -> StreamSpec {
+        self.spec
+    }
+
+    fn run(
+        self: Box<Self>,
+        process: &mut dyn Process,
+        stop: Arc<AtomicBool>,
+    ) -> anyhow::Result<(StopReason, PeriodStats)> {
+        let s = self.spec;
+        let period = s.period as usize;
+        let period_ns = netjam_engine::time::frames_to_ns(s.period as u64, s.rate);
+        // SAFETY: only the lifetime of the trait object is erased; the pointer is used by the
+        // callback between activation and deactivation below, inside this borrow.
+        let process: *mut dyn Process =
+            unsafe { std::mem::transmute::<*mut (dyn Process + '_), *mut (dyn Process + 'static)>(process) };
+        let mut state = Box::new(CallbackState {
+            api: self.client.api,
+            client: self.client.raw,
+            process,
+            send: self.send.clone(),
+            receive: self.receive.clone(),
+            input: vec![0.0; period * s.input_channels as usize],
+            output: vec![0.0; period * s.output_channels as usize],
+            period: s.period,
+            period_ns,
+            offset_ns: self.clock_offset_ns(),
+            stats: self.stats.clone(),
+            timer: PeriodTimer::default(),
+            policy_seen: false,
+        });
+        let api = self.client.api;
+        let raw = self.client.raw;
+        let state_ptr: *mut CallbackState = &mut *state;
+        let stats_ptr = Arc::as_ptr(&self.stats).cast_mut().cast::<c_void>();
+        // SAFETY: the client is open and not active; `state` and `self.stats` outlive the
+        // activation (deactivation happens below, before either is dropped).
+        let ok = unsafe {
+            (api.set_process_callback)(raw, on_process, state_ptr.cast()) == 0
+                && (api.set_xrun_callback)(raw, on_xrun, stats_ptr) == 0
+        };
+        if !ok {
+            anyhow::bail!("the JACK server refused netjam's callbacks");
+        }
+        // SAFETY: as above.
+        unsafe { (api.on_shutdown)(raw, on_shutdown, stats_ptr) };
+        // SAFETY: the client is open with its callbacks set.
+        if unsafe { (api.activate)(raw) } != 0 {
+            return Err(JackError::Activate.into());
+        }
+        if self.connect {
+            let pairs = self.connect_physical();
+            if pairs.is_empty() {
+                tracing::warn!(
+                    "no physical JACK ports to connect to; connect {}:send_N / receive_N yourself",
+                    self.name
+                );
+            }
+            for (a, b) in pairs {
+                tracing::info!("connected {a} -> {b}");
+            }
+        }
+        let reason = loop {
+            if stop.load(Ordering::Relaxed) {
+                break Ok(StopReason::Stopped);
+            }
+            if self.stats.shutdown.load(Ordering::Relaxed) {
+                break Err(anyhow::anyhow!(
+                    "the JACK server shut down or dropped netjam's client"
+                ));
+            }
+            if self.stats.wrong_size.load(Ordering::Relaxed) > 0 {
+                break Err(anyhow::anyhow!(
+                    "the JACK server changed its period from {} frames; restart netjam to follow it",
+                    s.period
+                ));
+            }
+            let frames = self.stats.frames.load(Ordering::Relaxed);
+            if self.limit_frames.is_some_and(|l| frames >= l) {
+                break Ok(StopReason::Stopped);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        // SAFETY: the client is active; jack_deactivate returns after the process callback
+        // has stopped being called, so `state` and the `Process` are free again afterwards.
+        unsafe { (api.deactivate)(raw) };
+        let reason = reason?;
+        let mut stats = state.timer.stats();
+        drop(state);
+        // An xrun is a deadline the server saw missed, whoever missed it.
+        stats.missed_deadlines += self.stats.xruns.load(Ordering::Relaxed);
+        Ok((reason, stats))
+    }
+}
+
+/// An audio port as `netjam devices` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PortInfo {
+    pub name: String,
+    /// Produces audio (a capture port, or another client's output).
+    pub output: bool,
+    pub physical: bool,
+}
+
+/// A snapshot of a running JACK server.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ServerInfo {
+    pub rate: u32,
+    pub period: u32,
+    pub realtime: bool,
+    pub cpu_load_percent: f32,
+    pub ports: Vec<PortInfo>,
+}
+
+/// Ask the running JACK server (JACK_DEFAULT_SERVER, else the default) what it offers.
+pub fn server_info(client_name: &str) -> Result<ServerInfo, JackError> {
+    let client = ClientHandle::open(client_name)?;
+    let api = client.api;
+    let mut ports = Vec::new();
+    for name in client.ports(0) {
+        let c = CString::new(name.as_str())?;
+        // SAFETY: the client is open and `c` is NUL-terminated.
+        let port = unsafe { (api.port_by_name)(client.raw, c.as_ptr()) };
+        if port.is_null() {
+            continue;
+        }
+        // SAFETY: `port` is a live port handle; jack_port_type returns a string libjack owns.
+        let (flags, ty) = unsafe { ((api.port_flags)(port), cstr_lossy((api.port_type)(port))) };
+        if ty != AUDIO_TYPE.to_string_lossy() {
+            continue;
+        }
+        // SAFETY: as above.
+        let full = unsafe { cstr_lossy((api.port_name)(port)) };
+        ports.push(PortInfo {
+            name: full,
+            output: flags as c_ulong & PORT_IS_OUTPUT != 0,
+            physical: flags as c_ulong & PORT_IS_PHYSICAL != 0,
+        });
+    }
+    // SAFETY: the client is open.
+    let (realtime, cpu) = unsafe { ((api.is_realtime)(client.raw) != 0, (api.cpu_load)(client.raw)) };
+    Ok(ServerInfo {
+        rate: client.rate(),
+        period: client.period(),
+        realtime,
+        cpu_load_percent: cpu,
+        ports,
+    })
+}
+
+/// Whether libjack can be loaded on this machine.
+pub fn library_available() -> Result<(), JackError> {
+    JackApi::get().map(|_| ())
+}
