@@ -281,7 +281,9 @@ impl ClockFit {
         self.head = (self.head + 1) % POINTS;
         self.len = (self.len + 1).min(POINTS);
         self.fitted = self.fit();
-        self.envelope = self.fitted.map(|s| {
+        // Until a new fit exists, the slope held from before a restart places the envelope
+        // through the windows seen since: a path step is followed within two windows.
+        self.envelope = self.fitted.or(self.held).map(|s| {
             let n = self.len as f64;
             let mean_m = self.iter().map(|p| p.min_m).sum::<f64>() / n;
             let mean_x = self.iter().map(|p| p.min_x).sum::<f64>() / n;
@@ -444,7 +446,8 @@ impl DriftEstimator {
     /// is the base transit without lag: a buffer measuring its playout delay against it
     /// (`now - earliest_arrival_ns(play_ts)`) sees no drift-induced error, where a windowed
     /// minimum of transit lags by up to its window times the drift (0.8 ms for 4 s at
-    /// 200 ppm). `None` until a fit of the current timeline exists (1.5 s).
+    /// 200 ppm). `None` until a fit of the current timeline exists (1.5 s); after a path
+    /// step, placed with the previous slope through the windows since the step.
     pub fn earliest_arrival_ns(&self, rtp_ts_ext: u64) -> Option<u64> {
         self.sender.envelope_ns(rtp_ts_ext)
     }

@@ -7,7 +7,7 @@
 //! is measured the way the jitter buffer measures it (playout delay over the smallest
 //! recent transit, minimum over two 2-second blocks); the physical error (against the real
 //! send time of the frame and the real fastest path) is what the tests assert on.
-//! The hour-long runs play 64-frame periods but skip the filter arithmetic
+//! The long runs (up to 3 h) play 64-frame periods but skip the filter arithmetic
 //! ([`DriftCorrector::discard`], same position and history); the audio run pushes a sine
 //! through the full resampler and measures its spectrum.
 
@@ -40,6 +40,8 @@ struct Run {
     /// Measure the depth against the estimator's envelope (else against the windowed
     /// minimum of transit, as the jitter buffer does today).
     envelope_base: bool,
+    /// Changes of the path delay: (time in s, ns added from then on).
+    path_steps: &'static [(f64, f64)],
 }
 
 impl Run {
@@ -61,8 +63,23 @@ impl Run {
     }
 }
 
+/// What the jitter buffer would have done besides playing a resampled period.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Event {
+    /// The frames due had not all arrived: concealed.
+    Underrun,
+    /// Fallback: a concealed period inserted.
+    Insert,
+    /// Fallback: frames skipped.
+    Skip(u64),
+}
+
 #[derive(Debug, Default)]
 struct Outcome {
+    /// Fallback events and underruns, with their time in s.
+    events: Vec<(f64, Event)>,
+    /// Frames dropped by skips.
+    skipped: u64,
     /// Last time the physical depth error was more than one packet off, s.
     converged_s: f64,
     /// Largest physical depth error after `settle_s`, in frames.
@@ -113,6 +130,13 @@ fn simulate(run: &Run, settle_s: f64) -> Outcome {
     let mut k: u64 = 0;
     let mut last_arrival = 0.0f64;
     let mut arrived: u64 = 0;
+    let path_extra = |at_ns: f64| -> f64 {
+        run.path_steps
+            .iter()
+            .filter(|(s, _)| at_ns >= t0 + s * 1e9)
+            .map(|(_, d)| d)
+            .sum()
+    };
     let draw_arrival = |k: u64, rng: &mut SimRng, last: f64| -> f64 {
         let send = t0 + (k + 1) as f64 * PACKET as f64 / fs_s * 1e9;
         let j = match run.jitter {
@@ -120,7 +144,7 @@ fn simulate(run: &Run, settle_s: f64) -> Outcome {
             Jitter::Normal => rng.normal() * JITTER_NS,
         };
         // Jitter never reorders and never makes a packet arrive before it was sent.
-        (send + BASE_NS + j).max(send).max(last)
+        (send + BASE_NS + path_extra(send) + j).max(send).max(last)
     };
     let mut next_arrival = draw_arrival(k, &mut rng, last_arrival);
 
@@ -128,6 +152,9 @@ fn simulate(run: &Run, settle_s: f64) -> Outcome {
     let (mut min_cur, mut min_prev, mut block_start) = (f64::INFINITY, f64::INFINITY, 0.0f64);
     let mut play: Option<u64> = None;
     let mut underruns = 0u64;
+    let mut skipped = 0u64;
+    let mut events: Vec<(f64, Event)> = Vec::new();
+    let (mut min_excess, mut last_shrink) = (f64::INFINITY, 0.0f64);
     let mut underruns_after = 0u64;
     let mut last_underrun_s = 0.0;
     let mut consumed = 0u64;
@@ -145,7 +172,11 @@ fn simulate(run: &Run, settle_s: f64) -> Outcome {
     let mut captures: Vec<Capture> = Vec::new();
     let capture_every = 30.0;
     let capture_len = 8192;
-    let trace = std::env::var_os("NETJAM_DRIFT_TRACE").is_some();
+    // NETJAM_DRIFT_TRACE=from,to prints the loop twice a second between those times (s).
+    let trace: Option<(f64, f64)> = std::env::var("NETJAM_DRIFT_TRACE").ok().and_then(|v| {
+        let (a, b) = v.split_once(',')?;
+        Some((a.parse().ok()?, b.parse().ok()?))
+    });
     let total_periods = (run.seconds * fs_d / PERIOD as f64) as u64;
 
     for j in 0..total_periods {
@@ -173,7 +204,7 @@ fn simulate(run: &Run, settle_s: f64) -> Outcome {
             continue;
         }
         let target = period_ns_nominal + run.target_ns();
-        let p = match play {
+        let mut p = match play {
             Some(p) => p,
             None => {
                 let media = now - base - target;
@@ -194,7 +225,38 @@ fn simulate(run: &Run, settle_s: f64) -> Outcome {
         };
         let measured_err = now - floor - target;
         let need = dc.begin_period(now as u64, PERIOD, measured_err as i64);
+        let t_now = (now - t0) / 1e9;
+        // The jitter buffer's fallbacks, kept as they are: insert a concealed period when
+        // more than half a period short; skip frames (with a cross-fade) when the smallest
+        // excess over 250 ms is above half a period plus 0.25 ms.
+        if measured_err < -period_ns_nominal / 2.0 {
+            events.push((t_now, Event::Insert));
+            // The resampler is not called: no input consumed, its position waits too.
+            continue;
+        }
+        min_excess = min_excess.min(measured_err);
+        if now >= last_shrink + 250e6 {
+            let excess = min_excess;
+            last_shrink = now;
+            min_excess = f64::INFINITY;
+            if excess > period_ns_nominal / 2.0 + 250e3 {
+                let far_too_deep = excess > (4.0 * period_ns_nominal).max(20e6);
+                let frames = ((excess - period_ns_nominal / 4.0) / NOMINAL_FRAME_NS) as u64;
+                let skip = if far_too_deep {
+                    frames
+                } else {
+                    frames.min(PERIOD as u64 / 2)
+                };
+                if skip > 0 {
+                    // Dropped, then this period plays on from after them.
+                    events.push((t_now, Event::Skip(skip)));
+                    skipped += skip;
+                    p += skip;
+                }
+            }
+        }
         if p + need as u64 > arrived {
+            events.push((t_now, Event::Underrun));
             underruns += 1;
             last_underrun_s = (now - t0) / 1e9;
             if last_underrun_s > settle_s {
@@ -238,15 +300,17 @@ fn simulate(run: &Run, settle_s: f64) -> Outcome {
         // Physical error: how long frame p has waited since it could first have arrived
         // (its packet sent at the sender's real rate, over the fastest path), over target.
         let fastest = BASE_NS - run.floor_ns();
-        let could_arrive = t0 + (p + PACKET) as f64 / fs_s * 1e9 + fastest;
+        let sent = t0 + (p + PACKET) as f64 / fs_s * 1e9;
+        let could_arrive = sent + fastest + path_extra(sent);
         let err = now - could_arrive - target;
         let t_s = (now - t0) / 1e9;
-        if trace && j % 375 == 0 && t_s < 40.0 {
+        if trace.is_some_and(|(a, b)| j % 375 == 0 && t_s >= a && t_s < b) {
             eprintln!(
-                "t {t_s:.1} measured {:.0} us physical {:.0} us ratio {:.1} ppm underruns {underruns} est {:?}",
+                "t {t_s:.1} measured {:.0} us physical {:.0} us ratio {:.1} ppm events {} est {:?}",
                 measured_err / 1e3,
                 err / 1e3,
                 dc.stats().ratio_ppm,
+                events.len(),
                 dc.estimator().ratio().map(|r| (r - 1.0) * 1e6),
             );
         }
@@ -280,6 +344,8 @@ fn simulate(run: &Run, settle_s: f64) -> Outcome {
     let to_frames = |ns: f64| ns / NOMINAL_FRAME_NS;
     let mean = sum_err / n_err.max(1) as f64;
     Outcome {
+        events,
+        skipped,
         converged_s,
         max_err_after_frames: to_frames(worst_err),
         mean_err_frames: to_frames(mean),
@@ -359,10 +425,27 @@ fn check(run: &Run, settle_s: f64) -> Outcome {
             String::new()
         },
     );
-    // Nothing dropped or repeated: every frame read went through the resampler once, and
-    // what was read never ran ahead of what had arrived.
+    let count =
+        |after: f64, f: fn(&Event) -> bool| o.events.iter().filter(|(t, e)| *t > after && f(e)).count();
+    println!(
+        "  fallbacks: {} inserted periods, {} skips, {} underruns in all; after {settle_s} s: {}",
+        count(0.0, |e| *e == Event::Insert),
+        count(0.0, |e| matches!(e, Event::Skip(_))),
+        count(0.0, |e| *e == Event::Underrun),
+        count(settle_s, |_| true),
+    );
+    // After convergence the corrector alone holds the buffer: the jitter buffer's fallbacks
+    // never fire, so nothing is dropped or repeated.
+    assert_eq!(
+        count(settle_s, |_| true),
+        0,
+        "{:?}",
+        &o.events[..o.events.len().min(20)]
+    );
+    // Every frame read went through the resampler once, and what was read never ran ahead
+    // of what had arrived.
     assert_eq!(o.consumed, o.resampler_consumed);
-    assert!(o.consumed <= o.arrived);
+    assert!(o.consumed + o.skipped <= o.arrived, "{o:?}");
     assert_eq!(o.underruns_after, 0, "{o:?}");
     // Depth within one packet of the target after convergence. Under normal jitter the
     // fastest path is not a sharp floor: the depth is held steady at an offset set by where
@@ -387,6 +470,7 @@ fn three_hours_sender_fast_device_slow_200_ppm() {
             audio: false,
             seed: 1,
             envelope_base: true,
+            path_steps: &[],
         },
         60.0,
     );
@@ -405,6 +489,7 @@ fn one_hour_sender_slow_device_fast_50_ppm() {
             audio: false,
             seed: 2,
             envelope_base: true,
+            path_steps: &[],
         },
         60.0,
     );
@@ -413,16 +498,17 @@ fn one_hour_sender_slow_device_fast_50_ppm() {
 }
 
 #[test]
-fn one_hour_sender_slow_device_fast_200_ppm_normal_jitter() {
+fn half_an_hour_sender_slow_device_fast_200_ppm_normal_jitter() {
     let o = check(
         &Run {
             sender_ppm: -200.0,
             device_ppm: 200.0,
-            seconds: 3600.0,
+            seconds: 1800.0,
             jitter: Jitter::Normal,
             audio: false,
             seed: 3,
             envelope_base: true,
+            path_steps: &[],
         },
         60.0,
     );
@@ -440,6 +526,7 @@ fn a_sine_through_the_corrector_stays_clean_at_200_ppm() {
             audio: true,
             seed: 4,
             envelope_base: true,
+            path_steps: &[],
         },
         60.0,
     );
@@ -461,6 +548,7 @@ fn the_windowed_minimum_base_lags_a_slow_sender_and_the_envelope_does_not() {
                 audio: false,
                 seed: 5,
                 envelope_base,
+                path_steps: &[],
             },
             60.0,
         )
@@ -522,4 +610,55 @@ fn resampler_cost_per_block() {
 fn thread_cpu_ns() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
     s.split_whitespace().next()?.parse().ok()
+}
+
+#[test]
+fn path_changes_are_caught_by_the_fallbacks_and_the_corrector_settles_again() {
+    // 5 minutes at +200/-200 ppm; the path gets 5 ms longer at 120 s and 3 ms shorter at
+    // 200 s. The jitter buffer's fallbacks (insert, skip) absorb each step within a few
+    // seconds; after that the corrector alone holds the depth within a packet again.
+    let steps: &'static [(f64, f64)] = &[(120.0, 5e6), (200.0, -3e6)];
+    let o = simulate(
+        &Run {
+            sender_ppm: 200.0,
+            device_ppm: -200.0,
+            seconds: 300.0,
+            jitter: Jitter::Uniform,
+            audio: false,
+            seed: 6,
+            envelope_base: true,
+            path_steps: steps,
+        },
+        260.0,
+    );
+    for (at, delta) in steps {
+        let near: Vec<&(f64, Event)> = o
+            .events
+            .iter()
+            .filter(|(t, _)| *t >= *at && *t < at + 10.0)
+            .collect();
+        let underruns = near.iter().filter(|(_, e)| *e == Event::Underrun).count();
+        let inserts = near.iter().filter(|(_, e)| *e == Event::Insert).count();
+        let skipped: u64 = near
+            .iter()
+            .map(|(_, e)| if let Event::Skip(n) = e { *n } else { 0 })
+            .sum();
+        let last = near.last().map_or(0.0, |(t, _)| t - at);
+        println!(
+            "path {:+.0} ms at {at} s: {underruns} periods short, {inserts} periods inserted, \
+             {skipped} frames skipped; last event {last:.2} s after the step",
+            delta / 1e6
+        );
+    }
+    println!(
+        "after both steps (from 260 s): depth error max {:.1} frames, mean {:+.2} frames",
+        o.max_err_after_frames, o.mean_err_frames,
+    );
+    for (t, e) in o.events.iter().filter(|(t, _)| *t > 60.0) {
+        let near_step = steps.iter().any(|(s, _)| *t >= *s && *t < s + 10.0);
+        assert!(near_step, "{e:?} at {t} s, away from the path steps");
+    }
+    assert!(o.max_err_after_frames <= PACKET as f64, "{o:?}");
+    assert_eq!(o.consumed, o.resampler_consumed);
+    assert!(o.consumed + o.skipped <= o.arrived, "{o:?}");
 }
