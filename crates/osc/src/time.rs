@@ -89,11 +89,15 @@ impl TimeTag {
     pub fn to_system_time(self) -> SystemTime {
         let secs = self.unix_seconds_i64();
         let nanos = ((self.fraction() as u64 * 1_000_000_000) >> 32) as u32;
-        if secs >= 0 {
-            UNIX_EPOCH + Duration::new(secs as u64, nanos)
+        let t = if secs >= 0 {
+            UNIX_EPOCH.checked_add(Duration::new(secs as u64, nanos))
         } else {
-            UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()) + Duration::from_nanos(nanos as u64)
-        }
+            UNIX_EPOCH
+                .checked_sub(Duration::from_secs(secs.unsigned_abs()))
+                .and_then(|t| t.checked_add(Duration::from_nanos(nanos as u64)))
+        };
+        // Every NTP value fits a 64-bit SystemTime; saturate where the platform's is smaller.
+        t.unwrap_or(UNIX_EPOCH)
     }
 
     /// This time tag moved later by `d` (saturating).
