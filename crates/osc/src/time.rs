@@ -96,12 +96,16 @@ impl TimeTag {
                 .checked_sub(Duration::from_secs(secs.unsigned_abs()))
                 .and_then(|t| t.checked_add(Duration::from_nanos(nanos as u64)))
         };
-        // Every NTP value fits a 64-bit SystemTime; saturate where the platform's is smaller.
+        // Every NTP value fits a 64-bit SystemTime; fall back to the epoch on a platform
+        // whose SystemTime is narrower.
         t.unwrap_or(UNIX_EPOCH)
     }
 
     /// This time tag moved later by `d` (saturating).
     pub fn add_duration(self, d: Duration) -> Self {
+        if d.as_secs() > u32::MAX as u64 {
+            return TimeTag(u64::MAX);
+        }
         let frac = ((d.subsec_nanos() as u64) << 32) / 1_000_000_000;
         let delta = (d.as_secs() << 32).saturating_add(frac);
         TimeTag(self.0.saturating_add(delta))
@@ -180,6 +184,16 @@ mod tests {
         assert_eq!(
             TimeTag::new(200, 0).nested_in(TimeTag::IMMEDIATELY),
             TimeTag::new(200, 0)
+        );
+    }
+
+    #[test]
+    fn adding_durations_saturates() {
+        let t = TimeTag::new(10, 0).add_duration(Duration::from_millis(1500));
+        assert_eq!((t.seconds(), t.fraction()), (11, 1 << 31));
+        assert_eq!(
+            TimeTag::new(1, 0).add_duration(Duration::from_secs(1 << 40)),
+            TimeTag(u64::MAX)
         );
     }
 
