@@ -766,6 +766,14 @@ pub struct DriftCorrectorStats {
 }
 
 /// Estimator, resampler and depth loop together (see the module docs).
+///
+/// Per primary packet: [`Self::on_packet`]. Per device period of `n` frames at `now`:
+/// compute the depth error (against [`DriftEstimator::earliest_arrival_ns`] of the next
+/// frame to read when it is `Some`), `let need = begin_period(now, n, error)`, read exactly
+/// `need` frames from the buffer (concealing what is missing) and [`Self::resample`] them
+/// into the `n` output frames; advance the read point by `need`. When the buffer's own
+/// fallback inserts a concealed period instead, still call `begin_period` but not
+/// `resample`: nothing is consumed and the position waits.
 #[derive(Debug, Clone)]
 pub struct DriftCorrector {
     config: DriftLoopConfig,
