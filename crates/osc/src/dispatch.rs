@@ -617,6 +617,23 @@ impl<S> TreeBuilder<S> {
         if let Some(e) = tree.error.take() {
             return Err(e);
         }
+        // A plain name that reads as an element of an array beside it (`osc2` next to
+        // `osc#4`) would make the address ambiguous.
+        for layer in &tree.layers {
+            for p in layer.ports.iter().filter(|p| p.array == 0) {
+                let base = p.name.trim_end_matches(|c: char| c.is_ascii_digit());
+                if base.len() < p.name.len() && layer.ports.iter().any(|q| q.array > 0 && &*q.name == base) {
+                    let path = tree.leaves.iter().find_map(|&(li, pi)| {
+                        let leaf = tree.layers[li as usize].ports[pi as usize].leaf.as_ref()?;
+                        leaf.path
+                            .split('/')
+                            .any(|seg| seg == &*p.name)
+                            .then(|| leaf.path.to_string())
+                    });
+                    return Err(BuildError::Conflict(path.unwrap_or_else(|| p.name.to_string())));
+                }
+            }
+        }
         for layer in &mut tree.layers {
             let size = (layer.ports.len() * 2).next_power_of_two().max(2);
             let mut table = vec![0u32; size];
@@ -1428,6 +1445,14 @@ mod tests {
         let mut b = TreeBuilder::<()>::new();
         b.port("/a#2/x", Meta::new(), h).port("/a/y", Meta::new(), h);
         assert_eq!(b.build().unwrap_err(), BuildError::Conflict("/a/y".into()));
+        let mut b = TreeBuilder::<()>::new();
+        b.port("/osc#4/x", Meta::new(), h).port("/osc2/y", Meta::new(), h);
+        assert_eq!(b.build().unwrap_err(), BuildError::Conflict("/osc2/y".into()));
+        let mut b = TreeBuilder::<()>::new();
+        b.port("/osc#4/x", Meta::new(), h)
+            .port("/a/osc2", Meta::new(), h)
+            .port("/a/osc10", Meta::new(), h);
+        assert!(b.build().is_ok());
     }
 
     #[test]
