@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 pub mod common;
 pub mod demo;
+pub mod devices;
 pub mod jam;
 pub mod osc;
 pub mod probe;
@@ -38,6 +39,8 @@ pub enum Command {
     Sweep(probe::SweepArgs),
     /// Relay UDP through an emulated link (delay, jitter, loss, reordering, rate cap).
     Impair(probe::ImpairArgs),
+    /// List the audio devices and endpoints netjam can use (JACK server and its ports, ALSA cards).
+    Devices(devices::DevicesArgs),
     /// Open Sound Control tools.
     #[command(subcommand)]
     Osc(osc::OscCommand),
@@ -55,6 +58,7 @@ impl Cli {
             Command::Ping(a) => probe::run_ping(a),
             Command::Sweep(a) => probe::run_sweep(a),
             Command::Impair(a) => probe::run_impair(a),
+            Command::Devices(a) => devices::run(a),
             Command::Osc(c) => osc::run(c),
         }
     }
