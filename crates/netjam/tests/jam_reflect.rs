@@ -60,6 +60,11 @@ fn jam_against_reflect_hears_its_own_round_trip() {
         "sent {sent}, heard {heard}"
     );
     assert_eq!(report["stats"]["heard"]["stream_starts"], 1);
+    // RTCP is reflected too: the sender's reports come back and give the round trip.
+    let rtt = report["stats"]["sent"]["rtt_ms"]
+        .as_f64()
+        .expect("RTT measured through RTCP");
+    assert!(rtt < 50.0, "rtt {rtt} ms");
     // The first click leaves at input frame 0; output frame 0 is the same callback, so the
     // first heard click's onset is the mouth-to-ear round trip.
     let samples: Vec<i32> = hound::WavReader::open(&wav)

@@ -76,8 +76,6 @@ pub enum DropReason {
     RateLimited,
     /// A reply kind sent to the reflector.
     Unexpected,
-    /// RTCP is not echoed.
-    Rtcp,
     /// RTP from a source without an authenticated session while a secret is set.
     Unauthenticated,
     /// Neither a probe nor RTP.
@@ -106,7 +104,8 @@ pub struct ReflectorStats {
     pub replayed: u64,
     pub rate_limited: u64,
     pub unexpected: u64,
-    pub rtcp_ignored: u64,
+    /// RTCP echoed with the media, so a sender measures its round trip through RTCP too.
+    pub rtcp_echoed: u64,
     pub unauthenticated: u64,
     pub other: u64,
     pub sessions: u64,
@@ -313,7 +312,6 @@ impl Reflector {
             DropReason::Replayed => s.replayed += 1,
             DropReason::RateLimited => s.rate_limited += 1,
             DropReason::Unexpected => s.unexpected += 1,
-            DropReason::Rtcp => s.rtcp_ignored += 1,
             DropReason::Unauthenticated => s.unauthenticated += 1,
             DropReason::Other => s.other += 1,
         }
@@ -345,13 +343,15 @@ impl Reflector {
         let pkt = &mut buf[..len];
         match classify(pkt) {
             DatagramKind::Probe => self.handle_probe(now_ns, rx_at_ns, kernel_ts, from, pkt),
-            DatagramKind::Rtp => self.handle_rtp(now_ns, from, len),
-            DatagramKind::Rtcp => self.drop(DropReason::Rtcp),
+            DatagramKind::Rtp => self.handle_rtp(now_ns, from, len, false),
+            DatagramKind::Rtcp => self.handle_rtp(now_ns, from, len, true),
             DatagramKind::Other => self.drop(DropReason::Other),
         }
     }
 
-    fn handle_rtp(&mut self, now_ns: u64, from: SocketAddr, len: usize) -> Action {
+    /// Echo media (RTP, or its RTCP when `rtcp`) back to its sender, within the source's
+    /// rate limit: same bytes, same size, so never an amplifier.
+    fn handle_rtp(&mut self, now_ns: u64, from: SocketAddr, len: usize, rtcp: bool) -> Action {
         if self.key.is_some() && !self.sessions.contains_key(&from) {
             return self.drop(DropReason::Unauthenticated);
         }
@@ -378,7 +378,11 @@ impl Reflector {
         if !bucket.take(now_ns, rate, cap) {
             return self.drop(DropReason::RateLimited);
         }
-        self.stats.rtp_echoed += 1;
+        if rtcp {
+            self.stats.rtcp_echoed += 1;
+        } else {
+            self.stats.rtp_echoed += 1;
+        }
         Action::Reply { len }
     }
 
@@ -758,7 +762,7 @@ mod tests {
     }
 
     #[test]
-    fn rtp_is_echoed_unchanged_and_rtcp_is_not() {
+    fn rtp_and_rtcp_are_echoed_unchanged() {
         let mut r = Reflector::new(ReflectorConfig::default(), [3; 32], None);
         let mut rtp = [0x80u8, 96, 0, 1, 0, 0, 0, 0, 0, 0, 0, 9, 1, 2, 3];
         let before = rtp;
@@ -767,12 +771,14 @@ mod tests {
             Action::Reply { len: 15 }
         );
         assert_eq!(rtp, before);
-        let mut rtcp = [0x80u8, 200, 0, 6, 0, 0, 0, 0];
+        let mut rtcp = [0x80u8, 200, 0, 1, 0, 0, 0, 7];
+        let before = rtcp;
         assert_eq!(
             r.handle(0, 0, false, addr(1), &mut rtcp, 8),
-            Action::Drop(DropReason::Rtcp)
+            Action::Reply { len: 8 }
         );
-        assert_eq!(r.stats().rtp_echoed, 1);
+        assert_eq!(rtcp, before);
+        assert_eq!((r.stats().rtp_echoed, r.stats().rtcp_echoed), (1, 1));
     }
 
     /// Two seconds of flood in virtual time: a valid source at 20 000 probes/s against a

@@ -166,12 +166,13 @@ fn status_line(s: &ReflectorStats) -> String {
         + s.unauthenticated
         + s.other;
     format!(
-        "sessions {}  probes {}  hellos {}  rtp echoed {}  dropped {} (bad token {}, bad tag {}, replayed {}, \
+        "sessions {}  probes {}  hellos {}  rtp echoed {}  rtcp echoed {}  dropped {} (bad token {}, bad tag {}, replayed {}, \
          rate-limited {}, malformed {})",
         s.sessions,
         s.probes_answered,
         s.hellos_answered,
         s.rtp_echoed,
+        s.rtcp_echoed,
         dropped,
         s.bad_token,
         s.bad_tag,
