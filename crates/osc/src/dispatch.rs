@@ -9,10 +9,11 @@
 //!   separated by `:`. `freq::f` accepts no arguments (a query) or one float; `freq:f`
 //!   only a float; `go:` only no arguments. Without `:` any arguments are accepted.
 //!
-//! Literal addresses are resolved with hash probes only, one per layer. An address
-//! starting with `!` (the O2 convention: no wildcards) is first looked up whole in a
-//! full-path table — one probe — and falls back to the per-layer walk only when the path
-//! goes through array ports. Patterns are matched layer by layer (`//` included) under a
+//! Literal addresses starting with `/` are resolved with one hash probe per layer. An
+//! address starting with `!` (the O2 convention: no wildcards) is looked up whole in a
+//! full-path table with one probe, array elements included: the table is keyed by the
+//! path with every segment's trailing digits removed, and the candidate is then checked
+//! segment by segment (names, digits, array bounds). Patterns are matched layer by layer (`//` included) under a
 //! work budget, so a hostile pattern cannot make one message cost more than that. Handlers may reply to the sender, broadcast, forward the message unchanged to
 //! the next stage, or chain a new message that is dispatched after the current one; all
 //! of these are written into a caller-provided [`Outbox`].
@@ -389,11 +390,35 @@ struct Layer<S> {
     digit_names: bool,
 }
 
+/// One segment of a leaf's path as the full-path table sees it: the name without its
+/// trailing digits, and what those digits must be.
+struct FlatSeg {
+    base: Box<[u8]>,
+    kind: FlatKind,
+}
+
+enum FlatKind {
+    /// A plain name: the address must carry exactly these trailing digits (maybe none).
+    Plain(Box<[u8]>),
+    /// An array port: the address carries an index below this count.
+    Array(u32),
+}
+
+struct FlatEntry {
+    key: u64,
+    layer: u32,
+    port: u32,
+    segs: Box<[FlatSeg]>,
+}
+
 /// A built dispatch tree over state `S`.
 pub struct Tree<S> {
     layers: Vec<Layer<S>>,
-    /// Full-path table for leaves without array segments: (hash, layer, port).
-    flat: Box<[(u64, u32, u32)]>,
+    /// Full-path table: open addressing over `flat_entries` (index + 1, 0 = empty), keyed
+    /// by the hash of the path with every segment's trailing digits removed, so array
+    /// elements share their template's key.
+    flat: Box<[u32]>,
+    flat_entries: Vec<FlatEntry>,
     /// Leaves in declaration order: (layer, port).
     leaves: Vec<(u32, u32)>,
     pattern_budget: u32,
@@ -478,6 +503,7 @@ impl<S> TreeBuilder<S> {
                     digit_names: false,
                 }],
                 flat: Box::new([]),
+                flat_entries: Vec::new(),
                 leaves: Vec::new(),
                 pattern_budget: 100_000,
                 error: None,
@@ -650,25 +676,47 @@ impl<S> TreeBuilder<S> {
                 .iter()
                 .any(|p| p.array == 0 && p.name.ends_with(|c: char| c.is_ascii_digit()));
         }
-        let mut flat = Vec::new();
-        for (li, layer) in tree.layers.iter().enumerate() {
-            for (pi, p) in layer.ports.iter().enumerate() {
-                if let Some(leaf) = &p.leaf {
-                    if !leaf.path.contains('#') {
-                        flat.push((hash(&leaf.path.as_bytes()[1..]), li as u32, pi as u32));
+        let mut entries = Vec::new();
+        for &(li, pi) in &tree.leaves {
+            let Some(leaf) = &tree.layers[li as usize].ports[pi as usize].leaf else {
+                continue;
+            };
+            let segs: Box<[FlatSeg]> = leaf
+                .path
+                .split('/')
+                .skip(1)
+                .map(|seg| match seg.split_once('#') {
+                    Some((name, count)) => FlatSeg {
+                        base: name.as_bytes().into(),
+                        kind: FlatKind::Array(count.parse().unwrap_or(0)),
+                    },
+                    None => {
+                        let (base, digits) = split_digits(seg.as_bytes());
+                        FlatSeg {
+                            base: base.into(),
+                            kind: FlatKind::Plain(digits.into()),
+                        }
                     }
-                }
-            }
+                })
+                .collect();
+            let key = segs.iter().fold(FLAT_SEED, |h, s| flat_mix(h, &s.base));
+            entries.push(FlatEntry {
+                key,
+                layer: li,
+                port: pi,
+                segs,
+            });
         }
-        let size = (flat.len() * 2).next_power_of_two().max(2);
-        let mut table = vec![(0u64, u32::MAX, u32::MAX); size];
-        for e in flat {
-            let mut slot = e.0 as usize & (size - 1);
-            while table[slot].1 != u32::MAX {
+        let size = (entries.len() * 2).next_power_of_two().max(2);
+        let mut table = vec![0u32; size];
+        for (i, e) in entries.iter().enumerate() {
+            let mut slot = e.key as usize & (size - 1);
+            while table[slot] != 0 {
                 slot = (slot + 1) & (size - 1);
             }
-            table[slot] = e;
+            table[slot] = i as u32 + 1;
         }
+        tree.flat_entries = entries;
         tree.flat = table.into_boxed_slice();
         Ok(tree)
     }
@@ -793,8 +841,10 @@ impl<S> Tree<S> {
             return w.summary;
         }
         if addr.first() == Some(&b'!') {
-            // O2 convention: no wildcards, so try the whole path in one probe first.
+            // O2 convention: never a pattern, so the whole path is looked up at once in
+            // the full-path table (one probe); the per-layer walk is only a safety net.
             if !self.lookup_flat(rel, &mut w) {
+                w.n_indices = 0;
                 let _ = self.walk_literal(rel, &mut w);
             }
         } else if !self.walk_literal(rel, &mut w) && !is_literal_bytes(addr) {
@@ -810,22 +860,33 @@ impl<S> Tree<S> {
         w.summary
     }
 
+    /// Looks a literal address up in the full-path table with one probe (plus linear
+    /// probing on collisions) and checks it segment by segment against the candidate.
     fn lookup_flat(&self, rel: &[u8], w: &mut Walk<'_, '_, '_, S>) -> bool {
-        let h = hash(rel);
-        let mask = self.flat.len() - 1;
-        let mut slot = h as usize & mask;
-        loop {
-            let (eh, li, pi) = self.flat[slot];
-            if li == u32::MAX {
+        let empty: &[u8] = &[];
+        let mut parts = [(empty, empty); MAX_PATH_DEPTH];
+        let mut n = 0;
+        let mut key = FLAT_SEED;
+        for seg in rel.split(|&c| c == b'/') {
+            let Some(part) = parts.get_mut(n) else {
                 return false;
-            }
-            if eh == h {
-                let port = &self.layers[li as usize].ports[pi as usize];
-                if let Some(leaf) = &port.leaf {
-                    if &leaf.path.as_bytes()[1..] == rel {
-                        self.call(leaf, w);
-                        return true;
-                    }
+            };
+            *part = split_digits(seg);
+            key = flat_mix(key, part.0);
+            n += 1;
+        }
+        let parts = &parts[..n];
+        let mask = self.flat.len() - 1;
+        let mut slot = key as usize & mask;
+        loop {
+            let i = self.flat[slot];
+            let Some(e) = i.checked_sub(1).and_then(|i| self.flat_entries.get(i as usize)) else {
+                return false;
+            };
+            if e.key == key && e.segs.len() == n && flat_matches(e, parts, w) {
+                if let Some(leaf) = &self.layers[e.layer as usize].ports[e.port as usize].leaf {
+                    self.call(leaf, w);
+                    return true;
                 }
             }
             slot = (slot + 1) & mask;
@@ -1069,6 +1130,63 @@ fn prefix_compatible(pattern: &[u8], base: &[u8]) -> bool {
     } else {
         lit.starts_with(base) && lit[base.len()..].iter().all(u8::is_ascii_digit)
     }
+}
+
+/// Whether the address split into `parts` (name, trailing digits) is an address of entry
+/// `e`; fills in the array indices if so.
+fn flat_matches<S>(e: &FlatEntry, parts: &[(&[u8], &[u8])], w: &mut Walk<'_, '_, '_, S>) -> bool {
+    let mut n = 0;
+    for (fs, &(base, digits)) in e.segs.iter().zip(parts) {
+        if !same_name(base, &fs.base) {
+            return false;
+        }
+        match &fs.kind {
+            FlatKind::Plain(d) => {
+                if !same_name(digits, d) {
+                    return false;
+                }
+            }
+            FlatKind::Array(count) => {
+                let Some(idx) = parse_index(digits).filter(|i| i < count) else {
+                    return false;
+                };
+                w.indices[n] = idx;
+                n += 1;
+            }
+        }
+    }
+    w.n_indices = n;
+    true
+}
+
+const FLAT_SEED: u64 = 0x1357_9BDF_2468_ACE0;
+
+fn flat_mix(h: u64, base: &[u8]) -> u64 {
+    (h ^ hash(base))
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .rotate_left(27)
+}
+
+/// A segment split into its name and trailing ASCII digits; a segment of digits only is
+/// all name.
+#[inline]
+fn split_digits(seg: &[u8]) -> (&[u8], &[u8]) {
+    let digits = seg.iter().rev().take_while(|c| c.is_ascii_digit()).count();
+    if digits == seg.len() {
+        (seg, &[])
+    } else {
+        seg.split_at(seg.len() - digits)
+    }
+}
+
+/// An array index written without leading zeros, below 2^32.
+#[inline]
+fn parse_index(digits: &[u8]) -> Option<u32> {
+    if digits.is_empty() || digits.len() > 10 || (digits.len() > 1 && digits[0] == b'0') {
+        return None;
+    }
+    let v = digits.iter().fold(0u64, |acc, &d| acc * 10 + (d - b'0') as u64);
+    u32::try_from(v).ok()
 }
 
 /// Byte equality for short names without a library call: 8 bytes at a time, with
@@ -1417,6 +1535,100 @@ mod tests {
                     .dispatch(&mut hits, &pkt[..n], &mut Outbox::new(&mut ob))
                     .unwrap();
                 assert_eq!(s.unmatched, 1, "{addr}");
+            }
+        }
+    }
+
+    #[test]
+    fn literal_lookup_answers_exactly_the_concrete_paths() {
+        let specs = [
+            "/a#3/b#2/c",
+            "/a#3/d",
+            "/x1/y",
+            "/x2/y",
+            "/z/7",
+            "/z/q#12",
+            "/z/q#12/r10",
+        ];
+        let mut b = TreeBuilder::<Vec<(String, Vec<u32>)>>::new();
+        for spec in specs {
+            b.port(spec, Meta::new(), |hits, r| {
+                hits.push((r.port_path().to_owned(), r.indices().to_vec()))
+            });
+        }
+        let t = b.build().unwrap();
+        let mut concrete = Vec::new();
+        for a in 0..3 {
+            for b in 0..2 {
+                concrete.push(format!("/a{a}/b{b}/c"));
+            }
+            concrete.push(format!("/a{a}/d"));
+        }
+        concrete.extend(["/x1/y", "/x2/y", "/z/7"].map(String::from));
+        for q in 0..12 {
+            concrete.push(format!("/z/q{q}"));
+            concrete.push(format!("/z/q{q}/r10"));
+        }
+        let mut candidates = concrete.clone();
+        for c in &concrete {
+            candidates.push(c.replace('0', "00"));
+            candidates.push(c.replace('1', "01"));
+            candidates.push(c.replace('2', "9"));
+            candidates.push(c.replacen('/', "!", 1));
+            candidates.push(format!("{c}/extra"));
+            candidates.push(
+                c.rsplit_once('/')
+                    .map(|(head, _)| head.to_owned())
+                    .unwrap_or_default(),
+            );
+        }
+        candidates.extend(
+            [
+                "/a3/d", "/a/d", "/x3/y", "/x/y", "/z/8", "/z/q12", "/z/q1/r1", "/", "!",
+            ]
+            .map(String::from),
+        );
+        let mut pkt = [0u8; 128];
+        let mut ob = [0u8; 64];
+        for addr in candidates {
+            let want = concrete.contains(&addr.replacen('!', "/", 1));
+            let mut hits = Vec::new();
+            let Ok(n) = encode_message(&mut pkt, &addr, &[]) else {
+                continue;
+            };
+            let s = t
+                .dispatch(&mut hits, &pkt[..n], &mut Outbox::new(&mut ob))
+                .unwrap();
+            assert_eq!(s.handled == 1, want, "{addr}: {hits:?}");
+            // The full-path table alone answers every concrete path (no per-layer fallback).
+            let m = Message::decode(&pkt[..n]).unwrap();
+            let mut scratch = Vec::new();
+            let mut out = Outbox::new(&mut ob);
+            let mut w = Walk {
+                state: &mut scratch,
+                message: &m,
+                time: TimeTag::IMMEDIATELY,
+                out: &mut out,
+                indices: [0; MAX_PATH_DEPTH],
+                n_indices: 0,
+                budget: 0,
+                summary: DispatchSummary::default(),
+            };
+            assert_eq!(t.lookup_flat(&addr.as_bytes()[1..], &mut w), want, "{addr}");
+            if want {
+                // The indices are the numbers in the address, in order, for array segments.
+                let (spec, idx) = &hits[0];
+                let expect: Vec<u32> = addr
+                    .split(['/', '!'])
+                    .zip(spec.split('/'))
+                    .filter(|(_, sp)| sp.contains('#'))
+                    .map(|(seg, _)| {
+                        seg.trim_start_matches(|c: char| c.is_ascii_alphabetic())
+                            .parse()
+                            .unwrap()
+                    })
+                    .collect();
+                assert_eq!(idx, &expect, "{addr}");
             }
         }
     }
