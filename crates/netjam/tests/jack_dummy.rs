@@ -8,13 +8,59 @@
 //! Each test runs its own server (`jackd -n <unique name>`, found by clients through
 //! `JACK_DEFAULT_SERVER`), killed on drop, so a failing assertion never leaves it behind.
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use netjam::endpoint::jack::{JackConfig, JackEndpoint};
+use netjam::endpoint::{Endpoint, Process};
+
 const BIN: &str = env!("CARGO_BIN_EXE_netjam");
+
+/// Counts allocations made on threads that have called [`watch_this_thread`].
+struct CountingAllocator;
+
+thread_local! {
+    static WATCHED: Cell<bool> = const { Cell::new(false) };
+}
+static WATCHED_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+fn watch_this_thread() {
+    WATCHED.with(|w| w.set(true));
+}
+
+fn count_if_watched() {
+    if WATCHED.try_with(Cell::get).unwrap_or(false) {
+        WATCHED_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator; counting touches only
+// a const-initialized thread-local and an atomic, neither of which allocates.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count_if_watched();
+        // SAFETY: the caller upholds `alloc`'s contract, which we pass on.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count_if_watched();
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 /// A child process killed and reaped when dropped.
 struct Killed(Child);
@@ -354,4 +400,73 @@ fn jam_without_a_server_says_how_to_start_one() {
         err.contains("jackd -d dummy") || err.contains("libjack is not installed"),
         "{err}"
     );
+}
+
+/// A `Process` that plays back what it captures and keeps each period's time, in memory
+/// reserved before the stream starts.
+struct Echo {
+    times: Vec<u64>,
+    frames_seen: usize,
+}
+
+impl Process for Echo {
+    fn process(&mut self, now_ns: u64, input: &[f32], output: &mut [f32]) {
+        // From here on, anything this thread allocates is counted: the rest of this period's
+        // callback and every later one.
+        watch_this_thread();
+        output.copy_from_slice(input);
+        self.frames_seen += input.len();
+        if self.times.len() < self.times.capacity() {
+            self.times.push(now_ns);
+        }
+    }
+}
+
+#[test]
+fn jack_callback_allocates_nothing_and_gets_nominal_period_times() {
+    let server = Jackd::start("noalloc", 64);
+    let endpoint = JackEndpoint::open(&JackConfig {
+        name: "netjam-noalloc".into(),
+        channels: 2,
+        connect: false,
+        server: Some(server.name.clone()),
+    })
+    .expect("open a client on the test server");
+    let spec = endpoint.spec();
+    assert_eq!((spec.rate, spec.period), (48_000, 64));
+    assert_eq!((spec.input_channels, spec.output_channels), (2, 2));
+    let endpoint = Box::new(endpoint.with_limit(Some(24_000)));
+    let mut echo = Echo {
+        times: Vec::with_capacity(100_000),
+        frames_seen: 0,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let watchdog = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(8));
+            stop.store(true, Ordering::Relaxed);
+        })
+    };
+    let (_, periods) = endpoint.run(&mut echo, stop.clone()).expect("run");
+    stop.store(true, Ordering::Relaxed);
+    let _ = watchdog.join();
+    assert!(
+        echo.times.len() >= 300,
+        "only {} periods ran in half a second of audio",
+        echo.times.len()
+    );
+    assert_eq!(periods.periods as usize, echo.times.len());
+    assert_eq!(echo.frames_seen, echo.times.len() * 64 * 2);
+    assert_eq!(
+        WATCHED_ALLOCATIONS.load(Ordering::Relaxed),
+        0,
+        "the JACK callback allocated"
+    );
+    // The times are the periods' nominal starts: strictly increasing, and on average a
+    // period apart give or take a wide margin (this checks units and clock, not timing).
+    assert!(echo.times.windows(2).all(|w| w[1] > w[0]));
+    let span = echo.times[echo.times.len() - 1] - echo.times[0];
+    let mean = span as f64 / (echo.times.len() - 1) as f64;
+    assert!((700_000.0..2_000_000.0).contains(&mean), "mean period {mean} ns");
 }

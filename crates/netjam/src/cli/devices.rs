@@ -12,6 +12,9 @@ use crate::endpoint::jack::{server_info, ServerInfo};
 
 #[derive(Debug, Args)]
 pub struct DevicesArgs {
+    /// The JACK server to ask (its `jackd -n` name; default: $JACK_DEFAULT_SERVER, else the default).
+    #[arg(long, value_name = "NAME")]
+    pub jack_server: Option<String>,
     /// Print the JACK server's details as JSON instead.
     #[arg(long)]
     pub json: bool,
@@ -42,10 +45,12 @@ fn by_client(info: &ServerInfo) -> BTreeMap<String, ClientPorts> {
     clients
 }
 
-fn print_jack(info: &ServerInfo) {
+fn print_jack(info: &ServerInfo, server: Option<&str>) {
     println!(
         "JACK server{}: {} Hz, {} frames per period ({:.2} ms), {}, DSP load {:.1} %",
-        std::env::var("JACK_DEFAULT_SERVER")
+        server
+            .map(str::to_string)
+            .or_else(|| std::env::var("JACK_DEFAULT_SERVER").ok())
             .map(|s| format!(" {s:?}"))
             .unwrap_or_default(),
         info.rate,
@@ -101,14 +106,14 @@ fn alsa_cards() -> Vec<(String, String, String)> {
 }
 
 pub fn run(a: DevicesArgs) -> anyhow::Result<()> {
-    let jack = server_info("netjam-devices");
+    let jack = server_info("netjam-devices", a.jack_server.as_deref());
     if a.json {
         let info = jack.map_err(|e| anyhow::anyhow!("{e}"))?;
         println!("{}", serde_json::to_string_pretty(&info)?);
         return Ok(());
     }
     match &jack {
-        Ok(info) => print_jack(info),
+        Ok(info) => print_jack(info, a.jack_server.as_deref()),
         Err(e) => println!("JACK: {e}"),
     }
     let cards = alsa_cards();

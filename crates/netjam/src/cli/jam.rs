@@ -50,6 +50,9 @@ pub struct JamArgs {
     /// Leave netjam's JACK ports unconnected (default: connect to the physical ports).
     #[arg(long)]
     pub no_connect: bool,
+    /// The JACK server to use (its `jackd -n` name; default: $JACK_DEFAULT_SERVER, else the default).
+    #[arg(long, value_name = "NAME")]
+    pub jack_server: Option<String>,
     #[command(flatten)]
     pub wire: WireArgs,
     /// Write what you hear to a WAV file.
@@ -126,6 +129,7 @@ fn open_jack(a: &mut JamArgs) -> anyhow::Result<JackEndpoint> {
         name: a.jack_name.clone().unwrap_or_else(|| "netjam".into()),
         channels,
         connect: !a.no_connect,
+        server: a.jack_server.clone(),
     })
     .context("cannot use JACK (--jack)")?;
     let spec = endpoint.spec();
@@ -166,8 +170,8 @@ fn jam_line(s: &Snapshot<JamStats>) -> String {
 
 pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     let peer = resolve(&a.peer)?;
-    if !a.jack && (a.jack_name.is_some() || a.no_connect) {
-        bail!("--jack-name and --no-connect apply to JACK: add --jack");
+    if !a.jack && (a.jack_name.is_some() || a.no_connect || a.jack_server.is_some()) {
+        bail!("--jack-name, --jack-server and --no-connect apply to JACK: add --jack");
     }
     let jack = if a.jack { Some(open_jack(&mut a)?) } else { None };
     let (source, sender) = match &jack {

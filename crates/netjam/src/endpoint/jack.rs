@@ -48,6 +48,7 @@ type ShutdownCallback = unsafe extern "C" fn(*mut c_void);
 type MessageFunction = unsafe extern "C" fn(*const c_char);
 
 const NO_START_SERVER: c_int = 0x01;
+const SERVER_NAME: c_int = 0x04;
 const STATUS_SERVER_FAILED: c_int = 0x10;
 const PORT_IS_INPUT: c_ulong = 0x1;
 const PORT_IS_OUTPUT: c_ulong = 0x2;
@@ -186,18 +187,37 @@ impl Drop for ClientHandle {
 }
 
 impl ClientHandle {
-    fn open(name: &str) -> Result<Self, JackError> {
+    /// Open client `name` on `server` (None: `JACK_DEFAULT_SERVER`, else the default one).
+    fn open(name: &str, server: Option<&str>) -> Result<Self, JackError> {
         let api = JackApi::get()?;
         let cname = CString::new(name)?;
         let mut status: c_int = 0;
-        // SAFETY: `cname` is NUL-terminated and `status` is writable; with no JackServerName
-        // option libjack reads no variadic argument.
-        let raw = unsafe { (api.client_open)(cname.as_ptr(), NO_START_SERVER, &mut status) };
+        let raw = match server {
+            Some(server) => {
+                let cserver = CString::new(server)?;
+                // SAFETY: both strings are NUL-terminated and `status` is writable; with
+                // JackServerName libjack reads exactly one variadic argument, a C string.
+                unsafe {
+                    (api.client_open)(
+                        cname.as_ptr(),
+                        NO_START_SERVER | SERVER_NAME,
+                        &mut status,
+                        cserver.as_ptr(),
+                    )
+                }
+            }
+            // SAFETY: `cname` is NUL-terminated and `status` is writable; with no
+            // JackServerName option libjack reads no variadic argument.
+            None => unsafe { (api.client_open)(cname.as_ptr(), NO_START_SERVER, &mut status) },
+        };
         if raw.is_null() {
             if status & STATUS_SERVER_FAILED != 0 {
-                let server = std::env::var("JACK_DEFAULT_SERVER")
-                    .map(|s| format!(" (JACK_DEFAULT_SERVER={s})"))
-                    .unwrap_or_default();
+                let server = match server {
+                    Some(s) => format!(" named {s:?}"),
+                    None => std::env::var("JACK_DEFAULT_SERVER")
+                        .map(|s| format!(" (JACK_DEFAULT_SERVER={s})"))
+                        .unwrap_or_default(),
+                };
                 return Err(JackError::NoServer { server });
             }
             return Err(JackError::ClientRefused {
@@ -277,6 +297,8 @@ pub struct JackConfig {
     pub channels: u16,
     /// Connect to the physical capture and playback ports.
     pub connect: bool,
+    /// The server's name (`jackd -n`); None: `JACK_DEFAULT_SERVER`, else the default server.
+    pub server: Option<String>,
 }
 
 /// Atomics the callback writes and the owner reads while it runs (the callback is the only
@@ -287,6 +309,7 @@ struct CallbackStats {
     wrong_size: AtomicU64,
     xruns: AtomicU64,
     shutdown: AtomicBool,
+    panicked: AtomicBool,
     /// Scheduling policy and priority of the callback thread, seen in its first period
     /// (-1 before that).
     policy: AtomicI32,
@@ -310,13 +333,25 @@ struct CallbackState {
     stats: Arc<CallbackStats>,
     timer: PeriodTimer,
     policy_seen: bool,
+    /// The `Process` panicked; only silence is played from then on.
+    failed: bool,
 }
 
 unsafe extern "C" fn on_process(nframes: u32, arg: *mut c_void) -> c_int {
     // SAFETY: `arg` is the `CallbackState` registered with this callback; JACK calls it from
     // one thread only, and the state outlives the activation.
     let state = unsafe { &mut *arg.cast::<CallbackState>() };
-    state.period_callback(nframes);
+    if state.failed {
+        state.silence(nframes);
+        return 0;
+    }
+    // A panic must not unwind into libjack: the stream goes silent and `run` reports it.
+    let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| state.period_callback(nframes)));
+    if ok.is_err() {
+        state.failed = true;
+        state.stats.panicked.store(true, Ordering::Relaxed);
+        state.silence(nframes);
+    }
     0
 }
 
@@ -346,14 +381,7 @@ impl CallbackState {
         if nframes != self.period {
             // The server changed its period; the owner stops the stream. Play silence.
             self.stats.wrong_size.fetch_add(1, Ordering::Relaxed);
-            for &port in &self.receive {
-                // SAFETY: an output port of this client; its buffer holds `nframes` floats.
-                let buf = unsafe { (self.api.port_get_buffer)(port, nframes) }.cast::<f32>();
-                if !buf.is_null() {
-                    // SAFETY: as above.
-                    unsafe { ptr::write_bytes(buf, 0, n) };
-                }
-            }
+            self.silence(nframes);
             return;
         }
         let nominal = self.nominal_start(woke);
@@ -394,6 +422,18 @@ impl CallbackState {
         let late = woke.saturating_sub(nominal);
         self.timer.record(late, took, self.period_ns);
         self.stats.frames.fetch_add(nframes as u64, Ordering::Relaxed);
+    }
+
+    /// Write `nframes` of silence to every playback port.
+    fn silence(&self, nframes: u32) {
+        for &port in &self.receive {
+            // SAFETY: an output port of this client; its buffer holds `nframes` floats.
+            let buf = unsafe { (self.api.port_get_buffer)(port, nframes) }.cast::<f32>();
+            if !buf.is_null() {
+                // SAFETY: as above.
+                unsafe { ptr::write_bytes(buf, 0, nframes as usize) };
+            }
+        }
     }
 
     /// The start of this period on netjam's clock: JACK's estimate of when the period's
@@ -511,7 +551,7 @@ impl std::fmt::Debug for JackEndpoint {
 impl JackEndpoint {
     /// Open a client and register its ports; nothing runs until [`Endpoint::run`].
     pub fn open(config: &JackConfig) -> Result<Self, JackError> {
-        let client = ClientHandle::open(&config.name)?;
+        let client = ClientHandle::open(&config.name, config.server.as_deref())?;
         let name = client.name();
         let (mut send, mut receive) = (Vec::new(), Vec::new());
         for (list, prefix, flags) in [
@@ -647,6 +687,7 @@ impl Endpoint for JackEndpoint {
             stats: self.stats.clone(),
             timer: PeriodTimer::default(),
             policy_seen: false,
+            failed: false,
         });
         let api = self.client.api;
         let raw = self.client.raw;
@@ -686,6 +727,11 @@ impl Endpoint for JackEndpoint {
             if self.stats.shutdown.load(Ordering::Relaxed) {
                 break Err(anyhow::anyhow!(
                     "the JACK server shut down or dropped netjam's client"
+                ));
+            }
+            if self.stats.panicked.load(Ordering::Relaxed) {
+                break Err(anyhow::anyhow!(
+                    "the audio callback panicked; the stream was silenced"
                 ));
             }
             if self.stats.wrong_size.load(Ordering::Relaxed) > 0 {
@@ -731,9 +777,10 @@ pub struct ServerInfo {
     pub ports: Vec<PortInfo>,
 }
 
-/// Ask the running JACK server (JACK_DEFAULT_SERVER, else the default) what it offers.
-pub fn server_info(client_name: &str) -> Result<ServerInfo, JackError> {
-    let client = ClientHandle::open(client_name)?;
+/// Ask a running JACK server (`server`, else JACK_DEFAULT_SERVER, else the default) what it
+/// offers.
+pub fn server_info(client_name: &str, server: Option<&str>) -> Result<ServerInfo, JackError> {
+    let client = ClientHandle::open(client_name, server)?;
     let api = client.api;
     let mut ports = Vec::new();
     for name in client.ports(0) {
