@@ -21,6 +21,7 @@
 
 use crate::conceal::{Concealer, ConcealerConfig};
 use crate::delay::{BufferMode, DelayEstimator};
+use crate::drift::{DriftCorrector, DriftCorrectorStats, DriftLoopConfig, RESAMPLER_DELAY_FRAMES};
 use crate::time::{frames_to_ms, frames_to_ns, ns_to_frames};
 
 /// The highest sample rate the buffer is sized for.
@@ -31,6 +32,8 @@ const WINDOW_S: f64 = 0.35;
 const LATE_RUN_RELOCK: u32 = 4;
 /// Slot value meaning "empty".
 const EMPTY: u64 = u64::MAX;
+/// The longest device period the buffer is sized for, in frames.
+pub const MAX_PERIOD: usize = 4096;
 
 /// What happened to an inserted block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +81,10 @@ pub struct JitterStats {
     /// time plus the frame's place in the period): mean and max over packets, ms.
     pub added_latency_ms: f64,
     pub added_latency_max_ms: f64,
+    /// Whether playout follows the sender's clock by resampling.
+    pub drift_correction: bool,
+    /// The sender's clock against ours and what the corrector does about it.
+    pub drift: DriftCorrectorStats,
 }
 
 /// See the module docs.
@@ -108,6 +115,11 @@ pub struct JitterBuffer {
     min_excess_ns: i64,
     latency_sum_ms: f64,
     latency_n: u64,
+    /// Follows the sender's clock: always estimating, resampling when enabled.
+    drift: DriftCorrector,
+    drift_enabled: bool,
+    /// Input-domain frames for the resampler.
+    scratch: Vec<f32>,
     stats: JitterStats,
 }
 
@@ -137,6 +149,14 @@ impl JitterBuffer {
             min_excess_ns: i64::MAX,
             latency_sum_ms: 0.0,
             latency_n: 0,
+            drift: DriftCorrector::new(
+                rate.clamp(1, MAX_RATE),
+                max_channels,
+                MAX_PERIOD,
+                DriftLoopConfig::default(),
+            ),
+            drift_enabled: false,
+            scratch: vec![0.0; (MAX_PERIOD + MAX_PERIOD / 64 + 4) * max_channels],
             stats: JitterStats::default(),
         };
         jb.reset(rate, channels);
@@ -155,6 +175,7 @@ impl JitterBuffer {
         self.channels = channels;
         let cap = ((self.rate as f64 * WINDOW_S) as u64).next_power_of_two();
         self.mask = cap - 1;
+        self.drift.reset(self.rate);
         self.relock();
         self.concealer.reset(channels);
     }
@@ -169,6 +190,7 @@ impl JitterBuffer {
         self.highest_end = 0;
         self.late_run = 0;
         self.min_excess_ns = i64::MAX;
+        self.drift.relock();
         self.stats.relocks += 1;
     }
 
@@ -178,6 +200,14 @@ impl JitterBuffer {
 
     pub fn channels(&self) -> usize {
         self.channels
+    }
+
+    /// Follow the sender's sample clock by resampling (adds
+    /// [`RESAMPLER_DELAY_FRAMES`] of delay), so the buffer holds its target without
+    /// dropping or repeating samples. Off, audio is played bit-exact and clock drift is
+    /// absorbed by the occasional inserted or skipped period.
+    pub fn set_drift_correction(&mut self, on: bool) {
+        self.drift_enabled = on;
     }
 
     /// Change how the target is chosen.
@@ -209,6 +239,8 @@ impl JitterBuffer {
         } else {
             0.0
         };
+        s.drift_correction = self.drift_enabled;
+        s.drift = self.drift.stats();
         s.depth_ms = match self.play_ts {
             Some(p) => frames_to_ms(self.highest_end.saturating_sub(p) as f64, self.rate),
             None => 0.0,
@@ -268,6 +300,7 @@ impl JitterBuffer {
             self.late_run = 0;
             let transit = now_ns as i64 - self.media_ns(ts);
             self.delay.on_packet(now_ns, transit);
+            self.drift.on_packet(now_ns, ts);
         }
         let first = self.play_ts.map_or(0, |p| p.saturating_sub(ts));
         let mut fresh = 0;
@@ -309,7 +342,8 @@ impl JitterBuffer {
     /// Fill `out` (interleaved) with the frames due at `now_ns`.
     pub fn play(&mut self, now_ns: u64, out: &mut [f32]) {
         let ch = self.channels;
-        let frames = out.len() / ch;
+        let frames = (out.len() / ch).min(MAX_PERIOD);
+        let out = &mut out[..frames * ch];
         if frames == 0 {
             return;
         }
@@ -336,14 +370,65 @@ impl JitterBuffer {
             }
         };
         self.stats.played_frames += frames as u64;
-        let delay_ns = now_ns as i64 - base - self.media_ns(play_ts);
-        let err = delay_ns - target;
+        // When `play_ts` would arrive on the fastest path: the drift-free lower envelope of
+        // arrivals once the estimator has one (a windowed minimum lags a drifting sender).
+        let earliest = match self.drift.estimator().earliest_arrival_ns(play_ts) {
+            Some(t) => t as i64,
+            None => base + self.media_ns(play_ts),
+        };
+        let err = now_ns as i64 - earliest - target;
         if err < -period_ns / 2 && self.stream_started(play_ts) {
             // Too little buffered: insert a concealed period and let the playout point wait.
+            if self.drift_enabled {
+                self.drift.begin_period(now_ns, frames, err);
+            }
             self.concealer.conceal(out);
             self.stats.inserted_frames += frames as u64;
             return;
         }
+        // With drift correction the period consumes `need` input frames (a few more or
+        // fewer than it plays) through the resampler; without, exactly `frames`.
+        let need = if self.drift_enabled {
+            self.drift.begin_period(now_ns, frames, err)
+        } else {
+            frames
+        };
+        let mut input = std::mem::take(&mut self.scratch);
+        let delay_frames = if self.drift_enabled {
+            RESAMPLER_DELAY_FRAMES as u64
+        } else {
+            0
+        };
+        let consumed = {
+            let block: &mut [f32] = if self.drift_enabled {
+                &mut input[..need * ch]
+            } else {
+                &mut *out
+            };
+            self.fill_input(now_ns, play_ts, err, period_ns, block, delay_frames)
+        };
+        if self.drift_enabled {
+            if self.drift.resample(ch, &input[..need * ch], out).is_err() {
+                // Cannot happen with the sizes reserved in `new`; play silence rather than junk.
+                out.fill(0.0);
+            }
+        }
+        self.scratch = input;
+        self.play_ts = Some(play_ts + consumed);
+    }
+
+    /// Fill `block` with the input frames due from `play_ts` (skipping some with a
+    /// cross-fade when the buffer has been too deep), and return how far playout advanced.
+    fn fill_input(
+        &mut self,
+        now_ns: u64,
+        play_ts: u64,
+        err: i64,
+        period_ns: i64,
+        block: &mut [f32],
+        delay_frames: u64,
+    ) -> u64 {
+        let frames = (block.len() / self.channels) as u64;
         // Shrink: when the buffer was too deep for a whole window, a little at a time; at
         // once when far too deep (the path got faster or the sender jumped ahead); always
         // with a cross-fade.
@@ -359,19 +444,18 @@ impl JitterBuffer {
                 let skip = if far_too_deep {
                     frames_excess
                 } else {
-                    frames_excess.min(frames as u64 / 2)
+                    frames_excess.min(frames / 2)
                 };
-                if skip > 0 && self.skip_with_crossfade(play_ts, skip, out) {
+                if skip > 0 && self.skip_with_crossfade(play_ts, skip, block) {
                     self.stats.skipped_frames += skip;
-                    self.play_ts = Some(play_ts + frames as u64 + skip);
-                    self.note_latency(now_ns, play_ts + skip, frames);
-                    return;
+                    self.note_latency(now_ns, play_ts + skip, frames as usize, delay_frames);
+                    return frames + skip;
                 }
             }
         }
-        self.read(play_ts, out);
-        self.note_latency(now_ns, play_ts, frames);
-        self.play_ts = Some(play_ts + frames as u64);
+        self.read(play_ts, block);
+        self.note_latency(now_ns, play_ts, frames as usize, delay_frames);
+        frames
     }
 
     fn stream_started(&self, play_ts: u64) -> bool {
@@ -379,13 +463,14 @@ impl JitterBuffer {
     }
 
     /// Account the buffer residence of every packet whose first frame is in the period of
-    /// `frames` frames starting at `play_ts`, played from `now_ns`.
-    fn note_latency(&mut self, now_ns: u64, play_ts: u64, frames: usize) {
+    /// `frames` frames starting at `play_ts`, played from `now_ns` (plus `delay_frames` of
+    /// resampler delay).
+    fn note_latency(&mut self, now_ns: u64, play_ts: u64, frames: usize, delay_frames: u64) {
         for i in 0..frames as u64 {
             let t = play_ts + i;
             let slot = (t & self.mask) as usize;
             if self.slot_ts[slot] == t && self.slot_start[slot] {
-                let out_ns = now_ns + frames_to_ns(i, self.rate);
+                let out_ns = now_ns + frames_to_ns(i + delay_frames, self.rate);
                 let ms = out_ns.saturating_sub(self.slot_arrival[slot]) as f64 / 1e6;
                 self.latency_sum_ms += ms;
                 self.latency_n += 1;

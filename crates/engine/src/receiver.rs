@@ -150,6 +150,11 @@ impl Receiver {
         self.output = Some(format);
     }
 
+    /// Follow the sender's clock by resampling (see [`JitterBuffer::set_drift_correction`]).
+    pub fn set_drift_correction(&mut self, on: bool) {
+        self.jb.set_drift_correction(on);
+    }
+
     pub fn set_buffer_mode(&mut self, mode: BufferMode) {
         self.jb.set_mode(mode);
     }

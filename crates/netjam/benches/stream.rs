@@ -95,7 +95,7 @@ fn cpu_per_packet(redundancy: usize) {
     );
 }
 
-fn latency(name: &str, link: Option<LinkConfig>, seconds: f64) -> LoopbackReport {
+fn latency(name: &str, link: Option<LinkConfig>, seconds: f64, drift_correction: bool) -> LoopbackReport {
     let options = LoopbackOptions {
         format: AudioFormat::new(Codec::L16, 48_000, 2).expect("format"),
         frames_per_packet: 64,
@@ -109,6 +109,7 @@ fn latency(name: &str, link: Option<LinkConfig>, seconds: f64) -> LoopbackReport
         output: None,
         sender_name: "bench".into(),
         receiver_name: "bench".into(),
+        drift_correction,
     };
     let r = run_loopback(&options, |_| {}).expect("loopback session");
     let jb = r.receiver.jitter_buffer;
@@ -137,7 +138,13 @@ fn main() {
     for red in [0, 1] {
         cpu_per_packet(red);
     }
-    latency("clean loopback, 48 kHz / 64 frames, 10 s", None, 10.0);
+    latency("clean loopback, 48 kHz / 64 frames, 10 s", None, 10.0, false);
+    latency(
+        "clean loopback, 48 kHz / 64 frames, 10 s, drift correction",
+        None,
+        10.0,
+        true,
+    );
     let jitter = LinkConfig {
         jitter_ns: 1_000_000,
         jitter_dist: JitterDist::Uniform,
@@ -148,5 +155,6 @@ fn main() {
         "1 ms uniform jitter (±1 ms on 1 ms), 48 kHz / 64 frames, 20 s",
         Some(jitter),
         20.0,
+        false,
     );
 }

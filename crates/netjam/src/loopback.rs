@@ -39,6 +39,8 @@ pub struct LoopbackOptions {
     pub output: Option<PathBuf>,
     pub sender_name: String,
     pub receiver_name: String,
+    /// Follow the sender's clock by resampling.
+    pub drift_correction: bool,
 }
 
 /// What happened.
@@ -84,6 +86,7 @@ pub fn run_loopback(
         name: Some(o.receiver_name.clone()),
     });
     receiver.set_output_format(format);
+    receiver.set_drift_correction(o.drift_correction);
     let sender = Sender::new(SenderConfig {
         format,
         frames_per_packet: o.frames_per_packet,

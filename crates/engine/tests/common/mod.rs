@@ -33,6 +33,8 @@ pub struct Session {
     pub events: Vec<ReceiverEvent>,
     /// Hostile datagrams injected into the receiver, if set: every n-th step.
     pub garbage: Option<GarbageSource>,
+    /// How fast the sender's sample clock runs against the receiver's, in ppm.
+    pub sender_ppm: f64,
 }
 
 pub fn sender_config(format: AudioFormat, frames: u32, redundancy: usize, seed: u64) -> SenderConfig {
@@ -85,6 +87,7 @@ impl Session {
             play_times: Vec::new(),
             events: Vec::new(),
             garbage: None,
+            sender_ppm: 0.0,
         }
     }
 
@@ -92,7 +95,9 @@ impl Session {
     pub fn run(&mut self, ns: u64) {
         let end = self.now + ns;
         let ch = self.format.channels as usize;
-        let capture_ns = frames_to_ns(self.frames as u64, self.format.rate);
+        let capture_ns = (frames_to_ns(self.frames as u64, self.format.rate) as f64
+            / (1.0 + self.sender_ppm * 1e-6))
+            .round() as u64;
         let play_ns = frames_to_ns(self.period as u64, self.format.rate);
         let mut cap = vec![0.0; self.frames as usize * ch];
         let mut out =

@@ -44,6 +44,9 @@ pub struct DemoArgs {
     /// Seed of the link emulator (same seed, same impairments).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Play without following the sender's clock (no resampling).
+    #[arg(long)]
+    pub no_drift_correction: bool,
 }
 
 /// Mouth-to-ear latency, one way, by stage (ms).
@@ -100,6 +103,7 @@ pub fn run_demo(a: DemoArgs) -> anyhow::Result<()> {
         output: Some(a.output.clone()),
         sender_name: "Seattle".into(),
         receiver_name: "Vermont".into(),
+        drift_correction: !a.no_drift_correction,
     };
     let mut status = StatusLine::new();
     let report = run_loopback(&options, |s| status.show(&recv_line(s)))?;

@@ -256,6 +256,10 @@ pub struct RecvArgs {
     /// Layout of raw PCM on stdout.
     #[arg(long, value_enum, default_value = "s16le")]
     pub sample_format: SampleFormat,
+    /// Follow the sender's clock by resampling instead of inserting or skipping a period
+    /// now and then (off by default here: a file then receives the stream bit-exact).
+    #[arg(long)]
+    pub drift_correction: bool,
 }
 
 /// The statistics file of `netjam recv`.
@@ -324,6 +328,7 @@ pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
     };
     let (mut process, mut snaps) = RecvProcess::new(receiver, link, format.rate);
     process.receiver.set_buffer_mode(a.buffer.mode(format.rate));
+    process.receiver.set_drift_correction(a.drift_correction);
     eprintln!("netjam: receiving {format}");
     let sink: Box<dyn FrameSink> = match &a.output {
         Some(path) => Box::new(WavSink::create(path, format.rate, format.channels, format.codec)?),
