@@ -438,9 +438,11 @@ impl JitterBuffer {
             let excess = self.min_excess_ns;
             self.last_shrink_ns = now_ns;
             self.min_excess_ns = i64::MAX;
-            if excess > period_ns / 2 + 250_000 {
+            // Every period of the window was at least `excess` too deep, so the excess is
+            // real, not a late wake-up: give back all but 0.1 ms of it.
+            if excess > 250_000 {
                 let far_too_deep = excess > (4 * period_ns).max(20_000_000);
-                let frames_excess = ns_to_frames((excess - period_ns / 4) as u64, self.rate);
+                let frames_excess = ns_to_frames((excess - 100_000) as u64, self.rate);
                 let skip = if far_too_deep {
                     frames_excess
                 } else {
