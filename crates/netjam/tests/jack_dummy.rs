@@ -14,7 +14,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use netjam::endpoint::jack::{JackConfig, JackEndpoint};
@@ -72,11 +72,40 @@ impl Drop for Killed {
     }
 }
 
-/// A private JACK server on the dummy driver.
+/// One JACK server at a time: two dummy servers plus their clients on a small machine cause
+/// xruns, and each xrun moves the round trip jack_iodelay measures.
+fn one_server_at_a_time() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A private JACK server on the dummy driver, stopped on drop.
+///
+/// jackd keeps a machine-wide table of at most 8 servers in shared memory; one that is
+/// killed outright leaves its entry behind until a server of the same name starts again. So
+/// the server is stopped with SIGTERM (it unregisters itself), and names come from a small
+/// fixed set per test, so an entry left by a crashed run is reclaimed by the next one.
 struct Jackd {
     name: String,
-    child: Killed,
+    child: Child,
     log: PathBuf,
+}
+
+impl Drop for Jackd {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 fn require(tool: &str) {
@@ -96,12 +125,33 @@ impl Jackd {
         for tool in ["jackd", "jack_lsp", "jack_connect", "jack_iodelay", "stdbuf"] {
             require(tool);
         }
-        let name = format!("netjam-{tag}-{}", std::process::id());
-        let log = std::env::temp_dir().join(format!("{name}.jackd.log"));
+        let mut failures = String::new();
+        for slot in 0..4 {
+            let name = format!("netjam-test-{tag}-{slot}");
+            match Self::try_start(&name, period) {
+                Ok(server) => return server,
+                Err(why) => failures.push_str(&format!("{name}: {why}\n")),
+            }
+        }
+        panic!("could not start a JACK server:\n{failures}");
+    }
+
+    /// Start jackd as `name` unless a live server already has that name (another test run).
+    fn try_start(name: &str, period: u32) -> Result<Self, String> {
+        let probe = Command::new("jack_lsp")
+            .env("JACK_DEFAULT_SERVER", name)
+            .env("JACK_NO_START_SERVER", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if probe.is_ok_and(|s| s.success()) {
+            return Err("in use".into());
+        }
+        let log = std::env::temp_dir().join(format!("{name}-{}.jackd.log", std::process::id()));
         let child = Command::new("jackd")
             .args([
                 "-n",
-                &name,
+                name,
                 "-d",
                 "dummy",
                 "-r",
@@ -111,30 +161,31 @@ impl Jackd {
             ])
             .env("JACK_NO_AUDIO_RESERVATION", "1")
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("jackd log"))
+            .stderr(std::fs::File::create(&log).map_err(|e| e.to_string())?)
             .spawn()
-            .expect("start jackd");
+            .map_err(|e| format!("cannot run jackd: {e}"))?;
         let mut server = Self {
-            name,
-            child: Killed(child),
+            name: name.to_string(),
+            child,
             log,
         };
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            if let Ok(Some(status)) = server.child.0.try_wait() {
-                panic!("jackd exited ({status}) before it was ready:\n{}", server.log());
+            if let Ok(Some(status)) = server.child.try_wait() {
+                return Err(format!(
+                    "jackd exited ({status}) before it was ready:\n{}",
+                    server.log()
+                ));
             }
             if server
                 .run_bounded(Command::new("jack_lsp"), Duration::from_secs(2))
                 .is_some_and(|o| o.status.success())
             {
-                return server;
+                return Ok(server);
             }
-            assert!(
-                Instant::now() < deadline,
-                "jackd did not come up within 5 s:\n{}",
-                server.log()
-            );
+            if Instant::now() > deadline {
+                return Err(format!("jackd did not come up within 5 s:\n{}", server.log()));
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -238,6 +289,7 @@ fn parses_jack_iodelay_lines() {
 
 #[test]
 fn jam_through_jack_against_reflect_has_a_stable_round_trip() {
+    let _one = one_server_at_a_time();
     let server = Jackd::start("jam", 64);
     let client = format!("nj{}", std::process::id());
     let port = free_udp_port();
@@ -259,6 +311,9 @@ fn jam_through_jack_against_reflect_has_a_stable_round_trip() {
             .client(&mut Command::new(BIN))
             .args(["jam", "--jack", "--jack-name", &client, "--no-connect"])
             .args(["--channels", "1", "--frames", "128"])
+            // A fixed jitter buffer, so the round trip holds still while the machine is busy
+            // (the adaptive one follows the load, which is its job but not what this checks).
+            .args(["--buffer", "2ms"])
             .args(["--peer", &format!("127.0.0.1:{port}"), "--listen", "127.0.0.1:0"])
             .args(["--duration", "15", "--stats-json", json.to_str().expect("path")])
             .stderr(std::fs::File::create(&jam_log).expect("log"))
@@ -313,7 +368,7 @@ fn jam_through_jack_against_reflect_has_a_stable_round_trip() {
     server.connect("jack_delay:out", &format!("{client}:send_1"));
     server.connect(&format!("{client}:receive_1"), "jack_delay:in");
 
-    // Wait for five readings in a row within two frames of each other.
+    // Wait for three readings in a row (about 1.5 s) within two frames of each other.
     let deadline = Instant::now() + Duration::from_secs(9);
     let mut run: Vec<f64> = Vec::new();
     let mut seen = Vec::new();
@@ -328,7 +383,7 @@ fn jam_through_jack_against_reflect_has_a_stable_round_trip() {
                 run.clear();
             }
             run.push(frames);
-            if run.len() >= 5 {
+            if run.len() >= 3 {
                 break Some(run.iter().sum::<f64>() / run.len() as f64);
             }
         } else if line.contains("below threshold") {
@@ -424,6 +479,7 @@ impl Process for Echo {
 
 #[test]
 fn jack_callback_allocates_nothing_and_gets_nominal_period_times() {
+    let _one = one_server_at_a_time();
     let server = Jackd::start("noalloc", 64);
     let endpoint = JackEndpoint::open(&JackConfig {
         name: "netjam-noalloc".into(),

@@ -104,7 +104,13 @@ impl JackApi {
             }
         }
         if handle.is_null() {
-            return Err("libjack.so.0 not found".into());
+            // SAFETY: dlerror returns NULL or a NUL-terminated string valid until the next dl call.
+            let why = unsafe { cstr_lossy(libc::dlerror()) };
+            return Err(if why.is_empty() {
+                "libjack.so.0 not found".into()
+            } else {
+                why
+            });
         }
         let sym = |name: &CStr| -> Result<*mut c_void, String> {
             // SAFETY: `handle` is a live library handle (never closed) and `name` is NUL-terminated.
