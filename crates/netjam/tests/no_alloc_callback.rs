@@ -3,8 +3,6 @@
 //! period in steady state. Counted with a per-thread counting allocator on the thread
 //! that runs the callbacks, as the audio thread would.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::time::Duration;
 
 use netjam::endpoint::Process;
@@ -17,35 +15,10 @@ use netjam_engine::synth::{Synth, SynthKind};
 use netjam_engine::time::frames_to_ns;
 use netjam_engine::wire::{AudioFormat, Codec};
 
-struct Counting;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCS.with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+alloc_count::install!();
 
 fn allocs() -> u64 {
-    ALLOCS.with(|c| c.get())
+    alloc_count::allocations()
 }
 
 #[test]

@@ -3,59 +3,23 @@
 //! single-layer dispatch; liblo 218 / 383 / 530 ns.
 #![allow(clippy::unwrap_used, clippy::approx_constant)]
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use netjam_osc::{encode_message, Arg, Meta, Outbox, Packet, Tree, TreeBuilder};
 
-/// Counts allocations while `COUNTING` is set (one relaxed load per allocation otherwise),
-/// to print allocations per operation next to the timings.
-struct Counting;
-
-static COUNTING: AtomicBool = AtomicBool::new(false);
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards every call unchanged to the system allocator, which upholds the
-// GlobalAlloc contract; the counters are plain atomics that never allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same layout contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: `ptr` came from `System.alloc` with `layout`.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+alloc_count::install!();
 
 /// Average allocations per call of `f` over 1000 calls, after one warm-up call.
 fn allocations_per_call(mut f: impl FnMut()) -> f64 {
     f();
-    ALLOCATIONS.store(0, Ordering::Relaxed);
-    COUNTING.store(true, Ordering::Relaxed);
-    for _ in 0..1000 {
-        f();
-    }
-    COUNTING.store(false, Ordering::Relaxed);
-    ALLOCATIONS.load(Ordering::Relaxed) as f64 / 1000.0
+    let (n, ()) = alloc_count::count(|| {
+        for _ in 0..1000 {
+            f();
+        }
+    });
+    n as f64 / 1000.0
 }
 
 const ADDRESS: &str = "/methodname";

@@ -2,49 +2,16 @@
 //! not allocate in steady state, with a counting global allocator.
 #![allow(clippy::unwrap_used, clippy::approx_constant)]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use netjam_osc::pattern::matches;
 use netjam_osc::queue::message_queue;
 use netjam_osc::schedule::Scheduler;
 use netjam_osc::{encode_message, Arg, BundleWriter, Meta, Outbox, Packet, Route, TimeTag, TreeBuilder};
 
-thread_local! {
-    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
-}
-
-struct Counting;
-
-// SAFETY: forwards every call unchanged to the system allocator, which upholds the
-// GlobalAlloc contract; the counter is a thread-local `Cell` that never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: same layout contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: `ptr` came from `System.alloc` with `layout`.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+alloc_count::install!();
 
 /// Allocations made on this thread while running `f`.
-fn allocations<R>(f: impl FnOnce() -> R) -> (usize, R) {
-    let before = ALLOCATIONS.with(Cell::get);
-    let r = f();
-    (ALLOCATIONS.with(Cell::get) - before, r)
+fn allocations<R>(f: impl FnOnce() -> R) -> (u64, R) {
+    alloc_count::count(f)
 }
 
 #[derive(Default)]
