@@ -407,11 +407,10 @@ impl JitterBuffer {
             };
             self.fill_input(now_ns, play_ts, err, period_ns, block, delay_frames)
         };
-        if self.drift_enabled {
-            if self.drift.resample(ch, &input[..need * ch], out).is_err() {
-                // Cannot happen with the sizes reserved in `new`; play silence rather than junk.
-                out.fill(0.0);
-            }
+        // A resampling error cannot happen with the sizes reserved in `new`; were it to,
+        // play silence rather than junk.
+        if self.drift_enabled && self.drift.resample(ch, &input[..need * ch], out).is_err() {
+            out.fill(0.0);
         }
         self.scratch = input;
         self.play_ts = Some(play_ts + consumed);

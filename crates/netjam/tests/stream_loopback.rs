@@ -280,12 +280,13 @@ fn the_sox_pipeline_works_through_stdin_and_stdout_byte_exact() {
         v
     });
     // sox ... -t raw - | netjam send --stdin
-    let sox = Command::new("sox")
+    let mut sox = Command::new("sox")
         .args(sox_args)
         .args(synth)
         .stdout(Stdio::piped())
         .spawn()
         .expect("sox");
+    let sox_out = sox.stdout.take().expect("sox stdout");
     let status = Command::new(BIN)
         .args([
             "send",
@@ -299,11 +300,12 @@ fn the_sox_pipeline_works_through_stdin_and_stdout_byte_exact() {
             "--sample-format",
             "s16le",
         ])
-        .stdin(sox.stdout.expect("sox stdout"))
+        .stdin(sox_out)
         .stderr(Stdio::null())
         .status()
         .expect("netjam send");
     assert!(status.success());
+    assert!(sox.wait().expect("sox").success());
     assert!(recv.wait().expect("recv").success());
     let got = reader.join().expect("reader");
     assert_eq!(got.len(), 48_000 * 6 / 10 * 4, "0.6 s of s16le stereo on stdout");
