@@ -8,12 +8,10 @@
 //! Each test runs its own server (`jackd -n <unique name>`, found by clients through
 //! `JACK_DEFAULT_SERVER`), killed on drop, so a failing assertion never leaves it behind.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -22,45 +20,7 @@ use netjam::endpoint::{Endpoint, Process};
 
 const BIN: &str = env!("CARGO_BIN_EXE_netjam");
 
-/// Counts allocations made on threads that have called [`watch_this_thread`].
-struct CountingAllocator;
-
-thread_local! {
-    static WATCHED: Cell<bool> = const { Cell::new(false) };
-}
-static WATCHED_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-fn watch_this_thread() {
-    WATCHED.with(|w| w.set(true));
-}
-
-fn count_if_watched() {
-    if WATCHED.try_with(Cell::get).unwrap_or(false) {
-        WATCHED_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: every call is forwarded unchanged to the system allocator; counting touches only
-// a const-initialized thread-local and an atomic, neither of which allocates.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count_if_watched();
-        // SAFETY: the caller upholds `alloc`'s contract, which we pass on.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count_if_watched();
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: CountingAllocator = CountingAllocator;
+alloc_count::install!();
 
 /// A child process killed and reaped when dropped.
 struct Killed(Child);
@@ -462,13 +422,18 @@ fn jam_without_a_server_says_how_to_start_one() {
 struct Echo {
     times: Vec<u64>,
     frames_seen: usize,
+    /// The JACK thread's allocation count at the first period, and how many it made since.
+    first: Option<u64>,
+    allocations: u64,
 }
 
 impl Process for Echo {
     fn process(&mut self, now_ns: u64, input: &[f32], output: &mut [f32]) {
-        // From here on, anything this thread allocates is counted: the rest of this period's
-        // callback and every later one.
-        watch_this_thread();
+        // Everything the JACK thread allocates after the first period's `process` shows up
+        // here: the rest of that callback and every later one (up to this call).
+        let now = alloc_count::allocations();
+        let first = *self.first.get_or_insert(now);
+        self.allocations = now - first;
         output.copy_from_slice(input);
         self.frames_seen += input.len();
         if self.times.len() < self.times.capacity() {
@@ -495,17 +460,21 @@ fn jack_callback_allocates_nothing_and_gets_nominal_period_times() {
     let mut echo = Echo {
         times: Vec::with_capacity(100_000),
         frames_seen: 0,
+        first: None,
+        allocations: 0,
     };
     let stop = Arc::new(AtomicBool::new(false));
+    // Stop after 8 s even if the limit is never reached; wakes as soon as `run` returns.
+    let (done, finished) = mpsc::channel::<()>();
     let watchdog = {
         let stop = stop.clone();
         std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_secs(8));
+            let _ = finished.recv_timeout(Duration::from_secs(8));
             stop.store(true, Ordering::Relaxed);
         })
     };
     let (_, periods) = endpoint.run(&mut echo, stop.clone()).expect("run");
-    stop.store(true, Ordering::Relaxed);
+    drop(done);
     let _ = watchdog.join();
     assert!(
         echo.times.len() >= 300,
@@ -514,11 +483,7 @@ fn jack_callback_allocates_nothing_and_gets_nominal_period_times() {
     );
     assert_eq!(periods.periods as usize, echo.times.len());
     assert_eq!(echo.frames_seen, echo.times.len() * 64 * 2);
-    assert_eq!(
-        WATCHED_ALLOCATIONS.load(Ordering::Relaxed),
-        0,
-        "the JACK callback allocated"
-    );
+    assert_eq!(echo.allocations, 0, "the JACK callback allocated");
     // The times are the periods' nominal starts: strictly increasing, and on average a
     // period apart give or take a wide margin (this checks units and clock, not timing).
     assert!(echo.times.windows(2).all(|w| w[1] > w[0]));
