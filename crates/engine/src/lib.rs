@@ -14,6 +14,7 @@ pub mod link;
 pub mod probe;
 pub mod receiver;
 pub mod rng;
+pub mod roundtrip;
 pub mod sender;
 pub mod synth;
 pub mod time;

@@ -21,6 +21,7 @@ use std::thread::{self, JoinHandle, Thread};
 use std::time::Duration;
 
 use netjam_engine::receiver::{Receiver, ReceiverStats};
+use netjam_engine::roundtrip::RoundTripMeter;
 use netjam_engine::sender::{Sender, SenderStats};
 use netjam_engine::wire::{classify, PacketKind};
 
@@ -402,11 +403,17 @@ pub fn spawn_audio<P: Process + 'static>(
     })?)
 }
 
-/// What a jam's audio thread publishes: both halves.
+/// What a jam's audio thread publishes: both halves, and the in-band round trip.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct JamStats {
     pub sent: SenderStats,
     pub heard: ReceiverStats,
+    /// The in-band mouth-to-ear round trip when measuring (see
+    /// [`JamProcess::measure_round_trip`]), ms.
+    pub round_trip_ms: Option<f64>,
+    /// Bursts the round-trip meter found, and lost.
+    pub round_trip_found: u64,
+    pub round_trip_lost: u64,
 }
 
 /// The audio-thread side of `netjam jam`: send what you play, hear what they play, on one
@@ -419,6 +426,10 @@ pub struct JamProcess {
     /// f32 bits of the linear gain applied to what is heard; 0 mutes.
     gain: Arc<std::sync::atomic::AtomicU32>,
     publisher: Publisher<JamStats>,
+    meter: RoundTripMeter,
+    measuring: bool,
+    /// What is sent: the input plus, when measuring, the meter's burst.
+    outgoing: Vec<f32>,
 }
 
 impl std::fmt::Debug for JamProcess {
@@ -438,17 +449,28 @@ impl JamProcess {
         link: AudioLink,
         gain: Arc<std::sync::atomic::AtomicU32>,
     ) -> (Self, rtrb::Consumer<Snapshot<JamStats>>) {
-        let (publisher, rx) = Publisher::new(sender.format().rate);
-        (
-            Self {
-                sender,
-                receiver,
-                net: NetSide::new(link),
-                gain,
-                publisher,
-            },
-            rx,
-        )
+        let format = sender.format();
+        let (publisher, rx) = Publisher::new(format.rate);
+        let outgoing = vec![0.0; netjam_engine::jitter::MAX_PERIOD * format.channels as usize];
+        let meter = RoundTripMeter::new(format.rate as u64, format.rate as u64 / 2);
+        let p = Self {
+            sender,
+            receiver,
+            net: NetSide::new(link),
+            gain,
+            publisher,
+            meter,
+            measuring: false,
+            outgoing,
+        };
+        (p, rx)
+    }
+
+    /// Measure the mouth-to-ear round trip in band: once a second a short quiet burst goes
+    /// out on the first channel and is looked for in what comes back. Meaningful when the
+    /// far end loops the audio back (`netjam reflect`, or a player monitoring through).
+    pub fn measure_round_trip(&mut self, on: bool) {
+        self.measuring = on;
     }
 
     /// Send a final report and BYE.
@@ -459,6 +481,23 @@ impl JamProcess {
     /// Packets refused by a full ring.
     pub fn tx_overflow(&self) -> u64 {
         self.net.tx_overflow
+    }
+
+    /// Both halves' statistics and the round trip.
+    pub fn stats(&self) -> JamStats {
+        jam_stats(&self.sender, &self.receiver, &self.meter)
+    }
+}
+
+fn jam_stats(sender: &Sender, receiver: &Receiver, meter: &RoundTripMeter) -> JamStats {
+    let (found, lost) = meter.counts();
+    let rate = sender.format().rate as f64;
+    JamStats {
+        sent: sender.stats(),
+        heard: receiver.stats(),
+        round_trip_ms: meter.last_rtt_frames().map(|f| f as f64 * 1000.0 / rate),
+        round_trip_found: found,
+        round_trip_lost: lost,
     }
 }
 
@@ -472,8 +511,21 @@ impl Process for JamProcess {
             }
             self.receiver.on_datagram(at, bytes);
         }
-        net.send_frames(&mut self.sender, now_ns, input);
+        let channels = self.sender.format().channels as usize;
+        if self.measuring && input.len() <= self.outgoing.len() {
+            let outgoing = &mut self.outgoing[..input.len()];
+            outgoing.copy_from_slice(input);
+            self.meter.on_outgoing(outgoing, channels);
+            net.send_frames(&mut self.sender, now_ns, outgoing);
+        } else {
+            net.send_frames(&mut self.sender, now_ns, input);
+        }
         self.receiver.play(now_ns, output);
+        let heard_channels = self.receiver.output_format().map_or(1, |f| f.channels as usize);
+        if self.measuring {
+            // Before the gain: muting the other player must not blind the meter.
+            self.meter.on_incoming(output, heard_channels);
+        }
         let gain = f32::from_bits(self.gain.load(Ordering::Relaxed));
         if gain != 1.0 {
             output.iter_mut().for_each(|x| *x *= gain);
@@ -482,12 +534,10 @@ impl Process for JamProcess {
             net.send_rtcp(now_ns, n);
         }
         net.waker.unpark();
-        let ch = self.sender.format().channels as usize;
-        let (sender, receiver) = (&self.sender, &self.receiver);
+        let (sender, receiver, meter) = (&self.sender, &self.receiver, &self.meter);
         self.publisher
-            .tick(output.len() / ch.max(1), output, || JamStats {
-                sent: sender.stats(),
-                heard: receiver.stats(),
+            .tick(output.len() / heard_channels.max(1), output, || {
+                jam_stats(sender, receiver, meter)
             });
     }
 }

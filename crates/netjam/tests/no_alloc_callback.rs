@@ -100,3 +100,83 @@ fn send_and_receive_callbacks_do_not_allocate() {
         periods - 500
     );
 }
+
+#[test]
+fn jam_callback_measures_its_round_trip_through_reflect_without_allocating() {
+    use netjam::session::JamProcess;
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let mut reflect = std::process::Command::new(env!("CARGO_BIN_EXE_netjam"))
+        .args([
+            "reflect",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--duration",
+            "8",
+        ])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("netjam reflect");
+    std::thread::sleep(Duration::from_millis(200));
+    let format = AudioFormat::new(Codec::L16, 48_000, 2).expect("format");
+    let (io, link) = NetIo::start(
+        UdpTransport::bind("127.0.0.1:0".parse().expect("addr")).expect("bind"),
+        Peer::Fixed(format!("127.0.0.1:{port}").parse().expect("addr")),
+    )
+    .expect("io");
+    let sender = Sender::new(SenderConfig {
+        format,
+        frames_per_packet: 64,
+        redundancy: 0,
+        seed: 5,
+        cname: "jam@test".into(),
+        name: None,
+        wall_offset_ns: 0,
+    })
+    .expect("sender");
+    let mut receiver = Receiver::new(ReceiverConfig {
+        buffer: BufferMode::default(),
+        fixed_format: None,
+        max_channels: 2,
+        max_redundancy_wait: 8,
+        seed: 6,
+        cname: "jam@test".into(),
+        name: None,
+    });
+    receiver.set_output_format(format);
+    let gain = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(1.0f32.to_bits()));
+    let (mut jam, _snaps) = JamProcess::new(sender, receiver, link, gain);
+    jam.measure_round_trip(true);
+    let mut synth = Synth::new(SynthKind::Music { bpm: 100.0 }, 48_000, 2, 9);
+    let (mut input, mut output) = (vec![0.0f32; 128], vec![0.0f32; 128]);
+    let period = frames_to_ns(64, 48_000);
+    let start = netjam::clock::now_ns();
+    let mut measured_from = 0;
+    for k in 0..3750u64 {
+        // 5 s
+        if k == 750 {
+            measured_from = allocs();
+        }
+        let deadline = start + (k + 1) * period;
+        netjam::clock::sleep_until_ns(deadline);
+        synth.fill(&mut input);
+        jam.process(deadline, &input, &mut output);
+    }
+    let during = allocs() - measured_from;
+    let stats = jam.stats();
+    io.shutdown();
+    let _ = reflect.kill();
+    let _ = reflect.wait();
+    assert_eq!(during, 0, "{during} allocations in the jam callback");
+    assert!(stats.round_trip_found >= 2, "{stats:?}");
+    let rtt = stats.round_trip_ms.expect("round trip measured");
+    // Loopback: one packet + the buffer (a period plus its target) + the wire.
+    assert!((1.3..25.0).contains(&rtt), "in-band round trip {rtt:.2} ms");
+    eprintln!(
+        "in-band round trip through netjam reflect: {rtt:.2} ms ({} bursts found, {} lost); RTCP rtt {:?} ms",
+        stats.round_trip_found, stats.round_trip_lost, stats.sent.rtt_ms
+    );
+}

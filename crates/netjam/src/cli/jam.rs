@@ -278,10 +278,7 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     process.finish(clock::now_ns());
     std::thread::sleep(Duration::from_millis(20));
     io.shutdown();
-    let stats = JamStats {
-        sent: process.sender.stats(),
-        heard: process.receiver.stats(),
-    };
+    let stats = process.stats();
     let jb = &stats.heard.jitter_buffer;
     eprintln!(
         "netjam: sent {} packets, heard {} (lost {}, concealed {} frames); rtt {}; buffer target {:.2} ms, added latency {:.2} ms",
