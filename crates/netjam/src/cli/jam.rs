@@ -141,6 +141,12 @@ fn open_jack(a: &mut JamArgs) -> anyhow::Result<JackEndpoint> {
             );
         }
     }
+    if !(16..=1024).contains(&spec.period) {
+        bail!(
+            "the JACK server runs {}-frame periods; netjam sends 16 to 1024 frames per packet: restart jackd with -p 64 (or another period in that range)",
+            spec.period
+        );
+    }
     if a.wire.frames != spec.period {
         eprintln!(
             "netjam: the JACK server runs {}-frame periods, not --frames {}: sending {} frames per packet (change the server's period with jackd -p or jack_bufsize)",
@@ -181,7 +187,7 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
                 rate: spec.rate,
                 channels: spec.input_channels,
             };
-            // A device's float samples keep 24 bits of headroom on the wire by default.
+            // A device delivers float samples: 24-bit on the wire keeps their resolution by default.
             (None, a.wire.sender(&device, Codec::L24)?)
         }
         None => {
