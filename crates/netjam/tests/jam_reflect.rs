@@ -44,7 +44,11 @@ fn jam_against_reflect_hears_its_own_round_trip() {
             "--output",
             wav.to_str().expect("path"),
         ])
-        .args(["--stats-json", json.to_str().expect("path")])
+        .args([
+            "--stats-json",
+            json.to_str().expect("path"),
+            "--measure-roundtrip",
+        ])
         .stderr(Stdio::null())
         .status()
         .expect("netjam jam");
@@ -80,5 +84,14 @@ fn jam_against_reflect_hears_its_own_round_trip() {
     let rtt_ms = onset as f64 / 48.0;
     // Loopback: packetization (1.33 ms) + buffer (a period plus target) + the wire (~0).
     assert!((1.3..25.0).contains(&rtt_ms), "in-band round trip {rtt_ms:.2} ms");
-    eprintln!("in-band round trip through netjam reflect: {rtt_ms:.2} ms ({onset} frames)");
+    // The meter's figure agrees with the click's: both are the same round trip, measured
+    // once from the first click and once from the bursts a second apart.
+    let meter_ms = report["stats"]["round_trip_ms"]
+        .as_f64()
+        .expect("round trip measured in band");
+    assert!(
+        (meter_ms - rtt_ms).abs() < 3.0,
+        "meter {meter_ms:.2} ms vs click {rtt_ms:.2} ms"
+    );
+    eprintln!("in-band round trip through netjam reflect: click {rtt_ms:.2} ms ({onset} frames), meter {meter_ms:.2} ms");
 }

@@ -78,6 +78,11 @@ pub struct JamArgs {
     /// Write the final statistics and their time series as JSON.
     #[arg(long, value_name = "FILE")]
     pub stats_json: Option<PathBuf>,
+    /// Measure the real mouth-to-ear round trip in band: a quiet burst once a second on the
+    /// first channel, found again in what comes back (use against `netjam reflect`, or a
+    /// player who monitors through).
+    #[arg(long)]
+    pub measure_roundtrip: bool,
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -161,12 +166,13 @@ fn jam_line(s: &Snapshot<JamStats>) -> String {
     let (t, r) = (&s.stats.sent, &s.stats.heard);
     let jb = &r.jitter_buffer;
     format!(
-        "{:>7.1}s  sent {:>7}  heard {:>7}  lost {:>4}  rtt {}  buffer {:>5.2}/{:>5.2} ms  conceal {:>4}  {}",
+        "{:>7.1}s  sent {:>7}  heard {:>7}  lost {:>4}  rtt {}{}  buffer {:>5.2}/{:>5.2} ms  conceal {:>4}  {}",
         s.t_s,
         t.packets,
         r.received,
         r.lost,
         t.rtt_ms.map_or("  -  ".into(), |x| format!("{x:5.1} ms")),
+        s.stats.round_trip_ms.map_or(String::new(), |x| format!("  mouth-to-ear {x:5.1} ms")),
         jb.depth_ms,
         jb.target_ms,
         jb.concealment_events,
@@ -217,7 +223,8 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     let (io, link) = NetIo::start(socket, Peer::Fixed(peer))?;
     let gain = if a.mute { 0.0 } else { 10f32.powf(a.gain / 20.0) };
     let gain = Arc::new(AtomicU32::new(gain.to_bits()));
-    let (process, mut snaps) = JamProcess::new(sender, receiver, link, gain);
+    let (mut process, mut snaps) = JamProcess::new(sender, receiver, link, gain);
+    process.measure_round_trip(a.measure_roundtrip);
     let sink: Option<Box<dyn FrameSink>> = match (&a.output, a.stdout) {
         (Some(path), _) => Some(Box::new(WavSink::create(
             path,
