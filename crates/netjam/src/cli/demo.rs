@@ -155,7 +155,7 @@ pub fn run_demo(a: DemoArgs) -> anyhow::Result<()> {
     println!("Quality:");
     let lost_on_link = relay_stats.up.link.lost + relay_stats.up.link.queue_dropped;
     println!(
-        "  packets         {} sent, {} received, {} lost on the link",
+        "  packets         {} sent, {} received, {} lost on the link (the sender plays on 0.2 s past the end, so its last packets are not heard)",
         tx.packets, rx.received, lost_on_link
     );
     println!(
