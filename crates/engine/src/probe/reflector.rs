@@ -357,16 +357,10 @@ impl Reflector {
         }
         let rate = self.config.rate_limit_pps as f64;
         let cap = burst_capacity(self.config.rate_limit_pps);
-        if !self.rtp_sources.contains_key(&from) && self.rtp_sources.len() >= self.config.max_rtp_sources {
-            if let Some(oldest) = self
-                .rtp_sources
-                .iter()
-                .min_by_key(|(_, b)| b.last_ns)
-                .map(|(a, _)| *a)
-            {
-                self.rtp_sources.remove(&oldest);
-                self.stats.rtp_sources_evicted += 1;
-            }
+        if make_room(&mut self.rtp_sources, &from, self.config.max_rtp_sources, |b| {
+            b.last_ns
+        }) {
+            self.stats.rtp_sources_evicted += 1;
         }
         if self.config.max_rtp_sources == 0 {
             return self.drop(DropReason::RateLimited);
@@ -463,16 +457,10 @@ impl Reflector {
                 None => return self.drop(DropReason::BadToken),
             },
         };
-        if !self.sessions.contains_key(&from) && self.sessions.len() >= self.config.max_sessions {
-            if let Some(oldest) = self
-                .sessions
-                .iter()
-                .min_by_key(|(_, s)| s.last_seen_ns)
-                .map(|(a, _)| *a)
-            {
-                self.sessions.remove(&oldest);
-                self.stats.sessions_evicted += 1;
-            }
+        if make_room(&mut self.sessions, &from, self.config.max_sessions, |s| {
+            s.last_seen_ns
+        }) {
+            self.stats.sessions_evicted += 1;
         }
         if self.config.max_sessions == 0 {
             return self.drop(DropReason::RateLimited);
@@ -519,6 +507,21 @@ impl Reflector {
             Err(e) => self.drop_probe_error(e),
         }
     }
+}
+
+/// Keep a per-source table within `max` entries: when `from` is new and the table is full,
+/// evict the entry seen longest ago (by `last_seen`). Returns whether one was evicted.
+fn make_room<V>(
+    table: &mut HashMap<SocketAddr, V>,
+    from: &SocketAddr,
+    max: usize,
+    last_seen: impl Fn(&V) -> u64,
+) -> bool {
+    if table.contains_key(from) || table.len() < max {
+        return false;
+    }
+    let oldest = table.iter().min_by_key(|(_, v)| last_seen(v)).map(|(a, _)| *a);
+    oldest.is_some_and(|a| table.remove(&a).is_some())
 }
 
 /// Compare tokens without an early exit.
