@@ -14,45 +14,61 @@
 //!
 //! This module never allocates and never panics on any input.
 
+/// The widening both extenders share, for a counter of `BITS` bits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Widener<const BITS: u32> {
+    highest: Option<u64>,
+}
+
+impl<const BITS: u32> Widener<BITS> {
+    fn widen(&mut self, raw: u64) -> u64 {
+        let cycle = 1u64 << BITS;
+        let value = match self.highest {
+            None => raw + cycle,
+            Some(highest) => {
+                // The step from the highest value seen to the nearest candidate for `raw`,
+                // as a signed BITS-bit number (exactly half a cycle counts as backwards).
+                let diff = raw.wrapping_sub(highest) & (cycle - 1);
+                let step = if diff >= cycle / 2 {
+                    diff as i64 - cycle as i64
+                } else {
+                    diff as i64
+                };
+                highest.saturating_add_signed(step)
+            }
+        };
+        self.highest = Some(self.highest.map_or(value, |h| h.max(value)));
+        value
+    }
+}
+
 /// Widens 16-bit RTP sequence numbers to `u64` values that never wrap.
 ///
 /// The first sequence number `s` maps to `s + 65536`; after that each value maps to the
 /// widened number nearest to the highest one seen (ties go backwards, i.e. a packet exactly
 /// 32,768 behind counts as old rather than as a jump ahead).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SeqExtender {
-    highest: Option<u64>,
-}
+pub struct SeqExtender(Widener<16>);
 
 impl SeqExtender {
     /// An extender that has seen nothing yet.
     pub fn new() -> Self {
-        Self { highest: None }
+        Self::default()
     }
 
     /// Widens `seq`. Call once per received packet, in arrival order.
     pub fn extend(&mut self, seq: u16) -> u64 {
-        let value = match self.highest {
-            None => u64::from(seq) + (1 << 16),
-            Some(highest) => {
-                // The difference as a signed 16-bit number is the step from the highest
-                // value seen to the nearest candidate for `seq`.
-                let step = seq.wrapping_sub(highest as u16) as i16;
-                highest.saturating_add_signed(i64::from(step))
-            }
-        };
-        self.highest = Some(self.highest.map_or(value, |h| h.max(value)));
-        value
+        self.0.widen(u64::from(seq))
     }
 
     /// The highest widened value seen so far, if any.
     pub fn highest(&self) -> Option<u64> {
-        self.highest
+        self.0.highest
     }
 
     /// Forgets everything, e.g. when the sender's SSRC changes.
     pub fn reset(&mut self) {
-        self.highest = None;
+        *self = Self::default();
     }
 }
 
@@ -61,37 +77,27 @@ impl SeqExtender {
 /// Works like [`SeqExtender`] with a cycle of 2^32: the first timestamp `t` maps to
 /// `t + 2^32`, later ones to the widened value nearest the highest seen.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TimestampExtender {
-    highest: Option<u64>,
-}
+pub struct TimestampExtender(Widener<32>);
 
 impl TimestampExtender {
     /// An extender that has seen nothing yet.
     pub fn new() -> Self {
-        Self { highest: None }
+        Self::default()
     }
 
     /// Widens `timestamp`. Call once per received packet, in arrival order.
     pub fn extend(&mut self, timestamp: u32) -> u64 {
-        let value = match self.highest {
-            None => u64::from(timestamp) + (1 << 32),
-            Some(highest) => {
-                let step = timestamp.wrapping_sub(highest as u32) as i32;
-                highest.saturating_add_signed(i64::from(step))
-            }
-        };
-        self.highest = Some(self.highest.map_or(value, |h| h.max(value)));
-        value
+        self.0.widen(u64::from(timestamp))
     }
 
     /// The highest widened value seen so far, if any.
     pub fn highest(&self) -> Option<u64> {
-        self.highest
+        self.0.highest
     }
 
     /// Forgets everything, e.g. when the sender's SSRC changes.
     pub fn reset(&mut self) {
-        self.highest = None;
+        *self = Self::default();
     }
 }
 
