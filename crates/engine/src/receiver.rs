@@ -45,6 +45,23 @@ pub struct ReceiverConfig {
     pub name: Option<String>,
 }
 
+impl ReceiverConfig {
+    /// An adaptive buffer, formats learned from the stream, up to `max_channels`, waiting
+    /// for up to 8 redundant copies; seed 0, CNAME `netjam`, no name. Override fields as
+    /// needed: `ReceiverConfig { seed: 7, ..ReceiverConfig::new(2) }`.
+    pub fn new(max_channels: usize) -> Self {
+        Self {
+            buffer: BufferMode::default(),
+            fixed_format: None,
+            max_channels,
+            max_redundancy_wait: 8,
+            seed: 0,
+            cname: "netjam".into(),
+            name: None,
+        }
+    }
+}
+
 /// Something the I/O shell may want to tell the user about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReceiverEvent {

@@ -59,6 +59,23 @@ pub struct SenderConfig {
     pub wall_offset_ns: i64,
 }
 
+impl SenderConfig {
+    /// `format` in packets of `frames_per_packet`, without redundancy; seed 0, CNAME
+    /// `netjam`, no name, wall clock equal to the monotonic one. Override fields as needed:
+    /// `SenderConfig { redundancy: 1, ..SenderConfig::new(format, 64) }`.
+    pub fn new(format: AudioFormat, frames_per_packet: u32) -> Self {
+        Self {
+            format,
+            frames_per_packet,
+            redundancy: 0,
+            seed: 0,
+            cname: "netjam".into(),
+            name: None,
+            wall_offset_ns: 0,
+        }
+    }
+}
+
 /// Counters of what the sender did and what the far side reported.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct SenderStats {

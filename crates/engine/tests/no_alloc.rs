@@ -2,7 +2,6 @@
 //! counting allocator: sender packetizing with redundancy and RTCP, receiver taking RTP
 //! (with loss, reordering and duplicates) and RTCP and playing out with concealment.
 
-use netjam_engine::delay::BufferMode;
 use netjam_engine::receiver::{Receiver, ReceiverConfig};
 use netjam_engine::sender::{Sender, SenderConfig};
 use netjam_engine::synth::{Synth, SynthKind};
@@ -25,23 +24,15 @@ fn sender_and_receiver_do_not_allocate_in_steady_state() {
     {
         let format = AudioFormat::new(codec, 48_000, channels).expect("format");
         let mut sender = Sender::new(SenderConfig {
-            format,
-            frames_per_packet: 64,
             redundancy,
             seed: 3,
-            cname: "a@b".into(),
             name: Some("A".into()),
-            wall_offset_ns: 0,
+            ..SenderConfig::new(format, 64)
         })
         .expect("sender");
         let mut receiver = Receiver::new(ReceiverConfig {
-            buffer: BufferMode::default(),
-            fixed_format: None,
-            max_channels: 4,
-            max_redundancy_wait: 8,
             seed: 4,
-            cname: "c@d".into(),
-            name: None,
+            ..ReceiverConfig::new(4)
         });
         // Odd cases resample (drift correction), even ones play bit-exact.
         receiver.set_drift_correction(redundancy % 2 == 1);

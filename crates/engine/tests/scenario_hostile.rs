@@ -101,13 +101,9 @@ fn hostile_datagrams_are_counted_and_the_stream_stays_bit_exact() {
 #[test]
 fn random_bytes_never_panic_the_receiver() {
     let mut rx = netjam_engine::receiver::Receiver::new(netjam_engine::receiver::ReceiverConfig {
-        buffer: Default::default(),
         fixed_format: Some((AudioFormat::new(Codec::L16, 44_100, 2).expect("format"), 10)),
-        max_channels: 64,
-        max_redundancy_wait: 8,
         seed: 1,
-        cname: "x".into(),
-        name: None,
+        ..netjam_engine::receiver::ReceiverConfig::new(64)
     });
     let mut r = SimRng::new(5);
     let mut out = vec![0.0; 128];

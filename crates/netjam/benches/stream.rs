@@ -19,23 +19,14 @@ use netjam_engine::wire::{AudioFormat, Codec};
 fn cpu_per_packet(redundancy: usize) {
     let format = AudioFormat::new(Codec::L16, 48_000, 2).expect("format");
     let mut sender = Sender::new(SenderConfig {
-        format,
-        frames_per_packet: 64,
         redundancy,
         seed: 1,
-        cname: "bench@netjam".into(),
-        name: None,
-        wall_offset_ns: 0,
+        ..SenderConfig::new(format, 64)
     })
     .expect("sender");
     let mut receiver = Receiver::new(ReceiverConfig {
-        buffer: BufferMode::default(),
-        fixed_format: None,
-        max_channels: 2,
-        max_redundancy_wait: 8,
         seed: 2,
-        cname: "bench@netjam".into(),
-        name: None,
+        ..ReceiverConfig::new(2)
     });
     let mut synth = Synth::new(SynthKind::Music { bpm: 120.0 }, 48_000, 2, 1);
     const N: usize = 200_000;
@@ -66,13 +57,8 @@ fn cpu_per_packet(redundancy: usize) {
     let rx_ns = t0.elapsed().as_nanos() as f64 / N as f64;
     // Playout measured on a fresh receiver fed in step, one packet per period.
     let mut receiver2 = Receiver::new(ReceiverConfig {
-        buffer: BufferMode::default(),
-        fixed_format: None,
-        max_channels: 2,
-        max_redundancy_wait: 8,
         seed: 3,
-        cname: "bench@netjam".into(),
-        name: None,
+        ..ReceiverConfig::new(2)
     });
     let mut play_total = 0u128;
     let t_all = Instant::now();

@@ -8,7 +8,6 @@ use std::time::Duration;
 use netjam::endpoint::Process;
 use netjam::session::{NetIo, Peer, RecvProcess, SendProcess};
 use netjam::transport::UdpTransport;
-use netjam_engine::delay::BufferMode;
 use netjam_engine::receiver::{Receiver, ReceiverConfig};
 use netjam_engine::sender::{Sender, SenderConfig};
 use netjam_engine::synth::{Synth, SynthKind};
@@ -38,23 +37,15 @@ fn send_and_receive_callbacks_do_not_allocate() {
     )
     .expect("send io");
     let sender = Sender::new(SenderConfig {
-        format,
-        frames_per_packet: 64,
         redundancy: 1,
         seed: 1,
-        cname: "a@b".into(),
         name: Some("A".into()),
-        wall_offset_ns: 0,
+        ..SenderConfig::new(format, 64)
     })
     .expect("sender");
     let mut receiver = Receiver::new(ReceiverConfig {
-        buffer: BufferMode::default(),
-        fixed_format: None,
-        max_channels: 2,
-        max_redundancy_wait: 8,
         seed: 2,
-        cname: "c@d".into(),
-        name: None,
+        ..ReceiverConfig::new(2)
     });
     receiver.set_output_format(format);
     let (mut tx, mut tx_snaps) = SendProcess::new(sender, send_link, 48_000);
@@ -128,23 +119,13 @@ fn jam_callback_measures_its_round_trip_through_reflect_without_allocating() {
     )
     .expect("io");
     let sender = Sender::new(SenderConfig {
-        format,
-        frames_per_packet: 64,
-        redundancy: 0,
         seed: 5,
-        cname: "jam@test".into(),
-        name: None,
-        wall_offset_ns: 0,
+        ..SenderConfig::new(format, 64)
     })
     .expect("sender");
     let mut receiver = Receiver::new(ReceiverConfig {
-        buffer: BufferMode::default(),
-        fixed_format: None,
-        max_channels: 2,
-        max_redundancy_wait: 8,
         seed: 6,
-        cname: "jam@test".into(),
-        name: None,
+        ..ReceiverConfig::new(2)
     });
     receiver.set_output_format(format);
     let gain = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(1.0f32.to_bits()));

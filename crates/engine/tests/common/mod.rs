@@ -2,7 +2,6 @@
 //! [`LinkModel`]s (media one way, RTCP both ways). Deterministic for a seed; no sleeps.
 #![allow(dead_code)]
 
-use netjam_engine::delay::BufferMode;
 use netjam_engine::link::{LinkConfig, LinkModel};
 use netjam_engine::receiver::{Receiver, ReceiverConfig, ReceiverEvent};
 use netjam_engine::sender::{Sender, SenderConfig};
@@ -39,13 +38,10 @@ pub struct Session {
 
 pub fn sender_config(format: AudioFormat, frames: u32, redundancy: usize, seed: u64) -> SenderConfig {
     SenderConfig {
-        format,
-        frames_per_packet: frames,
         redundancy,
         seed,
-        cname: "player@test".into(),
         name: Some("Test Player".into()),
-        wall_offset_ns: 1_700_000_000_000_000_000,
+        ..SenderConfig::new(format, frames)
     }
 }
 
@@ -53,13 +49,8 @@ impl Session {
     pub fn new(format: AudioFormat, frames: u32, redundancy: usize, link: LinkConfig, seed: u64) -> Self {
         let sender = Sender::new(sender_config(format, frames, redundancy, seed)).expect("sender");
         let receiver = Receiver::new(ReceiverConfig {
-            buffer: BufferMode::default(),
-            fixed_format: None,
-            max_channels: 64,
-            max_redundancy_wait: 8,
             seed: seed + 1,
-            cname: "listener@test".into(),
-            name: None,
+            ..ReceiverConfig::new(64)
         });
         let back = LinkConfig {
             loss: Default::default(),
