@@ -12,6 +12,8 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+#[cfg(feature = "cpal")]
+pub mod cpal;
 pub mod jack;
 pub mod paced;
 pub mod raw;

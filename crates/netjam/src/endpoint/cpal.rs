@@ -1,0 +1,2270 @@
+//! [`CpalEndpoint`]: a sound card through cpal (ALSA on Linux, CoreAudio on macOS, WASAPI
+//! on Windows) as a clocked [`Endpoint`].
+//!
+//! cpal gives one stream per direction, each with its own callback thread, and does not
+//! promise callbacks of a fixed size. So the endpoint is built from three small pieces:
+//!
+//! - [`InputBridge`]: with both an input and an output device, the input callback converts
+//!   what it captures to f32 and pushes it into a lock-free ring; the output callback takes
+//!   exactly as many frames as it has to play, after keeping a small cushion that absorbs the
+//!   two threads' phase (learned from the callback sizes, grown after an underrun).
+//! - [`PeriodAdapter`]: turns callbacks of any size into calls of [`Process::process`] of
+//!   exactly `period` frames, with a fixed, stated latency (none when callbacks are whole
+//!   periods).
+//! - the device callbacks themselves, which run the adapter on the output thread (or the
+//!   input thread when there is no output device) and convert i16, i32 or f32 samples.
+//!
+//! Everything the callbacks touch is reserved when the endpoint opens. They never allocate,
+//! lock, block or log: their counters are atomics that [`Endpoint::run`] and
+//! [`CpalMonitor`] read, and stream errors (a device unplugged) travel through a small ring
+//! to `run`, which ends with an error saying so.
+//!
+//! Built only with the `cpal` cargo feature (on Linux it needs libasound2-dev).
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cpal::traits::{DeviceTrait, HostTrait, StreamTrait};
+use cpal::{BufferSize, SampleFormat as DeviceFormat, StreamConfig, SupportedBufferSize};
+
+use super::{Endpoint, PeriodStats, PeriodTimer, Process, StopReason, StreamSpec};
+use crate::clock;
+
+/// Largest number of frames the callbacks convert at once; a bigger device buffer is
+/// handled in slices of this size.
+pub const STAGING_FRAMES: usize = 4096;
+
+/// Capacity of the ring from the input callback to the output callback, in frames.
+const BRIDGE_FRAMES: usize = 4 * STAGING_FRAMES;
+
+/// Sample rates worth naming when a device accepts a continuous range.
+const COMMON_RATES: [u32; 6] = [44_100, 48_000, 88_200, 96_000, 176_400, 192_000];
+
+// ---------------------------------------------------------------------------------------
+// Sample conversion
+
+/// A device sample type the endpoint converts to and from f32 in [-1, 1].
+pub trait DeviceSample: cpal::SizedSample + Send + 'static {
+    fn to_f32(self) -> f32;
+    fn from_f32(x: f32) -> Self;
+}
+
+impl DeviceSample for f32 {
+    fn to_f32(self) -> f32 {
+        self
+    }
+    fn from_f32(x: f32) -> Self {
+        x
+    }
+}
+
+impl DeviceSample for i16 {
+    fn to_f32(self) -> f32 {
+        self as f32 / 32_768.0
+    }
+    fn from_f32(x: f32) -> Self {
+        (x * 32_768.0).round().clamp(-32_768.0, 32_767.0) as i16
+    }
+}
+
+impl DeviceSample for i32 {
+    fn to_f32(self) -> f32 {
+        (self as f64 / 2_147_483_648.0) as f32
+    }
+    fn from_f32(x: f32) -> Self {
+        (x as f64 * 2_147_483_648.0)
+            .round()
+            .clamp(-2_147_483_648.0, 2_147_483_647.0) as i32
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Period adapter
+
+/// How much latency a [`PeriodAdapter`] adds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdapterLatency {
+    /// Learn it from the first callback of n frames: `period - gcd(n, period)`, which is
+    /// exactly enough while callbacks keep that size (0 when n is a multiple of the period).
+    /// If a callback of another size then finds too little processed audio, the shortfall
+    /// is played as silence and added to the latency, which never exceeds `period - 1`.
+    Learn,
+    /// This many frames from the start; `period - 1` or more never runs short.
+    Frames(usize),
+}
+
+/// Runs a period-sized process over callbacks of any size (see the module docs).
+///
+/// Output frame `k` of the callbacks is the process's output frame `k - latency_frames()`;
+/// the first `latency_frames()` frames are silence. All memory is reserved by [`Self::new`].
+#[derive(Debug)]
+pub struct PeriodAdapter {
+    period: usize,
+    in_channels: usize,
+    out_channels: usize,
+    /// The period being gathered, and how many frames of it are in.
+    input: Vec<f32>,
+    filled: usize,
+    /// Where the process writes one period.
+    output: Vec<f32>,
+    /// Processed frames not played yet, oldest first.
+    fifo: Vec<f32>,
+    queued: usize,
+    mode: AdapterLatency,
+    latency: usize,
+    started: bool,
+    underruns: u64,
+}
+
+fn gcd(mut a: usize, mut b: usize) -> usize {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+impl PeriodAdapter {
+    pub fn new(period: usize, in_channels: usize, out_channels: usize, mode: AdapterLatency) -> Self {
+        let period = period.max(1);
+        let most = match mode {
+            AdapterLatency::Learn => period - 1,
+            AdapterLatency::Frames(n) => n.max(period - 1),
+        };
+        Self {
+            period,
+            in_channels,
+            out_channels,
+            input: vec![0.0; period * in_channels],
+            filled: 0,
+            output: vec![0.0; period * out_channels],
+            fifo: vec![0.0; (most + period) * out_channels],
+            queued: 0,
+            mode,
+            latency: 0,
+            started: false,
+            underruns: 0,
+        }
+    }
+
+    /// Frames between a process output frame and the callback frame that plays it.
+    pub fn latency_frames(&self) -> usize {
+        self.latency
+    }
+
+    /// Callbacks that found too little processed audio (each added its shortfall to the latency).
+    pub fn underruns(&self) -> u64 {
+        self.underruns
+    }
+
+    /// One device callback of `frames` frames: `input` holds `frames × in_channels` samples
+    /// and `output` takes `frames × out_channels`. `run(first, input, output)` is called for
+    /// each complete period, where `first` is the index in this callback's input of the
+    /// period's first frame (negative when it began in an earlier callback).
+    pub fn callback(
+        &mut self,
+        frames: usize,
+        input: &[f32],
+        output: &mut [f32],
+        mut run: impl FnMut(i64, &[f32], &mut [f32]),
+    ) {
+        let (ci, co, p) = (self.in_channels, self.out_channels, self.period);
+        debug_assert_eq!(input.len(), frames * ci);
+        debug_assert_eq!(output.len(), frames * co);
+        if !self.started {
+            self.started = true;
+            self.latency = match self.mode {
+                AdapterLatency::Learn if frames > 0 => p - gcd(frames, p),
+                AdapterLatency::Learn => p - 1,
+                AdapterLatency::Frames(n) => n,
+            };
+            self.fifo[..self.latency * co].fill(0.0);
+            self.queued = self.latency;
+        }
+        let (mut done_in, mut done_out) = (0, 0);
+        loop {
+            done_out += self.drain(&mut output[done_out * co..]);
+            if done_in == frames {
+                break;
+            }
+            let take = (p - self.filled).min(frames - done_in);
+            self.input[self.filled * ci..(self.filled + take) * ci]
+                .copy_from_slice(&input[done_in * ci..(done_in + take) * ci]);
+            self.filled += take;
+            done_in += take;
+            if self.filled == p {
+                self.filled = 0;
+                run(done_in as i64 - p as i64, &self.input, &mut self.output);
+                let at = self.queued * co;
+                self.fifo[at..at + p * co].copy_from_slice(&self.output);
+                self.queued += p;
+            }
+        }
+        if done_out < frames {
+            output[done_out * co..].fill(0.0);
+            self.latency += frames - done_out;
+            self.underruns += 1;
+        }
+    }
+
+    /// Move queued frames to `out` (as many as fit); returns the frames moved.
+    fn drain(&mut self, out: &mut [f32]) -> usize {
+        let co = self.out_channels;
+        let room = out.len().checked_div(co).unwrap_or(usize::MAX);
+        let n = self.queued.min(room);
+        if n == 0 {
+            return 0;
+        }
+        out[..n * co].copy_from_slice(&self.fifo[..n * co]);
+        self.fifo.copy_within(n * co..self.queued * co, 0);
+        self.queued -= n;
+        n
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Input bridge
+
+/// What the input callback reports to the bridge, shared through atomics.
+#[derive(Debug, Default)]
+pub struct InputCounters {
+    /// The largest input callback seen, in frames.
+    pub max_block: AtomicUsize,
+    /// Input callbacks whose frames did not all fit in the ring (the excess was dropped).
+    pub overflows: AtomicU64,
+}
+
+/// The input callback's end of the bridge: converts and pushes, never blocks.
+#[derive(Debug)]
+pub struct InputFeeder {
+    ring: rtrb::Producer<f32>,
+    channels: usize,
+    counters: Arc<InputCounters>,
+}
+
+impl InputFeeder {
+    /// Push one callback's interleaved samples (whole frames).
+    pub fn push<T: DeviceSample>(&mut self, data: &[T]) {
+        let frames = data.len() / self.channels.max(1);
+        self.counters.max_block.fetch_max(frames, Ordering::Relaxed);
+        let fit = (self.ring.slots() / self.channels.max(1)).min(frames) * self.channels;
+        if fit < data.len() {
+            self.counters.overflows.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Ok(chunk) = self.ring.write_chunk_uninit(fit) {
+            chunk.fill_from_iter(data[..fit].iter().map(|&x| x.to_f32()));
+        }
+    }
+}
+
+/// The output callback's end of the bridge (see the module docs).
+#[derive(Debug)]
+pub struct InputBridge {
+    ring: rtrb::Consumer<f32>,
+    channels: usize,
+    counters: Arc<InputCounters>,
+    priming: bool,
+    /// Extra cushion learned from underruns, frames.
+    extra: usize,
+    /// The level the bridge settles at when it starts, frames.
+    target: usize,
+    underruns: u64,
+    dropped: u64,
+    /// Pulls served since the bridge first primed.
+    pulls: u64,
+}
+
+/// Pulls after the first priming during which an underrun is the playback stream's start-up
+/// burst rather than a cushion too small.
+const STARTUP_PULLS: u64 = 8;
+
+impl InputBridge {
+    /// A bridge for `channels`-channel frames and its feeder, with room for `capacity` frames.
+    pub fn new(channels: usize, capacity: usize) -> (InputFeeder, Self) {
+        let (tx, rx) = rtrb::RingBuffer::new(capacity * channels.max(1));
+        let counters = Arc::new(InputCounters::default());
+        let feeder = InputFeeder {
+            ring: tx,
+            channels,
+            counters: counters.clone(),
+        };
+        let bridge = Self {
+            ring: rx,
+            channels,
+            counters,
+            priming: true,
+            extra: 0,
+            target: 0,
+            underruns: 0,
+            dropped: 0,
+            pulls: 0,
+        };
+        (feeder, bridge)
+    }
+
+    /// Frames waiting in the ring.
+    pub fn level(&self) -> usize {
+        self.ring.slots() / self.channels.max(1)
+    }
+
+    /// The cushion the bridge keeps, in frames: its share of the round trip through the device.
+    pub fn target(&self) -> usize {
+        self.target
+    }
+
+    /// Pulls that found too few frames (played as silence, then the cushion grew).
+    pub fn underruns(&self) -> u64 {
+        self.underruns
+    }
+
+    /// Frames thrown away to bring the level back to the cushion (clock drift between
+    /// two devices, or a stalled output thread).
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Fill `dst` (whole frames) with the oldest captured frames, or silence while priming.
+    pub fn pull(&mut self, dst: &mut [f32]) {
+        let ch = self.channels.max(1);
+        let n = dst.len() / ch;
+        let block = self.counters.max_block.load(Ordering::Relaxed);
+        let capacity = self.ring.buffer().capacity() / ch;
+        let threshold = (n + block + self.extra).min(capacity.saturating_sub(n));
+        let level = self.level();
+        if self.priming {
+            if block == 0 || level < threshold {
+                dst.fill(0.0);
+                return;
+            }
+            self.skip(level - threshold);
+            self.target = threshold;
+            self.priming = false;
+        } else if level < n {
+            self.read(&mut dst[..level * ch]);
+            dst[level * ch..].fill(0.0);
+            // A playback stream starts by filling its whole buffer in a burst of callbacks,
+            // which empties the ring once; only later underruns mean the cushion is too small.
+            if self.pulls >= STARTUP_PULLS {
+                self.underruns += 1;
+                self.extra = (self.extra + n - level).min(capacity / 4);
+            }
+            self.priming = true;
+            return;
+        } else if level > threshold + 2 * n.max(block) {
+            let excess = level - threshold;
+            self.skip(excess);
+            self.dropped += excess as u64;
+        }
+        self.pulls += 1;
+        self.read(dst);
+    }
+
+    fn read(&mut self, dst: &mut [f32]) {
+        if let Ok(chunk) = self.ring.read_chunk(dst.len()) {
+            let (a, b) = chunk.as_slices();
+            dst[..a.len()].copy_from_slice(a);
+            dst[a.len()..].copy_from_slice(b);
+            chunk.commit_all();
+        }
+    }
+
+    fn skip(&mut self, frames: usize) {
+        if let Ok(chunk) = self.ring.read_chunk(frames * self.channels.max(1)) {
+            chunk.commit_all();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Callback clock
+
+/// Turns callback wake-ups into a steady schedule: each callback is expected a whole
+/// buffer after the previous one. An early callback re-anchors the schedule; a late one
+/// pulls it forward by 1/64 of its lateness, so a device clock slower than the monotonic
+/// clock is followed instead of counting as ever later.
+#[derive(Debug, Clone, Copy)]
+pub struct CallbackClock {
+    rate: u32,
+    anchor_ns: u64,
+    anchor_frames: u64,
+    frames: u64,
+    started: bool,
+}
+
+impl CallbackClock {
+    pub fn new(rate: u32) -> Self {
+        Self {
+            rate,
+            anchor_ns: 0,
+            anchor_frames: 0,
+            frames: 0,
+            started: false,
+        }
+    }
+
+    /// A callback of `frames` frames woke at `woke_ns`: returns when it was due and how late
+    /// it woke, ns.
+    pub fn tick(&mut self, woke_ns: u64, frames: usize) -> (u64, u64) {
+        let due = if self.started {
+            self.anchor_ns + netjam_engine::time::frames_to_ns(self.frames - self.anchor_frames, self.rate)
+        } else {
+            woke_ns
+        };
+        self.started = true;
+        let result = if woke_ns <= due {
+            self.anchor_ns = woke_ns;
+            self.anchor_frames = self.frames;
+            (woke_ns, 0)
+        } else {
+            let late = woke_ns - due;
+            self.anchor_ns += late / 64;
+            (due, late)
+        };
+        self.frames += frames as u64;
+        result
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The callbacks' state
+
+/// Counters the callbacks keep for `run` and [`CpalMonitor`].
+#[derive(Debug)]
+struct Shared {
+    /// Frames handed to the process.
+    frames: AtomicU64,
+    /// Over- and underruns the host reported.
+    xruns: AtomicU64,
+    /// A stream reported an error it cannot recover from (the message is in its ring).
+    failed: AtomicBool,
+    panicked: AtomicBool,
+    /// Scheduling of the thread that runs the process (-1 until its first callback).
+    policy: AtomicI32,
+    priority: AtomicI32,
+    /// Frames per callback of the driving stream (0 until the first).
+    callback_frames: AtomicUsize,
+    adapter_latency: AtomicUsize,
+    adapter_underruns: AtomicU64,
+    bridge_target: AtomicUsize,
+    bridge_underruns: AtomicU64,
+    bridge_dropped: AtomicU64,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Self {
+            frames: AtomicU64::new(0),
+            xruns: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
+            panicked: AtomicBool::new(false),
+            policy: AtomicI32::new(-1),
+            priority: AtomicI32::new(0),
+            callback_frames: AtomicUsize::new(0),
+            adapter_latency: AtomicUsize::new(0),
+            adapter_underruns: AtomicU64::new(0),
+            bridge_target: AtomicUsize::new(0),
+            bridge_underruns: AtomicU64::new(0),
+            bridge_dropped: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The process `run` lends to the callbacks: written once before `armed` is set, read by
+/// the driving callback only after it sees `armed`.
+struct ProcessSlot {
+    armed: AtomicBool,
+    process: UnsafeCell<Option<*mut dyn Process>>,
+}
+
+// SAFETY: `process` is written only by `run` before `armed` is stored with Release, and read
+// only by the one driving callback after it loads `armed` with Acquire; `run` drops the
+// streams (joining their threads) before the borrowed process goes away.
+unsafe impl Sync for ProcessSlot {}
+// SAFETY: as above; the pointer is only dereferenced on the driving callback's thread.
+unsafe impl Send for ProcessSlot {}
+
+/// Ask for SCHED_FIFO once, from the callback thread itself (one system call, no log), and
+/// record what the thread got.
+fn promote_and_record(shared: Option<&Shared>, want_realtime: bool) {
+    #[cfg(target_os = "linux")]
+    if want_realtime {
+        let param = libc::sched_param {
+            sched_priority: crate::rt::AUDIO_PRIORITY,
+        };
+        // SAFETY: the calling thread's own scheduling; `param` outlives the call.
+        unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = want_realtime;
+    #[cfg(unix)]
+    if let Some(shared) = shared {
+        // SAFETY: querying the calling thread's own scheduling into locals.
+        let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+        let mut policy = 0;
+        // SAFETY: as above.
+        if unsafe { libc::pthread_getschedparam(libc::pthread_self(), &mut policy, &mut param) } == 0 {
+            shared.priority.store(param.sched_priority, Ordering::Relaxed);
+            shared.policy.store(policy, Ordering::Relaxed);
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = shared;
+}
+
+/// The state of the callback that runs the process: the output callback, or the input
+/// callback when there is no output device.
+pub struct Driver {
+    spec: StreamSpec,
+    slot: Arc<ProcessSlot>,
+    shared: Arc<Shared>,
+    adapter: PeriodAdapter,
+    bridge: Option<InputBridge>,
+    clock: CallbackClock,
+    timer: PeriodTimer,
+    period_ns: u64,
+    frame_ns: f64,
+    input: Vec<f32>,
+    output: Vec<f32>,
+    last_time: u64,
+    first: bool,
+    want_realtime: bool,
+    failed: bool,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("spec", &self.spec)
+            .field("adapter", &self.adapter)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Driver {
+    fn new(
+        spec: StreamSpec,
+        slot: Arc<ProcessSlot>,
+        shared: Arc<Shared>,
+        bridge: Option<InputBridge>,
+        want_realtime: bool,
+    ) -> Self {
+        Self {
+            spec,
+            slot,
+            shared,
+            adapter: PeriodAdapter::new(
+                spec.period as usize,
+                spec.input_channels as usize,
+                spec.output_channels as usize,
+                AdapterLatency::Learn,
+            ),
+            bridge,
+            clock: CallbackClock::new(spec.rate),
+            timer: PeriodTimer::default(),
+            period_ns: netjam_engine::time::frames_to_ns(spec.period as u64, spec.rate),
+            frame_ns: 1e9 / spec.rate.max(1) as f64,
+            input: vec![0.0; STAGING_FRAMES * spec.input_channels as usize],
+            output: vec![0.0; STAGING_FRAMES * spec.output_channels as usize],
+            last_time: 0,
+            first: true,
+            want_realtime,
+            failed: false,
+        }
+    }
+
+    /// The output callback: play `data`, whatever its size.
+    fn on_output<T: DeviceSample>(&mut self, data: &mut [T]) {
+        let co = self.spec.output_channels as usize;
+        for block in data.chunks_mut(STAGING_FRAMES * co.max(1)) {
+            let frames = block.len() / co.max(1);
+            self.guarded(frames, |d| {
+                let ci = d.spec.input_channels as usize;
+                let mut input = std::mem::take(&mut d.input);
+                let mut output = std::mem::take(&mut d.output);
+                if let Some(bridge) = &mut d.bridge {
+                    bridge.pull(&mut input[..frames * ci]);
+                }
+                d.step(frames, &input[..frames * ci], &mut output[..frames * co]);
+                for (x, &y) in block.iter_mut().zip(&output[..frames * co]) {
+                    *x = T::from_f32(y);
+                }
+                d.input = input;
+                d.output = output;
+            });
+            if self.failed {
+                block.fill(T::EQUILIBRIUM);
+            }
+        }
+    }
+
+    /// The input callback when there is no output device.
+    fn on_input<T: DeviceSample>(&mut self, data: &[T]) {
+        let ci = self.spec.input_channels as usize;
+        for block in data.chunks(STAGING_FRAMES * ci.max(1)) {
+            let frames = block.len() / ci.max(1);
+            self.guarded(frames, |d| {
+                let mut input = std::mem::take(&mut d.input);
+                for (x, &y) in input.iter_mut().zip(block) {
+                    *x = y.to_f32();
+                }
+                d.step(frames, &input[..frames * ci], &mut []);
+                d.input = input;
+            });
+        }
+    }
+
+    /// Run `f` unless an earlier callback panicked; a panic must not unwind into the host:
+    /// the stream goes silent and `run` reports it.
+    fn guarded(&mut self, frames: usize, f: impl FnOnce(&mut Self)) {
+        if self.failed {
+            return;
+        }
+        if self.first {
+            self.first = false;
+            promote_and_record(Some(&self.shared), self.want_realtime);
+            self.shared.callback_frames.store(frames, Ordering::Relaxed);
+        }
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self)));
+        if ok.is_err() {
+            self.failed = true;
+            self.shared.panicked.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The realtime work of one callback slice: no allocation, no lock, no log.
+    fn step(&mut self, frames: usize, input: &[f32], output: &mut [f32]) {
+        let woke = clock::now_ns();
+        let (due, late) = self.clock.tick(woke, frames);
+        if !self.slot.armed.load(Ordering::Acquire) {
+            output.fill(0.0);
+            return;
+        }
+        // SAFETY: see `ProcessSlot`: armed, so the pointer was written before and stays
+        // valid until `run` has dropped the streams; only this thread dereferences it.
+        let Some(process) = (unsafe { *self.slot.process.get() }) else {
+            output.fill(0.0);
+            return;
+        };
+        // SAFETY: as above.
+        let process = unsafe { &mut *process };
+        let (timer, shared) = (&mut self.timer, &self.shared);
+        let (period_ns, frame_ns, period) = (self.period_ns, self.frame_ns, self.spec.period);
+        let last_time = &mut self.last_time;
+        self.adapter.callback(frames, input, output, |first, inp, out| {
+            // The period's first frame on the schedule of this callback's first frame, but
+            // never in the future: a period that ends later in this callback's buffer runs
+            // now, and its packet leaves now (as with JACK's nominal start).
+            let start = clock::now_ns();
+            let t = ((due as f64 + first as f64 * frame_ns).max(0.0) as u64).min(start);
+            let t = t.max(*last_time + 1);
+            *last_time = t;
+            process.process(t, inp, out);
+            timer.record(late, clock::now_ns().saturating_sub(start), period_ns);
+            shared.frames.fetch_add(period as u64, Ordering::Relaxed);
+        });
+        let s = &self.shared;
+        s.adapter_latency
+            .store(self.adapter.latency_frames(), Ordering::Relaxed);
+        s.adapter_underruns
+            .store(self.adapter.underruns(), Ordering::Relaxed);
+        if let Some(b) = &self.bridge {
+            s.bridge_target.store(b.target(), Ordering::Relaxed);
+            s.bridge_underruns.store(b.underruns(), Ordering::Relaxed);
+            s.bridge_dropped.store(b.dropped(), Ordering::Relaxed);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Errors, listing
+
+/// Why a sound card could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CpalError {
+    #[error("no audio host {name:?} in this build; hosts: {available}")]
+    UnknownHost { name: String, available: String },
+    #[error("audio host {0} is not available on this machine")]
+    HostUnavailable(String),
+    #[error("cannot list the devices of {host}: {why}")]
+    Devices { host: String, why: String },
+    #[error("{direction} device {pattern:?} is ambiguous, it matches: {matches}; give more of the name")]
+    Ambiguous {
+        direction: &'static str,
+        pattern: String,
+        matches: String,
+    },
+    #[error("no {direction} device matches {pattern:?}; {host} has:\n{available}")]
+    NoMatch {
+        direction: &'static str,
+        pattern: String,
+        host: String,
+        available: String,
+    },
+    #[error("{direction} device {device}: {why}; it offers:\n{offers}")]
+    Unsupported {
+        direction: &'static str,
+        device: String,
+        why: String,
+        offers: String,
+    },
+    #[error("no input and no output device to use on {host}; it has:\n{available}")]
+    NoDevice { host: String, available: String },
+    #[error("cannot open the {direction} stream of {device}: {why}")]
+    Build {
+        direction: &'static str,
+        device: String,
+        why: String,
+    },
+}
+
+/// What one direction of a device offers.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct DirectionInfo {
+    /// Channel counts it opens with in a sample format netjam converts (i16, i32, f32).
+    pub channels: Vec<u16>,
+    /// Sample rate ranges, inclusive (a single rate is `[r, r]`).
+    pub rates: Vec<[u32; 2]>,
+    /// Frames per buffer it accepts, when the host says.
+    pub buffer_frames: Option<[u32; 2]>,
+    /// Sample formats it offers (all of them, usable or not).
+    pub formats: Vec<String>,
+    /// Why it could not be asked, if it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl DirectionInfo {
+    fn supports_rate(&self, rate: u32) -> bool {
+        self.rates.iter().any(|r| (r[0]..=r[1]).contains(&rate))
+    }
+
+    /// "2 ch, 48000 Hz, buffer 128-262144 frames, f32" (channel counts and rates compacted).
+    pub fn summary(&self) -> String {
+        if let Some(e) = &self.error {
+            return format!("cannot be opened ({e})");
+        }
+        if self.channels.is_empty() {
+            return format!(
+                "no format netjam converts (it offers {}; netjam takes i16, i32, f32)",
+                self.formats.join(", ")
+            );
+        }
+        let buffer = match self.buffer_frames {
+            Some([lo, hi]) => format!(", buffer {lo}-{hi} frames"),
+            None => String::new(),
+        };
+        format!(
+            "{} ch, {} Hz{buffer}, {}",
+            compact(&self.channels),
+            rates_text(&self.rates),
+            self.formats.join("/")
+        )
+    }
+}
+
+/// "1-8" for a run, "1,2,4" otherwise.
+fn compact(v: &[u16]) -> String {
+    match (v.first(), v.last()) {
+        (Some(&a), Some(&b)) if v.len() > 2 && (b - a) as usize + 1 == v.len() => format!("{a}-{b}"),
+        _ => v.iter().map(u16::to_string).collect::<Vec<_>>().join(","),
+    }
+}
+
+fn rates_text(rates: &[[u32; 2]]) -> String {
+    let mut parts = Vec::new();
+    for r in rates {
+        if r[0] == r[1] {
+            parts.push(r[0].to_string());
+        } else {
+            let common: Vec<String> = COMMON_RATES
+                .iter()
+                .filter(|x| (r[0]..=r[1]).contains(x))
+                .map(u32::to_string)
+                .collect();
+            parts.push(format!("{}-{} (e.g. {})", r[0], r[1], common.join(", ")));
+        }
+    }
+    parts.join(", ")
+}
+
+/// A device as `netjam devices` and the error messages show it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DeviceInfo {
+    /// The host's identifier (the ALSA PCM name, e.g. `hw:CARD=PCH,DEV=0`); `--device` matches it.
+    pub id: String,
+    /// The human name; `--device` matches it too.
+    pub name: String,
+    pub input: Option<DirectionInfo>,
+    pub output: Option<DirectionInfo>,
+    pub default_input: bool,
+    pub default_output: bool,
+}
+
+impl DeviceInfo {
+    fn label(&self) -> String {
+        if self.name.is_empty() || self.name == self.id {
+            self.id.clone()
+        } else {
+            format!("{} ({})", self.id, self.name)
+        }
+    }
+}
+
+/// One cpal host and its devices.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HostInfo {
+    pub name: String,
+    pub default: bool,
+    pub devices: Vec<DeviceInfo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+fn direction_info(configs: Result<Vec<cpal::SupportedStreamConfigRange>, String>) -> DirectionInfo {
+    let configs = match configs {
+        Ok(c) => c,
+        Err(e) => {
+            return DirectionInfo {
+                error: Some(e),
+                ..Default::default()
+            }
+        }
+    };
+    let mut info = DirectionInfo::default();
+    for c in &configs {
+        let format = c.sample_format().to_string();
+        if !info.formats.contains(&format) {
+            info.formats.push(format);
+        }
+        if usable(c.sample_format()) {
+            info.channels.push(c.channels());
+            let r = [c.min_sample_rate(), c.max_sample_rate()];
+            if !info.rates.contains(&r) {
+                info.rates.push(r);
+            }
+        }
+        if let SupportedBufferSize::Range { min, max } = *c.buffer_size() {
+            info.buffer_frames = Some(match info.buffer_frames {
+                Some([lo, hi]) => [lo.min(min), hi.max(max)],
+                None => [min, max],
+            });
+        }
+    }
+    info.channels.sort_unstable();
+    info.channels.dedup();
+    info.rates.sort_unstable();
+    info
+}
+
+fn usable(f: DeviceFormat) -> bool {
+    matches!(f, DeviceFormat::F32 | DeviceFormat::I32 | DeviceFormat::I16)
+}
+
+fn device_id(d: &cpal::Device) -> String {
+    d.id().map(|id| id.1).unwrap_or_default()
+}
+
+fn device_name(d: &cpal::Device) -> String {
+    d.description()
+        .map(|desc| desc.name().to_string())
+        .unwrap_or_default()
+}
+
+fn input_configs(d: &cpal::Device) -> Result<Vec<cpal::SupportedStreamConfigRange>, String> {
+    d.supported_input_configs()
+        .map(Iterator::collect)
+        .map_err(|e| e.to_string())
+}
+
+fn output_configs(d: &cpal::Device) -> Result<Vec<cpal::SupportedStreamConfigRange>, String> {
+    d.supported_output_configs()
+        .map(Iterator::collect)
+        .map_err(|e| e.to_string())
+}
+
+fn describe(host: &cpal::Host, d: &cpal::Device) -> DeviceInfo {
+    let id = device_id(d);
+    let is_default = |def: Option<cpal::Device>| def.is_some_and(|x| device_id(&x) == id);
+    DeviceInfo {
+        name: device_name(d),
+        input: d.supports_input().then(|| direction_info(input_configs(d))),
+        output: d.supports_output().then(|| direction_info(output_configs(d))),
+        default_input: d.supports_input() && is_default(host.default_input_device()),
+        default_output: d.supports_output() && is_default(host.default_output_device()),
+        id,
+    }
+}
+
+/// Every host cpal was built with on this platform, its devices and what they offer.
+/// Opens each device briefly to ask; the libraries' own complaints are kept off stderr.
+pub fn hosts() -> Vec<HostInfo> {
+    let _quiet = QuietStderr::new();
+    let default = cpal::default_host().id();
+    cpal::available_hosts()
+        .into_iter()
+        .map(|id| {
+            let name = id.name().to_string();
+            let host = match cpal::host_from_id(id) {
+                Ok(h) => h,
+                Err(e) => {
+                    return HostInfo {
+                        name,
+                        default: id == default,
+                        devices: Vec::new(),
+                        error: Some(e.to_string()),
+                    }
+                }
+            };
+            let (devices, error) = match host.devices() {
+                Ok(list) => (list.map(|d| describe(&host, &d)).collect(), None),
+                Err(e) => (Vec::new(), Some(e.to_string())),
+            };
+            HostInfo {
+                name,
+                default: id == default,
+                devices,
+                error,
+            }
+        })
+        .collect()
+}
+
+/// Lines "  id (name): in ..., out ..." for the devices of `host` that go `direction`.
+fn list_devices(host: &cpal::Host, direction: Option<Direction>) -> String {
+    let Ok(devices) = host.devices() else {
+        return "  (cannot list its devices)".into();
+    };
+    let mut lines = Vec::new();
+    for d in devices {
+        if direction.is_some_and(|dir| !dir.supported_by(&d)) {
+            continue;
+        }
+        let info = describe(host, &d);
+        let mut parts = Vec::new();
+        if let Some(i) = &info.input {
+            parts.push(format!("in {}", i.summary()));
+        }
+        if let Some(o) = &info.output {
+            parts.push(format!("out {}", o.summary()));
+        }
+        lines.push(format!("  {}: {}", info.label(), parts.join("; ")));
+    }
+    if lines.is_empty() {
+        "  (no devices)".into()
+    } else {
+        lines.join("\n")
+    }
+}
+
+/// Keeps fd 2 pointed at /dev/null while alive: ALSA, libjack and the ALSA plugins print
+/// their own complaints while devices are probed; netjam says what went wrong itself.
+struct QuietStderr {
+    #[cfg(unix)]
+    saved: libc::c_int,
+}
+
+impl QuietStderr {
+    fn new() -> Self {
+        #[cfg(unix)]
+        {
+            if std::env::var_os("NETJAM_AUDIO_DEBUG").is_some() {
+                return Self { saved: -1 };
+            }
+            // SAFETY: plain descriptor calls on fds this function owns (`saved`, `null`) and
+            // on fd 2, which is restored on drop.
+            unsafe {
+                let saved = libc::dup(2);
+                let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
+                if saved >= 0 && null >= 0 {
+                    libc::dup2(null, 2);
+                }
+                if null >= 0 {
+                    libc::close(null);
+                }
+                Self { saved }
+            }
+        }
+        #[cfg(not(unix))]
+        Self {}
+    }
+}
+
+impl Drop for QuietStderr {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if self.saved >= 0 {
+            // SAFETY: `saved` is the duplicate of the original fd 2 made in `new`.
+            unsafe {
+                libc::dup2(self.saved, 2);
+                libc::close(self.saved);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Opening
+
+/// Which sound card to open and how.
+#[derive(Debug, Clone, Default)]
+pub struct CpalConfig {
+    /// cpal host (ALSA, JACK, CoreAudio, WASAPI...), case-insensitive; default: the platform's.
+    pub host: Option<String>,
+    /// Device for both directions: a case-insensitive substring of its id or name,
+    /// `default`, or `none`.
+    pub device: Option<String>,
+    /// Overrides `device` for capture.
+    pub input_device: Option<String>,
+    /// Overrides `device` for playback.
+    pub output_device: Option<String>,
+    /// Sample rate; default 48000 when every device takes it, else the output's default.
+    pub rate: Option<u32>,
+    /// Channels each way; default 2 where offered, else the device's default.
+    pub channels: Option<u16>,
+    /// Frames per process call (asked of the device as its buffer size too).
+    pub period: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Input,
+    Output,
+}
+
+impl Direction {
+    fn word(self) -> &'static str {
+        match self {
+            Direction::Input => "input",
+            Direction::Output => "output",
+        }
+    }
+
+    fn supported_by(self, d: &cpal::Device) -> bool {
+        match self {
+            Direction::Input => d.supports_input(),
+            Direction::Output => d.supports_output(),
+        }
+    }
+
+    fn configs(self, d: &cpal::Device) -> Result<Vec<cpal::SupportedStreamConfigRange>, String> {
+        match self {
+            Direction::Input => input_configs(d),
+            Direction::Output => output_configs(d),
+        }
+    }
+}
+
+/// The endpoint's callbacks without a device: exactly what the input and output streams'
+/// callbacks run (bridge, period adapter, conversion, timing), driven by hand. Tests use it
+/// to prove the callback path allocates nothing and passes audio through bit-exact.
+pub struct OfflineCallbacks {
+    driver: Box<Driver>,
+    feeder: Option<InputFeeder>,
+    slot: Arc<ProcessSlot>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for OfflineCallbacks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OfflineCallbacks")
+            .field("driver", &self.driver)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OfflineCallbacks {
+    /// Callbacks for `spec`, duplex (an input bridge) when it has channels both ways.
+    pub fn new(spec: StreamSpec) -> Self {
+        let shared = Arc::new(Shared::default());
+        let slot = Arc::new(ProcessSlot {
+            armed: AtomicBool::new(false),
+            process: UnsafeCell::new(None),
+        });
+        let (feeder, bridge) = if spec.input_channels > 0 && spec.output_channels > 0 {
+            let (f, b) = InputBridge::new(spec.input_channels as usize, BRIDGE_FRAMES);
+            (Some(f), Some(b))
+        } else {
+            (None, None)
+        };
+        let driver = Box::new(Driver::new(spec, slot.clone(), shared.clone(), bridge, false));
+        Self {
+            driver,
+            feeder,
+            slot,
+            shared,
+        }
+    }
+
+    /// Run `f` with `process` lent to the callbacks, as [`Endpoint::run`] does.
+    pub fn with_process<R>(&mut self, process: &mut dyn Process, f: impl FnOnce(&mut Self) -> R) -> R {
+        // SAFETY: only the lifetime is erased; the slot is cleared below before the borrow
+        // ends, and the callbacks run on this thread only, inside `f`.
+        let process: *mut dyn Process =
+            unsafe { std::mem::transmute::<*mut (dyn Process + '_), *mut (dyn Process + 'static)>(process) };
+        // SAFETY: no callback runs while this thread is here.
+        unsafe { *self.slot.process.get() = Some(process) };
+        self.slot.armed.store(true, Ordering::Release);
+        let r = f(self);
+        self.slot.armed.store(false, Ordering::Release);
+        // SAFETY: as above.
+        unsafe { *self.slot.process.get() = None };
+        r
+    }
+
+    /// What the input stream's callback does with one buffer.
+    pub fn input<T: DeviceSample>(&mut self, data: &[T]) {
+        match &mut self.feeder {
+            Some(feeder) => feeder.push(data),
+            None => self.driver.on_input(data),
+        }
+    }
+
+    /// What the output stream's callback does with one buffer.
+    pub fn output<T: DeviceSample>(&mut self, data: &mut [T]) {
+        self.driver.on_output(data);
+    }
+
+    pub fn monitor(&self) -> CpalMonitor {
+        CpalMonitor {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// The periods run so far.
+    pub fn stats(&self) -> PeriodStats {
+        self.driver.timer.stats()
+    }
+}
+
+/// Pick the host named `name` (case-insensitive), or the platform's default.
+fn pick_host(name: Option<&str>) -> Result<cpal::Host, CpalError> {
+    let Some(name) = name else {
+        return Ok(cpal::default_host());
+    };
+    let hosts = cpal::available_hosts();
+    let available = || {
+        hosts
+            .iter()
+            .map(|h| h.name().to_lowercase())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let id = hosts
+        .iter()
+        .find(|h| h.name().eq_ignore_ascii_case(name))
+        .ok_or_else(|| CpalError::UnknownHost {
+            name: name.to_string(),
+            available: available(),
+        })?;
+    cpal::host_from_id(*id).map_err(|_| CpalError::HostUnavailable(id.name().to_string()))
+}
+
+/// The device `pattern` names for `dir`: `default`, `none` (None), an exact id or name, or
+/// the one device whose id or name contains it (all case-insensitive). `Ok(None)` also when
+/// `explicit` is false and nothing matches (a `--device` that names only one direction).
+fn pick_device(
+    host: &cpal::Host,
+    dir: Direction,
+    pattern: Option<&str>,
+    explicit: bool,
+) -> Result<Option<cpal::Device>, CpalError> {
+    let default = || match dir {
+        Direction::Input => host.default_input_device(),
+        Direction::Output => host.default_output_device(),
+    };
+    let pattern = match pattern {
+        None => return Ok(default()),
+        Some(p) if p.eq_ignore_ascii_case("none") => return Ok(None),
+        Some(p) if p.eq_ignore_ascii_case("default") => return Ok(default()),
+        Some(p) => p,
+    };
+    let devices: Vec<cpal::Device> = host
+        .devices()
+        .map_err(|e| CpalError::Devices {
+            host: host.id().name().to_string(),
+            why: e.to_string(),
+        })?
+        .filter(|d| dir.supported_by(d))
+        .collect();
+    let want = pattern.to_lowercase();
+    let names = |d: &cpal::Device| [device_id(d).to_lowercase(), device_name(d).to_lowercase()];
+    let exact: Vec<&cpal::Device> = devices.iter().filter(|d| names(d).contains(&want)).collect();
+    let matches: Vec<&cpal::Device> = if exact.is_empty() {
+        devices
+            .iter()
+            .filter(|d| names(d).iter().any(|n| n.contains(&want)))
+            .collect()
+    } else {
+        exact
+    };
+    match matches.as_slice() {
+        [one] => Ok(Some((*one).clone())),
+        [] if !explicit => Ok(None),
+        [] => Err(CpalError::NoMatch {
+            direction: dir.word(),
+            pattern: pattern.to_string(),
+            host: host.id().name().to_string(),
+            available: list_devices(host, Some(dir)),
+        }),
+        many => Err(CpalError::Ambiguous {
+            direction: dir.word(),
+            pattern: pattern.to_string(),
+            matches: many
+                .iter()
+                .map(|d| {
+                    let (id, name) = (device_id(d), device_name(d));
+                    if name.is_empty() || name == id {
+                        format!("{id:?}")
+                    } else {
+                        format!("{id:?} ({name})")
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+    }
+}
+
+/// One direction chosen: the device, what it offers, the stream to open.
+struct Side {
+    dir: Direction,
+    device: cpal::Device,
+    label: String,
+    info: DirectionInfo,
+    configs: Vec<cpal::SupportedStreamConfigRange>,
+}
+
+impl Side {
+    fn unsupported(&self, why: String) -> CpalError {
+        CpalError::Unsupported {
+            direction: self.dir.word(),
+            device: self.label.clone(),
+            why,
+            offers: format!("  {}", self.info.summary()),
+        }
+    }
+
+    /// The best sample format for `channels` at `rate`: f32, then i32, then i16.
+    fn format(&self, channels: u16, rate: u32) -> Option<DeviceFormat> {
+        [DeviceFormat::F32, DeviceFormat::I32, DeviceFormat::I16]
+            .into_iter()
+            .find(|f| {
+                self.configs.iter().any(|c| {
+                    c.sample_format() == *f
+                        && c.channels() == channels
+                        && (c.min_sample_rate()..=c.max_sample_rate()).contains(&rate)
+                })
+            })
+    }
+
+    fn default_channels(&self) -> u16 {
+        let default = match self.dir {
+            Direction::Input => self.device.default_input_config(),
+            Direction::Output => self.device.default_output_config(),
+        };
+        if self.info.channels.contains(&2) {
+            2
+        } else if let Some(c) = default
+            .ok()
+            .map(|c| c.channels())
+            .filter(|c| self.info.channels.contains(c))
+        {
+            c
+        } else {
+            self.info.channels.first().copied().unwrap_or(2)
+        }
+    }
+
+    fn default_rate(&self) -> Option<u32> {
+        let default = match self.dir {
+            Direction::Input => self.device.default_input_config(),
+            Direction::Output => self.device.default_output_config(),
+        };
+        default.ok().map(|c| c.sample_rate())
+    }
+}
+
+fn side(host: &cpal::Host, dir: Direction, device: cpal::Device) -> Result<Side, CpalError> {
+    let label = {
+        let (id, name) = (device_id(&device), device_name(&device));
+        if name.is_empty() || name == id {
+            id
+        } else {
+            format!("{id} ({name})")
+        }
+    };
+    let configs = dir.configs(&device).map_err(|why| CpalError::Unsupported {
+        direction: dir.word(),
+        device: label.clone(),
+        why: format!("cannot be opened ({why})"),
+        offers: list_devices(host, Some(dir)),
+    })?;
+    let info = direction_info(Ok(configs.clone()));
+    Ok(Side {
+        dir,
+        device,
+        label,
+        info,
+        configs,
+    })
+}
+
+/// Whether a thread runs at realtime priority.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Realtime {
+    /// SCHED_FIFO or SCHED_RR at this priority.
+    Yes { priority: i32 },
+    /// An ordinary time-shared thread (the OS may still favour it: CoreAudio and WASAPI
+    /// schedule their own audio threads).
+    No,
+    /// The first callback has not run yet.
+    Unknown,
+}
+
+impl std::fmt::Display for Realtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Realtime::Yes { priority } => write!(f, "realtime (priority {priority})"),
+            Realtime::No => write!(
+                f,
+                "NOT realtime on Linux's terms (allow it with an rtprio limit, e.g. `@audio - rtprio 95` in /etc/security/limits.conf)"
+            ),
+            Realtime::Unknown => write!(f, "realtime: not known yet"),
+        }
+    }
+}
+
+/// A handle that reports how the running endpoint is doing, readable from any thread.
+#[derive(Debug, Clone)]
+pub struct CpalMonitor {
+    shared: Arc<Shared>,
+}
+
+impl CpalMonitor {
+    /// How the thread that runs the process is scheduled.
+    pub fn realtime(&self) -> Realtime {
+        let policy = self.shared.policy.load(Ordering::Relaxed);
+        if policy < 0 {
+            return Realtime::Unknown;
+        }
+        #[cfg(unix)]
+        if policy == libc::SCHED_FIFO || policy == libc::SCHED_RR {
+            return Realtime::Yes {
+                priority: self.shared.priority.load(Ordering::Relaxed),
+            };
+        }
+        Realtime::No
+    }
+
+    /// Over- and underruns the host reported.
+    pub fn xruns(&self) -> u64 {
+        self.shared.xruns.load(Ordering::Relaxed)
+    }
+
+    /// Frames per callback of the stream that runs the process (0 before the first).
+    pub fn callback_frames(&self) -> usize {
+        self.shared.callback_frames.load(Ordering::Relaxed)
+    }
+
+    /// Frames the endpoint adds between capture and playback beyond the device buffers:
+    /// the period adapter's latency plus the input bridge's cushion.
+    pub fn added_latency_frames(&self) -> usize {
+        self.shared.adapter_latency.load(Ordering::Relaxed)
+            + self.shared.bridge_target.load(Ordering::Relaxed)
+    }
+
+    /// Glitches of netjam's own making: adapter and bridge underruns, frames dropped.
+    pub fn glitches(&self) -> (u64, u64, u64) {
+        (
+            self.shared.adapter_underruns.load(Ordering::Relaxed),
+            self.shared.bridge_underruns.load(Ordering::Relaxed),
+            self.shared.bridge_dropped.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// See the module docs.
+pub struct CpalEndpoint {
+    spec: StreamSpec,
+    host: String,
+    input_name: Option<String>,
+    output_name: Option<String>,
+    input_format: Option<DeviceFormat>,
+    output_format: Option<DeviceFormat>,
+    notes: Vec<String>,
+    // Declared before `driver`: the streams (and their callback threads) go first.
+    streams: Vec<cpal::Stream>,
+    driver: Box<Driver>,
+    _input_role: Option<Box<InputRole>>,
+    // Boxed so each stays put while the vector grows: the error callbacks point at them.
+    #[allow(clippy::vec_box)]
+    _sinks: Vec<Box<ErrorSink>>,
+    slot: Arc<ProcessSlot>,
+    shared: Arc<Shared>,
+    errors: Vec<(&'static str, rtrb::Consumer<cpal::StreamError>)>,
+    limit_frames: Option<u64>,
+}
+
+// SAFETY: cpal streams are Send on the hosts netjam builds for except Android/AAudio and
+// the web, which it does not target; the driver's pointers are used as described on
+// `DriverPtr` and `ProcessSlot`.
+unsafe impl Send for CpalEndpoint {}
+
+impl std::fmt::Debug for CpalEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpalEndpoint")
+            .field("host", &self.host)
+            .field("input", &self.input_name)
+            .field("output", &self.output_name)
+            .field("spec", &self.spec)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CpalEndpoint {
+    /// Choose the devices, agree on rate, channels and formats, and open the streams; the
+    /// process runs only in [`Endpoint::run`] (until then the output plays silence).
+    pub fn open(config: &CpalConfig) -> Result<Self, CpalError> {
+        let _quiet = QuietStderr::new();
+        let host = pick_host(config.host.as_deref())?;
+        let host_name = host.id().name().to_string();
+        let mut notes = Vec::new();
+        let explicit_in = config.input_device.is_some();
+        let explicit_out = config.output_device.is_some();
+        let in_pattern = config.input_device.as_deref().or(config.device.as_deref());
+        let out_pattern = config.output_device.as_deref().or(config.device.as_deref());
+        // `--device X` alone may name a device of one direction only; both must not miss.
+        let both_from_device = !explicit_in && !explicit_out && config.device.is_some();
+        let input = pick_device(
+            &host,
+            Direction::Input,
+            in_pattern,
+            explicit_in || !both_from_device,
+        )
+        .or_else(|e| match e {
+            CpalError::NoMatch { .. } if both_from_device => Ok(None),
+            e => Err(e),
+        })?;
+        let output = pick_device(
+            &host,
+            Direction::Output,
+            out_pattern,
+            explicit_out || !both_from_device,
+        )
+        .or_else(|e| match e {
+            CpalError::NoMatch { .. } if both_from_device => Ok(None),
+            e => Err(e),
+        })?;
+        if input.is_none() && output.is_none() {
+            if let Some(p) = &config.device {
+                if !p.eq_ignore_ascii_case("none") {
+                    return Err(CpalError::NoMatch {
+                        direction: "input or output",
+                        pattern: p.clone(),
+                        host: host_name,
+                        available: list_devices(&host, None),
+                    });
+                }
+            }
+            return Err(CpalError::NoDevice {
+                available: list_devices(&host, None),
+                host: host_name,
+            });
+        }
+        // An unnamed default that cannot be opened is left out; a named device must open.
+        let open_side = |dir: Direction, dev: Option<cpal::Device>, named: bool, notes: &mut Vec<String>| {
+            let Some(dev) = dev else {
+                return Ok(None);
+            };
+            match side(&host, dir, dev) {
+                Ok(s) if s.info.channels.is_empty() => {
+                    Err(s.unsupported("no sample format netjam converts".into()))
+                }
+                Ok(s) => Ok(Some(s)),
+                Err(e) if !named => {
+                    notes.push(format!("the default {} device is left out: {e}", dir.word()));
+                    Ok(None)
+                }
+                Err(e) => Err(e),
+            }
+        };
+        let in_named = in_pattern.is_some_and(|p| !p.eq_ignore_ascii_case("default"));
+        let out_named = out_pattern.is_some_and(|p| !p.eq_ignore_ascii_case("default"));
+        let input = open_side(Direction::Input, input, in_named, &mut notes)?;
+        let output = open_side(Direction::Output, output, out_named, &mut notes)?;
+        if input.is_none() && output.is_none() {
+            return Err(CpalError::NoDevice {
+                available: list_devices(&host, None),
+                host: host_name,
+            });
+        }
+        for (s, other) in [(&input, &output), (&output, &input)] {
+            if s.is_none() {
+                if let Some(o) = other {
+                    let missing = match o.dir {
+                        Direction::Input => "output",
+                        Direction::Output => "input",
+                    };
+                    notes.push(format!("no {missing} device: {missing} has 0 channels"));
+                }
+            }
+        }
+        let sides: Vec<&Side> = input.iter().chain(output.iter()).collect();
+        // Rate: asked for, else 48000 if all take it, else the output's (or input's) default.
+        let rate = match config.rate {
+            Some(r) => {
+                if let Some(s) = sides.iter().find(|s| !s.info.supports_rate(r)) {
+                    return Err(s.unsupported(format!("{r} Hz is not offered")));
+                }
+                r
+            }
+            None if sides.iter().all(|s| s.info.supports_rate(48_000)) => 48_000,
+            None => {
+                let r = sides
+                    .iter()
+                    .rev()
+                    .find_map(|s| s.default_rate())
+                    .unwrap_or(48_000);
+                if let Some(s) = sides.iter().find(|s| !s.info.supports_rate(r)) {
+                    return Err(s.unsupported(format!(
+                        "the devices share no sample rate ({r} Hz, the other's default, is not offered)"
+                    )));
+                }
+                r
+            }
+        };
+        let pick = |s: &Side| -> Result<(u16, DeviceFormat), CpalError> {
+            let channels = config.channels.unwrap_or_else(|| s.default_channels());
+            if !s.info.channels.contains(&channels) {
+                return Err(s.unsupported(format!("{channels} channels are not offered")));
+            }
+            let format = s.format(channels, rate).ok_or_else(|| {
+                s.unsupported(format!(
+                    "no i16/i32/f32 format for {channels} channels at {rate} Hz"
+                ))
+            })?;
+            Ok((channels, format))
+        };
+        let in_choice = input.as_ref().map(pick).transpose()?;
+        let out_choice = output.as_ref().map(pick).transpose()?;
+        let spec = StreamSpec {
+            rate,
+            input_channels: in_choice.map_or(0, |c| c.0),
+            output_channels: out_choice.map_or(0, |c| c.0),
+            period: config.period.max(1),
+        };
+        let shared = Arc::new(Shared::default());
+        let slot = Arc::new(ProcessSlot {
+            armed: AtomicBool::new(false),
+            process: UnsafeCell::new(None),
+        });
+        let want_realtime = std::env::var_os("NETJAM_NO_REALTIME").is_none();
+        let duplex = input.is_some() && output.is_some();
+        let (feeder, bridge) = if duplex {
+            let (f, b) = InputBridge::new(spec.input_channels as usize, BRIDGE_FRAMES);
+            (Some(f), Some(b))
+        } else {
+            (None, None)
+        };
+        let mut driver = Box::new(Driver::new(
+            spec,
+            slot.clone(),
+            shared.clone(),
+            bridge,
+            want_realtime,
+        ));
+        let driver_ptr = Owned::new(&mut driver);
+        let mut input_role = None;
+        let mut sinks = Vec::new();
+        let mut errors = Vec::new();
+        let mut streams = Vec::new();
+        let mut sink_for = |dir: &'static str| {
+            let (tx, rx) = rtrb::RingBuffer::new(8);
+            errors.push((dir, rx));
+            let mut sink = Box::new(ErrorSink {
+                shared: shared.clone(),
+                errors: tx,
+            });
+            let ptr = Owned::new(&mut sink);
+            sinks.push(sink);
+            ptr
+        };
+        // Input first, so the bridge fills while the output stream starts.
+        if let (Some(s), Some((channels, format))) = (&input, in_choice) {
+            let sink = sink_for("input");
+            let mut role = Box::new(match feeder {
+                Some(feeder) => InputRole::Feed {
+                    feeder,
+                    first: true,
+                    want_realtime,
+                },
+                None => InputRole::Drive(driver_ptr),
+            });
+            let role_ptr = Owned::new(&mut role);
+            input_role = Some(role);
+            let stream = open_stream(s, channels, rate, spec.period, &mut notes, |cfg| match format {
+                DeviceFormat::F32 => build_input::<f32>(&s.device, cfg, role_ptr, sink),
+                DeviceFormat::I32 => build_input::<i32>(&s.device, cfg, role_ptr, sink),
+                _ => build_input::<i16>(&s.device, cfg, role_ptr, sink),
+            })?;
+            streams.push(("input", stream));
+        }
+        if let (Some(s), Some((channels, format))) = (&output, out_choice) {
+            let sink = sink_for("output");
+            let stream = open_stream(s, channels, rate, spec.period, &mut notes, |cfg| match format {
+                DeviceFormat::F32 => build_output::<f32>(&s.device, cfg, driver_ptr, sink),
+                DeviceFormat::I32 => build_output::<i32>(&s.device, cfg, driver_ptr, sink),
+                _ => build_output::<i16>(&s.device, cfg, driver_ptr, sink),
+            })?;
+            streams.push(("output", stream));
+        }
+        for (dir, stream) in &streams {
+            stream.play().map_err(|e| CpalError::Build {
+                direction: dir,
+                device: host_name.clone(),
+                why: e.to_string(),
+            })?;
+        }
+        let streams = streams.into_iter().map(|(_, s)| s).collect();
+        Ok(Self {
+            spec,
+            host: host_name,
+            input_name: input.as_ref().map(|s| s.label.clone()),
+            output_name: output.as_ref().map(|s| s.label.clone()),
+            input_format: in_choice.map(|c| c.1),
+            output_format: out_choice.map(|c| c.1),
+            notes,
+            streams,
+            driver,
+            _input_role: input_role,
+            _sinks: sinks,
+            slot,
+            shared,
+            errors,
+            limit_frames: None,
+        })
+    }
+
+    /// Stop after `frames` frames.
+    pub fn with_limit(mut self, frames: Option<u64>) -> Self {
+        self.limit_frames = frames;
+        self
+    }
+
+    pub fn monitor(&self) -> CpalMonitor {
+        CpalMonitor {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// One-line remarks from opening (a buffer size the device refused, a direction left out).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// "ALSA: in jack (JACK Audio Connection Kit, f32), out ..." for the user.
+    pub fn describe(&self) -> String {
+        let side = |name: &Option<String>, format: Option<DeviceFormat>, channels: u16| match name {
+            Some(n) => format!(
+                "{n}, {channels} ch {}",
+                format.map(|f| f.to_string()).unwrap_or_default()
+            ),
+            None => "none".into(),
+        };
+        format!(
+            "{}: in {}; out {}",
+            self.host,
+            side(&self.input_name, self.input_format, self.spec.input_channels),
+            side(&self.output_name, self.output_format, self.spec.output_channels)
+        )
+    }
+
+    fn stream_error(&mut self) -> Option<String> {
+        for (dir, rx) in &mut self.errors {
+            if let Ok(e) = rx.pop() {
+                return Some(format!("the {dir} stream failed: {e}"));
+            }
+        }
+        None
+    }
+}
+
+/// The fixed buffer sizes to ask for, best first: the period, then the smallest multiple of
+/// it the device takes (callbacks of whole periods add no latency), then the device's default.
+fn buffer_sizes(info: &DirectionInfo, period: u32) -> Vec<BufferSize> {
+    let mut sizes = vec![BufferSize::Fixed(period)];
+    if let Some([lo, hi]) = info.buffer_frames {
+        let k = lo.div_ceil(period.max(1)).max(1);
+        let multiple = k * period;
+        if k > 1 && multiple <= hi && multiple <= STAGING_FRAMES as u32 {
+            sizes.push(BufferSize::Fixed(multiple));
+        }
+    }
+    sizes.push(BufferSize::Default);
+    sizes
+}
+
+/// Open one stream, falling back from a fixed buffer of `period` frames as [`buffer_sizes`] says.
+fn open_stream(
+    s: &Side,
+    channels: u16,
+    rate: u32,
+    period: u32,
+    notes: &mut Vec<String>,
+    mut build: impl FnMut(&StreamConfig) -> Result<cpal::Stream, cpal::BuildStreamError>,
+) -> Result<cpal::Stream, CpalError> {
+    let mut refused: Vec<String> = Vec::new();
+    for size in buffer_sizes(&s.info, period) {
+        let cfg = StreamConfig {
+            channels,
+            sample_rate: rate,
+            buffer_size: size,
+        };
+        match build(&cfg) {
+            Ok(stream) => {
+                if !refused.is_empty() {
+                    let range = s
+                        .info
+                        .buffer_frames
+                        .map(|[lo, hi]| format!(" (it takes {lo}-{hi} frames)"))
+                        .unwrap_or_default();
+                    let using = match size {
+                        BufferSize::Fixed(n) => format!("{n}-frame buffers"),
+                        BufferSize::Default => "its default buffer size".into(),
+                    };
+                    notes.push(format!(
+                        "the {} device refused {}{range}: using {using}; netjam still sends {period}-frame packets",
+                        s.dir.word(),
+                        refused.join(", then "),
+                    ));
+                }
+                return Ok(stream);
+            }
+            Err(e) => {
+                let what = match size {
+                    BufferSize::Fixed(n) => format!("{n}-frame buffers"),
+                    BufferSize::Default => "its default buffer".into(),
+                };
+                refused.push(format!("{what} ({e})"));
+            }
+        }
+    }
+    Err(CpalError::Build {
+        direction: s.dir.word(),
+        device: s.label.clone(),
+        why: refused.join("; "),
+    })
+}
+
+/// A pointer to callback state the endpoint owns (boxed, so it never moves), for a
+/// callback closure; copied into each attempt to build a stream.
+struct Owned<T>(*mut T);
+
+impl<T> Clone for Owned<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Owned<T> {}
+
+// SAFETY: each `Owned` state is used by exactly one callback thread while its stream lives,
+// and by the endpoint only after the streams (and their threads) are gone.
+unsafe impl<T> Send for Owned<T> {}
+
+impl<T> Owned<T> {
+    fn new(b: &mut Box<T>) -> Self {
+        Self(&mut **b)
+    }
+
+    /// SAFETY: the caller is the one callback that uses this state while its stream lives.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn get(&self) -> &mut T {
+        // SAFETY: guaranteed by the caller.
+        unsafe { &mut *self.0 }
+    }
+}
+
+/// What the input callback does.
+enum InputRole {
+    /// Feed the bridge to the output callback.
+    Feed {
+        feeder: InputFeeder,
+        first: bool,
+        want_realtime: bool,
+    },
+    /// Run the process itself (no output device).
+    Drive(Owned<Driver>),
+}
+
+/// The error callback's state: counts xruns, hands fatal errors to `run` without blocking.
+struct ErrorSink {
+    shared: Arc<Shared>,
+    errors: rtrb::Producer<cpal::StreamError>,
+}
+
+impl ErrorSink {
+    fn on_error(&mut self, e: cpal::StreamError) {
+        match e {
+            cpal::StreamError::BufferUnderrun => {
+                self.shared.xruns.fetch_add(1, Ordering::Relaxed);
+            }
+            e => {
+                let _ = self.errors.push(e);
+                self.shared.failed.store(true, Ordering::Release);
+            }
+        }
+    }
+}
+
+fn build_input<T: DeviceSample>(
+    device: &cpal::Device,
+    cfg: &StreamConfig,
+    role: Owned<InputRole>,
+    sink: Owned<ErrorSink>,
+) -> Result<cpal::Stream, cpal::BuildStreamError> {
+    device.build_input_stream::<T, _, _>(
+        cfg,
+        move |data: &[T], _: &cpal::InputCallbackInfo| {
+            // SAFETY: this stream's callback is the only user of its role while it lives.
+            match unsafe { role.get() } {
+                InputRole::Feed {
+                    feeder,
+                    first,
+                    want_realtime,
+                } => {
+                    if *first {
+                        *first = false;
+                        promote_and_record(None, *want_realtime);
+                    }
+                    feeder.push(data);
+                }
+                // SAFETY: with no output stream, this callback is the driver's only user.
+                InputRole::Drive(driver) => unsafe { driver.get() }.on_input(data),
+            }
+        },
+        // SAFETY: this stream's error callback is the only user of its sink.
+        move |e| unsafe { sink.get() }.on_error(e),
+        None,
+    )
+}
+
+fn build_output<T: DeviceSample>(
+    device: &cpal::Device,
+    cfg: &StreamConfig,
+    driver: Owned<Driver>,
+    sink: Owned<ErrorSink>,
+) -> Result<cpal::Stream, cpal::BuildStreamError> {
+    device.build_output_stream::<T, _, _>(
+        cfg,
+        // SAFETY: the output callback is the driver's only user while the stream lives.
+        move |data: &mut [T], _: &cpal::OutputCallbackInfo| unsafe { driver.get() }.on_output(data),
+        // SAFETY: this stream's error callback is the only user of its sink.
+        move |e| unsafe { sink.get() }.on_error(e),
+        None,
+    )
+}
+
+impl Endpoint for CpalEndpoint {
+    fn spec(&self) -> StreamSpec {
+        self.spec
+    }
+
+    fn run(
+        mut self: Box<Self>,
+        process: &mut dyn Process,
+        stop: Arc<AtomicBool>,
+    ) -> anyhow::Result<(StopReason, PeriodStats)> {
+        // SAFETY: only the lifetime of the trait object is erased; the callbacks use the
+        // pointer while the streams live, and they are dropped below, inside this borrow.
+        let process: *mut dyn Process =
+            unsafe { std::mem::transmute::<*mut (dyn Process + '_), *mut (dyn Process + 'static)>(process) };
+        // SAFETY: not armed yet, so no callback reads the slot (see `ProcessSlot`).
+        unsafe { *self.slot.process.get() = Some(process) };
+        self.slot.armed.store(true, Ordering::Release);
+        let reason = loop {
+            if stop.load(Ordering::Relaxed) {
+                break Ok(StopReason::Stopped);
+            }
+            if self.shared.failed.load(Ordering::Acquire) {
+                let why = self.stream_error().unwrap_or_else(|| "a stream failed".into());
+                break Err(anyhow::anyhow!(
+                    "{why} (was the device unplugged or taken by another program?)"
+                ));
+            }
+            if self.shared.panicked.load(Ordering::Relaxed) {
+                break Err(anyhow::anyhow!(
+                    "the audio callback panicked; the stream was silenced"
+                ));
+            }
+            let frames = self.shared.frames.load(Ordering::Relaxed);
+            if self.limit_frames.is_some_and(|l| frames >= l) {
+                break Ok(StopReason::Stopped);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        // Dropping a stream stops its callback thread and waits for it (ALSA and WASAPI join
+        // it; CoreAudio disposes of the unit), so the process is free again afterwards. The
+        // output goes first, so it never sees the input stop.
+        while let Some(stream) = self.streams.pop() {
+            drop(stream);
+        }
+        let reason = reason?;
+        let mut stats = self.driver.timer.stats();
+        stats.missed_deadlines += self.shared.xruns.load(Ordering::Relaxed);
+        stats.realtime = matches!(self.monitor().realtime(), Realtime::Yes { .. });
+        Ok((reason, stats))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Distinct, exactly representable samples: frame f, channel c of a stream.
+    fn sample(f: usize, c: usize) -> f32 {
+        ((f * 7 + c * 3) % 65_536) as f32 / 65_536.0 - 0.5
+    }
+
+    fn frames(from: usize, n: usize, ch: usize) -> Vec<f32> {
+        (from..from + n)
+            .flat_map(|f| (0..ch).map(move |c| sample(f, c)))
+            .collect()
+    }
+
+    /// A small deterministic generator for callback sizes.
+    fn sizes(seed: u64, count: usize, most: usize) -> Vec<usize> {
+        let mut x = seed;
+        (0..count)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                1 + (x >> 33) as usize % most
+            })
+            .collect()
+    }
+
+    /// Push the stream through `adapter` in callbacks of `sizes`, with a process that copies
+    /// input to output and checks each period's first-frame index. Returns the output.
+    fn run_adapter(adapter: &mut PeriodAdapter, sizes: &[usize], ch: usize, period: usize) -> Vec<f32> {
+        let mut out_all = Vec::new();
+        let mut at = 0;
+        let mut periods = 0;
+        for &n in sizes {
+            let input = frames(at, n, ch);
+            let mut output = vec![f32::NAN; n * ch];
+            adapter.callback(n, &input, &mut output, |first, i, o| {
+                // The period starts where the stream is a whole number of periods in.
+                assert_eq!(at as i64 + first, (periods * period) as i64);
+                assert_eq!(i.len(), period * ch);
+                o.copy_from_slice(i);
+                periods += 1;
+            });
+            at += n;
+            out_all.extend_from_slice(&output);
+        }
+        assert_eq!(periods, at / period, "every complete period ran once");
+        out_all
+    }
+
+    fn assert_delayed(out: &[f32], ch: usize, latency: usize) {
+        let total = out.len() / ch;
+        for f in 0..total {
+            for c in 0..ch {
+                let want = if f < latency { 0.0 } else { sample(f - latency, c) };
+                assert_eq!(
+                    out[f * ch + c].to_bits(),
+                    want.to_bits(),
+                    "frame {f} channel {c} with latency {latency}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn constant_callback_sizes_pass_through_bit_exact_with_the_stated_latency() {
+        for period in [16, 64, 96] {
+            for n in 1..=3 * period {
+                let mut a = PeriodAdapter::new(period, 2, 2, AdapterLatency::Learn);
+                let out = run_adapter(&mut a, &vec![n; 40.max(4 * period / n)], 2, period);
+                let latency = period - gcd(n, period);
+                assert_eq!(a.latency_frames(), latency, "period {period}, callbacks of {n}");
+                assert_eq!(a.underruns(), 0, "period {period}, callbacks of {n}");
+                assert_delayed(&out, 2, latency);
+            }
+        }
+    }
+
+    #[test]
+    fn whole_periods_add_no_latency() {
+        let mut a = PeriodAdapter::new(64, 1, 1, AdapterLatency::Learn);
+        let out = run_adapter(&mut a, &[128; 10], 1, 64);
+        assert_eq!(a.latency_frames(), 0);
+        assert_delayed(&out, 1, 0);
+    }
+
+    #[test]
+    fn odd_callback_sizes_never_run_short_with_a_period_less_one() {
+        for seed in 1..20 {
+            let period = 64;
+            let sizes = sizes(seed, 300, 3 * period);
+            let mut a = PeriodAdapter::new(period, 2, 3, AdapterLatency::Frames(period - 1));
+            // Two input channels, three output channels: the process writes channel 2 as 0.
+            let mut at = 0;
+            let mut out = Vec::new();
+            for &n in &sizes {
+                let input = frames(at, n, 2);
+                let mut output = vec![f32::NAN; n * 3];
+                a.callback(n, &input, &mut output, |_, i, o| {
+                    for (f, frame) in o.chunks_mut(3).enumerate() {
+                        frame[0] = i[f * 2];
+                        frame[1] = i[f * 2 + 1];
+                        frame[2] = 0.0;
+                    }
+                });
+                at += n;
+                out.extend_from_slice(&output);
+            }
+            assert_eq!(a.underruns(), 0, "seed {seed}");
+            assert_eq!(a.latency_frames(), period - 1);
+            for f in 0..at {
+                for c in 0..2 {
+                    let want = if f < period - 1 {
+                        0.0
+                    } else {
+                        sample(f - (period - 1), c)
+                    };
+                    assert_eq!(out[f * 3 + c].to_bits(), want.to_bits(), "seed {seed} frame {f}");
+                }
+                assert_eq!(out[f * 3 + 2], 0.0);
+            }
+        }
+    }
+
+    #[test]
+    fn learned_latency_grows_only_as_needed_and_stays_exact_after() {
+        for seed in 1..20 {
+            let period = 48;
+            let sizes = sizes(seed, 400, 3 * period);
+            let mut a = PeriodAdapter::new(period, 1, 1, AdapterLatency::Learn);
+            let mut at = 0;
+            let mut out = Vec::new();
+            let mut last_change = 0;
+            let mut latency = None;
+            for &n in &sizes {
+                let input = frames(at, n, 1);
+                let mut output = vec![f32::NAN; n];
+                a.callback(n, &input, &mut output, |_, i, o| o.copy_from_slice(i));
+                if latency != Some(a.latency_frames()) {
+                    latency = Some(a.latency_frames());
+                    last_change = at + n;
+                }
+                at += n;
+                out.extend_from_slice(&output);
+            }
+            let latency = a.latency_frames();
+            assert!(latency < period, "seed {seed}: latency {latency}");
+            // After the last time it grew, output is input delayed by the final latency.
+            for (f, x) in out.iter().enumerate().skip(last_change) {
+                let want = if f < latency { 0.0 } else { sample(f - latency, 0) };
+                assert_eq!(x.to_bits(), want.to_bits(), "seed {seed} frame {f}");
+            }
+        }
+    }
+
+    #[test]
+    fn one_sided_adapters_run_every_period() {
+        let mut periods = 0;
+        let mut a = PeriodAdapter::new(64, 0, 2, AdapterLatency::Learn);
+        for n in [100, 28, 64, 1, 63] {
+            let mut out = vec![f32::NAN; n * 2];
+            a.callback(n, &[], &mut out, |_, i, o| {
+                assert!(i.is_empty());
+                o.fill(0.25);
+                periods += 1;
+            });
+            assert!(out.iter().all(|x| *x == 0.0 || *x == 0.25));
+        }
+        assert_eq!(periods, 256 / 64);
+        let mut seen = Vec::new();
+        let mut a = PeriodAdapter::new(64, 1, 0, AdapterLatency::Learn);
+        let mut at = 0;
+        for n in [100, 28, 64, 1, 63] {
+            a.callback(n, &frames(at, n, 1), &mut [], |_, i, o| {
+                assert!(o.is_empty());
+                seen.extend_from_slice(i);
+            });
+            at += n;
+        }
+        assert_eq!(seen, frames(0, 256, 1));
+    }
+
+    #[test]
+    fn bridge_passes_frames_in_order_and_keeps_its_cushion() {
+        let (mut feeder, mut bridge) = InputBridge::new(2, 1024);
+        let mut pushed = 0;
+        let mut got = Vec::new();
+        // Input callbacks of 96 frames, output callbacks of 64: the same clock, different sizes.
+        for step in 0..3000 {
+            if step % 3 == 0 {
+                feeder.push(&frames(pushed, 96, 2));
+                pushed += 96;
+            }
+            if step % 2 == 0 {
+                let mut dst = vec![f32::NAN; 64 * 2];
+                bridge.pull(&mut dst);
+                got.extend_from_slice(&dst);
+            }
+        }
+        assert_eq!(bridge.underruns(), 0);
+        assert_eq!(bridge.dropped(), 0);
+        assert_eq!(bridge.target(), 64 + 96);
+        // After priming (silence), the frames come in order, each exactly once.
+        let start = got.iter().position(|x| *x != 0.0).expect("audio came through") / 2;
+        let first = (0..pushed)
+            .find(|&f| sample(f, 0) == got[start * 2])
+            .expect("a pushed frame");
+        for (k, frame) in got[start * 2..].chunks(2).enumerate() {
+            assert_eq!(frame, &frames(first + k, 1, 2)[..], "frame {k}");
+        }
+    }
+
+    #[test]
+    fn bridge_grows_its_cushion_after_a_late_input() {
+        let (mut feeder, mut bridge) = InputBridge::new(1, 4096);
+        let mut pushed = 0;
+        let mut push = |feeder: &mut InputFeeder, n: usize| {
+            feeder.push(&frames(pushed, n, 1));
+            pushed += n;
+        };
+        let pull = |bridge: &mut InputBridge| {
+            let mut dst = vec![0.0; 64];
+            bridge.pull(&mut dst);
+        };
+        for _ in 0..20 {
+            push(&mut feeder, 64);
+            pull(&mut bridge);
+        }
+        let before = bridge.target();
+        // The input thread stalls for three periods, then catches up.
+        for _ in 0..3 {
+            pull(&mut bridge);
+        }
+        for _ in 0..3 {
+            push(&mut feeder, 64);
+        }
+        assert_eq!(bridge.underruns(), 1);
+        for _ in 0..20 {
+            push(&mut feeder, 64);
+            pull(&mut bridge);
+        }
+        assert!(bridge.target() > before, "{} vs {before}", bridge.target());
+        assert_eq!(bridge.underruns(), 1);
+    }
+
+    #[test]
+    fn a_full_ring_drops_input_and_counts_it() {
+        let (mut feeder, bridge) = InputBridge::new(2, 100);
+        feeder.push(&frames(0, 80, 2));
+        feeder.push(&frames(80, 80, 2));
+        assert_eq!(bridge.level(), 100);
+        assert_eq!(bridge.counters.overflows.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn integer_samples_survive_the_round_trip_through_f32() {
+        for x in [i16::MIN, -12_345, -1, 0, 1, 777, i16::MAX] {
+            assert_eq!(i16::from_f32(x.to_f32()), x);
+        }
+        for x in [i32::MIN, -123_456_768, -256, 0, 256, 8_388_352, i32::MAX - 127] {
+            // f32 holds 24 bits: a 32-bit sample keeps its top 24.
+            assert_eq!(i32::from_f32(x.to_f32()) >> 8, x >> 8, "{x}");
+        }
+        assert_eq!(i16::from_f32(1.5), i16::MAX);
+        assert_eq!(i16::from_f32(-1.5), i16::MIN);
+        assert_eq!(i32::from_f32(1.0), i32::MAX);
+        assert_eq!(f32::from_f32(0.123).to_bits(), 0.123f32.to_bits());
+    }
+
+    #[test]
+    fn callback_clock_measures_lateness_against_the_schedule() {
+        let mut c = CallbackClock::new(48_000);
+        let period = 1_333_333; // 64 frames
+        assert_eq!(c.tick(1_000_000, 64), (1_000_000, 0));
+        assert_eq!(c.tick(1_000_000 + period, 64).1, 0);
+        // 100 µs late.
+        let (due, late) = c.tick(1_000_000 + 2 * period + 100_000, 64);
+        assert_eq!(late, 100_000);
+        assert_eq!(due, 1_000_000 + 2 * period);
+        // Early: re-anchored, not late.
+        assert_eq!(c.tick(1_000_000 + 3 * period - 50_000, 64).1, 0);
+        assert_eq!(c.tick(1_000_000 + 4 * period - 50_000, 64).1, 0);
+    }
+
+    #[test]
+    fn the_offline_callbacks_run_a_duplex_stream_bit_exact() {
+        struct Copy(u64);
+        impl Process for Copy {
+            fn process(&mut self, _now: u64, input: &[f32], output: &mut [f32]) {
+                output.copy_from_slice(input);
+                self.0 += 1;
+            }
+        }
+        let spec = StreamSpec {
+            rate: 48_000,
+            input_channels: 2,
+            output_channels: 2,
+            period: 64,
+        };
+        let mut cb = OfflineCallbacks::new(spec);
+        let mut copy = Copy(0);
+        let mut heard: Vec<i16> = Vec::new();
+        cb.with_process(&mut copy, |cb| {
+            let mut at = 0;
+            for _ in 0..200 {
+                let input: Vec<i16> = (at..at + 200).map(|k| (k % 30_000) as i16).collect();
+                at += 200;
+                cb.input(&input);
+                let mut out = vec![0i16; 200];
+                cb.output(&mut out);
+                heard.extend_from_slice(&out);
+            }
+        });
+        assert!(copy.0 > 200, "{} periods", copy.0);
+        let start = heard.iter().position(|&x| x != 0).expect("audio came through");
+        let first = heard[start] as usize;
+        for (k, &x) in heard[start..].iter().enumerate() {
+            assert_eq!(x as usize, (first + k) % 30_000, "sample {k}");
+        }
+        let m = cb.monitor();
+        assert_eq!(m.callback_frames(), 100);
+        // 100-frame callbacks over 64-frame periods: 64 - gcd(100, 64) = 60 frames, plus the
+        // bridge's cushion of one output and one input callback.
+        assert_eq!(m.added_latency_frames(), 60 + 100 + 100);
+        assert_eq!(cb.stats().periods, copy.0);
+    }
+
+    #[test]
+    fn listings_are_compact() {
+        assert_eq!(compact(&[1, 2, 3, 4]), "1-4");
+        assert_eq!(compact(&[1, 2, 4]), "1,2,4");
+        assert_eq!(compact(&[2]), "2");
+        let info = DirectionInfo {
+            channels: vec![2],
+            rates: vec![[48_000, 48_000]],
+            buffer_frames: Some([128, 262_144]),
+            formats: vec!["f32".into()],
+            error: None,
+        };
+        assert_eq!(info.summary(), "2 ch, 48000 Hz, buffer 128-262144 frames, f32");
+        assert_eq!(
+            buffer_sizes(&info, 64),
+            vec![BufferSize::Fixed(64), BufferSize::Fixed(128), BufferSize::Default]
+        );
+        assert_eq!(
+            buffer_sizes(&info, 256),
+            vec![BufferSize::Fixed(256), BufferSize::Default]
+        );
+    }
+}
