@@ -1,8 +1,10 @@
 //! `netjam devices`: the audio endpoints netjam can use on this machine.
 //!
 //! It lists what it can actually enumerate: a running JACK server (rate, period, its ports
-//! grouped by client with their channel counts), the ALSA cards the kernel knows (reachable
-//! through JACK's ALSA driver), and the file, pipe and test-signal endpoints that always work.
+//! grouped by client with their channel counts); with the `cpal` feature every audio host
+//! (ALSA, CoreAudio, WASAPI...) with its devices, their channels, sample rates and buffer
+//! sizes, defaults marked; without it, the ALSA cards the kernel knows (reachable through
+//! JACK's ALSA driver); and the file, pipe and test-signal endpoints that always work.
 
 use std::collections::BTreeMap;
 
@@ -15,9 +17,26 @@ pub struct DevicesArgs {
     /// The JACK server to ask (its `jackd -n` name; default: $JACK_DEFAULT_SERVER, else the default).
     #[arg(long, value_name = "NAME")]
     pub jack_server: Option<String>,
-    /// Print the JACK server's details as JSON instead.
+    /// Print everything as JSON instead: `{"jack": server or null, "jack_error": why not,
+    /// "hosts": [sound-card hosts and their devices] (with the cpal feature)}`.
     #[arg(long)]
     pub json: bool,
+}
+
+/// What a build without sound-card support says when asked for one.
+pub const WITHOUT_CPAL: &str = "this netjam was built without sound-card support: rebuild it with `cargo build --release --features cpal` (on Linux, install libasound2-dev and pkg-config first)";
+
+/// `netjam devices --json`.
+#[derive(Debug, serde::Serialize)]
+struct Listing {
+    jack: Option<ServerInfo>,
+    jack_error: Option<String>,
+    #[cfg(feature = "cpal")]
+    hosts: Vec<crate::endpoint::cpal::HostInfo>,
+    #[cfg(not(feature = "cpal"))]
+    hosts: Option<()>,
+    #[cfg(not(feature = "cpal"))]
+    hosts_missing: &'static str,
 }
 
 /// Channel counts of one JACK client's audio ports.
@@ -105,26 +124,96 @@ fn alsa_cards() -> Vec<(String, String, String)> {
     cards
 }
 
+/// Every cpal host, its devices and what each direction offers.
+#[cfg(feature = "cpal")]
+fn print_hosts(hosts: &[crate::endpoint::cpal::HostInfo]) {
+    for h in hosts {
+        println!(
+            "Sound cards, host {}{}:",
+            h.name,
+            if h.default { " (default)" } else { "" }
+        );
+        if let Some(e) = &h.error {
+            println!("  cannot list its devices: {e}");
+            continue;
+        }
+        if h.devices.is_empty() {
+            println!("  no devices");
+        }
+        for d in &h.devices {
+            let mut marks = Vec::new();
+            if d.default_input {
+                marks.push("default input");
+            }
+            if d.default_output {
+                marks.push("default output");
+            }
+            let marks = if marks.is_empty() {
+                String::new()
+            } else {
+                format!("  [{}]", marks.join(", "))
+            };
+            if d.name.is_empty() || d.name == d.id {
+                println!("  {}{marks}", d.id);
+            } else {
+                println!("  {}: {}{marks}", d.id, d.name);
+            }
+            for (word, side) in [("in ", &d.input), ("out", &d.output)] {
+                if let Some(side) = side {
+                    println!("    {word} {}", side.summary());
+                }
+            }
+        }
+    }
+    println!(
+        "  use one: netjam jam --device NAME (or --input-device/--output-device NAME, --host NAME) [--rate HZ] [--channels N] [--frames N] --peer HOST:PORT"
+    );
+}
+
 pub fn run(a: DevicesArgs) -> anyhow::Result<()> {
     let jack = server_info("netjam-devices", a.jack_server.as_deref());
+    #[cfg(feature = "cpal")]
+    let hosts = crate::endpoint::cpal::hosts();
     if a.json {
-        let info = jack.map_err(|e| anyhow::anyhow!("{e}"))?;
-        println!("{}", serde_json::to_string_pretty(&info)?);
+        let (jack, jack_error) = match jack {
+            Ok(info) => (Some(info), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        let listing = Listing {
+            jack,
+            jack_error,
+            #[cfg(feature = "cpal")]
+            hosts,
+            #[cfg(not(feature = "cpal"))]
+            hosts: None,
+            #[cfg(not(feature = "cpal"))]
+            hosts_missing: WITHOUT_CPAL,
+        };
+        println!("{}", serde_json::to_string_pretty(&listing)?);
         return Ok(());
     }
     match &jack {
         Ok(info) => print_jack(info, a.jack_server.as_deref()),
         Err(e) => println!("JACK: {e}"),
     }
+    #[cfg(feature = "cpal")]
+    print_hosts(&hosts);
     let cards = alsa_cards();
     if cards.is_empty() {
         println!("ALSA: no sound cards in /proc/asound/cards");
     } else {
+        #[cfg(feature = "cpal")]
+        println!(
+            "ALSA cards in the kernel (also usable through JACK: jackd -d alsa -d hw:ID -r 48000 -p 64):"
+        );
+        #[cfg(not(feature = "cpal"))]
         println!("ALSA cards (netjam plays them through JACK: jackd -d alsa -d hw:ID -r 48000 -p 64):");
         for (index, id, desc) in cards {
             println!("  hw:{id} (card {index}): {desc}");
         }
     }
+    #[cfg(not(feature = "cpal"))]
+    println!("Sound cards directly (netjam jam --device): {WITHOUT_CPAL}");
     println!(
         "Always available: --input FILE.wav, --stdin/--stdout (raw PCM), --sine/--clicks/--noise/--silence"
     );

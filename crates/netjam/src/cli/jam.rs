@@ -29,8 +29,13 @@ use crate::endpoint::{Endpoint, FrameSink, FrameSource, PeriodStats, SampleForma
 use crate::session::{interrupt_flag, spawn_audio, JamProcess, JamStats, NetIo, Peer, Snapshot};
 use crate::status::{meter, StatusLine};
 use crate::transport::UdpTransport;
+#[cfg(feature = "cpal")]
+use card::CardMonitor;
 
 #[derive(Debug, Args)]
+// A sound card is a source too, named by up to three flags at once: the source group stops
+// being required by clap and `run_jam` asks for one of its members or a device instead.
+#[command(mut_group("source", |g| g.required(false)))]
 pub struct JamArgs {
     /// The other player (or a `netjam reflect`): HOST:PORT.
     #[arg(long)]
@@ -53,6 +58,21 @@ pub struct JamArgs {
     /// The JACK server to use (its `jackd -n` name; default: $JACK_DEFAULT_SERVER, else the default).
     #[arg(long, value_name = "NAME")]
     pub jack_server: Option<String>,
+    /// Play through a sound card (ALSA, CoreAudio, WASAPI) whose name contains NAME, for
+    /// both capture and playback (`default` for the system's, `none` for no device). The
+    /// card clocks the stream; --rate and --channels must be ones it offers.
+    #[arg(long, value_name = "NAME", conflicts_with_all = CARD_CONFLICTS)]
+    pub device: Option<String>,
+    /// Capture from this sound card instead (name substring, `default` or `none`).
+    #[arg(long, value_name = "NAME", conflicts_with_all = CARD_CONFLICTS)]
+    pub input_device: Option<String>,
+    /// Play through this sound card instead (name substring, `default` or `none`).
+    #[arg(long, value_name = "NAME", conflicts_with_all = CARD_CONFLICTS)]
+    pub output_device: Option<String>,
+    /// The audio host for the sound card: alsa, jack, coreaudio, wasapi... (default: the
+    /// platform's; `netjam devices` lists them). Alone, it uses the host's default devices.
+    #[arg(long, value_name = "NAME", conflicts_with_all = CARD_CONFLICTS)]
+    pub host: Option<String>,
     #[command(flatten)]
     pub wire: WireArgs,
     /// Write what you hear to a WAV file.
@@ -85,6 +105,20 @@ pub struct JamArgs {
     pub measure_roundtrip: bool,
 }
 
+/// What a sound card replaces: the other sources, JACK, and the sinks for what you hear.
+const CARD_CONFLICTS: [&str; 9] = [
+    "input", "stdin", "sine", "clicks", "noise", "silence", "jack", "output", "stdout",
+];
+
+impl JamArgs {
+    fn wants_card(&self) -> bool {
+        self.device.is_some()
+            || self.input_device.is_some()
+            || self.output_device.is_some()
+            || self.host.is_some()
+    }
+}
+
 #[derive(Debug, serde::Serialize)]
 struct JamReport {
     stats: JamStats,
@@ -92,6 +126,8 @@ struct JamReport {
     series: Vec<Snapshot<JamStats>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     jack: Option<JackReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    device: Option<card::Report>,
 }
 
 /// How the JACK side ran.
@@ -185,10 +221,26 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     if !a.jack && (a.jack_name.is_some() || a.no_connect || a.jack_server.is_some()) {
         bail!("--jack-name, --jack-server and --no-connect apply to JACK: add --jack");
     }
+    let s = &a.source;
+    if !a.jack
+        && !a.wants_card()
+        && s.input.is_none()
+        && !s.stdin
+        && s.sine.is_none()
+        && s.clicks.is_none()
+        && !s.noise
+        && !s.silence
+    {
+        bail!("netjam jam needs something to play: --input FILE.wav, --stdin, --sine HZ, --clicks BPM, --noise, --silence, --jack or --device NAME");
+    }
     let jack = if a.jack { Some(open_jack(&mut a)?) } else { None };
-    let (source, sender) = match &jack {
-        Some(j) => {
-            let spec = j.spec();
+    let card = card::open(&mut a)?;
+    let device_spec = jack
+        .as_ref()
+        .map(|j| j.spec())
+        .or(card.as_ref().map(|c| c.spec()));
+    let (source, sender) = match device_spec {
+        Some(spec) => {
             let device = DeviceFormat {
                 rate: spec.rate,
                 channels: spec.input_channels,
@@ -237,8 +289,14 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     };
     let limit = a.duration.map(|d| (d * format.rate as f64) as u64);
     let mut jack_info = None;
-    let endpoint: Box<dyn Endpoint> = match (jack, source) {
-        (Some(j), _) => {
+    let mut card_info = None;
+    let endpoint: Box<dyn Endpoint> = match (jack, card, source) {
+        (None, Some(c), _) => {
+            eprintln!("netjam: sound card {}", c.describe());
+            card_info = Some(c.monitor());
+            c.into_endpoint(limit)
+        }
+        (Some(j), _, _) => {
             let name = j.client_name().to_string();
             eprintln!(
                 "netjam: JACK client {name}: {} Hz, {}-frame periods; {name}:send_1..{n} are sent, {name}:receive_1..{n} play what you hear{}",
@@ -254,11 +312,11 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
             jack_info = Some((name, j.monitor(), j.spec()));
             Box::new(j.with_limit(limit))
         }
-        (None, Some(source)) => Box::new(
+        (None, None, Some(source)) => Box::new(
             PacedEndpoint::new(format.rate, a.wire.frames, Some(source), format.channels, sink)
                 .with_limit(limit),
         ),
-        (None, None) => bail!("no audio source"),
+        (None, None, None) => bail!("no audio source"),
     };
     eprintln!(
         "netjam: jamming with {peer} from {} ({format}, {} frames per packet)",
@@ -277,6 +335,16 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
                 if !realtime_told && monitor.realtime() != Realtime::Unknown {
                     status.finish();
                     realtime_told = tell_realtime(monitor);
+                }
+                line.push_str(&format!("  xruns {}", monitor.xruns()));
+            }
+            if let Some(monitor) = &card_info {
+                if !realtime_told {
+                    if let Some(told) = monitor.realtime_line() {
+                        status.finish();
+                        eprintln!("netjam: {told}");
+                        realtime_told = true;
+                    }
                 }
                 line.push_str(&format!("  xruns {}", monitor.xruns()));
             }
@@ -325,6 +393,7 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
             xruns: monitor.xruns(),
         }
     });
+    let device = card_info.map(|monitor| monitor.report(format.rate, a.wire.frames, &periods));
     if let Some(path) = &a.stats_json {
         write_json(
             path,
@@ -333,6 +402,7 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
                 periods,
                 series,
                 jack,
+                device,
             },
         )?;
     }
@@ -346,6 +416,197 @@ fn tell_realtime(monitor: &JackMonitor) -> bool {
         r => {
             eprintln!("netjam: JACK callback: {r}");
             true
+        }
+    }
+}
+
+/// The sound-card side of `jam` (`--device`, `--input-device`, `--output-device`, `--host`).
+#[cfg(feature = "cpal")]
+mod card {
+    use anyhow::{bail, Context};
+
+    use super::JamArgs;
+    use crate::endpoint::cpal::{CpalConfig, CpalEndpoint, CpalMonitor, Realtime};
+    use crate::endpoint::{Endpoint, PeriodStats, StreamSpec};
+
+    /// An open sound card.
+    #[derive(Debug)]
+    pub struct Card(CpalEndpoint);
+
+    /// How the sound card ran.
+    #[derive(Debug, serde::Serialize)]
+    pub struct Report {
+        rate: u32,
+        period: u32,
+        /// Frames per device callback (netjam runs whole periods over them).
+        callback_frames: usize,
+        /// Frames netjam adds between capture and playback beyond the device's buffers.
+        added_latency_frames: usize,
+        realtime: bool,
+        realtime_priority: Option<i32>,
+        xruns: u64,
+        adapter_underruns: u64,
+        bridge_underruns: u64,
+        bridge_dropped_frames: u64,
+    }
+
+    /// Open the sound card the flags name, with `--frames` as its period and `--rate` and
+    /// `--channels` as asked (else what it offers); None when no flag names one.
+    pub fn open(a: &mut JamArgs) -> anyhow::Result<Option<Card>> {
+        if !a.wants_card() {
+            return Ok(None);
+        }
+        if a.source.channels == Some(0) {
+            bail!("--channels must be at least 1");
+        }
+        let endpoint = CpalEndpoint::open(&CpalConfig {
+            host: a.host.clone(),
+            device: a.device.clone(),
+            input_device: a.input_device.clone(),
+            output_device: a.output_device.clone(),
+            rate: a.source.rate,
+            channels: a.source.channels,
+            period: a.wire.frames,
+        })
+        .context("cannot use the sound card (--device)")?;
+        for note in endpoint.notes() {
+            eprintln!("netjam: {note}");
+        }
+        let spec = endpoint.spec();
+        if spec.input_channels == 0 || spec.output_channels == 0 {
+            bail!(
+                "netjam jam captures and plays, but the sound card is {}: name one with both, or pick each with --input-device and --output-device",
+                endpoint.describe()
+            );
+        }
+        if spec.input_channels != spec.output_channels {
+            bail!(
+                "the sound card captures {} channels and plays {}: choose one count both offer with --channels",
+                spec.input_channels,
+                spec.output_channels
+            );
+        }
+        Ok(Some(Card(endpoint)))
+    }
+
+    impl Card {
+        pub fn spec(&self) -> StreamSpec {
+            self.0.spec()
+        }
+
+        pub fn describe(&self) -> String {
+            let s = self.0.spec();
+            format!("{}; {} Hz, {}-frame periods", self.0.describe(), s.rate, s.period)
+        }
+
+        pub fn monitor(&self) -> CpalMonitor {
+            self.0.monitor()
+        }
+
+        pub fn into_endpoint(self, limit: Option<u64>) -> Box<dyn Endpoint> {
+            Box::new(self.0.with_limit(limit))
+        }
+    }
+
+    /// What the jam loop shows about the card.
+    pub trait CardMonitor {
+        /// One line on the callback's scheduling, once its first callback ran.
+        fn realtime_line(&self) -> Option<String>;
+        fn report(&self, rate: u32, period: u32, periods: &PeriodStats) -> Report;
+    }
+
+    impl CardMonitor for CpalMonitor {
+        fn realtime_line(&self) -> Option<String> {
+            match self.realtime() {
+                Realtime::Unknown => None,
+                r => Some(format!(
+                    "sound card callbacks of {} frames, {r}",
+                    self.callback_frames()
+                )),
+            }
+        }
+
+        fn report(&self, rate: u32, period: u32, periods: &PeriodStats) -> Report {
+            let realtime = self.realtime();
+            let (adapter, bridge, dropped) = self.glitches();
+            eprintln!(
+                "netjam: sound card: {} periods, {} missed deadlines ({} xruns), callback {:.1} µs mean, {:.1} µs worst; netjam adds {} frames ({:.2} ms) between capture and playback; {realtime}",
+                periods.periods,
+                periods.missed_deadlines,
+                self.xruns(),
+                periods.callback_mean_us,
+                periods.callback_max_us,
+                self.added_latency_frames(),
+                self.added_latency_frames() as f64 * 1e3 / rate.max(1) as f64,
+            );
+            Report {
+                rate,
+                period,
+                callback_frames: self.callback_frames(),
+                added_latency_frames: self.added_latency_frames(),
+                realtime: matches!(realtime, Realtime::Yes { .. }),
+                realtime_priority: match realtime {
+                    Realtime::Yes { priority } => Some(priority),
+                    _ => None,
+                },
+                xruns: self.xruns(),
+                adapter_underruns: adapter,
+                bridge_underruns: bridge,
+                bridge_dropped_frames: dropped,
+            }
+        }
+    }
+}
+
+/// Without the `cpal` feature the device flags only say how to get it; no `Card` is ever
+/// made, so its methods are never called.
+#[cfg(not(feature = "cpal"))]
+mod card {
+    use super::JamArgs;
+    use crate::endpoint::{Endpoint, PeriodStats, StreamSpec};
+
+    const NEVER: &str = "no sound card is opened without the cpal feature";
+
+    #[derive(Debug)]
+    pub struct Card(());
+
+    #[derive(Debug, serde::Serialize)]
+    pub struct Report;
+
+    #[derive(Debug)]
+    pub struct Monitor;
+
+    pub fn open(a: &mut JamArgs) -> anyhow::Result<Option<Card>> {
+        if a.wants_card() {
+            anyhow::bail!("{}", crate::cli::devices::WITHOUT_CPAL);
+        }
+        Ok(None)
+    }
+
+    impl Card {
+        pub fn spec(&self) -> StreamSpec {
+            unreachable!("{NEVER}")
+        }
+        pub fn describe(&self) -> String {
+            unreachable!("{NEVER}")
+        }
+        pub fn monitor(&self) -> Monitor {
+            unreachable!("{NEVER}")
+        }
+        pub fn into_endpoint(self, _limit: Option<u64>) -> Box<dyn Endpoint> {
+            unreachable!("{NEVER}")
+        }
+    }
+
+    impl Monitor {
+        pub fn realtime_line(&self) -> Option<String> {
+            unreachable!("{NEVER}")
+        }
+        pub fn xruns(&self) -> u64 {
+            unreachable!("{NEVER}")
+        }
+        pub fn report(&self, _rate: u32, _period: u32, _periods: &PeriodStats) -> Report {
+            unreachable!("{NEVER}")
         }
     }
 }

@@ -871,16 +871,25 @@ fn device_name(d: &cpal::Device) -> String {
         .unwrap_or_default()
 }
 
+/// cpal's reasons in a few words.
+fn configs_error(e: cpal::SupportedStreamConfigsError) -> String {
+    match e {
+        cpal::SupportedStreamConfigsError::DeviceNotAvailable => "not available".into(),
+        cpal::SupportedStreamConfigsError::BackendSpecific { err } => err.description,
+        e => e.to_string(),
+    }
+}
+
 fn input_configs(d: &cpal::Device) -> Result<Vec<cpal::SupportedStreamConfigRange>, String> {
     d.supported_input_configs()
         .map(Iterator::collect)
-        .map_err(|e| e.to_string())
+        .map_err(configs_error)
 }
 
 fn output_configs(d: &cpal::Device) -> Result<Vec<cpal::SupportedStreamConfigRange>, String> {
     d.supported_output_configs()
         .map(Iterator::collect)
-        .map_err(|e| e.to_string())
+        .map_err(configs_error)
 }
 
 fn describe(host: &cpal::Host, d: &cpal::Device) -> DeviceInfo {
@@ -1742,6 +1751,12 @@ fn open_stream(
                 return Ok(stream);
             }
             Err(e) => {
+                let e = match e {
+                    cpal::BuildStreamError::StreamConfigNotSupported => "not supported".into(),
+                    cpal::BuildStreamError::DeviceNotAvailable => "not available".into(),
+                    cpal::BuildStreamError::BackendSpecific { err } => err.description,
+                    e => e.to_string(),
+                };
                 let what = match size {
                     BufferSize::Fixed(n) => format!("{n}-frame buffers"),
                     BufferSize::Default => "its default buffer".into(),
