@@ -19,6 +19,7 @@
 //! Realtime: every buffer is reserved at construction for the largest format; `insert`,
 //! `play` and `reset` never allocate, lock or block.
 
+use crate::codec::{DecodeQueue, DecodeStats, FrameDecoder};
 use crate::conceal::{Concealer, ConcealerConfig};
 use crate::delay::{BufferMode, DelayEstimator};
 use crate::drift::{DriftCorrector, DriftCorrectorStats, DriftLoopConfig, RESAMPLER_DELAY_FRAMES};
@@ -87,6 +88,17 @@ pub struct JitterStats {
     pub drift: DriftCorrectorStats,
 }
 
+/// What kind of audio [`JitterBuffer::store`] is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stored {
+    Primary,
+    Redundant,
+    /// Decoded from a compressed packet (`packet`), or the decoder's concealment of one.
+    Decoded {
+        packet: bool,
+    },
+}
+
 /// See the module docs.
 #[derive(Debug)]
 pub struct JitterBuffer {
@@ -120,6 +132,9 @@ pub struct JitterBuffer {
     drift_enabled: bool,
     /// Input-domain frames for the resampler.
     scratch: Vec<f32>,
+    /// Compressed streams are decoded in order through this queue, and concealed by their
+    /// decoder when frames are read that never came (taken out while it feeds the buffer).
+    coded: Option<Box<DecodeQueue>>,
     stats: JitterStats,
 }
 
@@ -157,6 +172,7 @@ impl JitterBuffer {
             ),
             drift_enabled: false,
             scratch: vec![0.0; (MAX_PERIOD + MAX_PERIOD / 64 + 4) * max_channels],
+            coded: Some(Box::new(DecodeQueue::new())),
             stats: JitterStats::default(),
         };
         jb.reset(rate, channels);
@@ -191,6 +207,9 @@ impl JitterBuffer {
         self.late_run = 0;
         self.min_excess_ns = i64::MAX;
         self.drift.relock();
+        if let Some(q) = self.coded.as_mut() {
+            q.reset();
+        }
         self.stats.relocks += 1;
     }
 
@@ -232,8 +251,12 @@ impl JitterBuffer {
         s.target_ms = (self.delay.target_ns() + self.redundancy_wait_ns) as f64 / 1e6;
         s.pdv_ms = self.delay.last_pdv_ns() as f64 / 1e6;
         s.pdv_p99_ms = self.delay.pdv_quantile_ns(0.99) as f64 / 1e6;
-        s.concealed_frames = self.concealer.concealed_frames();
-        s.concealment_events = self.concealer.events();
+        // A compressed stream's decoder conceals losses; the buffer's own concealer only
+        // covers growth and what the decoder could not.
+        let d = self.decode_stats();
+        s.concealed_frames = self.concealer.concealed_frames() + d.concealed_frames;
+        s.concealment_events = self.concealer.events() + d.concealment_events;
+        s.late_packets += d.late_packets;
         s.added_latency_ms = if self.latency_n > 0 {
             self.latency_sum_ms / self.latency_n as f64
         } else {
@@ -266,34 +289,116 @@ impl JitterBuffer {
         }
     }
 
+    /// Account the arrival of a compressed packet of `frames` frames at media time `ts`
+    /// (timing, lateness, re-locks) whose audio comes later, decoded in order, through
+    /// [`Self::insert_decoded`]. Returns what [`Self::insert`] would have.
+    pub fn observe(&mut self, now_ns: u64, ts: u64, frames: u64) -> InsertOutcome {
+        let outcome = match self.admit(now_ns, ts, frames, true) {
+            Err(None) => {
+                self.relock();
+                let _ = self.admit(now_ns, ts, frames, true);
+                InsertOutcome::Relocked
+            }
+            Err(Some(outcome)) => return outcome,
+            Ok(()) => InsertOutcome::Accepted,
+        };
+        self.stream_start = Some(self.stream_start.map_or(ts, |s| s.min(ts)));
+        self.highest_end = self.highest_end.max(ts + frames);
+        outcome
+    }
+
+    /// Decode compressed packets with `decoder` (`channels` wide); `None` for linear PCM.
+    pub fn set_decoder(&mut self, decoder: Option<Box<dyn FrameDecoder>>, channels: usize) {
+        if let Some(q) = self.coded.as_mut() {
+            q.set_decoder(decoder, channels);
+        }
+    }
+
+    pub fn has_decoder(&self) -> bool {
+        self.coded.as_ref().is_some_and(|q| q.has_decoder())
+    }
+
+    /// What the decoder did (all zero for linear PCM).
+    pub fn decode_stats(&self) -> DecodeStats {
+        self.coded.as_ref().map(|q| q.stats()).unwrap_or_default()
+    }
+
+    /// Take a compressed packet (already accounted by [`Self::observe`] when `primary`):
+    /// it is decoded as soon as everything before it has been.
+    pub fn push_coded(&mut self, now_ns: u64, ts: u64, packet: &[u8], primary: bool) {
+        let Some(mut q) = self.coded.take() else { return };
+        q.push(
+            &mut |a, t, d| self.insert_decoded(a, t, d),
+            now_ns,
+            ts,
+            packet,
+            primary,
+        );
+        self.coded = Some(q);
+    }
+
+    /// Store decoded audio whose packet arrived at `arrival_ns` (or concealment, with
+    /// `arrival_ns` `None`). Frames already played or already present are left alone.
+    fn insert_decoded(&mut self, arrival_ns: Option<u64>, ts: u64, data: &[f32]) {
+        self.store(
+            arrival_ns.unwrap_or(0),
+            ts,
+            data,
+            Stored::Decoded {
+                packet: arrival_ns.is_some(),
+            },
+        );
+    }
+
     /// `None` when the packet is outside the window and needs a re-lock.
     fn try_insert(&mut self, now_ns: u64, ts: u64, data: &[f32], primary: bool) -> Option<InsertOutcome> {
-        let ch = self.channels;
-        let frames = (data.len() / ch) as u64;
+        let frames = (data.len() / self.channels) as u64;
         if frames == 0 {
             return Some(InsertOutcome::Accepted);
         }
+        match self.admit(now_ns, ts, frames, primary) {
+            Err(outcome) => outcome,
+            Ok(()) => {
+                let kind = if primary {
+                    Stored::Primary
+                } else {
+                    Stored::Redundant
+                };
+                Some(self.store(now_ns, ts, data, kind))
+            }
+        }
+    }
+
+    /// The timing half of an insert: `Err(None)` when the packet is outside the window and
+    /// needs a re-lock, `Err(Some(outcome))` when it is not to be stored.
+    fn admit(
+        &mut self,
+        now_ns: u64,
+        ts: u64,
+        frames: u64,
+        primary: bool,
+    ) -> Result<(), Option<InsertOutcome>> {
         let cap = self.mask + 1;
         if let Some(p) = self.play_ts {
             let too_far_ahead = ts + frames > p + cap;
             let too_far_behind = ts + cap / 2 < p;
             if primary && (too_far_ahead || too_far_behind) {
-                return None;
+                return Err(None);
             }
             if ts + frames <= p {
                 if primary {
                     self.late_run += 1;
                     if self.late_run >= LATE_RUN_RELOCK {
-                        return None;
+                        return Err(None);
                     }
                     self.stats.late_packets += 1;
-                    return Some(InsertOutcome::Late);
+                    return Err(Some(InsertOutcome::Late));
                 }
-                return Some(InsertOutcome::Accepted);
+                return Err(Some(InsertOutcome::Accepted));
             }
         } else if let Some(start) = self.stream_start {
             if primary && (ts + cap / 2 < start || ts > start + cap / 2) {
-                return None;
+                return Err(None);
             }
         }
         if primary {
@@ -302,6 +407,14 @@ impl JitterBuffer {
             self.delay.on_packet(now_ns, transit);
             self.drift.on_packet(now_ns, ts);
         }
+        Ok(())
+    }
+
+    /// The storing half of an insert.
+    fn store(&mut self, now_ns: u64, ts: u64, data: &[f32], kind: Stored) -> InsertOutcome {
+        let ch = self.channels;
+        let frames = (data.len() / ch) as u64;
+        let primary = kind == Stored::Primary;
         let first = self.play_ts.map_or(0, |p| p.saturating_sub(ts));
         let mut fresh = 0;
         for i in first..frames {
@@ -313,16 +426,16 @@ impl JitterBuffer {
             fresh += 1;
             self.slot_ts[slot] = t;
             self.slot_arrival[slot] = now_ns;
-            self.slot_start[slot] = i == 0;
+            self.slot_start[slot] = i == 0 && kind != (Stored::Decoded { packet: false });
             let src = &data[i as usize * ch..(i as usize + 1) * ch];
             self.samples[slot * ch..(slot + 1) * ch].copy_from_slice(src);
         }
-        if !primary {
+        if kind == Stored::Redundant {
             self.stats.recovered_frames += fresh;
         }
         self.stream_start = Some(self.stream_start.map_or(ts, |s| s.min(ts)));
         self.highest_end = self.highest_end.max(ts + frames);
-        Some(if fresh == 0 && first == 0 {
+        if fresh == 0 && first == 0 {
             if primary {
                 self.stats.duplicate_packets += 1;
             }
@@ -331,7 +444,7 @@ impl JitterBuffer {
             InsertOutcome::PartlyLate
         } else {
             InsertOutcome::Accepted
-        })
+        }
     }
 
     /// Whether frame `t` is present.
@@ -353,7 +466,12 @@ impl JitterBuffer {
             self.stats.idle_frames += frames as u64;
             return;
         };
-        let target = period_ns + (self.delay.target_ns() + self.redundancy_wait_ns) as i64;
+        // Playout may run up to half a period early before a block is inserted (below), so
+        // a period's last frames can be read that much before they are due. For PCM that
+        // risks a few concealed frames at a packet's start; a decoder would have to conceal
+        // the whole packet, so compressed streams wait that half period.
+        let codec_wait = if self.has_decoder() { period_ns / 2 } else { 0 };
+        let target = period_ns + (self.delay.target_ns() + self.redundancy_wait_ns) as i64 + codec_wait;
         let play_ts = match self.play_ts {
             Some(p) => p,
             None => {
@@ -484,6 +602,11 @@ impl JitterBuffer {
     fn read(&mut self, ts: u64, out: &mut [f32]) {
         let ch = self.channels;
         let frames = out.len() / ch;
+        // A compressed stream's decoder conceals what is missing now that it is due.
+        if let Some(mut q) = self.coded.take() {
+            q.conceal_until(&mut |a, t, d| self.insert_decoded(a, t, d), ts + frames as u64);
+            self.coded = Some(q);
+        }
         let mut i = 0;
         let mut concealed_any = false;
         while i < frames {

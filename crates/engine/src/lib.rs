@@ -6,6 +6,7 @@
 //! it in simulated time over the simulated links of [`link`].
 #![forbid(unsafe_code)]
 
+pub mod codec;
 pub mod conceal;
 pub mod delay;
 pub mod drift;

@@ -10,6 +10,9 @@
 //! Every datagram may be hostile: anything malformed is counted and dropped; nothing
 //! panics and nothing grows. Sans-IO and realtime-safe after construction.
 
+use std::sync::Arc;
+
+use crate::codec::{opus_packet_frames, DecodeStats, DecoderFactory};
 use crate::delay::BufferMode;
 use crate::jitter::{JitterBuffer, JitterStats};
 use crate::rng::SimRng;
@@ -43,6 +46,9 @@ pub struct ReceiverConfig {
     pub seed: u64,
     pub cname: String,
     pub name: Option<String>,
+    /// Makes decoders for compressed streams (Opus); without one they are counted as
+    /// undecodable and an event says so.
+    pub decoders: Option<Arc<dyn DecoderFactory>>,
 }
 
 impl ReceiverConfig {
@@ -58,6 +64,7 @@ impl ReceiverConfig {
             seed: 0,
             cname: "netjam".into(),
             name: None,
+            decoders: None,
         }
     }
 }
@@ -77,6 +84,8 @@ pub enum ReceiverEvent {
     RateMismatch { ssrc: u32, rate: u32, output_rate: u32 },
     /// RTP arrived whose format is unknown (no extension and no configured format).
     UnknownFormat { payload_type: u8 },
+    /// A compressed stream arrived that this receiver has no decoder for.
+    NoDecoder { ssrc: u32, format: AudioFormat },
 }
 
 /// Counters of everything the receiver saw, plus the jitter buffer's.
@@ -102,6 +111,10 @@ pub struct ReceiverStats {
     pub jitter_ms: f64,
     pub format: Option<AudioFormat>,
     pub ssrc: Option<u32>,
+    /// Packets of a compressed stream that could not be decoded (no decoder).
+    pub undecodable: u64,
+    /// The decoder's side of a compressed stream: packets decoded, frames it concealed.
+    pub decoder: DecodeStats,
     pub jitter_buffer: JitterStats,
 }
 
@@ -179,6 +192,7 @@ impl Receiver {
     pub fn stats(&self) -> ReceiverStats {
         let mut s = self.stats;
         s.jitter_buffer = self.jb.stats();
+        s.decoder = self.jb.decode_stats();
         if let Some(src) = &self.source {
             s.lost = src.reception.lost();
             s.jitter_ms = src.reception.jitter_ns() as f64 / 1e6;
@@ -301,6 +315,11 @@ impl Receiver {
                 self.output = Some(format);
             }
             self.jb.reset(format.rate, format.channels as usize);
+            if format.codec.is_pcm() {
+                self.jb.set_decoder(None, 1);
+            } else {
+                self.start_decoder(h.ssrc, format);
+            }
             self.stats.stream_starts += 1;
             self.push_event(ReceiverEvent::StreamStarted {
                 ssrc: h.ssrc,
@@ -318,6 +337,10 @@ impl Receiver {
             self.stats.reordered += 1;
         }
         self.stats.received += 1;
+        if !format.codec.is_pcm() {
+            self.on_coded(now_ns, ext_ts, red, pkt.payload);
+            return;
+        }
         let ch = format.channels as usize;
         if red {
             let Ok(red) = parse_red(pkt.payload) else {
@@ -344,6 +367,53 @@ impl Receiver {
             let n = n - n % ch;
             self.jb.insert(now_ns, ext_ts, &self.decoded[..n], true);
         }
+    }
+
+    /// A decoder for a stream that starts in a compressed `format` (made once per stream
+    /// start; the only allocation after construction).
+    fn start_decoder(&mut self, ssrc: u32, format: AudioFormat) {
+        let decoder = self.config.decoders.as_ref().and_then(|f| f.decoder(format).ok());
+        if decoder.is_none() {
+            self.push_event(ReceiverEvent::NoDecoder { ssrc, format });
+        }
+        self.jb.set_decoder(decoder, format.channels as usize);
+    }
+
+    /// A compressed packet (or an RFC 2198 packet of them): account its timing now, decode
+    /// it in order through the queue.
+    fn on_coded(&mut self, now_ns: u64, ext_ts: u64, red: bool, payload: &[u8]) {
+        if !self.jb.has_decoder() {
+            self.stats.undecodable += 1;
+            return;
+        }
+        let (primary, blocks) = if red {
+            let Ok(red) = parse_red(payload) else {
+                self.stats.malformed += 1;
+                return;
+            };
+            (red.primary().data, Some(red))
+        } else {
+            (payload, None)
+        };
+        let Ok(frames) = opus_packet_frames(primary) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        if let Some(red) = &blocks {
+            let packet_ns = frames_to_ns(u64::from(frames), 48_000);
+            let n = red.redundant().len().max(1).min(self.config.max_redundancy_wait);
+            self.jb.set_redundancy_wait_ns(packet_ns * n as u64);
+        }
+        // A re-lock here also resets the decoding queue.
+        self.jb.observe(now_ns, ext_ts, u64::from(frames));
+        // Older copies first, so that the primary finds the stream decoded up to itself.
+        if let Some(red) = &blocks {
+            for block in red.redundant() {
+                let ts = ext_ts.saturating_sub(u64::from(block.timestamp_offset));
+                self.jb.push_coded(now_ns, ts, block.data, false);
+            }
+        }
+        self.jb.push_coded(now_ns, ext_ts, primary, true);
     }
 
     fn on_rtcp(&mut self, now_ns: u64, bytes: &[u8]) {

@@ -10,6 +10,7 @@
 //! Sans-IO and realtime-safe: buffers are reserved in [`Sender::new`]; `push_frames`,
 //! `poll_rtcp` and `on_rtcp` never allocate, lock or block. Time is passed in.
 
+use crate::codec::{FrameEncoder, OPUS_FRAME_SIZES};
 use crate::rng::SimRng;
 use crate::time::frames_to_ns;
 use crate::wire::red::{write_red, RedBlock, MAX_RED_BLOCKS};
@@ -27,6 +28,8 @@ pub const FRAMES_PER_PACKET: std::ops::RangeInclusive<u32> = 16..=1024;
 /// Largest RFC 2198 block.
 const RED_BLOCK_MAX: usize = crate::wire::red::MAX_RED_BLOCK_LEN;
 /// Header room: RTP header, format extension, RED headers.
+/// Largest Opus packet netjam sends (one frame, RFC 6716 section 3.2.1).
+const MAX_OPUS_PACKET: usize = 1275;
 const HEADER_ROOM: usize = 12 + 8 + 4 * MAX_RED_BLOCKS + 1;
 
 /// Why a sender cannot be built with these settings; each says what to change.
@@ -38,6 +41,10 @@ pub enum SenderError {
     RedundancyTooHigh(usize),
     #[error("a packet would be {bytes} bytes, more than UDP can carry ({MAX_DATAGRAM}): use fewer frames per packet, fewer channels or less redundancy")]
     PacketTooLarge { bytes: usize },
+    #[error("opus sends 120, 240, 480 or 960 frames per packet (2.5, 5, 10 or 20 ms), not {0}: use --frames 120 for the lowest delay")]
+    OpusFrames(u32),
+    #[error("opus needs an encoder (libopus): install it (Debian: apt install libopus0), or use l16/l24")]
+    NoEncoder,
     #[error("redundancy needs each packet's audio to fit in {RED_BLOCK_MAX} bytes (RFC 2198), but it is {bytes}: use fewer frames per packet, fewer channels or a smaller codec")]
     RedundantBlockTooLarge { bytes: usize },
 }
@@ -82,6 +89,10 @@ pub struct SenderStats {
     pub packets: u64,
     pub bytes: u64,
     pub frames: u64,
+    /// Packets the encoder failed on (not sent; the receiver conceals them).
+    pub encode_errors: u64,
+    /// Delay the encoder adds on top of packetization (Opus's look-ahead), ms.
+    pub codec_delay_ms: f64,
     pub rtcp_sent: u64,
     pub rtcp_received: u64,
     pub rtcp_malformed: u64,
@@ -113,6 +124,7 @@ pub struct Sender {
     packet: Vec<u8>,
     primary: Vec<u8>,
     first: bool,
+    encoder: Option<Box<dyn FrameEncoder>>,
     next_rtcp_ns: Option<u64>,
     rng: SimRng,
     stats: SenderStats,
@@ -120,6 +132,14 @@ pub struct Sender {
 
 impl Sender {
     pub fn new(config: SenderConfig) -> Result<Self, SenderError> {
+        Self::with_encoder(config, None)
+    }
+
+    /// A sender of a compressed format (Opus), encoding with `encoder`.
+    pub fn with_encoder(
+        config: SenderConfig,
+        encoder: Option<Box<dyn FrameEncoder>>,
+    ) -> Result<Self, SenderError> {
         let f = config.frames_per_packet;
         if !FRAMES_PER_PACKET.contains(&f) {
             return Err(SenderError::FramesOutOfRange(f));
@@ -127,7 +147,20 @@ impl Sender {
         if config.redundancy > MAX_RED_BLOCKS {
             return Err(SenderError::RedundancyTooHigh(config.redundancy));
         }
-        let payload_bytes = config.format.bytes_for_frames(f);
+        let coded = !config.format.codec.is_pcm();
+        if coded && !OPUS_FRAME_SIZES.contains(&f) {
+            return Err(SenderError::OpusFrames(f));
+        }
+        if coded && encoder.is_none() {
+            return Err(SenderError::NoEncoder);
+        }
+        // A compressed packet is at most one Opus frame's 1275 bytes, and fits a redundant
+        // block when redundancy is on (the encoder is held to that).
+        let payload_bytes = match (coded, config.redundancy > 0) {
+            (false, _) => config.format.bytes_for_frames(f),
+            (true, false) => MAX_OPUS_PACKET,
+            (true, true) => RED_BLOCK_MAX,
+        };
         if config.redundancy > 0 && payload_bytes > RED_BLOCK_MAX {
             return Err(SenderError::RedundantBlockTooLarge { bytes: payload_bytes });
         }
@@ -153,6 +186,7 @@ impl Sender {
             packet: vec![0; total],
             primary: vec![0; payload_bytes],
             first: true,
+            encoder: if coded { encoder } else { None },
             next_rtcp_ns: None,
             rng,
             stats: SenderStats::default(),
@@ -178,12 +212,19 @@ impl Sender {
     }
 
     /// Wall time one packet's audio spans.
+    /// Frames of delay the encoder adds on top of packetization (its look-ahead).
+    pub fn codec_delay_frames(&self) -> u32 {
+        self.encoder.as_ref().map_or(0, |e| e.lookahead_frames())
+    }
+
     pub fn packet_ns(&self) -> u64 {
         frames_to_ns(self.config.frames_per_packet as u64, self.config.format.rate)
     }
 
     pub fn stats(&self) -> SenderStats {
-        self.stats
+        let mut s = self.stats;
+        s.codec_delay_ms = f64::from(self.codec_delay_frames()) * 1e3 / f64::from(self.config.format.rate);
+        s
     }
 
     /// Feed interleaved frames captured just before `now_ns`; every complete packet is
@@ -202,7 +243,9 @@ impl Sender {
             input = &input[take * ch..];
             if self.pending_frames == per_packet {
                 let len = self.build_packet();
-                emit(&self.packet[..len]);
+                if len > 0 {
+                    emit(&self.packet[..len]);
+                }
                 self.pending_frames = 0;
             }
         }
@@ -210,8 +253,19 @@ impl Sender {
 
     fn build_packet(&mut self) -> usize {
         let fmt = self.config.format;
-        let n = encode(fmt.codec, &self.pending, &mut self.primary);
-        debug_assert_eq!(n, self.payload_bytes);
+        let n = match self.encoder.as_mut() {
+            None => encode(fmt.codec, &self.pending, &mut self.primary),
+            Some(e) => match e.encode(&self.pending, &mut self.primary) {
+                Ok(n) if n > 0 => n,
+                _ => {
+                    // Nothing to send: the receiver conceals the gap in the timeline.
+                    self.stats.encode_errors += 1;
+                    self.ts = self.ts.wrapping_add(self.config.frames_per_packet);
+                    return 0;
+                }
+            },
+        };
+        debug_assert!(!fmt.codec.is_pcm() || n == self.payload_bytes);
         let red = self.config.redundancy > 0;
         let header = RtpHeader {
             marker: self.first,

@@ -11,7 +11,7 @@ fn quantize(codec: Codec, x: f32) -> f32 {
     match codec {
         Codec::L16 => (x * 32768.0).round().clamp(-32768.0, 32767.0) / 32768.0,
         Codec::L24 => (x * 8_388_608.0).round().clamp(-8_388_608.0, 8_388_607.0) / 8_388_608.0,
-        Codec::F32 => x,
+        Codec::F32 | Codec::Opus => x,
     }
 }
 

@@ -7,7 +7,8 @@
 //! [`encode`] and [`decode`] convert interleaved `f32` samples to and from the network's
 //! big-endian integer or float formats: L16 (RFC 3551), L24 (RFC 3190) and netjam's own
 //! 32-bit float. They run on the audio thread, so they must never allocate, lock or panic,
-//! whatever the lengths of the slices they are given.
+//! whatever the lengths of the slices they are given. Opus is not linear PCM: both return 0
+//! for it (see [`crate::codec`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -30,30 +31,35 @@ pub enum Codec {
     L24,
     /// 32-bit IEEE 754 big-endian float. Not an RTP standard: netjam-to-netjam only.
     F32,
+    /// Opus (RFC 6716) in RTP per RFC 7587: 48 kHz, one or two channels, compressed. The
+    /// encoder and decoder are stateful and live outside the wire format (see
+    /// [`crate::codec`]); [`encode`] and [`decode`] do not apply to it.
+    Opus,
 }
 
 impl Codec {
-    /// Bytes one sample of one channel takes on the wire.
+    /// Bytes one sample of one channel takes on the wire; 0 for Opus, whose packets vary.
     pub fn bytes_per_sample(self) -> usize {
         match self {
             Codec::L16 => 2,
             Codec::L24 => 3,
             Codec::F32 => 4,
+            Codec::Opus => 0,
         }
     }
 
-    /// Parses `l16`, `l24` or `f32`, in any letter case (the names used on the command
-    /// line and over OSC).
+    /// Whether samples are carried as they are (linear PCM) rather than compressed.
+    pub fn is_pcm(self) -> bool {
+        self != Codec::Opus
+    }
+
+    /// Parses `l16`, `l24`, `f32` or `opus`, in any letter case (the names used on the
+    /// command line and over OSC).
     pub fn from_name(name: &str) -> Result<Codec, FormatError> {
-        if name.eq_ignore_ascii_case("l16") {
-            Ok(Codec::L16)
-        } else if name.eq_ignore_ascii_case("l24") {
-            Ok(Codec::L24)
-        } else if name.eq_ignore_ascii_case("f32") {
-            Ok(Codec::F32)
-        } else {
-            Err(FormatError::UnknownCodec(name.chars().take(32).collect()))
-        }
+        [Codec::L16, Codec::L24, Codec::F32, Codec::Opus]
+            .into_iter()
+            .find(|c| c.to_string().eq_ignore_ascii_case(name))
+            .ok_or_else(|| FormatError::UnknownCodec(name.chars().take(32).collect()))
     }
 
     /// The encoding name used in an SDP `a=rtpmap` line.
@@ -66,23 +72,25 @@ impl Codec {
             Codec::L16 => "L16",
             Codec::L24 => "L24",
             Codec::F32 => "X-NJ-F32",
+            Codec::Opus => "opus",
         }
     }
 
     /// Looks up a codec by its SDP encoding name (case-insensitive).
     pub fn from_sdp_name(name: &str) -> Option<Codec> {
-        [Codec::L16, Codec::L24, Codec::F32]
+        [Codec::L16, Codec::L24, Codec::F32, Codec::Opus]
             .into_iter()
             .find(|c| c.sdp_name().eq_ignore_ascii_case(name))
     }
 
     /// Code of this codec in netjam's RTP format extension (see
-    /// [`crate::wire::rtp::format_extension`]). Code 4 is reserved for Opus.
+    /// [`crate::wire::rtp::format_extension`]).
     pub fn wire_code(self) -> u8 {
         match self {
             Codec::L16 => 1,
             Codec::L24 => 2,
             Codec::F32 => 3,
+            Codec::Opus => 4,
         }
     }
 
@@ -92,6 +100,7 @@ impl Codec {
             1 => Ok(Codec::L16),
             2 => Ok(Codec::L24),
             3 => Ok(Codec::F32),
+            4 => Ok(Codec::Opus),
             other => Err(FormatError::UnknownCodecCode(other)),
         }
     }
@@ -103,6 +112,7 @@ impl std::fmt::Display for Codec {
             Codec::L16 => "l16",
             Codec::L24 => "l24",
             Codec::F32 => "f32",
+            Codec::Opus => "opus",
         })
     }
 }
@@ -110,16 +120,22 @@ impl std::fmt::Display for Codec {
 /// Why a format is not one netjam can carry.
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
 pub enum FormatError {
-    #[error("unknown codec {0:?}: netjam supports l16, l24 and f32")]
+    #[error("unknown codec {0:?}: netjam supports l16, l24, f32 and opus")]
     UnknownCodec(String),
     #[error("sample rate {0} Hz is not supported: use 44100, 48000 or 96000")]
     UnsupportedRate(u32),
     #[error("{0} channels is not supported: use 1 to 64 channels")]
     UnsupportedChannels(u16),
-    #[error("the stream announces codec code {0}, which this netjam does not know: upgrade netjam or have the sender use l16, l24 or f32")]
+    #[error("the stream announces codec code {0}, which this netjam does not know: upgrade netjam or have the sender use l16, l24, f32 or opus")]
     UnknownCodecCode(u8),
     #[error("the stream announces sample-rate code {0}, which this netjam does not know: upgrade netjam or have the sender use 44100, 48000 or 96000 Hz")]
     UnknownRateCode(u8),
+    #[error(
+        "opus runs at 48000 Hz only (RFC 7587), not {0} Hz: use --rate 48000, or l16/l24 at other rates"
+    )]
+    OpusRate(u32),
+    #[error("opus carries 1 or 2 channels (RFC 7587), not {0}: use l16 or l24 for more channels")]
+    OpusChannels(u16),
     #[error("the stream's format extension element is {len} bytes long; at least 2 are needed")]
     BadFormatElement { len: usize },
 }
@@ -143,6 +159,14 @@ impl AudioFormat {
         }
         if channels == 0 || channels > MAX_CHANNELS {
             return Err(FormatError::UnsupportedChannels(channels));
+        }
+        if codec == Codec::Opus {
+            if rate != 48_000 {
+                return Err(FormatError::OpusRate(rate));
+            }
+            if channels > 2 {
+                return Err(FormatError::OpusChannels(channels));
+            }
         }
         Ok(Self {
             codec,
@@ -168,7 +192,7 @@ impl AudioFormat {
 
     /// The RTP payload type for this format: the static types of RFC 3551 where one exists
     /// (10 for L16/44100/stereo, 11 for L16/44100/mono), otherwise a dynamic type that
-    /// SDP announces (L16 = 96, L24 = 97, F32 = 98).
+    /// SDP announces (L16 = 96, L24 = 97, F32 = 98, Opus = 100; RED is 99).
     pub fn payload_type(&self) -> u8 {
         match (self.codec, self.rate, self.channels) {
             (Codec::L16, 44_100, 2) => 10,
@@ -176,6 +200,7 @@ impl AudioFormat {
             (Codec::L16, _, _) => 96,
             (Codec::L24, _, _) => 97,
             (Codec::F32, _, _) => 98,
+            (Codec::Opus, _, _) => 100,
         }
     }
 
@@ -259,6 +284,7 @@ pub fn encode(codec: Codec, samples: &[f32], out: &mut [u8]) -> usize {
                 written += width;
             }
         }
+        Codec::Opus => {}
     }
     written
 }
@@ -291,6 +317,7 @@ pub fn decode(codec: Codec, bytes: &[u8], out: &mut [f32]) -> usize {
                 written += 1;
             }
         }
+        Codec::Opus => {}
     }
     written
 }
@@ -405,6 +432,15 @@ mod tests {
         assert!(e.to_string().contains("1 to 64"));
         assert!(AudioFormat::new(Codec::L16, 48_000, 65).is_err());
         assert!(AudioFormat::new(Codec::L16, 48_000, 64).is_ok());
+        assert!(AudioFormat::new(Codec::Opus, 48_000, 2).is_ok());
+        assert_eq!(
+            AudioFormat::new(Codec::Opus, 44_100, 2),
+            Err(FormatError::OpusRate(44_100))
+        );
+        assert_eq!(
+            AudioFormat::new(Codec::Opus, 48_000, 3),
+            Err(FormatError::OpusChannels(3))
+        );
     }
 
     #[test]
@@ -412,9 +448,10 @@ mod tests {
         assert_eq!(Codec::from_name("L16"), Ok(Codec::L16));
         assert_eq!(Codec::from_name("l24"), Ok(Codec::L24));
         assert_eq!(Codec::from_name("F32"), Ok(Codec::F32));
-        let e = Codec::from_name("opus").expect_err("invalid");
-        assert!(e.to_string().contains("l16, l24 and f32"));
-        for c in [Codec::L16, Codec::L24, Codec::F32] {
+        assert_eq!(Codec::from_name("Opus"), Ok(Codec::Opus));
+        let e = Codec::from_name("mp3").expect_err("invalid");
+        assert!(e.to_string().contains("l16, l24, f32 and opus"));
+        for c in [Codec::L16, Codec::L24, Codec::F32, Codec::Opus] {
             assert_eq!(Codec::from_sdp_name(c.sdp_name()), Some(c));
             assert_eq!(Codec::from_wire_code(c.wire_code()), Ok(c));
         }

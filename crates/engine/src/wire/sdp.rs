@@ -44,7 +44,7 @@ pub enum SdpError {
     NoRtpmap(u8),
     #[error("bad SDP rtpmap line {0:?}: expected \"a=rtpmap:<pt> <encoding>/<rate>[/<channels>]\"")]
     BadRtpmap(String),
-    #[error("the SDP's audio stream uses codec {0:?}: netjam supports L16, L24 and X-NJ-F32 (its own 32-bit float)")]
+    #[error("the SDP's audio stream uses codec {0:?}: netjam supports L16, L24, opus and X-NJ-F32 (its own 32-bit float)")]
     UnsupportedCodec(String),
     #[error("bad SDP ptime line {0:?}: expected \"a=ptime:<milliseconds>\"")]
     BadPtime(String),
@@ -103,8 +103,13 @@ pub fn write_sdp(s: &SdpStream, session_name: &str) -> String {
         port = s.port,
         codec = f.codec.sdp_name(),
         rate = f.rate,
-        channels = f.channels,
+        // RFC 7587: Opus is always announced as two channels; fmtp says if it is stereo.
+        channels = if f.codec == Codec::Opus { 2 } else { f.channels },
     );
+    if f.codec == Codec::Opus {
+        let stereo = u8::from(f.channels == 2);
+        let _ = write!(out, "a=fmtp:{pt} stereo={stereo}; sprop-stereo={stereo}\r\n");
+    }
     if let Some(frames) = s.frames_per_packet {
         let _ = write!(out, "a=ptime:{}\r\n", ptime_text(frames, f.rate));
     }
@@ -173,6 +178,7 @@ pub fn parse_sdp(text: &str) -> Result<SdpStream, SdpError> {
     let mut media_addr = None;
     let mut rtpmap = None;
     let mut ptime = None;
+    let mut fmtp: Option<&str> = None;
 
     // Lines before any m= line are session-level; lines in media sections other than
     // ours are skipped.
@@ -235,6 +241,12 @@ pub fn parse_sdp(text: &str) -> Result<SdpStream, SdpError> {
                     if rtpmap.is_none() {
                         rtpmap = parse_rtpmap(v, pt);
                     }
+                } else if let (Some(v), Some((_, pt))) = (value.strip_prefix("fmtp:"), media) {
+                    if let Some((p, params)) = v.trim().split_once(char::is_whitespace) {
+                        if p.parse::<u8>().ok() == Some(pt) {
+                            fmtp = Some(params);
+                        }
+                    }
                 }
             }
             _ => {}
@@ -244,6 +256,15 @@ pub fn parse_sdp(text: &str) -> Result<SdpStream, SdpError> {
     let (port, payload_type) = media.ok_or(SdpError::NoAudio)?;
     let address = media_addr.or(session_addr).ok_or(SdpError::NoConnection)?;
     let format = match rtpmap {
+        // RFC 7587: "opus/48000/2" always; the fmtp parameters say whether it is stereo.
+        Some(Ok(f)) if f.codec == Codec::Opus => {
+            let stereo = fmtp.is_some_and(|params| {
+                params.split(';').any(|p| {
+                    matches!(p.trim().split_once('='), Some((k, v)) if (k.trim() == "stereo" || k.trim() == "sprop-stereo") && v.trim() == "1")
+                })
+            });
+            AudioFormat::new(Codec::Opus, f.rate, if stereo { 2 } else { 1 })?
+        }
         Some(result) => result?,
         None => match payload_type {
             10 => AudioFormat::new(Codec::L16, 44_100, 2)?,
@@ -353,12 +374,32 @@ mod tests {
     }
 
     #[test]
+    fn opus_is_announced_as_rfc_7587_says_and_read_back_mono_or_stereo() {
+        for channels in [1u16, 2] {
+            let mut s = stream();
+            s.format = AudioFormat::new(Codec::Opus, 48_000, channels).expect("valid");
+            s.payload_type = 100;
+            s.frames_per_packet = Some(120);
+            let text = write_sdp(&s, "jam");
+            assert!(text.contains("a=rtpmap:100 opus/48000/2\r\n"), "{text}");
+            let stereo = u8::from(channels == 2);
+            assert!(text.contains(&format!("a=fmtp:100 stereo={stereo}; sprop-stereo={stereo}\r\n")));
+            assert!(text.contains("a=ptime:2.5\r\n"), "{text}");
+            assert_eq!(parse_sdp(&text), Ok(s));
+        }
+        // As GStreamer writes it: no fmtp for another payload type counts.
+        let text = "v=0\r\nc=IN IP4 1.2.3.4\r\nt=0 0\r\nm=audio 5004 RTP/AVP 96\r\n\
+                    a=rtpmap:96 OPUS/48000/2\r\na=fmtp:97 stereo=1\r\na=fmtp:96 sprop-stereo=1;foo=bar\r\n";
+        assert_eq!(parse_sdp(text).expect("opus").format.channels, 2);
+    }
+
+    #[test]
     fn errors_name_what_is_supported() {
         let base = |m: &str, a: &str| format!("v=0\r\nc=IN IP4 1.2.3.4\r\nt=0 0\r\n{m}\r\n{a}\r\n");
         assert_eq!(parse_sdp("v=0\r\n"), Err(SdpError::NoAudio));
         assert_eq!(parse_sdp(""), Err(SdpError::NoAudio));
-        let e = parse_sdp(&base("m=audio 5004 RTP/AVP 111", "a=rtpmap:111 opus/48000/2")).expect_err("opus");
-        assert_eq!(e, SdpError::UnsupportedCodec("opus".into()));
+        let e = parse_sdp(&base("m=audio 5004 RTP/AVP 111", "a=rtpmap:111 G722/8000/1")).expect_err("g722");
+        assert_eq!(e, SdpError::UnsupportedCodec("G722".into()));
         assert!(e.to_string().contains("L16, L24"));
         let e = parse_sdp(&base("m=audio 5004 RTP/AVP 96", "a=rtpmap:96 L16/8000/1")).expect_err("rate");
         assert!(e.to_string().contains("44100, 48000 or 96000"), "{e}");

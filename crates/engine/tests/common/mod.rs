@@ -2,6 +2,9 @@
 //! [`LinkModel`]s (media one way, RTCP both ways). Deterministic for a seed; no sleeps.
 #![allow(dead_code)]
 
+use std::sync::Arc;
+
+use netjam_engine::codec::{DecoderFactory, FrameEncoder};
 use netjam_engine::link::{LinkConfig, LinkModel};
 use netjam_engine::receiver::{Receiver, ReceiverConfig, ReceiverEvent};
 use netjam_engine::sender::{Sender, SenderConfig};
@@ -47,9 +50,24 @@ pub fn sender_config(format: AudioFormat, frames: u32, redundancy: usize, seed: 
 
 impl Session {
     pub fn new(format: AudioFormat, frames: u32, redundancy: usize, link: LinkConfig, seed: u64) -> Self {
-        let sender = Sender::new(sender_config(format, frames, redundancy, seed)).expect("sender");
+        Self::coded(format, frames, redundancy, link, seed, None, None)
+    }
+
+    /// A session of a compressed format, with its encoder and the receiver's decoders.
+    pub fn coded(
+        format: AudioFormat,
+        frames: u32,
+        redundancy: usize,
+        link: LinkConfig,
+        seed: u64,
+        encoder: Option<Box<dyn FrameEncoder>>,
+        decoders: Option<Arc<dyn DecoderFactory>>,
+    ) -> Self {
+        let sender =
+            Sender::with_encoder(sender_config(format, frames, redundancy, seed), encoder).expect("sender");
         let receiver = Receiver::new(ReceiverConfig {
             seed: seed + 1,
+            decoders,
             ..ReceiverConfig::new(64)
         });
         let back = LinkConfig {

@@ -1,0 +1,210 @@
+//! A compressed stream end to end, with a stand-in codec: packets are framed like Opus (a
+//! CELT TOC byte of the packet's duration) and carry float samples, so what is played can
+//! be compared exactly with what was sent. The decoder records every call, so the tests
+//! see that it is fed in order, once per packet, and asked to conceal only what never came
+//! in time — across 64-frame device periods and 2.5 ms packets, jitter, reordering, loss
+//! and RFC 2198 redundancy.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use common::Session;
+use netjam_engine::codec::{opus_packet_frames, CodecError, DecoderFactory, FrameDecoder, FrameEncoder};
+use netjam_engine::link::{LinkConfig, LossModel};
+use netjam_engine::wire::{decode, encode, AudioFormat, Codec};
+
+/// TOC byte of a CELT-only packet of `frames` frames at 48 kHz (configs 16..19).
+fn toc(frames: usize) -> u8 {
+    let config = match frames {
+        120 => 16,
+        240 => 17,
+        480 => 18,
+        _ => 19,
+    };
+    config << 3
+}
+
+#[derive(Debug)]
+struct FloatEncoder {
+    channels: usize,
+}
+
+impl FrameEncoder for FloatEncoder {
+    fn encode(&mut self, pcm: &[f32], out: &mut [u8]) -> Result<usize, CodecError> {
+        let frames = pcm.len() / self.channels;
+        if out.len() < 1 + pcm.len() * 4 {
+            return Err(CodecError::BufferTooSmall);
+        }
+        out[0] = toc(frames);
+        Ok(1 + encode(Codec::F32, pcm, &mut out[1..]))
+    }
+    fn lookahead_frames(&self) -> u32 {
+        0
+    }
+}
+
+/// What the decoder was asked to do, in order: `Some(first frame's first sample)` for a
+/// packet, `None` for concealment of that many frames.
+#[derive(Debug, Default)]
+struct Log {
+    calls: Vec<(Option<f32>, usize)>,
+}
+
+#[derive(Debug)]
+struct FloatDecoder {
+    channels: usize,
+    log: Arc<Mutex<Log>>,
+}
+
+impl FrameDecoder for FloatDecoder {
+    fn decode(&mut self, packet: Option<&[u8]>, out: &mut [f32]) -> Result<usize, CodecError> {
+        let mut log = self.log.lock().expect("log");
+        match packet {
+            Some(p) => {
+                let frames = opus_packet_frames(p).map_err(|_| CodecError::Rejected(-4))? as usize;
+                let n = decode(Codec::F32, &p[1..], &mut out[..frames * self.channels]);
+                log.calls.push((Some(out[0]), frames));
+                Ok(n / self.channels)
+            }
+            None => {
+                // Concealment: a recognisable constant.
+                out.fill(0.125);
+                log.calls.push((None, out.len() / self.channels));
+                Ok(out.len() / self.channels)
+            }
+        }
+    }
+    fn reset(&mut self) {}
+}
+
+#[derive(Debug, Default)]
+struct Factory {
+    log: Arc<Mutex<Log>>,
+}
+
+impl DecoderFactory for Factory {
+    fn decoder(&self, format: AudioFormat) -> Result<Box<dyn FrameDecoder>, String> {
+        Ok(Box::new(FloatDecoder {
+            channels: format.channels as usize,
+            log: self.log.clone(),
+        }))
+    }
+}
+
+fn session(link: LinkConfig, redundancy: usize, seed: u64) -> (Session, Arc<Mutex<Log>>) {
+    let format = AudioFormat::new(Codec::Opus, 48_000, 2).expect("format");
+    let factory = Factory::default();
+    let log = factory.log.clone();
+    let s = Session::coded(
+        format,
+        120,
+        redundancy,
+        link,
+        seed,
+        Some(Box::new(FloatEncoder { channels: 2 })),
+        Some(Arc::new(factory)),
+    );
+    (s, log)
+}
+
+fn link(jitter_ns: u64, reorder: f64, loss: LossModel) -> LinkConfig {
+    LinkConfig {
+        delay_ns: 19_000_000,
+        jitter_ns,
+        reorder,
+        loss,
+        ..LinkConfig::ideal()
+    }
+}
+
+/// Decoded packets come in strictly increasing media order, one per packet, and never
+/// overlap a concealed stretch: each call starts where the previous one ended.
+fn assert_in_order(log: &Log, sent: &[f32]) {
+    let mut at = None::<usize>;
+    for (first, frames) in &log.calls {
+        if let Some(x) = first {
+            // Find the packet's frame index in what was sent, from its first sample.
+            let start = at.unwrap_or(0);
+            let found = (start..sent.len() / 2)
+                .find(|&f| sent[f * 2] == *x)
+                .unwrap_or_else(|| panic!("decoded a packet not in order after frame {start}"));
+            if let Some(a) = at {
+                assert_eq!(found, a, "a decode did not continue where the last call ended");
+            }
+            at = Some(found + frames);
+        } else if let Some(a) = at {
+            at = Some(a + frames);
+        }
+    }
+}
+
+#[test]
+fn a_clean_link_plays_every_frame_exactly_with_64_frame_periods_and_2_5_ms_packets() {
+    let (mut s, log) = session(link(0, 0.0, LossModel::None), 0, 41);
+    s.run(3_000_000_000);
+    let st = s.receiver.stats();
+    assert!(s.alignment().is_some(), "what was sent plays bit-exact: {st:?}");
+    assert_eq!(st.jitter_buffer.concealed_frames, 0, "{st:?}");
+    assert_eq!(st.decoder.decoded_packets, st.received, "{st:?}");
+    assert_in_order(&log.lock().expect("log"), &s.sent);
+}
+
+#[test]
+fn reordered_packets_are_decoded_in_order_and_nothing_is_concealed() {
+    let (mut s, log) = session(link(1_000_000, 0.1, LossModel::None), 0, 42);
+    s.run(5_000_000_000);
+    let st = s.receiver.stats();
+    assert!(st.reordered > 20, "the link reordered: {st:?}");
+    assert!(s.alignment().is_some(), "{st:?}");
+    assert_eq!(st.decoder.late_packets, 0, "{st:?}");
+    assert_in_order(&log.lock().expect("log"), &s.sent);
+}
+
+#[test]
+fn loss_is_concealed_by_the_decoder_in_order_never_by_the_buffer() {
+    let (mut s, log) = session(link(300_000, 0.0, LossModel::bursty(0.02, 2.0)), 0, 43);
+    s.run(10_000_000_000);
+    let st = s.receiver.stats();
+    let lost = s.up.stats().lost;
+    assert!(lost > 50, "lost {lost}");
+    // Every lost packet's 120 frames were concealed by the decoder; a loss at the very
+    // end may not have been due yet.
+    let c = st.decoder.concealed_frames;
+    assert!(
+        c >= (lost - 2) * 120 && c <= lost * 120,
+        "concealed {c} for {lost} lost: {st:?}"
+    );
+    assert_eq!(
+        st.jitter_buffer.concealed_frames, c,
+        "the buffer's own concealer never ran: {st:?}"
+    );
+    let log = log.lock().expect("log");
+    assert_in_order(&log, &s.sent);
+    // The played stream carries the decoder's concealment where packets were lost.
+    let concealed = s.played.iter().filter(|&&x| x == 0.125).count() as u64;
+    assert!(
+        concealed >= (lost - 2) * 120 * 2,
+        "{concealed} samples of concealment played"
+    );
+}
+
+#[test]
+fn redundancy_rebuilds_isolated_losses_before_the_decoder_needs_them() {
+    let (mut s, log) = session(link(300_000, 0.0, LossModel::Bernoulli { p: 0.02 }), 1, 44);
+    s.run(10_000_000_000);
+    let st = s.receiver.stats();
+    let lost = s.up.stats().lost;
+    assert!(lost > 50, "lost {lost}");
+    // Only back-to-back losses (2 % of losses) defeat one redundant copy.
+    assert!(
+        st.decoder.concealment_events <= lost / 10,
+        "{} concealments for {lost} lost: {st:?}",
+        st.decoder.concealment_events
+    );
+    assert_eq!(
+        st.jitter_buffer.concealed_frames, st.decoder.concealed_frames,
+        "{st:?}"
+    );
+    assert_in_order(&log.lock().expect("log"), &s.sent);
+}
