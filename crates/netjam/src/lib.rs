@@ -6,8 +6,10 @@
 
 pub mod cli;
 pub mod clock;
+pub mod dl;
 pub mod endpoint;
 pub mod loopback;
+pub mod opus;
 pub mod relay;
 pub mod ring;
 pub mod rt;

@@ -84,6 +84,7 @@ pub fn run_loopback(
         seed: o.seed ^ 0x5eed,
         cname: format!("{}@loopback", o.receiver_name.to_lowercase()),
         name: Some(o.receiver_name.clone()),
+        decoders: None,
     });
     receiver.set_output_format(format);
     receiver.set_drift_correction(o.drift_correction);

@@ -83,7 +83,7 @@ pub fn send_line(s: &Snapshot<SenderStats>) -> String {
         .remote_fraction_lost
         .map_or(" - ".to_string(), |l| format!("{:.1}%", l * 100.0));
     format!(
-        "{:>7.1}s  sent {:>8} pkts  {:>7.0} kbit/s  rtt {rtt} ms  far-end loss {loss}  {}",
+        "{:>7.1}s  sent {:>8} pkts  {:>7.0} kbit/s  rtt {rtt} ms  far-end loss {loss}{}  {}",
         s.t_s,
         t.packets,
         if s.t_s > 0.0 {
@@ -91,6 +91,16 @@ pub fn send_line(s: &Snapshot<SenderStats>) -> String {
         } else {
             0.0
         },
+        codec_delay(t),
         meter(s.peak_dbfs)
     )
+}
+
+/// "  codec 2.5 ms" for a codec with look-ahead (Opus), nothing for PCM.
+pub fn codec_delay(t: &SenderStats) -> String {
+    if t.codec_delay_ms > 0.0 {
+        format!("  codec {:.1} ms", t.codec_delay_ms)
+    } else {
+        String::new()
+    }
 }

@@ -19,7 +19,7 @@ use netjam_engine::receiver::{Receiver, ReceiverConfig};
 use netjam_engine::wire::Codec;
 
 use super::common::{cname, fresh_seed, resolve, BufferArg};
-use super::stream::{write_json, SourceArgs, WireArgs};
+use super::stream::{packets_text, write_json, SourceArgs, WireArgs};
 use crate::clock;
 use crate::endpoint::jack::{JackConfig, JackEndpoint, JackMonitor, Realtime};
 use crate::endpoint::paced::PacedEndpoint;
@@ -27,7 +27,7 @@ use crate::endpoint::raw::RawSink;
 use crate::endpoint::wav::WavSink;
 use crate::endpoint::{Endpoint, FrameSink, FrameSource, PeriodStats, SampleFormat};
 use crate::session::{interrupt_flag, spawn_audio, JamProcess, JamStats, NetIo, Peer, Snapshot};
-use crate::status::{meter, StatusLine};
+use crate::status::{codec_delay, meter, StatusLine};
 use crate::transport::UdpTransport;
 #[cfg(feature = "cpal")]
 use card::CardMonitor;
@@ -202,7 +202,7 @@ fn jam_line(s: &Snapshot<JamStats>) -> String {
     let (t, r) = (&s.stats.sent, &s.stats.heard);
     let jb = &r.jitter_buffer;
     format!(
-        "{:>7.1}s  sent {:>7}  heard {:>7}  lost {:>4}  rtt {}{}  buffer {:>5.2}/{:>5.2} ms  conceal {:>4}  {}",
+        "{:>7.1}s  sent {:>7}  heard {:>7}  lost {:>4}  rtt {}{}  buffer {:>5.2}/{:>5.2} ms  conceal {:>4}{}  {}",
         s.t_s,
         t.packets,
         r.received,
@@ -212,6 +212,7 @@ fn jam_line(s: &Snapshot<JamStats>) -> String {
         jb.depth_ms,
         jb.target_ms,
         jb.concealment_events,
+        codec_delay(t),
         meter(s.peak_dbfs)
     )
 }
@@ -263,6 +264,7 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         seed: fresh_seed(),
         cname: cname(),
         name: a.wire.name.clone(),
+        decoders: crate::opus::decoders(),
     });
     // What you hear plays in your own format (a sound card's, later).
     receiver.set_output_format(format);
@@ -275,6 +277,7 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     let (io, link) = NetIo::start(socket, Peer::Fixed(peer))?;
     let gain = if a.mute { 0.0 } else { 10f32.powf(a.gain / 20.0) };
     let gain = Arc::new(AtomicU32::new(gain.to_bits()));
+    let packets = packets_text(&sender);
     let (mut process, mut snaps) = JamProcess::new(sender, receiver, link, gain);
     process.measure_round_trip(a.measure_roundtrip);
     let sink: Option<Box<dyn FrameSink>> = match (&a.output, a.stdout) {
@@ -319,8 +322,8 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         (None, None, None) => bail!("no audio source"),
     };
     eprintln!(
-        "netjam: jamming with {peer} from {} ({format}, {} frames per packet)",
-        io.local, a.wire.frames
+        "netjam: jamming with {peer} from {} ({format}, {})",
+        io.local, packets
     );
     let stop = interrupt_flag();
     let audio = spawn_audio("netjam-audio", endpoint, process, stop)?;

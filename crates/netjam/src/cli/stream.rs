@@ -20,6 +20,7 @@ use crate::endpoint::raw::{RawSink, RawSource};
 use crate::endpoint::synth::SynthSource;
 use crate::endpoint::wav::{WavSink, WavSource};
 use crate::endpoint::{FrameSink, FrameSource, PeriodStats, SampleFormat};
+use crate::opus::{OpusEncoder, OpusSettings};
 use crate::session::{interrupt_flag, spawn_audio, NetIo, Peer, RecvProcess, SendProcess, Snapshot};
 use crate::status::{recv_line, send_line, StatusLine};
 use crate::transport::UdpTransport;
@@ -111,12 +112,21 @@ impl SourceArgs {
 /// How audio is packetized on the wire.
 #[derive(Debug, Args)]
 pub struct WireArgs {
-    /// Sample encoding on the wire: l16, l24 or f32 (default: lossless for the input, else l16).
+    /// Encoding on the wire: l16, l24, f32 or opus (default: lossless for the input, else l16).
     #[arg(long, value_parser = parse_codec)]
     pub codec: Option<Codec>,
-    /// Frames per packet (16..=1024).
+    /// Frames per period, and per packet for l16/l24/f32 (16..=1024).
     #[arg(long, default_value_t = 64)]
     pub frames: u32,
+    /// Opus: milliseconds of audio per packet: 2.5, 5, 10 or 20.
+    #[arg(long, default_value_t = 2.5, value_name = "MS")]
+    pub opus_frame: f64,
+    /// Opus: bitrate of the stream in kbit/s (default: 96 per channel).
+    #[arg(long, value_name = "KBPS")]
+    pub bitrate: Option<u32>,
+    /// Opus: encoder complexity, 0 (least CPU) to 10 (best quality).
+    #[arg(long, default_value_t = 5)]
+    pub complexity: u8,
     /// Each packet also carries the previous N packets (RFC 2198), 0..=8.
     #[arg(long, default_value_t = 0)]
     pub redundancy: usize,
@@ -133,7 +143,7 @@ impl WireArgs {
             source.rate(),
             source.channels(),
         )?;
-        let sender = Sender::new(SenderConfig {
+        let config = SenderConfig {
             format,
             frames_per_packet: self.frames,
             redundancy: self.redundancy,
@@ -141,7 +151,24 @@ impl WireArgs {
             cname: cname(),
             name: self.name.clone(),
             wall_offset_ns: wall_offset_ns(),
-        })?;
+        };
+        let sender = if format.codec == Codec::Opus {
+            let kbps = self.bitrate.unwrap_or(96 * u32::from(format.channels));
+            let settings = OpusSettings::new(self.opus_frame, kbps, self.complexity)?;
+            let encoder = OpusEncoder::new(format, settings)?;
+            Sender::with_encoder(
+                SenderConfig {
+                    frames_per_packet: settings.frames,
+                    ..config
+                },
+                Some(Box::new(encoder)),
+            )?
+        } else {
+            if self.bitrate.is_some() {
+                bail!("--bitrate applies to --codec opus; l16/l24/f32 send every sample as it is");
+            }
+            Sender::new(config)?
+        };
         if sender.max_packet_bytes() > netjam_engine::sender::MTU_PAYLOAD {
             eprintln!(
                 "netjam: warning: packets of {} bytes exceed a 1500-byte MTU and will be fragmented; fewer --frames or channels avoid that",
@@ -149,6 +176,17 @@ impl WireArgs {
             );
         }
         Ok(sender)
+    }
+}
+
+/// How a sender packs audio, for the start-up line: "packets of 64 frames (1.33 ms)", and
+/// for Opus its look-ahead, the delay the codec adds on top.
+pub fn packets_text(sender: &Sender) -> String {
+    let ms = sender.packet_ns() as f64 / 1e6;
+    let text = format!("packets of {} frames ({ms:.2} ms)", sender.frames_per_packet());
+    match sender.stats().codec_delay_ms {
+        d if d > 0.0 => format!("{text}, codec delay {d:.1} ms"),
+        _ => text,
     }
 }
 
@@ -184,8 +222,8 @@ pub fn run_send(a: SendArgs) -> anyhow::Result<()> {
         Box::new(PacedEndpoint::new(format.rate, a.wire.frames, Some(source), 0, None).with_limit(limit));
     let stop = interrupt_flag();
     eprintln!(
-        "netjam: sending {format} in packets of {} frames to {to}",
-        a.wire.frames
+        "netjam: sending {format} in {} to {to}",
+        packets_text(&process.sender)
     );
     let audio = spawn_audio("netjam-audio", endpoint, process, stop.clone())?;
     let mut status = StatusLine::new();
@@ -299,6 +337,7 @@ pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
         seed: fresh_seed(),
         cname: cname(),
         name: None,
+        decoders: crate::opus::decoders(),
     });
     let socket = UdpTransport::bind(a.listen)
         .with_context(|| format!("cannot listen on {}: is another program using it?", a.listen))?;

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use super::{Endpoint, PeriodStats, PeriodTimer, Process, StopReason, StreamSpec};
 use crate::clock;
+use crate::dl::{cstr_lossy, Library};
 
 /// Why JACK could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -94,33 +95,8 @@ impl JackApi {
     // Each transmute's target is the declared type of the field it initializes.
     #[allow(clippy::missing_transmute_annotations)]
     fn load() -> Result<Self, String> {
-        const NAMES: [&CStr; 3] = [c"libjack.so.0", c"libjack.so", c"libjack.0.dylib"];
-        let mut handle = ptr::null_mut();
-        for name in NAMES {
-            // SAFETY: `name` is a NUL-terminated string; dlopen has no other precondition.
-            handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-            if !handle.is_null() {
-                break;
-            }
-        }
-        if handle.is_null() {
-            // SAFETY: dlerror returns NULL or a NUL-terminated string valid until the next dl call.
-            let why = unsafe { cstr_lossy(libc::dlerror()) };
-            return Err(if why.is_empty() {
-                "libjack.so.0 not found".into()
-            } else {
-                why
-            });
-        }
-        let sym = |name: &CStr| -> Result<*mut c_void, String> {
-            // SAFETY: `handle` is a live library handle (never closed) and `name` is NUL-terminated.
-            let p = unsafe { libc::dlsym(handle, name.as_ptr()) };
-            if p.is_null() {
-                Err(format!("libjack lacks {}", name.to_string_lossy()))
-            } else {
-                Ok(p)
-            }
-        };
+        let lib = Library::open(&[c"libjack.so.0", c"libjack.so", c"libjack.0.dylib"], "libjack")?;
+        let sym = |name: &CStr| lib.sym(name);
         macro_rules! f {
             ($name:literal) => {
                 // SAFETY: the symbol comes from libjack, whose C declaration of this function
@@ -282,16 +258,6 @@ impl ClientHandle {
         let r = unsafe { (self.api.connect)(self.raw, a.as_ptr(), b.as_ptr()) };
         r == 0 || r == libc::EEXIST
     }
-}
-
-/// # Safety
-/// `p` is NULL or a NUL-terminated string valid for the call.
-unsafe fn cstr_lossy(p: *const c_char) -> String {
-    if p.is_null() {
-        return String::new();
-    }
-    // SAFETY: per this function's contract.
-    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
 /// How to set up netjam's JACK client.

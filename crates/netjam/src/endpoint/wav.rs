@@ -84,7 +84,8 @@ impl FrameSource for WavSource {
 }
 
 /// Writes frames to a WAV file whose sample format matches a codec (L16 → 16-bit PCM,
-/// L24 → 24-bit PCM, F32 → 32-bit float), so what arrived is stored without change.
+/// L24 → 24-bit PCM, F32 → 32-bit float), so what arrived is stored without change; Opus
+/// decodes to float, stored as 32-bit float.
 pub struct WavSink {
     writer: Option<WavWriter<BufWriter<File>>>,
     spec: WavSpec,
@@ -105,7 +106,7 @@ impl WavSink {
         let (sample_format, bits_per_sample) = match codec {
             Codec::L16 => (HoundFormat::Int, 16),
             Codec::L24 => (HoundFormat::Int, 24),
-            Codec::F32 => (HoundFormat::Float, 32),
+            Codec::F32 | Codec::Opus => (HoundFormat::Float, 32),
         };
         let spec = WavSpec {
             channels,
