@@ -161,3 +161,81 @@ fn jam_callback_measures_its_round_trip_through_reflect_without_allocating() {
         stats.round_trip_found, stats.round_trip_lost, stats.sent.rtt_ms
     );
 }
+
+#[test]
+fn jam_callback_with_opus_both_ways_does_not_allocate() {
+    use netjam::opus::{decoders, OpusEncoder, OpusSettings};
+    use netjam::session::JamProcess;
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let mut reflect = std::process::Command::new(env!("CARGO_BIN_EXE_netjam"))
+        .args([
+            "reflect",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--duration",
+            "6",
+        ])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("netjam reflect");
+    std::thread::sleep(Duration::from_millis(200));
+    let format = AudioFormat::new(Codec::Opus, 48_000, 2).expect("format");
+    let (io, link) = NetIo::start(
+        UdpTransport::bind("127.0.0.1:0".parse().expect("addr")).expect("bind"),
+        Peer::Fixed(format!("127.0.0.1:{port}").parse().expect("addr")),
+    )
+    .expect("io");
+    // 2.5 ms Opus packets from 64-frame periods, with one redundant copy.
+    let settings = OpusSettings::new(2.5, 192, 5).expect("settings");
+    let encoder =
+        OpusEncoder::new(format, settings).expect("libopus encoder (scripts/deps installs libopus0)");
+    let sender = Sender::with_encoder(
+        SenderConfig {
+            seed: 7,
+            redundancy: 1,
+            ..SenderConfig::new(format, settings.frames)
+        },
+        Some(Box::new(encoder)),
+    )
+    .expect("sender");
+    let mut receiver = Receiver::new(ReceiverConfig {
+        seed: 8,
+        decoders: decoders(),
+        ..ReceiverConfig::new(2)
+    });
+    receiver.set_output_format(format);
+    let gain = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(1.0f32.to_bits()));
+    let (mut jam, _snaps) = JamProcess::new(sender, receiver, link, gain);
+    let mut synth = Synth::new(SynthKind::Music { bpm: 100.0 }, 48_000, 2, 9);
+    let (mut input, mut output) = (vec![0.0f32; 128], vec![0.0f32; 128]);
+    let period = frames_to_ns(64, 48_000);
+    let start = netjam::clock::now_ns();
+    let mut measured_from = 0;
+    for k in 0..3000u64 {
+        // 4 s; the decoder exists from the first packet back, well before 1 s.
+        if k == 750 {
+            measured_from = allocs();
+        }
+        let deadline = start + (k + 1) * period;
+        netjam::clock::sleep_until_ns(deadline);
+        synth.fill(&mut input);
+        jam.process(deadline, &input, &mut output);
+    }
+    let during = allocs() - measured_from;
+    let stats = jam.stats();
+    io.shutdown();
+    let _ = reflect.kill();
+    let _ = reflect.wait();
+    // Rust allocations on the audio thread; libopus itself allocates only when an encoder or
+    // decoder is created (its scratch space is on the stack).
+    assert_eq!(during, 0, "{during} allocations in the jam callback with Opus");
+    let heard = &stats.heard;
+    assert!(heard.decoder.decoded_packets > 1000, "{heard:?}");
+    assert_eq!(heard.undecodable, 0, "{heard:?}");
+    assert_eq!(stats.sent.encode_errors, 0, "{:?}", stats.sent);
+    assert!((stats.sent.codec_delay_ms - 2.5).abs() < 1e-9, "{:?}", stats.sent);
+}
