@@ -371,3 +371,41 @@ fn the_endpoint_runs_whole_periods_on_the_device_clock_without_allocating() {
         periods.realtime
     );
 }
+
+#[test]
+fn a_device_that_goes_away_ends_jam_with_an_error() {
+    let _one = one_at_a_time();
+    let server = Jackd::start("gone");
+    let log = std::env::temp_dir().join(format!("netjam-cpal-gone-{}.log", std::process::id()));
+    let mut jam = Command::new(BIN)
+        .args(["jam", "--device", "jack", "--peer", "127.0.0.1:9"])
+        .args(["--listen", "127.0.0.1:0", "--duration", "15"])
+        .env("JACK_DEFAULT_SERVER", &server.name)
+        .env("JACK_NO_START_SERVER", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("netjam jam");
+    std::thread::sleep(Duration::from_millis(1500));
+    // The device's server goes away under it, as an unplugged card would.
+    drop(server);
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let status = loop {
+        if let Ok(Some(s)) = jam.try_wait() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = jam.kill();
+            let _ = jam.wait();
+            panic!(
+                "netjam jam kept running after its device went away:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let err = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("the sound card stopped calling back"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

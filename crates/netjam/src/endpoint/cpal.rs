@@ -17,7 +17,8 @@
 //! Everything the callbacks touch is reserved when the endpoint opens. They never allocate,
 //! lock, block or log: their counters are atomics that [`Endpoint::run`] and
 //! [`CpalMonitor`] read, and stream errors (a device unplugged) travel through a small ring
-//! to `run`, which ends with an error saying so.
+//! to `run`, which ends with an error saying so. A device that just stops calling back (the
+//! ALSA JACK plugin when its server dies) is called gone after two seconds without progress.
 //!
 //! Built only with the `cpal` cargo feature (on Linux it needs libasound2-dev).
 
@@ -35,6 +36,9 @@ use crate::clock;
 /// Largest number of frames the callbacks convert at once; a bigger device buffer is
 /// handled in slices of this size.
 pub const STAGING_FRAMES: usize = 4096;
+
+/// How long `run` waits for a callback before it calls the stream dead, ns.
+const STALL_NS: u64 = 2_000_000_000;
 
 /// Capacity of the ring from the input callback to the output callback, in frames.
 const BRIDGE_FRAMES: usize = 4 * STAGING_FRAMES;
@@ -442,6 +446,8 @@ struct Shared {
     /// Scheduling of the thread that runs the process (-1 until its first callback).
     policy: AtomicI32,
     priority: AtomicI32,
+    /// Callbacks of the driving stream so far (armed or not).
+    callbacks: AtomicU64,
     /// Frames per callback of the driving stream (0 until the first).
     callback_frames: AtomicUsize,
     adapter_latency: AtomicUsize,
@@ -460,6 +466,7 @@ impl Default for Shared {
             panicked: AtomicBool::new(false),
             policy: AtomicI32::new(-1),
             priority: AtomicI32::new(0),
+            callbacks: AtomicU64::new(0),
             callback_frames: AtomicUsize::new(0),
             adapter_latency: AtomicUsize::new(0),
             adapter_underruns: AtomicU64::new(0),
@@ -514,7 +521,7 @@ fn promote_and_record(shared: Option<&Shared>, want_realtime: bool) {
 
 /// The state of the callback that runs the process: the output callback, or the input
 /// callback when there is no output device.
-pub struct Driver {
+struct Driver {
     spec: StreamSpec,
     slot: Arc<ProcessSlot>,
     shared: Arc<Shared>,
@@ -617,6 +624,7 @@ impl Driver {
     /// Run `f` unless an earlier callback panicked; a panic must not unwind into the host:
     /// the stream goes silent and `run` reports it.
     fn guarded(&mut self, frames: usize, f: impl FnOnce(&mut Self)) {
+        self.shared.callbacks.fetch_add(1, Ordering::Relaxed);
         if self.failed {
             return;
         }
@@ -1897,9 +1905,23 @@ impl Endpoint for CpalEndpoint {
         // SAFETY: not armed yet, so no callback reads the slot (see `ProcessSlot`).
         unsafe { *self.slot.process.get() = Some(process) };
         self.slot.armed.store(true, Ordering::Release);
+        // Some devices just stop calling back when they go away (the ALSA JACK plugin when
+        // its server dies): a stream that makes no progress for this long has failed.
+        let buffer_ns = netjam_engine::time::frames_to_ns(STAGING_FRAMES as u64, self.spec.rate);
+        let stall_ns = STALL_NS.max(4 * buffer_ns);
+        let mut progress = (self.shared.callbacks.load(Ordering::Relaxed), clock::now_ns());
         let reason = loop {
             if stop.load(Ordering::Relaxed) {
                 break Ok(StopReason::Stopped);
+            }
+            let (callbacks, now) = (self.shared.callbacks.load(Ordering::Relaxed), clock::now_ns());
+            if callbacks != progress.0 {
+                progress = (callbacks, now);
+            } else if now - progress.1 > stall_ns {
+                break Err(anyhow::anyhow!(
+                    "the sound card stopped calling back for {:.1} s (was it unplugged, or its sound server stopped?)",
+                    (now - progress.1) as f64 / 1e9
+                ));
             }
             if self.shared.failed.load(Ordering::Acquire) {
                 let why = self.stream_error().unwrap_or_else(|| "a stream failed".into());
