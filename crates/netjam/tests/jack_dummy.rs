@@ -392,6 +392,96 @@ fn jam_through_jack_against_reflect_has_a_stable_round_trip() {
 }
 
 #[test]
+fn opus_through_jack_then_a_live_period_change_stops_jam_with_a_message() {
+    let _one = one_server_at_a_time();
+    let server = Jackd::start("period", 64);
+    let client = format!("njp{}", std::process::id());
+    let port = free_udp_port();
+    let log = std::env::temp_dir().join(format!("netjam-jack-period-{}.log", std::process::id()));
+    let _reflect = Killed(
+        Command::new(BIN)
+            .args([
+                "reflect",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--duration",
+                "15",
+            ])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("netjam reflect"),
+    );
+    let mut jam = Killed(
+        server
+            .client(&mut Command::new(BIN))
+            .args([
+                "jam",
+                "--jack",
+                "--jack-name",
+                &client,
+                "--no-connect",
+                "--channels",
+                "2",
+            ])
+            .args([
+                "--codec",
+                "opus",
+                "--peer",
+                &format!("127.0.0.1:{port}"),
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .args(["--duration", "12"])
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("netjam jam"),
+    );
+    let stderr = || std::fs::read_to_string(&log).unwrap_or_default();
+    server.wait_for_port(&format!("{client}:send_1"), "netjam jam --jack --codec opus");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        stderr().contains("opus/48000/2ch, packets of 120 frames (2.50 ms), codec delay 2.5 ms"),
+        "{}",
+        stderr()
+    );
+    assert!(
+        jam.0.try_wait().expect("wait").is_none(),
+        "jam stopped early:\n{}",
+        stderr()
+    );
+    let changed = server.run_bounded(
+        {
+            let mut c = Command::new("jack_bufsize");
+            c.arg("128");
+            c
+        },
+        Duration::from_secs(5),
+    );
+    assert!(
+        changed.is_some_and(|o| o.status.success()),
+        "jack_bufsize 128 failed"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        if let Some(s) = jam.0.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "jam kept running after the period changed:\n{}",
+            stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success(), "{}", stderr());
+    assert!(
+        stderr().contains("the JACK server changed its period from 64 frames; restart netjam"),
+        "{}",
+        stderr()
+    );
+}
+
+#[test]
 fn jam_without_a_server_says_how_to_start_one() {
     let out = Command::new(BIN)
         .args([

@@ -95,3 +95,63 @@ fn jam_against_reflect_hears_its_own_round_trip() {
     );
     eprintln!("in-band round trip through netjam reflect: click {rtt_ms:.2} ms ({onset} frames), meter {meter_ms:.2} ms");
 }
+
+/// Dominant frequency of the first channel of a WAV over its second half, from zero crossings.
+fn frequency(path: &std::path::Path) -> f64 {
+    let mut r = hound::WavReader::open(path).expect("open wav");
+    let spec = r.spec();
+    let ch = spec.channels as usize;
+    let x: Vec<f32> = match spec.sample_format {
+        hound::SampleFormat::Float => r.samples::<f32>().map(|s| s.expect("sample")).collect(),
+        hound::SampleFormat::Int => {
+            let scale = (1u64 << (spec.bits_per_sample - 1)) as f32;
+            r.samples::<i32>()
+                .map(|s| s.expect("sample") as f32 / scale)
+                .collect()
+        }
+    };
+    let mono: Vec<f32> = x.chunks(ch).map(|f| f[0]).collect();
+    let half = &mono[mono.len() / 2..];
+    let crossings = half.windows(2).filter(|w| w[0] < 0.0 && w[1] >= 0.0).count();
+    crossings as f64 * f64::from(spec.sample_rate) / half.len() as f64
+}
+
+#[test]
+fn two_players_hear_each_other_one_on_opus_the_other_on_pcm() {
+    let dir = std::env::temp_dir().join(format!("netjam-duo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let free = || {
+        std::net::UdpSocket::bind("127.0.0.1:0")
+            .expect("bind")
+            .local_addr()
+            .expect("addr")
+            .port()
+    };
+    let (pa, pb) = (free(), free());
+    let player = |listen: u16, peer: u16, tone: &str, codec: &str, heard: &std::path::Path| {
+        Command::new(BIN)
+            .args(["jam", "--listen", &format!("127.0.0.1:{listen}")])
+            .args(["--peer", &format!("127.0.0.1:{peer}")])
+            .args(["--sine", tone, "--channels", "2", "--codec", codec])
+            .args(["--duration", "3", "--output", heard.to_str().expect("path")])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("netjam jam")
+    };
+    let (heard_a, heard_b) = (dir.join("a.wav"), dir.join("b.wav"));
+    let a = player(pa, pb, "440", "opus", &heard_a);
+    let b = player(pb, pa, "660", "l24", &heard_b);
+    let (a, b) = (a.wait_with_output().expect("a"), b.wait_with_output().expect("b"));
+    let (ea, eb) = (
+        String::from_utf8_lossy(&a.stderr),
+        String::from_utf8_lossy(&b.stderr),
+    );
+    assert!(a.status.success(), "{ea}");
+    assert!(b.status.success(), "{eb}");
+    // Each hears the other's tone: A (sending Opus) hears B's 660 Hz in L24, B hears A's
+    // 440 Hz through Opus.
+    let (fa, fb) = (frequency(&heard_a), frequency(&heard_b));
+    assert!((fa - 660.0).abs() < 5.0, "A heard {fa:.1} Hz:\n{ea}");
+    assert!((fb - 440.0).abs() < 5.0, "B heard {fb:.1} Hz:\n{eb}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
