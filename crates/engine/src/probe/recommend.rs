@@ -36,14 +36,20 @@ pub enum SampleFormat {
     L16,
     L24,
     F32,
+    /// Opus at a constant bitrate (kbit/s for the whole stream).
+    Opus {
+        kbps: u32,
+    },
 }
 
 impl SampleFormat {
+    /// Bytes per sample of one channel; 0 for Opus, whose size follows its bitrate.
     pub fn bytes(self) -> usize {
         match self {
             SampleFormat::L16 => 2,
             SampleFormat::L24 => 3,
             SampleFormat::F32 => 4,
+            SampleFormat::Opus { .. } => 0,
         }
     }
 }
@@ -59,7 +65,32 @@ pub struct AudioFormat {
 impl AudioFormat {
     /// UDP payload size of one packet of `frames` frames.
     pub fn packet_size(&self, frames: u32) -> usize {
-        RTP_HEADER_LEN + FORMAT_EXTENSION_LEN + frames as usize * self.channels as usize * self.sample.bytes()
+        let audio = match self.sample {
+            SampleFormat::Opus { kbps } => {
+                let bits = u64::from(kbps) * 1000 * u64::from(frames) / u64::from(self.rate_hz.max(1));
+                bits.div_ceil(8) as usize
+            }
+            s => frames as usize * self.channels as usize * s.bytes(),
+        };
+        RTP_HEADER_LEN + FORMAT_EXTENSION_LEN + audio
+    }
+
+    /// The frames-per-packet values a sender of this format can use: 16 to 512 for PCM,
+    /// Opus's 2.5, 5, 10 and 20 ms frames for Opus.
+    pub fn candidate_frames(&self) -> &'static [u32] {
+        match self.sample {
+            SampleFormat::Opus { .. } => &crate::codec::OPUS_FRAME_SIZES,
+            _ => &FRAMES_PER_PACKET,
+        }
+    }
+
+    /// Delay the codec adds on top of the packet time, ms (Opus's look-ahead in its
+    /// restricted-low-delay mode).
+    pub fn codec_delay_ms(&self) -> f64 {
+        match self.sample {
+            SampleFormat::Opus { .. } => 2.5,
+            _ => 0.0,
+        }
     }
 
     /// Packet time of `frames` frames in milliseconds.
@@ -82,7 +113,8 @@ pub struct SweepPoint {
 /// Points are ordered by packet rate.
 pub fn sweep_grid(format: &AudioFormat) -> Vec<SweepPoint> {
     let rate = format.rate_hz.max(1) as f64;
-    let mut pts: Vec<SweepPoint> = FRAMES_PER_PACKET
+    let mut pts: Vec<SweepPoint> = format
+        .candidate_frames()
         .iter()
         .map(|&f| SweepPoint {
             frames: Some(f),
@@ -186,7 +218,7 @@ fn candidate(format: &AudioFormat, r: &PointResult, loss_limit_pct: f64) -> Opti
         packet_time_ms: packet_time,
         jitter_buffer_ms: jb.max(0.0),
         one_way_ms: one_way.max(0.0),
-        expected_ms: packet_time + jb.max(0.0) + one_way.max(0.0),
+        expected_ms: packet_time + format.codec_delay_ms() + jb.max(0.0) + one_way.max(0.0),
         loss_pct: loss,
         within_loss_limit: loss <= loss_limit_pct,
     })
@@ -287,6 +319,20 @@ mod tests {
             rate_hz: 48_000,
             channels: 2,
         }
+    }
+
+    #[test]
+    fn opus_candidates_are_its_frame_sizes_with_packets_sized_by_bitrate() {
+        let f = AudioFormat {
+            sample: SampleFormat::Opus { kbps: 192 },
+            rate_hz: 48_000,
+            channels: 2,
+        };
+        let frames: Vec<_> = sweep_grid(&f).iter().filter_map(|p| p.frames).collect();
+        assert_eq!(frames, [960, 480, 240, 120]);
+        // 192 kbit/s for 2.5 ms = 60 bytes of audio after the RTP header and extension.
+        assert_eq!(f.packet_size(120), RTP_HEADER_LEN + FORMAT_EXTENSION_LEN + 60);
+        assert_eq!(f.codec_delay_ms(), 2.5);
     }
 
     fn result(frames: u32, one_way: f64, pdv_p99: f64, loss: f64) -> PointResult {

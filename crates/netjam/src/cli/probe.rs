@@ -565,6 +565,7 @@ pub enum CodecArg {
     L16,
     L24,
     F32,
+    Opus,
 }
 
 #[derive(Debug, Args)]
@@ -573,6 +574,9 @@ pub struct SweepArgs {
     pub target: String,
     #[arg(long, value_enum, default_value = "l16")]
     pub codec: CodecArg,
+    /// Opus: the stream's bitrate in kbit/s, which sets its packet sizes (default: 96 per channel).
+    #[arg(long, value_name = "KBPS")]
+    pub bitrate: Option<u32>,
     /// Audio sample rate in Hz.
     #[arg(long, default_value_t = 48_000)]
     pub rate: u32,
@@ -821,6 +825,9 @@ pub fn run_sweep(a: SweepArgs) -> anyhow::Result<()> {
             CodecArg::L16 => SampleFormat::L16,
             CodecArg::L24 => SampleFormat::L24,
             CodecArg::F32 => SampleFormat::F32,
+            CodecArg::Opus => SampleFormat::Opus {
+                kbps: a.bitrate.unwrap_or(96 * u32::from(a.channels)),
+            },
         },
         rate_hz: a.rate,
         channels: a.channels,
