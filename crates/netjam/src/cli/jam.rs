@@ -21,11 +21,11 @@ use netjam_engine::wire::Codec;
 use super::common::{cname, fresh_seed, resolve, BufferArg};
 use super::stream::{packets_text, write_json, SourceArgs, WireArgs};
 use crate::clock;
-use crate::endpoint::jack::{JackConfig, JackEndpoint, JackMonitor, Realtime};
+use crate::endpoint::jack::{JackConfig, JackEndpoint, JackMonitor};
 use crate::endpoint::paced::PacedEndpoint;
 use crate::endpoint::raw::RawSink;
 use crate::endpoint::wav::WavSink;
-use crate::endpoint::{Endpoint, FrameSink, FrameSource, PeriodStats, SampleFormat};
+use crate::endpoint::{Endpoint, FrameSink, FrameSource, PeriodStats, Realtime, SampleFormat};
 use crate::session::{interrupt_flag, spawn_audio, JamProcess, JamStats, NetIo, Peer, Snapshot};
 use crate::status::{codec_delay, meter, StatusLine};
 use crate::transport::UdpTransport;
@@ -429,7 +429,8 @@ mod card {
     use anyhow::{bail, Context};
 
     use super::JamArgs;
-    use crate::endpoint::cpal::{CpalConfig, CpalEndpoint, CpalMonitor, Realtime};
+    use crate::endpoint::cpal::{CpalConfig, CpalEndpoint, CpalMonitor};
+    use crate::endpoint::Realtime;
     use crate::endpoint::{Endpoint, PeriodStats, StreamSpec};
 
     /// An open sound card.

@@ -30,7 +30,7 @@ use std::time::Duration;
 use cpal::traits::{DeviceTrait, HostTrait, StreamTrait};
 use cpal::{BufferSize, SampleFormat as DeviceFormat, StreamConfig, SupportedBufferSize};
 
-use super::{Endpoint, PeriodStats, PeriodTimer, Process, StopReason, StreamSpec};
+use super::{Endpoint, PeriodStats, PeriodTimer, Process, Realtime, StopReason, StreamSpec};
 use crate::clock;
 
 /// Largest number of frames the callbacks convert at once; a bigger device buffer is
@@ -1327,31 +1327,6 @@ fn side(host: &cpal::Host, dir: Direction, device: cpal::Device) -> Result<Side,
     })
 }
 
-/// Whether a thread runs at realtime priority.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Realtime {
-    /// SCHED_FIFO or SCHED_RR at this priority.
-    Yes { priority: i32 },
-    /// An ordinary time-shared thread (the OS may still favour it: CoreAudio and WASAPI
-    /// schedule their own audio threads).
-    No,
-    /// The first callback has not run yet.
-    Unknown,
-}
-
-impl std::fmt::Display for Realtime {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Realtime::Yes { priority } => write!(f, "realtime (priority {priority})"),
-            Realtime::No => write!(
-                f,
-                "NOT realtime on Linux's terms (allow it with an rtprio limit, e.g. `@audio - rtprio 95` in /etc/security/limits.conf)"
-            ),
-            Realtime::Unknown => write!(f, "realtime: not known yet"),
-        }
-    }
-}
-
 /// A handle that reports how the running endpoint is doing, readable from any thread.
 #[derive(Debug, Clone)]
 pub struct CpalMonitor {
@@ -1361,17 +1336,13 @@ pub struct CpalMonitor {
 impl CpalMonitor {
     /// How the thread that runs the process is scheduled.
     pub fn realtime(&self) -> Realtime {
-        let policy = self.shared.policy.load(Ordering::Relaxed);
-        if policy < 0 {
-            return Realtime::Unknown;
-        }
-        #[cfg(unix)]
-        if policy == libc::SCHED_FIFO || policy == libc::SCHED_RR {
-            return Realtime::Yes {
-                priority: self.shared.priority.load(Ordering::Relaxed),
-            };
-        }
-        Realtime::No
+        // CoreAudio and WASAPI schedule their own audio threads: "not realtime" is on
+        // Linux's terms.
+        Realtime::from_policy(
+            self.shared.policy.load(Ordering::Relaxed),
+            self.shared.priority.load(Ordering::Relaxed),
+            "allow it with an rtprio limit, e.g. `@audio - rtprio 95` in /etc/security/limits.conf",
+        )
     }
 
     /// Over- and underruns the host reported.

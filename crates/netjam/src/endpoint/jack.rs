@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use super::{Endpoint, PeriodStats, PeriodTimer, Process, StopReason, StreamSpec};
+use super::{Endpoint, PeriodStats, PeriodTimer, Process, Realtime, StopReason, StreamSpec};
 use crate::clock;
 use crate::dl::{cstr_lossy, Library};
 
@@ -445,30 +445,6 @@ impl CallbackState {
     }
 }
 
-/// Whether JACK's process thread runs at realtime priority.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Realtime {
-    /// SCHED_FIFO or SCHED_RR at this priority.
-    Yes { priority: i32 },
-    /// An ordinary time-shared thread.
-    No,
-    /// The first period has not run yet.
-    Unknown,
-}
-
-impl std::fmt::Display for Realtime {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Realtime::Yes { priority } => write!(f, "realtime (priority {priority})"),
-            Realtime::No => write!(
-                f,
-                "NOT realtime (the JACK server lacks realtime rights: run jackd with -R as a member of the audio group)"
-            ),
-            Realtime::Unknown => write!(f, "realtime: not known yet"),
-        }
-    }
-}
-
 /// A handle that reports how the running endpoint is doing, readable from any thread.
 #[derive(Debug, Clone)]
 pub struct JackMonitor {
@@ -477,16 +453,11 @@ pub struct JackMonitor {
 
 impl JackMonitor {
     pub fn realtime(&self) -> Realtime {
-        let policy = self.stats.policy.load(Ordering::Relaxed);
-        if policy < 0 {
-            Realtime::Unknown
-        } else if policy == libc::SCHED_FIFO || policy == libc::SCHED_RR {
-            Realtime::Yes {
-                priority: self.stats.priority.load(Ordering::Relaxed),
-            }
-        } else {
-            Realtime::No
-        }
+        Realtime::from_policy(
+            self.stats.policy.load(Ordering::Relaxed),
+            self.stats.priority.load(Ordering::Relaxed),
+            "the JACK server lacks realtime rights: run jackd with -R as a member of the audio group",
+        )
     }
 
     /// xruns the server reported since the client started.

@@ -53,6 +53,44 @@ pub enum StopReason {
 /// less than 2^k µs (the last bucket takes the rest).
 pub const HISTOGRAM_BUCKETS: usize = 16;
 
+/// Whether an endpoint's callback thread runs at realtime priority.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Realtime {
+    /// SCHED_FIFO or SCHED_RR at this priority.
+    Yes { priority: i32 },
+    /// An ordinary time-shared thread; `advice` says how to get realtime rights.
+    No { advice: &'static str },
+    /// The first callback has not run yet.
+    Unknown,
+}
+
+impl Realtime {
+    /// From the scheduling `policy` and `priority` a callback saw (`policy` < 0: not yet).
+    pub fn from_policy(policy: i32, priority: i32, advice: &'static str) -> Self {
+        #[cfg(unix)]
+        let fifo_or_rr = policy == libc::SCHED_FIFO || policy == libc::SCHED_RR;
+        #[cfg(not(unix))]
+        let fifo_or_rr = false;
+        if policy < 0 {
+            Realtime::Unknown
+        } else if fifo_or_rr {
+            Realtime::Yes { priority }
+        } else {
+            Realtime::No { advice }
+        }
+    }
+}
+
+impl std::fmt::Display for Realtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Realtime::Yes { priority } => write!(f, "realtime (priority {priority})"),
+            Realtime::No { advice } => write!(f, "NOT realtime ({advice})"),
+            Realtime::Unknown => write!(f, "realtime: not known yet"),
+        }
+    }
+}
+
 /// Timing of the periods an endpoint ran, as a realtime OS would report it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct PeriodStats {
