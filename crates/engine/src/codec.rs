@@ -218,7 +218,10 @@ impl DecodeQueue {
             }
             None => return,
         };
-        if ts < next {
+        // Entirely decoded or concealed already: late. A packet that overlaps the decoded
+        // stream but reaches past it (a sender whose timestamps are not on a grid of whole
+        // packets, as GStreamer's first Opus packets are) is decoded for what is new.
+        if ts + u64::from(frames) <= next {
             if primary {
                 self.stats.late_packets += 1;
             }
@@ -266,9 +269,19 @@ impl DecodeQueue {
                 .filter(|&t| t != EMPTY && t > next)
                 .min();
             let gap = held.map_or(u64::from(self.last_frames), |t| t - next);
-            let step = gap.clamp(1, u64::from(OPUS_MAX_FRAMES / 2));
-            // The decoder conceals in whole 2.5 ms steps.
-            let step = step.div_ceil(120) * 120;
+            // The decoder conceals in whole 2.5 ms steps, never past a held packet: a gap
+            // shorter than a step (timestamps off the grid) is left to the jitter buffer's
+            // own concealment and decoding goes on from the held packet.
+            let step = match held {
+                Some(t) if gap < 120 => {
+                    self.next_ts = Some(t);
+                    self.drain(sink);
+                    next = self.next_ts.unwrap_or(t);
+                    continue;
+                }
+                Some(_) => gap.min(u64::from(OPUS_MAX_FRAMES / 2)) / 120 * 120,
+                None => gap.clamp(1, u64::from(OPUS_MAX_FRAMES / 2)).div_ceil(120) * 120,
+            };
             let ch = self.channels;
             let n = step as usize;
             let Some(decoder) = self.decoder.as_mut() else {
@@ -289,9 +302,9 @@ impl DecodeQueue {
             self.stats.concealed_frames += step;
             next += step;
             self.next_ts = Some(next);
-            // Held packets the concealment ran past can no longer be decoded in order.
-            for t in self.slot_ts.iter_mut() {
-                if *t != EMPTY && *t < next {
+            // Held packets the concealment ran past can no longer be decoded.
+            for (t, f) in self.slot_ts.iter_mut().zip(self.slot_frames) {
+                if *t != EMPTY && *t + u64::from(f) <= next {
                     *t = EMPTY;
                     self.stats.late_packets += 1;
                 }
@@ -305,10 +318,24 @@ impl DecodeQueue {
         self.slot_ts.iter().position(|&t| t == ts)
     }
 
+    /// The held packet that continues the stream at `next`: the earliest that starts at or
+    /// before it and reaches past it.
+    fn continuing(&self, next: u64) -> Option<usize> {
+        (0..SLOTS)
+            .filter(|&s| {
+                let t = self.slot_ts[s];
+                t != EMPTY && t <= next && t + u64::from(self.slot_frames[s]) > next
+            })
+            .min_by_key(|&s| self.slot_ts[s])
+    }
+
     /// Decode held packets while the next one is there.
     fn drain(&mut self, sink: &mut impl FnMut(Option<u64>, u64, &[f32])) {
         while let Some(next) = self.next_ts {
-            let Some(slot) = self.find(next) else { return };
+            let Some(slot) = self.continuing(next) else {
+                return;
+            };
+            let ts = self.slot_ts[slot];
             self.slot_ts[slot] = EMPTY;
             let frames = self.slot_frames[slot];
             let ch = self.channels;
@@ -323,9 +350,10 @@ impl DecodeQueue {
             };
             match decoded {
                 Some(n) => {
+                    // Frames before `next` are already there; the sink keeps those.
                     sink(
                         Some(self.slot_arrival[slot]),
-                        next,
+                        ts,
                         &out[..n.min(frames as usize) * ch],
                     );
                     self.stats.decoded_packets += 1;
@@ -334,7 +362,7 @@ impl DecodeQueue {
             }
             self.in_gap = false;
             self.last_frames = frames;
-            self.next_ts = Some(next + u64::from(frames));
+            self.next_ts = Some(ts + u64::from(frames));
         }
     }
 }
@@ -476,6 +504,30 @@ mod tests {
         assert_eq!(q.stats().dropped_packets, 3 + 8);
         q.conceal_until(&mut sink(&mut got), 240);
         assert_eq!(q.stats().decoded_packets, 1 + SLOTS as u64);
+    }
+
+    #[test]
+    fn timestamps_off_the_packet_grid_keep_decoding() {
+        // As GStreamer's opusenc sends 20 ms packets: the second starts 312 frames (its
+        // look-ahead) early, then every packet follows on 960 frames later.
+        let (mut q, mut got) = (queue(), Got::new());
+        let p20 = |mark: u8| [19u8 << 3, mark];
+        q.push(&mut sink(&mut got), 0, 0, &p20(1), true);
+        q.push(&mut sink(&mut got), 0, 648, &p20(2), true);
+        q.push(&mut sink(&mut got), 0, 1608, &p20(3), true);
+        assert_eq!(q.stats().decoded_packets, 3, "{:?}", q.stats());
+        assert_eq!(q.stats().late_packets, 0);
+        // A lost packet then one off the grid: concealment stops short of the held packet
+        // (whole 2.5 ms steps) and decoding goes on from it.
+        q.push(&mut sink(&mut got), 0, 3600, &p20(5), true);
+        q.conceal_until(&mut sink(&mut got), 3700);
+        assert_eq!(
+            q.stats().concealed_frames,
+            960,
+            "1032 missing: 960 concealed, 72 left: {got:?}"
+        );
+        assert_eq!(q.stats().decoded_packets, 4, "{got:?}");
+        assert_eq!(got.last().map(|g| (g.1, g.3)), Some((3600, 5.0)));
     }
 
     #[test]
