@@ -94,6 +94,21 @@ fn jam_against_reflect_hears_its_own_round_trip() {
         "meter {meter_ms:.2} ms vs click {rtt_ms:.2} ms"
     );
     eprintln!("in-band round trip through netjam reflect: click {rtt_ms:.2} ms ({onset} frames), meter {meter_ms:.2} ms");
+    // Where the time goes, stage by stage, next to the measured round trip.
+    let stages = &report["stages"];
+    assert_eq!(stages["round_trip_ms"].as_f64(), Some(meter_ms), "{stages}");
+    let packet_ms = stages["packet_ms"].as_f64().expect("packet_ms");
+    assert!((packet_ms - 64.0 / 48.0).abs() < 1e-3, "{stages}");
+    assert_eq!(stages["codec_ms"].as_f64(), Some(0.0), "{stages}");
+    assert!(stages["network_ms"].as_f64().is_some(), "{stages}");
+    assert!(
+        stages["jitter_buffer_ms"].as_f64().is_some_and(|j| j > 0.0),
+        "{stages}"
+    );
+    assert!(
+        stages["device_ms"].is_null(),
+        "no device with a paced source: {stages}"
+    );
 }
 
 /// Dominant frequency of the first channel of a WAV over its second half, from zero crossings.

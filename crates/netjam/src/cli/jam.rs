@@ -128,6 +128,45 @@ struct JamReport {
     jack: Option<JackReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     device: Option<card::Report>,
+    stages: Stages,
+}
+
+/// What each stage of the path adds, beside the round trip measured in band, so a player
+/// sees where the time goes.
+#[derive(Debug, serde::Serialize)]
+struct Stages {
+    /// The mouth-to-ear round trip found in band (with `--measure-roundtrip`), ms.
+    round_trip_ms: Option<f64>,
+    /// RTCP's round trip: the network both ways and the far end's turnaround, ms.
+    network_ms: Option<f64>,
+    /// The packet's worth of audio the sender waits for, ms.
+    packet_ms: f64,
+    /// The encoder's look-ahead (Opus), ms.
+    codec_ms: f64,
+    /// Mean time from a packet's arrival to its first frame played, ms.
+    jitter_buffer_ms: f64,
+    /// The device's own buffering where netjam knows it (a period each way for JACK; the
+    /// callbacks each way plus the capture-to-playback cushion for a sound card), ms.
+    device_ms: Option<f64>,
+}
+
+impl std::fmt::Display for Stages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.2} ms"));
+        write!(
+            f,
+            "network {} (RTCP round trip), packet {:.2} ms, codec {:.2} ms, jitter buffer {:.2} ms, device {}",
+            ms(self.network_ms),
+            self.packet_ms,
+            self.codec_ms,
+            self.jitter_buffer_ms,
+            ms(self.device_ms)
+        )?;
+        if let Some(rt) = self.round_trip_ms {
+            write!(f, "; measured in band: {rt:.2} ms mouth to ear")?;
+        }
+        Ok(())
+    }
 }
 
 /// How the JACK side ran.
@@ -278,6 +317,7 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     let gain = if a.mute { 0.0 } else { 10f32.powf(a.gain / 20.0) };
     let gain = Arc::new(AtomicU32::new(gain.to_bits()));
     let packets = packets_text(&sender);
+    let packet_ms = sender.packet_ns() as f64 / 1e6;
     let (mut process, mut snaps) = JamProcess::new(sender, receiver, link, gain);
     process.measure_round_trip(a.measure_roundtrip);
     let sink: Option<Box<dyn FrameSink>> = match (&a.output, a.stdout) {
@@ -397,6 +437,20 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         }
     });
     let device = card_info.map(|monitor| monitor.report(format.rate, a.wire.frames, &periods));
+    let frames_ms = |frames: f64| frames * 1e3 / f64::from(format.rate);
+    let stages = Stages {
+        round_trip_ms: stats.round_trip_ms,
+        network_ms: stats.sent.rtt_ms,
+        packet_ms,
+        codec_ms: stats.sent.codec_delay_ms,
+        jitter_buffer_ms: stats.heard.jitter_buffer.added_latency_ms,
+        device_ms: match (&jack, &device) {
+            (Some(j), _) => Some(frames_ms(2.0 * f64::from(j.period))),
+            (None, Some(d)) => Some(frames_ms(d.device_frames() as f64)),
+            (None, None) => None,
+        },
+    };
+    eprintln!("netjam: where the time goes: {stages}");
     if let Some(path) = &a.stats_json {
         write_json(
             path,
@@ -406,6 +460,7 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
                 series,
                 jack,
                 device,
+                stages,
             },
         )?;
     }
@@ -452,6 +507,14 @@ mod card {
         adapter_underruns: u64,
         bridge_underruns: u64,
         bridge_dropped_frames: u64,
+    }
+
+    impl Report {
+        /// Frames the card path holds: a callback each way plus the capture-to-playback
+        /// cushion.
+        pub fn device_frames(&self) -> usize {
+            2 * self.callback_frames + self.added_latency_frames
+        }
     }
 
     /// Open the sound card the flags name, with `--frames` as its period and `--rate` and
@@ -610,6 +673,12 @@ mod card {
             unreachable!("{NEVER}")
         }
         pub fn report(&self, _rate: u32, _period: u32, _periods: &PeriodStats) -> Report {
+            unreachable!("{NEVER}")
+        }
+    }
+
+    impl Report {
+        pub fn device_frames(&self) -> usize {
             unreachable!("{NEVER}")
         }
     }
