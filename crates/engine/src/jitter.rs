@@ -125,6 +125,10 @@ pub struct JitterBuffer {
     /// Smallest excess delay (ns) seen since `last_shrink_ns`: shrink only what was
     /// too much all along, never on one late sample.
     min_excess_ns: i64,
+    /// Largest playout error (ns) seen since `last_early_ns`: playout that ran early all
+    /// through a window waits by as much (see [`Self::early_lead`]).
+    max_err_ns: i64,
+    last_early_ns: u64,
     latency_sum_ms: f64,
     latency_n: u64,
     /// Follows the sender's clock: always estimating, resampling when enabled.
@@ -162,6 +166,8 @@ impl JitterBuffer {
             last_shrink_ns: 0,
             redundancy_wait_ns: 0,
             min_excess_ns: i64::MAX,
+            max_err_ns: i64::MIN,
+            last_early_ns: 0,
             latency_sum_ms: 0.0,
             latency_n: 0,
             drift: DriftCorrector::new(
@@ -206,6 +212,8 @@ impl JitterBuffer {
         self.highest_end = 0;
         self.late_run = 0;
         self.min_excess_ns = i64::MAX;
+        self.max_err_ns = i64::MIN;
+        self.last_early_ns = 0;
         self.drift.relock();
         if let Some(q) = self.coded.as_mut() {
             q.reset();
@@ -517,11 +525,22 @@ impl JitterBuffer {
         } else {
             0
         };
+        // Without resampling, playout that ran early a whole window starts this period
+        // with a short concealed stretch (the resampler's loop holds the error near zero).
+        let lead = if self.drift_enabled || self.has_decoder() {
+            0
+        } else {
+            self.early_lead(now_ns, err, frames, play_ts)
+        };
+        if lead > 0 {
+            self.concealer.conceal(&mut out[..lead * ch]);
+            self.stats.inserted_frames += lead as u64;
+        }
         let consumed = {
             let block: &mut [f32] = if self.drift_enabled {
                 &mut input[..need * ch]
             } else {
-                &mut *out
+                &mut out[lead * ch..]
             };
             self.fill_input(now_ns, play_ts, err, period_ns, block, delay_frames)
         };
@@ -532,6 +551,31 @@ impl JitterBuffer {
         }
         self.scratch = input;
         self.play_ts = Some(play_ts + consumed);
+    }
+
+    /// Frames to wait before this period's audio. The target assumes a period starts reading
+    /// when its first frame is due, so that its last frames have a period's slack; a block
+    /// is inserted only when playout runs half a period early, so between the two it can run
+    /// early for good and read the ends of its periods before their packets are due (a few
+    /// concealed frames, again and again). When every period of a window ran early by more
+    /// than a quarter period, wait by that much (at most half a period) once. Compressed
+    /// streams wait half a period from the start instead (see [`Self::play`]).
+    fn early_lead(&mut self, now_ns: u64, err: i64, frames: usize, play_ts: u64) -> usize {
+        const EARLY_WINDOW_NS: u64 = 250_000_000;
+        if self.last_early_ns == 0 {
+            self.last_early_ns = now_ns;
+        }
+        self.max_err_ns = self.max_err_ns.max(err);
+        if now_ns < self.last_early_ns + EARLY_WINDOW_NS {
+            return 0;
+        }
+        let early = std::mem::replace(&mut self.max_err_ns, i64::MIN);
+        self.last_early_ns = now_ns;
+        let period_ns = frames_to_ns(frames as u64, self.rate) as i64;
+        if early > -period_ns / 4 || !self.stream_started(play_ts) {
+            return 0;
+        }
+        (ns_to_frames(early.unsigned_abs(), self.rate) as usize).min(frames / 2)
     }
 
     /// Fill `block` with the input frames due from `play_ts` (skipping some with a

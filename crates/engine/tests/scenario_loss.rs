@@ -76,3 +76,29 @@ fn more_redundancy_survives_bursts() {
         "concealed: red0 {none}, red3 {three} ({ratio3:.2})"
     );
 }
+
+#[test]
+fn packets_longer_than_a_period_lose_only_what_was_lost_at_any_playout_phase() {
+    // 2.5 ms packets into 64-frame periods: a period often ends a few frames into the next
+    // packet. Playout that locked early (here, seed 43) used to read those frames before they
+    // were due, again and again, concealing a few each time beside the real losses.
+    let format = AudioFormat::new(Codec::L16, 48_000, 2).expect("format");
+    for seed in [41, 43, 44, 45] {
+        let mut s = Session::new(format, 120, 0, lossy(LossModel::bursty(0.02, 2.0)), seed);
+        s.run(20_000_000_000);
+        let jb = s.receiver.stats().jitter_buffer;
+        let lost = s.up.stats().lost;
+        assert!(lost > 100, "seed {seed}: lost {lost}");
+        // Only the lost packets' frames are concealed (plus at most one period of re-alignment).
+        assert!(
+            jb.concealed_frames <= lost * 120 + 64,
+            "seed {seed}: concealed {} for {lost} lost packets: {jb:?}",
+            jb.concealed_frames
+        );
+        assert!(
+            jb.concealment_events <= lost,
+            "seed {seed}: {} concealments for {lost} lost packets",
+            jb.concealment_events
+        );
+    }
+}
