@@ -2,31 +2,16 @@
 //! both ways, bit-exact: GStreamer's rtpL16pay → `netjam recv --codec/--rate/--channels`,
 //! and `netjam send` → GStreamer's rtpL16depay.
 
-use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, UdpSocket};
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_netjam");
-
-fn gst() -> &'static str {
-    let ok = Command::new("gst-inspect-1.0")
-        .arg("rtpL16pay")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    assert!(
-        ok.is_ok_and(|s| s.success()),
-        "GStreamer's rtpL16pay is missing: run scripts/deps (installs gstreamer1.0-tools and -plugins-good)"
-    );
-    "gst-launch-1.0"
-}
+use common::{require_gstreamer, start_recv, GstReceiver, BIN};
 
 fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("netjam-gst-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join(name)
+    common::tmp("gst", name)
 }
 
 fn write_wav(path: &Path, frames: usize) {
@@ -58,14 +43,6 @@ fn samples(path: &Path) -> Vec<i16> {
 
 fn contains(hay: &[i16], needle: &[i16]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
-}
-
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
 }
 
 #[test]
@@ -100,33 +77,25 @@ fn gstreamer_rtp_l16_is_received_bit_exact_with_an_sdp_file() {
 }
 
 fn gstreamer_to_netjam(tag: &str, format_args: &[&str]) {
-    let gst = gst();
+    require_gstreamer(&["rtpL16pay"]);
     let input = tmp(&format!("gst-in-{tag}.wav"));
     let output = tmp(&format!("gst-out-{tag}.wav"));
     write_wav(&input, 14_400); // 0.3 s
-    let mut recv = Command::new(BIN)
-        .args(["recv", "--listen", "127.0.0.1:0"])
-        .args(format_args)
-        .args([
-            "--buffer",
-            "40ms",
-            "--duration",
-            "0.6",
-            "--output",
-            output.to_str().expect("path"),
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("netjam recv");
-    let mut lines = BufReader::new(recv.stderr.take().expect("stderr")).lines();
-    let first = lines.next().expect("a line").expect("utf-8");
-    let addr: SocketAddr = first
-        .rsplit(' ')
-        .next()
-        .and_then(|a| a.parse().ok())
-        .expect("listen address");
-    std::thread::spawn(move || for _ in lines {});
-    let status = Command::new(gst)
+    let (mut recv, addr) = start_recv(
+        &[
+            format_args,
+            &[
+                "--buffer",
+                "40ms",
+                "--duration",
+                "0.6",
+                "--output",
+                output.to_str().expect("path"),
+            ],
+        ]
+        .concat(),
+    );
+    let status = Command::new("gst-launch-1.0")
         .arg("-q")
         .args([
             "filesrc",
@@ -151,7 +120,7 @@ fn gstreamer_to_netjam(tag: &str, format_args: &[&str]) {
         .status()
         .expect("gst-launch");
     assert!(status.success());
-    assert!(recv.wait().expect("recv").success());
+    assert!(recv.wait_for(Duration::from_secs(10)).success());
     let sent = samples(&input);
     let got = samples(&output);
     assert!(
@@ -163,35 +132,21 @@ fn gstreamer_to_netjam(tag: &str, format_args: &[&str]) {
 
 #[test]
 fn netjam_stream_is_received_bit_exact_by_gstreamer() {
-    let gst = gst();
+    require_gstreamer(&["rtpL16depay", "wavenc"]);
     let input = tmp("nj-in.wav");
     let output = tmp("nj-out.wav");
     write_wav(&input, 14_400);
-    let port = free_port();
-    let mut gst_rx = Command::new(gst)
-        .args(["-q", "-e", "udpsrc", &format!("port={port}"), "address=127.0.0.1"])
-        .arg("caps=application/x-rtp,media=audio,clock-rate=48000,encoding-name=L16,channels=2,payload=96")
-        .args([
-            "!",
-            "rtpL16depay",
-            "!",
-            "audioconvert",
-            "!",
-            "audio/x-raw,format=S16LE",
-            "!",
-            "wavenc",
-            "!",
-        ])
-        .args(["filesink", &format!("location={}", output.display())])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("gst-launch");
-    std::thread::sleep(Duration::from_millis(700)); // let the pipeline reach PLAYING
+    let gst = GstReceiver::start(
+        "application/x-rtp,media=audio,clock-rate=48000,encoding-name=L16,channels=2,payload=96",
+        "rtpL16depay ! audioconvert ! audio/x-raw,format=S16LE",
+        &output,
+        &tmp("nj-out.log"),
+    );
     let status = Command::new(BIN)
         .args([
             "send",
             "--to",
-            &format!("127.0.0.1:{port}"),
+            &gst.addr(),
             "--input",
             input.to_str().expect("path"),
         ])
@@ -199,12 +154,7 @@ fn netjam_stream_is_received_bit_exact_by_gstreamer() {
         .status()
         .expect("netjam send");
     assert!(status.success());
-    std::thread::sleep(Duration::from_millis(300));
-    // -e turns SIGINT into end-of-stream, so wavenc writes its header.
-    let _ = Command::new("kill")
-        .args(["-INT", &gst_rx.id().to_string()])
-        .status();
-    let _ = gst_rx.wait();
+    let _ = gst.stop();
     let sent = samples(&input);
     let got = samples(&output);
     assert!(

@@ -13,218 +13,30 @@
 //! and SNR of least-squares fits of the tone in 20 ms blocks, and the RMS of every 2.5 ms
 //! window.
 
-use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, UdpSocket};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+mod common;
 
-const BIN: &str = env!("CARGO_BIN_EXE_netjam");
-const RATE: f64 = 48_000.0;
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::signal::{dominant_hz, quietest_window, read_wav, RATE};
+use common::{read_json, start_recv, GstReceiver, Proc, BIN};
+
 /// Peak amplitude both senders use: `audiotestsrc volume=0.5` and netjam's test tone.
 const AMPLITUDE: f64 = 0.5;
 const TONE_HZ: f64 = 1000.0;
 
-// ---------------------------------------------------------------------------------------
-// Processes
-
-/// A child process that is killed when dropped, so a failing assertion leaves nothing
-/// running.
-#[derive(Debug)]
-struct Proc {
-    child: Child,
-    what: &'static str,
-    /// Lines the process wrote to stderr, if it was started with [`Proc::spawn_lines`].
-    lines: Option<mpsc::Receiver<String>>,
-}
-
-impl Proc {
-    fn spawn(cmd: &mut Command, what: &'static str) -> Self {
-        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-        Self {
-            child,
-            what,
-            lines: None,
-        }
-    }
-
-    /// Start with stderr read line by line in a thread.
-    fn spawn_lines(cmd: &mut Command, what: &'static str) -> Self {
-        let mut p = Self::spawn(cmd.stderr(Stdio::piped()), what);
-        let stderr = p.child.stderr.take().expect("stderr");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        p.lines = Some(rx);
-        p
-    }
-
-    fn next_line(&self, timeout: Duration) -> String {
-        self.lines
-            .as_ref()
-            .expect("started with spawn_lines")
-            .recv_timeout(timeout)
-            .unwrap_or_else(|_| panic!("{} printed nothing within {timeout:?}", self.what))
-    }
-
-    /// Every line printed so far.
-    fn drain_lines(&self) -> Vec<String> {
-        self.lines
-            .as_ref()
-            .map_or_else(Vec::new, |l| l.try_iter().collect())
-    }
-
-    /// Wait for the process to exit on its own; panics (and the drop kills it) after
-    /// `timeout`.
-    fn wait_for(&mut self, timeout: Duration) -> ExitStatus {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not finish within {timeout:?}",
-                self.what
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    /// SIGINT: `gst-launch-1.0 -e` turns it into end-of-stream, so wavenc finishes its file.
-    fn interrupt(&self) {
-        let _ = Command::new("kill")
-            .args(["-INT", &self.child.id().to_string()])
-            .status();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn require_gstreamer() {
-    for element in ["opusenc", "opusdec", "rtpopuspay", "rtpopusdepay", "wavenc"] {
-        let ok = Command::new("gst-inspect-1.0")
-            .arg(element)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        assert!(
-            ok.is_ok_and(|s| s.success()),
-            "GStreamer's {element} is missing: run scripts/deps (installs gstreamer1.0-tools, -plugins-base and -plugins-good)"
-        );
-    }
+    common::require_gstreamer(&["opusenc", "opusdec", "rtpopuspay", "rtpopusdepay", "wavenc"]);
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("netjam-gst-opus-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join(name)
-}
-
-/// A port nobody uses right now (as the other interop tests pick them).
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
-/// Start `netjam recv` on an ephemeral port and return it with the address it took.
-fn start_recv(args: &[&str]) -> (Proc, SocketAddr) {
-    let recv = Proc::spawn_lines(
-        Command::new(BIN)
-            .args(["recv", "--listen", "127.0.0.1:0"])
-            .args(args)
-            .stdout(Stdio::null()),
-        "netjam recv",
-    );
-    let line = recv.next_line(Duration::from_secs(10));
-    let addr = line
-        .rsplit(' ')
-        .next()
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    (recv, addr)
-}
-
-fn read_json(path: &Path) -> serde_json::Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).expect("stats JSON")
+    common::tmp("gst-opus", name)
 }
 
 // ---------------------------------------------------------------------------------------
 // Signal analysis
-
-/// A WAV file as one vector of samples (-1..1) per channel.
-#[derive(Debug)]
-struct Audio {
-    rate: u32,
-    channels: Vec<Vec<f64>>,
-}
-
-fn read_wav(path: &Path) -> Audio {
-    let mut r = hound::WavReader::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let spec = r.spec();
-    let all: Vec<f64> = match spec.sample_format {
-        hound::SampleFormat::Float => r
-            .samples::<f32>()
-            .map(|s| f64::from(s.expect("sample")))
-            .collect(),
-        hound::SampleFormat::Int => {
-            let scale = f64::from(1u32 << (spec.bits_per_sample - 1));
-            r.samples::<i32>()
-                .map(|s| f64::from(s.expect("sample")) / scale)
-                .collect()
-        }
-    };
-    let ch = usize::from(spec.channels);
-    let channels = (0..ch)
-        .map(|c| all.iter().skip(c).step_by(ch).copied().collect())
-        .collect();
-    Audio {
-        rate: spec.sample_rate,
-        channels,
-    }
-}
-
-/// Power of `x` at `hz` (Goertzel).
-fn goertzel(x: &[f64], hz: f64) -> f64 {
-    let k = 2.0 * (2.0 * std::f64::consts::PI * hz / RATE).cos();
-    let (mut s1, mut s2) = (0.0, 0.0);
-    for &v in x {
-        let s0 = v + k * s1 - s2;
-        s2 = s1;
-        s1 = s0;
-    }
-    s1 * s1 + s2 * s2 - k * s1 * s2
-}
-
-/// The strongest frequency between 50 Hz and 10 kHz, to 5 Hz.
-fn dominant_hz(x: &[f64]) -> f64 {
-    let mut best = (0.0, 0.0);
-    for step in 10..=2000 {
-        let hz = f64::from(step) * 5.0;
-        let p = goertzel(x, hz);
-        if p > best.1 {
-            best = (hz, p);
-        }
-    }
-    best.0
-}
 
 /// Least-squares fit of `a·sin + b·cos + c` at `hz`: the tone's amplitude and the ratio of
 /// its power to everything else (noise, distortion, other tones), in dB.
@@ -268,23 +80,6 @@ fn voiced_span(x: &[f64]) -> (usize, usize) {
     let first = x.iter().position(loud).unwrap_or(x.len());
     let last = x.iter().rposition(loud).map_or(first, |i| i + 1);
     (first, last)
-}
-
-/// The quietest 2.5 ms (RMS) in `x`, over windows starting at every sample, and where it
-/// starts, in ms.
-fn quietest_window(x: &[f64]) -> (f64, f64) {
-    let mut sum = vec![0.0; x.len() + 1];
-    for (i, v) in x.iter().enumerate() {
-        sum[i + 1] = sum[i] + v * v;
-    }
-    (0..x.len().saturating_sub(119))
-        .map(|i| {
-            (
-                ((sum[i + 120] - sum[i]).max(0.0) / 120.0).sqrt(),
-                i as f64 / RATE * 1000.0,
-            )
-        })
-        .fold((f64::INFINITY, 0.0), |m, w| if w.0 < m.0 { w } else { m })
 }
 
 /// What the decoded tone looks like in one channel.
@@ -332,7 +127,7 @@ fn analyse(x: &[f64]) -> ToneReport {
         worst_block_snr_db: fits.iter().map(|f| f.1).fold(f64::INFINITY, f64::min),
         broken_blocks: fits.iter().filter(|f| f.1 < 10.0).count(),
         quietest_rms,
-        quietest_at_ms: (first + head) as f64 / RATE * 1000.0 + at,
+        quietest_at_ms: (first + head + at) as f64 / RATE * 1000.0,
     }
 }
 
@@ -486,6 +281,18 @@ fn gstreamer_to_netjam(tag: &str, enc: GstEncoding, format_args: &[&str]) {
     let _ = std::fs::remove_file(&stats);
 }
 
+/// What GStreamer sends, as `netjam recv` is told it without an SDP file.
+const FORMAT_FLAGS: &[&str] = &[
+    "--codec",
+    "opus",
+    "--rate",
+    "48000",
+    "--channels",
+    "2",
+    "--pt",
+    "96",
+];
+
 #[test]
 fn gstreamer_opus_20ms_is_decoded_with_format_flags() {
     gstreamer_to_netjam(
@@ -494,16 +301,7 @@ fn gstreamer_opus_20ms_is_decoded_with_format_flags() {
             frame_ms: 20.0,
             audio_type: "generic",
         },
-        &[
-            "--codec",
-            "opus",
-            "--rate",
-            "48000",
-            "--channels",
-            "2",
-            "--pt",
-            "96",
-        ],
+        FORMAT_FLAGS,
     );
 }
 
@@ -515,16 +313,7 @@ fn gstreamer_opus_low_delay_2_5ms_is_decoded_with_format_flags() {
             frame_ms: 2.5,
             audio_type: "restricted-lowdelay",
         },
-        &[
-            "--codec",
-            "opus",
-            "--rate",
-            "48000",
-            "--channels",
-            "2",
-            "--pt",
-            "96",
-        ],
+        FORMAT_FLAGS,
     );
 }
 
@@ -610,44 +399,19 @@ fn netjam_to_gstreamer(tag: &str, opus_frame: &str) {
     );
 
     let output = tmp(&format!("n2g-{tag}.wav"));
-    let port = free_port();
     // gst-launch prints its warnings on stdout.
     let gst_log = tmp(&format!("n2g-{tag}.log"));
-    let mut gst = Proc::spawn_lines(
-        Command::new("gst-launch-1.0")
-            .args(["-e", "udpsrc", &format!("port={port}"), "address=127.0.0.1"])
-            .arg("caps=application/x-rtp,media=audio,clock-rate=48000,encoding-name=OPUS,payload=100")
-            .args([
-                "!",
-                "rtpopusdepay",
-                "!",
-                "opusdec",
-                "!",
-                "audioconvert",
-                "!",
-                "wavenc",
-                "!",
-            ])
-            .args(["filesink", &format!("location={}", output.display())])
-            .stdout(std::fs::File::create(&gst_log).expect("log file")),
-        "gst-launch-1.0 (receiver)",
+    let gst = GstReceiver::start(
+        "application/x-rtp,media=audio,clock-rate=48000,encoding-name=OPUS,payload=100",
+        "rtpopusdepay ! opusdec ! audioconvert",
+        &output,
+        &gst_log,
     );
-    // udpsrc binds with SO_REUSEADDR; a plain bind fails once it has the port.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while UdpSocket::bind(("127.0.0.1", port)).is_ok() {
-        assert!(
-            gst.running() && Instant::now() < deadline,
-            "GStreamer did not open port {port}: {:?}",
-            gst.drain_lines()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(200)); // from PAUSED to PLAYING
     let sent = Command::new(BIN)
         .args([
             "send",
             "--to",
-            &format!("127.0.0.1:{port}"),
+            &gst.addr(),
             "--codec",
             "opus",
             "--opus-frame",
@@ -663,11 +427,7 @@ fn netjam_to_gstreamer(tag: &str, opus_frame: &str) {
         .expect("netjam send");
     let send_said = String::from_utf8_lossy(&sent.stderr).to_string();
     assert!(sent.status.success(), "netjam send failed: {send_said}");
-    std::thread::sleep(Duration::from_millis(300));
-    gst.interrupt();
-    let status = gst.wait_for(Duration::from_secs(10));
-    let mut gst_said = std::fs::read_to_string(&gst_log).unwrap_or_default();
-    gst_said.extend(gst.drain_lines().iter().map(|l| format!("{l}\n")));
+    let (status, gst_said) = gst.stop();
     // netjam multiplexes RTCP on the RTP port (RFC 5761); a bare udpsrc ! rtpopusdepay takes
     // each sender report for RTP and drops it with a warning, which is harmless.
     let dropped = gst_said.matches("invalid RTP payload").count();

@@ -8,226 +8,73 @@
 //! Each test runs its own server (`jackd -n <unique name>`, found by clients through
 //! `JACK_DEFAULT_SERVER`), killed on drop, so a failing assertion never leaves it behind.
 
-use std::io::{BufRead, BufReader, Read};
+mod common;
+
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use common::echo::{run_at_most, Echo};
+use common::jackd::Jackd;
+use common::{reflect, require, tmp, Proc, BIN};
 use netjam::endpoint::jack::{JackConfig, JackEndpoint};
-use netjam::endpoint::{Endpoint, Process};
-
-const BIN: &str = env!("CARGO_BIN_EXE_netjam");
+use netjam::endpoint::Endpoint;
 
 alloc_count::install!();
 
-/// A child process killed and reaped when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+/// A server for one test of this file, with the JACK tools the tests drive it with.
+fn start_server(tag: &str) -> Jackd {
+    for tool in ["jack_connect", "jack_iodelay"] {
+        require(tool, "jackd2");
     }
+    require("stdbuf", "coreutils");
+    Jackd::start(&format!("netjam-test-{tag}"), 64)
 }
 
-/// One JACK server at a time: two dummy servers plus their clients on a small machine cause
-/// xruns, and each xrun moves the round trip jack_iodelay measures.
-fn one_server_at_a_time() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// A private JACK server on the dummy driver, stopped on drop.
-///
-/// jackd keeps a machine-wide table of at most 8 servers in shared memory; one that is
-/// killed outright leaves its entry behind until a server of the same name starts again. So
-/// the server is stopped with SIGTERM (it unregisters itself), and names come from a small
-/// fixed set per test, so an entry left by a crashed run is reclaimed by the next one.
-struct Jackd {
-    name: String,
-    child: Child,
+/// `netjam jam --jack` against `netjam reflect` on loopback, both stopped on drop.
+struct Jam {
+    proc: Proc,
+    /// Its JACK client name.
+    client: String,
     log: PathBuf,
+    _reflect: Proc,
 }
 
-impl Drop for Jackd {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn require(tool: &str) {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        found,
-        "{tool} is missing: run scripts/deps (installs Debian's jackd2 and coreutils)"
-    );
-}
-
-impl Jackd {
-    fn start(tag: &str, period: u32) -> Self {
-        for tool in ["jackd", "jack_lsp", "jack_connect", "jack_iodelay", "stdbuf"] {
-            require(tool);
-        }
-        let mut failures = String::new();
-        for slot in 0..4 {
-            let name = format!("netjam-test-{tag}-{slot}");
-            match Self::try_start(&name, period) {
-                Ok(server) => return server,
-                Err(why) => failures.push_str(&format!("{name}: {why}\n")),
-            }
-        }
-        panic!("could not start a JACK server:\n{failures}");
-    }
-
-    /// Start jackd as `name` unless a live server already has that name (another test run).
-    fn try_start(name: &str, period: u32) -> Result<Self, String> {
-        let probe = Command::new("jack_lsp")
-            .env("JACK_DEFAULT_SERVER", name)
-            .env("JACK_NO_START_SERVER", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        if probe.is_ok_and(|s| s.success()) {
-            return Err("in use".into());
-        }
-        let log = std::env::temp_dir().join(format!("{name}-{}.jackd.log", std::process::id()));
-        let child = Command::new("jackd")
-            .args([
-                "-n",
-                name,
-                "-d",
-                "dummy",
-                "-r",
-                "48000",
-                "-p",
-                &period.to_string(),
-            ])
-            .env("JACK_NO_AUDIO_RESERVATION", "1")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).map_err(|e| e.to_string())?)
-            .spawn()
-            .map_err(|e| format!("cannot run jackd: {e}"))?;
-        let mut server = Self {
-            name: name.to_string(),
-            child,
+impl Jam {
+    /// Start jam with `args` as client `nj<tag><pid>` of `server`, its ports left
+    /// unconnected, against a reflector up for `reflect_s` seconds; returns once jam's ports
+    /// are there.
+    fn start(server: &Jackd, tag: &str, reflect_s: &str, args: &[&str]) -> Self {
+        let client = format!("nj{tag}{}", std::process::id());
+        let log = tmp("jack", &format!("{tag}.log"));
+        let (reflect, reflector) = reflect(reflect_s);
+        let proc = Proc::spawn(
+            server
+                .client(&mut Command::new(BIN))
+                .args(["jam", "--jack", "--jack-name", &client, "--no-connect"])
+                .args(["--peer", &reflector.to_string(), "--listen", "127.0.0.1:0"])
+                .args(args)
+                .stderr(std::fs::File::create(&log).expect("log")),
+            "netjam jam",
+        );
+        server.wait_for_port(
+            &format!("{client}:send_1"),
+            &format!("netjam jam --jack {args:?}"),
+        );
+        Self {
+            proc,
+            client,
             log,
-        };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            if let Ok(Some(status)) = server.child.try_wait() {
-                return Err(format!(
-                    "jackd exited ({status}) before it was ready:\n{}",
-                    server.log()
-                ));
-            }
-            if server
-                .run_bounded(Command::new("jack_lsp"), Duration::from_secs(2))
-                .is_some_and(|o| o.status.success())
-            {
-                return Ok(server);
-            }
-            if Instant::now() > deadline {
-                return Err(format!("jackd did not come up within 5 s:\n{}", server.log()));
-            }
-            std::thread::sleep(Duration::from_millis(100));
+            _reflect: reflect,
         }
     }
 
-    fn log(&self) -> String {
+    /// What jam printed so far.
+    fn stderr(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
-
-    /// `cmd` as a client of this server (never starting another).
-    fn client<'a>(&self, cmd: &'a mut Command) -> &'a mut Command {
-        cmd.env("JACK_DEFAULT_SERVER", &self.name)
-            .env("JACK_NO_START_SERVER", "1")
-            .env("JACK_NO_AUDIO_RESERVATION", "1")
-    }
-
-    /// Run a client to completion, or kill it after `limit` and return None.
-    fn run_bounded(&self, mut cmd: Command, limit: Duration) -> Option<Output> {
-        let child = self
-            .client(&mut cmd)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .ok()?;
-        let mut child = Killed(child);
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = child.0.try_wait() {
-                let mut stdout = Vec::new();
-                let mut stderr = Vec::new();
-                if let Some(mut o) = child.0.stdout.take() {
-                    let _ = o.read_to_end(&mut stdout);
-                }
-                if let Some(mut e) = child.0.stderr.take() {
-                    let _ = e.read_to_end(&mut stderr);
-                }
-                return Some(Output {
-                    status,
-                    stdout,
-                    stderr,
-                });
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
-    }
-
-    fn ports(&self) -> String {
-        self.run_bounded(Command::new("jack_lsp"), Duration::from_secs(2))
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default()
-    }
-
-    fn connect(&self, from: &str, to: &str) {
-        let mut cmd = Command::new("jack_connect");
-        cmd.args([from, to]);
-        let out = self.run_bounded(cmd, Duration::from_secs(3));
-        assert!(
-            out.as_ref().is_some_and(|o| o.status.success()),
-            "jack_connect {from} {to} failed: {:?}",
-            out.map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
-        );
-    }
-
-    fn wait_for_port(&self, port: &str, what: &str) {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !self.ports().lines().any(|l| l.trim() == port) {
-            assert!(
-                Instant::now() < deadline,
-                "{what} did not register {port} within 5 s; ports: {}",
-                self.ports()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-fn free_udp_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
 }
 
 /// A round trip in frames from a line of jack_iodelay ("   228.000 frames  4.750 ms total ...").
@@ -249,74 +96,55 @@ fn parses_jack_iodelay_lines() {
 
 #[test]
 fn jam_through_jack_against_reflect_has_a_stable_round_trip() {
-    let _one = one_server_at_a_time();
-    let server = Jackd::start("jam", 64);
-    let client = format!("nj{}", std::process::id());
-    let port = free_udp_port();
-    let dir = std::env::temp_dir().join(format!("netjam-jack-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let json = dir.join("jam.json");
-    let jam_log = dir.join("jam.log");
-
-    let _reflect = Killed(
-        Command::new(BIN)
-            .args(["reflect", "--listen", &format!("127.0.0.1:{port}")])
-            .args(["--duration", "18"])
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("netjam reflect"),
-    );
-    let mut jam = Killed(
-        server
-            .client(&mut Command::new(BIN))
-            .args(["jam", "--jack", "--jack-name", &client, "--no-connect"])
-            .args(["--channels", "1", "--frames", "128"])
+    let server = start_server("jam");
+    let json = tmp("jack", "jam.json");
+    let mut jam = Jam::start(
+        &server,
+        "jam",
+        "18",
+        &[
+            "--channels",
+            "1",
+            "--frames",
+            "128",
             // A fixed jitter buffer, so the round trip holds still while the machine is busy
             // (the adaptive one follows the load, which is its job but not what this checks).
-            .args(["--buffer", "2ms"])
-            .args(["--peer", &format!("127.0.0.1:{port}"), "--listen", "127.0.0.1:0"])
-            .args(["--duration", "15", "--stats-json", json.to_str().expect("path")])
-            .stderr(std::fs::File::create(&jam_log).expect("log"))
-            .spawn()
-            .expect("netjam jam"),
+            "--buffer",
+            "2ms",
+            "--duration",
+            "15",
+            "--stats-json",
+            json.to_str().expect("path"),
+        ],
     );
-    let jam_stderr = || std::fs::read_to_string(&jam_log).unwrap_or_default();
-    server.wait_for_port(&format!("{client}:send_1"), "netjam jam --jack");
+    let client = &jam.client;
 
     // What netjam says while it starts: it followed the server's period, not --frames.
     assert!(
-        jam_stderr().contains("64-frame periods"),
+        jam.stderr().contains("64-frame periods"),
         "netjam did not report the server's period:\n{}",
-        jam_stderr()
+        jam.stderr()
     );
 
     // `netjam devices` sees the server and netjam's own ports.
     let devices = server
-        .run_bounded(
-            {
-                let mut c = Command::new(BIN);
-                c.arg("devices");
-                c
-            },
-            Duration::from_secs(5),
-        )
+        .run_bounded(Command::new(BIN).arg("devices"), Duration::from_secs(5))
         .expect("netjam devices finished");
     let listing = String::from_utf8_lossy(&devices.stdout);
     assert!(devices.status.success(), "netjam devices failed: {listing}");
     assert!(listing.contains("48000 Hz"), "{listing}");
     assert!(listing.contains(&format!("{client}:send_1")), "{listing}");
 
-    let mut iodelay = Killed(
+    let mut iodelay = Proc::spawn(
         server
             .client(&mut Command::new("stdbuf"))
             .args(["-oL", "jack_iodelay"])
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("jack_iodelay"),
+            .stderr(Stdio::null()),
+        "jack_iodelay",
     );
     let (tx, rx) = mpsc::channel();
-    let out = iodelay.0.stdout.take().expect("stdout");
+    let out = iodelay.child.stdout.take().expect("stdout");
     std::thread::spawn(move || {
         for line in BufReader::new(out).lines().map_while(Result::ok) {
             if tx.send(line).is_err() {
@@ -355,7 +183,7 @@ fn jam_through_jack_against_reflect_has_a_stable_round_trip() {
         panic!(
             "jack_iodelay found no stable round trip through netjam; it said:\n{}\nnetjam said:\n{}",
             seen.join("\n"),
-            jam_stderr()
+            jam.stderr()
         );
     };
     // One period in, one out, packetization and a jitter buffer: more than a period, and on
@@ -367,22 +195,12 @@ fn jam_through_jack_against_reflect_has_a_stable_round_trip() {
     );
 
     // Stop netjam as Ctrl-C would and check its report.
-    let _ = Command::new("kill")
-        .args(["-INT", &jam.0.id().to_string()])
-        .status();
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let status = loop {
-        if let Ok(Some(s)) = jam.0.try_wait() {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "netjam jam did not stop on SIGINT:\n{}",
-            jam_stderr()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "netjam jam failed:\n{}", jam_stderr());
+    jam.proc.interrupt();
+    let status = jam
+        .proc
+        .wait_until(Duration::from_secs(3))
+        .unwrap_or_else(|| panic!("netjam jam did not stop on SIGINT:\n{}", jam.stderr()));
+    assert!(status.success(), "netjam jam failed:\n{}", jam.stderr());
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parse");
     assert_eq!(report["jack"]["period"], 64);
@@ -393,91 +211,36 @@ fn jam_through_jack_against_reflect_has_a_stable_round_trip() {
 
 #[test]
 fn opus_through_jack_then_a_live_period_change_stops_jam_with_a_message() {
-    let _one = one_server_at_a_time();
-    let server = Jackd::start("period", 64);
-    let client = format!("njp{}", std::process::id());
-    let port = free_udp_port();
-    let log = std::env::temp_dir().join(format!("netjam-jack-period-{}.log", std::process::id()));
-    let _reflect = Killed(
-        Command::new(BIN)
-            .args([
-                "reflect",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--duration",
-                "15",
-            ])
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("netjam reflect"),
+    let server = start_server("period");
+    let mut jam = Jam::start(
+        &server,
+        "period",
+        "15",
+        &["--channels", "2", "--codec", "opus", "--duration", "12"],
     );
-    let mut jam = Killed(
-        server
-            .client(&mut Command::new(BIN))
-            .args([
-                "jam",
-                "--jack",
-                "--jack-name",
-                &client,
-                "--no-connect",
-                "--channels",
-                "2",
-            ])
-            .args([
-                "--codec",
-                "opus",
-                "--peer",
-                &format!("127.0.0.1:{port}"),
-                "--listen",
-                "127.0.0.1:0",
-            ])
-            .args(["--duration", "12"])
-            .stderr(std::fs::File::create(&log).expect("log"))
-            .spawn()
-            .expect("netjam jam"),
-    );
-    let stderr = || std::fs::read_to_string(&log).unwrap_or_default();
-    server.wait_for_port(&format!("{client}:send_1"), "netjam jam --jack --codec opus");
     std::thread::sleep(Duration::from_secs(2));
     assert!(
-        stderr().contains("opus/48000/2ch, packets of 120 frames (2.50 ms), codec delay 2.5 ms"),
+        jam.stderr()
+            .contains("opus/48000/2ch, packets of 120 frames (2.50 ms), codec delay 2.5 ms"),
         "{}",
-        stderr()
+        jam.stderr()
     );
-    assert!(
-        jam.0.try_wait().expect("wait").is_none(),
-        "jam stopped early:\n{}",
-        stderr()
-    );
-    let changed = server.run_bounded(
-        {
-            let mut c = Command::new("jack_bufsize");
-            c.arg("128");
-            c
-        },
-        Duration::from_secs(5),
-    );
+    assert!(jam.proc.running(), "jam stopped early:\n{}", jam.stderr());
+    let changed = server.run_bounded(Command::new("jack_bufsize").arg("128"), Duration::from_secs(5));
     assert!(
         changed.is_some_and(|o| o.status.success()),
         "jack_bufsize 128 failed"
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let status = loop {
-        if let Some(s) = jam.0.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "jam kept running after the period changed:\n{}",
-            stderr()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(!status.success(), "{}", stderr());
+    let status = jam
+        .proc
+        .wait_until(Duration::from_secs(5))
+        .unwrap_or_else(|| panic!("jam kept running after the period changed:\n{}", jam.stderr()));
+    assert!(!status.success(), "{}", jam.stderr());
     assert!(
-        stderr().contains("the JACK server changed its period from 64 frames; restart netjam"),
+        jam.stderr()
+            .contains("the JACK server changed its period from 64 frames; restart netjam"),
         "{}",
-        stderr()
+        jam.stderr()
     );
 }
 
@@ -507,65 +270,23 @@ fn jam_without_a_server_says_how_to_start_one() {
     );
 }
 
-/// A `Process` that plays back what it captures and keeps each period's time, in memory
-/// reserved before the stream starts.
-struct Echo {
-    times: Vec<u64>,
-    frames_seen: usize,
-    /// The JACK thread's allocation count at the first period, and how many it made since.
-    first: Option<u64>,
-    allocations: u64,
-}
-
-impl Process for Echo {
-    fn process(&mut self, now_ns: u64, input: &[f32], output: &mut [f32]) {
-        // Everything the JACK thread allocates after the first period's `process` shows up
-        // here: the rest of that callback and every later one (up to this call).
-        let now = alloc_count::allocations();
-        let first = *self.first.get_or_insert(now);
-        self.allocations = now - first;
-        output.copy_from_slice(input);
-        self.frames_seen += input.len();
-        if self.times.len() < self.times.capacity() {
-            self.times.push(now_ns);
-        }
-    }
-}
-
 #[test]
 fn jack_callback_allocates_nothing_and_gets_nominal_period_times() {
-    let _one = one_server_at_a_time();
-    let server = Jackd::start("noalloc", 64);
+    let server = start_server("noalloc");
     let endpoint = JackEndpoint::open(&JackConfig {
         name: "netjam-noalloc".into(),
         channels: 2,
         connect: false,
-        server: Some(server.name.clone()),
+        server: Some(server.name().to_string()),
     })
     .expect("open a client on the test server");
     let spec = endpoint.spec();
     assert_eq!((spec.rate, spec.period), (48_000, 64));
     assert_eq!((spec.input_channels, spec.output_channels), (2, 2));
     let endpoint = Box::new(endpoint.with_limit(Some(24_000)));
-    let mut echo = Echo {
-        times: Vec::with_capacity(100_000),
-        frames_seen: 0,
-        first: None,
-        allocations: 0,
-    };
-    let stop = Arc::new(AtomicBool::new(false));
-    // Stop after 8 s even if the limit is never reached; wakes as soon as `run` returns.
-    let (done, finished) = mpsc::channel::<()>();
-    let watchdog = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let _ = finished.recv_timeout(Duration::from_secs(8));
-            stop.store(true, Ordering::Relaxed);
-        })
-    };
-    let (_, periods) = endpoint.run(&mut echo, stop.clone()).expect("run");
-    drop(done);
-    let _ = watchdog.join();
+    let mut echo = Echo::new(100_000);
+    // Stop after 8 s even if the limit is never reached.
+    let (periods, _) = run_at_most(endpoint, &mut echo, Duration::from_secs(8));
     assert!(
         echo.times.len() >= 300,
         "only {} periods ran in half a second of audio",

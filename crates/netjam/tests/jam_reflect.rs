@@ -1,41 +1,25 @@
 //! `netjam jam` against `netjam reflect` on loopback: the player hears their own stream
 //! come back, and the round trip is measured in-band from the click track.
 
+mod common;
+
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_netjam");
+use common::signal::read_wav;
+use common::{free_udp_port, reflect, tmp_dir, BIN};
 
 #[test]
 fn jam_against_reflect_hears_its_own_round_trip() {
-    let dir = std::env::temp_dir().join(format!("netjam-jam-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = tmp_dir("jam");
     let (wav, json) = (dir.join("heard.wav"), dir.join("jam.json"));
-    let port = std::net::UdpSocket::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
-    let mut reflect = Command::new(BIN)
-        .args([
-            "reflect",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--duration",
-            "6",
-        ])
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("netjam reflect");
+    let (reflect, reflector) = reflect("6");
+    // The click measure needs the first click back. The players of the test alongside start
+    // at the same time as this one; a little later, the machine is no longer busy starting
+    // them and the first packets leave on time.
     std::thread::sleep(Duration::from_millis(200));
     let status = Command::new(BIN)
-        .args([
-            "jam",
-            "--peer",
-            &format!("127.0.0.1:{port}"),
-            "--listen",
-            "127.0.0.1:0",
-        ])
+        .args(["jam", "--peer", &reflector.to_string(), "--listen", "127.0.0.1:0"])
         .args([
             "--clicks",
             "120",
@@ -52,8 +36,7 @@ fn jam_against_reflect_hears_its_own_round_trip() {
         .stderr(Stdio::null())
         .status()
         .expect("netjam jam");
-    let _ = reflect.kill();
-    let _ = reflect.wait();
+    drop(reflect);
     assert!(status.success());
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parse");
@@ -113,36 +96,17 @@ fn jam_against_reflect_hears_its_own_round_trip() {
 
 /// Dominant frequency of the first channel of a WAV over its second half, from zero crossings.
 fn frequency(path: &std::path::Path) -> f64 {
-    let mut r = hound::WavReader::open(path).expect("open wav");
-    let spec = r.spec();
-    let ch = spec.channels as usize;
-    let x: Vec<f32> = match spec.sample_format {
-        hound::SampleFormat::Float => r.samples::<f32>().map(|s| s.expect("sample")).collect(),
-        hound::SampleFormat::Int => {
-            let scale = (1u64 << (spec.bits_per_sample - 1)) as f32;
-            r.samples::<i32>()
-                .map(|s| s.expect("sample") as f32 / scale)
-                .collect()
-        }
-    };
-    let mono: Vec<f32> = x.chunks(ch).map(|f| f[0]).collect();
+    let audio = read_wav(path);
+    let mono = &audio.channels[0];
     let half = &mono[mono.len() / 2..];
     let crossings = half.windows(2).filter(|w| w[0] < 0.0 && w[1] >= 0.0).count();
-    crossings as f64 * f64::from(spec.sample_rate) / half.len() as f64
+    crossings as f64 * f64::from(audio.rate) / half.len() as f64
 }
 
 #[test]
 fn two_players_hear_each_other_one_on_opus_the_other_on_pcm() {
-    let dir = std::env::temp_dir().join(format!("netjam-duo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let free = || {
-        std::net::UdpSocket::bind("127.0.0.1:0")
-            .expect("bind")
-            .local_addr()
-            .expect("addr")
-            .port()
-    };
-    let (pa, pb) = (free(), free());
+    let dir = tmp_dir("duo");
+    let (pa, pb) = (free_udp_port(), free_udp_port());
     let player = |listen: u16, peer: u16, tone: &str, codec: &str, heard: &std::path::Path| {
         Command::new(BIN)
             .args(["jam", "--listen", &format!("127.0.0.1:{listen}")])

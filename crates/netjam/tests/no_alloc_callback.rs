@@ -3,10 +3,16 @@
 //! period in steady state. Counted with a per-thread counting allocator on the thread
 //! that runs the callbacks, as the audio thread would.
 
+mod common;
+
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
 use std::time::Duration;
 
+use common::reflect;
 use netjam::endpoint::Process;
-use netjam::session::{NetIo, Peer, RecvProcess, SendProcess};
+use netjam::opus::{decoders, OpusEncoder, OpusSettings};
+use netjam::session::{JamProcess, JamStats, NetIo, Peer, RecvProcess, SendProcess};
 use netjam::transport::UdpTransport;
 use netjam_engine::receiver::{Receiver, ReceiverConfig};
 use netjam_engine::sender::{Sender, SenderConfig};
@@ -18,6 +24,61 @@ alloc_count::install!();
 
 fn allocs() -> u64 {
     alloc_count::allocations()
+}
+
+/// Run `periods` periods of 64 stereo frames of music from `synth` through `process` on
+/// their real schedule, as the audio thread would; returns the allocations this thread made
+/// from period `from` on.
+fn periods_on_time(
+    mut synth: Synth,
+    periods: u64,
+    from: u64,
+    mut process: impl FnMut(u64, &[f32], &mut [f32]),
+) -> u64 {
+    let mut input = vec![0.0f32; 128];
+    let mut output = vec![0.0f32; 128];
+    let period = frames_to_ns(64, 48_000);
+    let start = netjam::clock::now_ns();
+    let mut measured_from = 0;
+    for k in 0..periods {
+        if k == from {
+            measured_from = allocs();
+        }
+        let deadline = start + (k + 1) * period;
+        netjam::clock::sleep_until_ns(deadline);
+        synth.fill(&mut input);
+        process(deadline, &input, &mut output);
+    }
+    allocs() - measured_from
+}
+
+/// The jam callback of `sender` and `receiver` on a socket facing `netjam reflect` (up for
+/// `seconds`), run for `periods` periods of music: the allocations from period 750 on, and
+/// its statistics.
+fn jam_against_reflect(
+    seconds: &str,
+    sender: Sender,
+    mut receiver: Receiver,
+    measure_round_trip: bool,
+    periods: u64,
+) -> (u64, JamStats) {
+    let (_reflect, reflector) = reflect(seconds);
+    let (io, link) = NetIo::start(
+        UdpTransport::bind("127.0.0.1:0".parse().expect("addr")).expect("bind"),
+        Peer::Fixed(reflector),
+    )
+    .expect("io");
+    receiver.set_output_format(sender.format());
+    let gain = Arc::new(AtomicU32::new(1.0f32.to_bits()));
+    let (mut jam, _snaps) = JamProcess::new(sender, receiver, link, gain);
+    jam.measure_round_trip(measure_round_trip);
+    let synth = Synth::new(SynthKind::Music { bpm: 100.0 }, 48_000, 2, 9);
+    let during = periods_on_time(synth, periods, 750, |deadline, input, output| {
+        jam.process(deadline, input, output)
+    });
+    let stats = jam.stats();
+    io.shutdown();
+    (during, stats)
 }
 
 #[test]
@@ -50,24 +111,12 @@ fn send_and_receive_callbacks_do_not_allocate() {
     receiver.set_output_format(format);
     let (mut tx, mut tx_snaps) = SendProcess::new(sender, send_link, 48_000);
     let (mut rx, mut rx_snaps) = RecvProcess::new(receiver, recv_link, 48_000);
-    let mut synth = Synth::new(SynthKind::Music { bpm: 120.0 }, 48_000, 2, 3);
-    let mut input = vec![0.0f32; 128];
-    let mut output = vec![0.0f32; 128];
-    let period = frames_to_ns(64, 48_000);
-    let start = netjam::clock::now_ns();
-    let mut measured_from = 0;
+    let synth = Synth::new(SynthKind::Music { bpm: 120.0 }, 48_000, 2, 3);
     let periods = 3000u64; // 4 s, with RTCP both ways several times
-    for k in 0..periods {
-        if k == 500 {
-            measured_from = allocs();
-        }
-        let deadline = start + (k + 1) * period;
-        netjam::clock::sleep_until_ns(deadline);
-        synth.fill(&mut input);
-        tx.process(deadline, &input, &mut []);
-        rx.process(deadline, &[], &mut output);
-    }
-    let during = allocs() - measured_from;
+    let during = periods_on_time(synth, periods, 500, |deadline, input, output| {
+        tx.process(deadline, input, &mut []);
+        rx.process(deadline, &[], output);
+    });
     // Drain the snapshot rings (outside the measured stretch).
     let last_rx = std::iter::from_fn(|| rx_snaps.pop().ok())
         .last()
@@ -94,63 +143,17 @@ fn send_and_receive_callbacks_do_not_allocate() {
 
 #[test]
 fn jam_callback_measures_its_round_trip_through_reflect_without_allocating() {
-    use netjam::session::JamProcess;
-    let port = std::net::UdpSocket::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
-    let mut reflect = std::process::Command::new(env!("CARGO_BIN_EXE_netjam"))
-        .args([
-            "reflect",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--duration",
-            "8",
-        ])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("netjam reflect");
-    std::thread::sleep(Duration::from_millis(200));
     let format = AudioFormat::new(Codec::L16, 48_000, 2).expect("format");
-    let (io, link) = NetIo::start(
-        UdpTransport::bind("127.0.0.1:0".parse().expect("addr")).expect("bind"),
-        Peer::Fixed(format!("127.0.0.1:{port}").parse().expect("addr")),
-    )
-    .expect("io");
     let sender = Sender::new(SenderConfig {
         seed: 5,
         ..SenderConfig::new(format, 64)
     })
     .expect("sender");
-    let mut receiver = Receiver::new(ReceiverConfig {
+    let receiver = Receiver::new(ReceiverConfig {
         seed: 6,
         ..ReceiverConfig::new(2)
     });
-    receiver.set_output_format(format);
-    let gain = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(1.0f32.to_bits()));
-    let (mut jam, _snaps) = JamProcess::new(sender, receiver, link, gain);
-    jam.measure_round_trip(true);
-    let mut synth = Synth::new(SynthKind::Music { bpm: 100.0 }, 48_000, 2, 9);
-    let (mut input, mut output) = (vec![0.0f32; 128], vec![0.0f32; 128]);
-    let period = frames_to_ns(64, 48_000);
-    let start = netjam::clock::now_ns();
-    let mut measured_from = 0;
-    for k in 0..3750u64 {
-        // 5 s
-        if k == 750 {
-            measured_from = allocs();
-        }
-        let deadline = start + (k + 1) * period;
-        netjam::clock::sleep_until_ns(deadline);
-        synth.fill(&mut input);
-        jam.process(deadline, &input, &mut output);
-    }
-    let during = allocs() - measured_from;
-    let stats = jam.stats();
-    io.shutdown();
-    let _ = reflect.kill();
-    let _ = reflect.wait();
+    let (during, stats) = jam_against_reflect("8", sender, receiver, true, 3750); // 5 s
     assert_eq!(during, 0, "{during} allocations in the jam callback");
     assert!(stats.round_trip_found >= 2, "{stats:?}");
     let rtt = stats.round_trip_ms.expect("round trip measured");
@@ -164,31 +167,7 @@ fn jam_callback_measures_its_round_trip_through_reflect_without_allocating() {
 
 #[test]
 fn jam_callback_with_opus_both_ways_does_not_allocate() {
-    use netjam::opus::{decoders, OpusEncoder, OpusSettings};
-    use netjam::session::JamProcess;
-    let port = std::net::UdpSocket::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
-    let mut reflect = std::process::Command::new(env!("CARGO_BIN_EXE_netjam"))
-        .args([
-            "reflect",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--duration",
-            "6",
-        ])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("netjam reflect");
-    std::thread::sleep(Duration::from_millis(200));
     let format = AudioFormat::new(Codec::Opus, 48_000, 2).expect("format");
-    let (io, link) = NetIo::start(
-        UdpTransport::bind("127.0.0.1:0".parse().expect("addr")).expect("bind"),
-        Peer::Fixed(format!("127.0.0.1:{port}").parse().expect("addr")),
-    )
-    .expect("io");
     // 2.5 ms Opus packets from 64-frame periods, with one redundant copy.
     let settings = OpusSettings::new(2.5, 192, 5).expect("settings");
     let encoder =
@@ -202,34 +181,13 @@ fn jam_callback_with_opus_both_ways_does_not_allocate() {
         Some(Box::new(encoder)),
     )
     .expect("sender");
-    let mut receiver = Receiver::new(ReceiverConfig {
+    let receiver = Receiver::new(ReceiverConfig {
         seed: 8,
         decoders: decoders(),
         ..ReceiverConfig::new(2)
     });
-    receiver.set_output_format(format);
-    let gain = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(1.0f32.to_bits()));
-    let (mut jam, _snaps) = JamProcess::new(sender, receiver, link, gain);
-    let mut synth = Synth::new(SynthKind::Music { bpm: 100.0 }, 48_000, 2, 9);
-    let (mut input, mut output) = (vec![0.0f32; 128], vec![0.0f32; 128]);
-    let period = frames_to_ns(64, 48_000);
-    let start = netjam::clock::now_ns();
-    let mut measured_from = 0;
-    for k in 0..3000u64 {
-        // 4 s; the decoder exists from the first packet back, well before 1 s.
-        if k == 750 {
-            measured_from = allocs();
-        }
-        let deadline = start + (k + 1) * period;
-        netjam::clock::sleep_until_ns(deadline);
-        synth.fill(&mut input);
-        jam.process(deadline, &input, &mut output);
-    }
-    let during = allocs() - measured_from;
-    let stats = jam.stats();
-    io.shutdown();
-    let _ = reflect.kill();
-    let _ = reflect.wait();
+    // 4 s; the decoder exists from the first packet back, well before 1 s.
+    let (during, stats) = jam_against_reflect("6", sender, receiver, false, 3000);
     // Rust allocations on the audio thread; libopus itself allocates only when an encoder or
     // decoder is created (its scratch space is on the stack).
     assert_eq!(during, 0, "{during} allocations in the jam callback with Opus");

@@ -12,15 +12,15 @@
 //! The receiver stops while the sender is still sending, so nothing after the stream's end
 //! is concealed and counted.
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+mod common;
 
-const BIN: &str = env!("CARGO_BIN_EXE_netjam");
-const RATE: f64 = 48_000.0;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::signal::{dominant_hz, quietest, read_channel0, sliding_rms, RATE};
+use common::{read_json, start_recv, Proc, BIN};
+
 const TONE_HZ: f64 = 440.0;
 /// netjam's test tone peaks at 0.5.
 const TONE_RMS: f64 = 0.5 / std::f64::consts::SQRT_2;
@@ -33,133 +33,8 @@ const RECV_S: &str = "1.5";
 const SEND_S: &str = "2.2";
 const IMPAIR_S: &str = "2.8";
 
-/// A child process that is killed when dropped, so a failing assertion leaves nothing
-/// running. Its stderr is read line by line.
-#[derive(Debug)]
-struct Proc {
-    child: Child,
-    what: &'static str,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Proc {
-    fn spawn(cmd: &mut Command, what: &'static str) -> Self {
-        let mut child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        Self { child, what, lines }
-    }
-
-    fn next_line(&self) -> String {
-        self.lines
-            .recv_timeout(Duration::from_secs(10))
-            .unwrap_or_else(|_| panic!("{} printed nothing within 10 s", self.what))
-    }
-
-    /// Wait for the process to exit on its own, then return what else it printed; panics
-    /// (and the drop kills it) after `timeout`.
-    fn finish(&mut self, timeout: Duration) -> (ExitStatus, Vec<String>) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                // The reader thread ends with the pipe; wait for its last lines.
-                let mut out = Vec::new();
-                while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(2)) {
-                    out.push(l);
-                }
-                return (status, out);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not finish within {timeout:?}",
-                self.what
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("netjam-opus-loss-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join(name)
-}
-
-/// The first address in `line` ("netjam: listening on 127.0.0.1:4464",
-/// "netjam impair: 127.0.0.1:5000 -> 127.0.0.1:4464").
-fn address_in(line: &str) -> SocketAddr {
-    line.split_whitespace()
-        .find_map(|w| w.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-}
-
-/// Channel 0 of a WAV file, as -1..1.
-fn read_channel0(path: &Path) -> Vec<f64> {
-    let mut r = hound::WavReader::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let spec = r.spec();
-    let ch = usize::from(spec.channels);
-    let all: Vec<f64> = match spec.sample_format {
-        hound::SampleFormat::Float => r
-            .samples::<f32>()
-            .map(|s| f64::from(s.expect("sample")))
-            .collect(),
-        hound::SampleFormat::Int => {
-            let scale = f64::from(1u32 << (spec.bits_per_sample - 1));
-            r.samples::<i32>()
-                .map(|s| f64::from(s.expect("sample")) / scale)
-                .collect()
-        }
-    };
-    all.into_iter().step_by(ch).collect()
-}
-
-/// Power of `x` at `hz` (Goertzel).
-fn goertzel(x: &[f64], hz: f64) -> f64 {
-    let k = 2.0 * (2.0 * std::f64::consts::PI * hz / RATE).cos();
-    let (mut s1, mut s2) = (0.0, 0.0);
-    for &v in x {
-        let s0 = v + k * s1 - s2;
-        s2 = s1;
-        s1 = s0;
-    }
-    s1 * s1 + s2 * s2 - k * s1 * s2
-}
-
-/// The strongest frequency between 50 Hz and 10 kHz, to 5 Hz.
-fn dominant_hz(x: &[f64]) -> f64 {
-    (10..=2000)
-        .map(|k| f64::from(k) * 5.0)
-        .map(|hz| (hz, goertzel(x, hz)))
-        .fold((0.0, 0.0), |best, c| if c.1 > best.1 { c } else { best })
-        .0
-}
-
-/// RMS of every 2.5 ms window of `x`, one starting at each sample (so a silent stretch of
-/// 2.5 ms or more shows as a window of RMS 0 wherever it lies).
-fn sliding_rms(x: &[f64]) -> Vec<f64> {
-    let mut sum = vec![0.0; x.len() + 1];
-    for (i, v) in x.iter().enumerate() {
-        sum[i + 1] = sum[i] + v * v;
-    }
-    (0..x.len().saturating_sub(119))
-        .map(|i| ((sum[i + 120] - sum[i]).max(0.0) / 120.0).sqrt())
-        .collect()
+    common::tmp("opus-loss", name)
 }
 
 /// What one run measured.
@@ -192,56 +67,38 @@ struct Run {
 fn run(tag: &str, redundancy: &str) -> Run {
     let output = tmp(&format!("{tag}.wav"));
     let stats = tmp(&format!("{tag}.json"));
-    let mut recv = Proc::spawn(
-        Command::new(BIN).args([
-            "recv",
-            "--listen",
-            "127.0.0.1:0",
-            "--buffer",
-            "30ms",
-            "--duration",
-            RECV_S,
-            "--output",
-            output.to_str().expect("path"),
-            "--stats-json",
-            stats.to_str().expect("path"),
-        ]),
-        "netjam recv",
+    let (mut recv, recv_addr) = start_recv(&[
+        "--buffer",
+        "30ms",
+        "--duration",
+        RECV_S,
+        "--output",
+        output.to_str().expect("path"),
+        "--stats-json",
+        stats.to_str().expect("path"),
+    ]);
+    let (mut impair, link_addr) = common::impair(
+        recv_addr,
+        &["--loss", LOSS_PCT, "--seed", SEED, "--duration", IMPAIR_S],
     );
-    let recv_addr = address_in(&recv.next_line());
-    let mut impair = Proc::spawn(
-        Command::new(BIN).args([
-            "impair",
-            "--listen",
-            "127.0.0.1:0",
-            "--forward",
-            &recv_addr.to_string(),
-            "--loss",
-            LOSS_PCT,
-            "--seed",
-            SEED,
-            "--duration",
-            IMPAIR_S,
-        ]),
-        "netjam impair",
-    );
-    let link_addr = address_in(&impair.next_line());
-    let mut send = Proc::spawn(
-        Command::new(BIN).args([
-            "send",
-            "--to",
-            &link_addr.to_string(),
-            "--codec",
-            "opus",
-            "--sine",
-            "440",
-            "--channels",
-            "2",
-            "--redundancy",
-            redundancy,
-            "--duration",
-            SEND_S,
-        ]),
+    let mut send = Proc::spawn_lines(
+        Command::new(BIN)
+            .args([
+                "send",
+                "--to",
+                &link_addr.to_string(),
+                "--codec",
+                "opus",
+                "--sine",
+                "440",
+                "--channels",
+                "2",
+                "--redundancy",
+                redundancy,
+                "--duration",
+                SEND_S,
+            ])
+            .stdout(Stdio::null()),
         "netjam send",
     );
     // The sender runs longest but for the link; the receiver stops before it.
@@ -260,8 +117,7 @@ fn run(tag: &str, redundancy: &str) -> Run {
         .find_map(|l| l.strip_prefix("netjam impair: {").map(|j| format!("{{{j}")))
         .and_then(|j| serde_json::from_str(&j).ok())
         .unwrap_or_else(|| panic!("{tag}: no counters from impair\n{said}"));
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&stats).expect("stats")).expect("stats JSON");
+    let report = read_json(&stats);
     let s = &report["stats"];
     let d = &s["decoder"];
     let n = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
@@ -276,11 +132,7 @@ fn run(tag: &str, redundancy: &str) -> Run {
     let first = x.iter().position(|v| v.abs() > 0.1).unwrap_or(x.len());
     let body = &x[(first + 2400).min(x.len())..];
     let rms = sliding_rms(body);
-    let (quietest_rms, at) = rms
-        .iter()
-        .enumerate()
-        .map(|(i, &r)| (r, i))
-        .fold((f64::INFINITY, 0), |m, w| if w.0 < m.0 { w } else { m });
+    let (quietest_rms, at) = quietest(&rms);
     let quiet = |r: &f64| *r < TONE_RMS / 3.0;
     let (mut longest, mut current) = (0usize, 0usize);
     for r in &rms {

@@ -3,11 +3,14 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::net::{SocketAddr, UdpSocket};
-use std::process::{Command, Stdio};
+mod common;
+
+use std::net::SocketAddr;
+use std::process::Command;
 use std::time::Duration;
 
-use netjam::cli::probe::{ping, spawn_impair, PingConfig};
+use common::BIN;
+use netjam::cli::probe::{ping, spawn_impair, ImpairStats, PingConfig, PingOutcome};
 use netjam::cli::reflect;
 use netjam_engine::link::{JitterDist, LinkConfig, LossModel};
 use netjam_engine::probe::ReflectorConfig;
@@ -16,14 +19,6 @@ const MS: u64 = 1_000_000;
 
 fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
-}
-
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn link(delay_ms: u64, jitter_ms: u64, loss: f64) -> LinkConfig {
@@ -40,6 +35,31 @@ fn link(delay_ms: u64, jitter_ms: u64, loss: f64) -> LinkConfig {
     }
 }
 
+/// `rate` probes a second of `size` bytes for `secs` seconds, and `wait_ms` for the last
+/// replies; to be sent by [`ping_through`].
+fn probes(rate: f64, size: usize, secs: u64, wait_ms: u64) -> PingConfig {
+    let mut cfg = PingConfig::new(loopback(), rate, size, Duration::from_secs(secs));
+    cfg.wait_after = Some(Duration::from_millis(wait_ms));
+    cfg
+}
+
+/// Ping with `probes` through `spawn_impair` with links `up` and `down` and `seed` to an
+/// in-process reflector: what ping found, and what the emulator did.
+fn ping_through(
+    up: LinkConfig,
+    down: LinkConfig,
+    seed: u64,
+    mut probes: PingConfig,
+) -> (PingOutcome, ImpairStats) {
+    let r = reflect::spawn(loopback(), ReflectorConfig::default(), None).unwrap();
+    let imp = spawn_impair(loopback(), r.local_addr(), up, down, seed).unwrap();
+    probes.target = imp.local_addr();
+    let out = ping(&probes).unwrap();
+    let emulated = imp.stop();
+    r.stop().unwrap();
+    (out, emulated)
+}
+
 /// Binomial 99.9 % interval (normal approximation) for `n` trials at probability `p`, in
 /// percent.
 fn binomial_interval_pct(p: f64, n: u64) -> (f64, f64) {
@@ -51,45 +71,18 @@ fn binomial_interval_pct(p: f64, n: u64) -> (f64, f64) {
 /// round trip of 40 ± 1 ms and one-way estimates of 20 ± 1.5 ms.
 #[test]
 fn cli_delay_and_jitter_come_out_right() {
-    let exe = env!("CARGO_BIN_EXE_netjam");
-    let rport = free_port();
-    let iport = free_port();
-    let mut reflect = Command::new(exe)
-        .args([
-            "reflect",
-            "--listen",
-            &format!("127.0.0.1:{rport}"),
-            "--duration",
-            "6",
-        ])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut impair = Command::new(exe)
-        .args(["impair", "--listen", &format!("127.0.0.1:{iport}")])
-        .args(["--forward", &format!("127.0.0.1:{rport}")])
-        .args(["--delay", "20", "--jitter", "2", "--seed", "7", "--duration", "6"])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    let (reflect, reflector) = common::reflect("6");
+    let (impair, target) = common::impair(
+        reflector,
+        &["--delay", "20", "--jitter", "2", "--seed", "7", "--duration", "6"],
+    );
     let json = std::env::temp_dir().join(format!("netjam-probe-test-{}.json", std::process::id()));
-    let out = Command::new(exe)
-        .args([
-            "ping",
-            &format!("127.0.0.1:{iport}"),
-            "--rate",
-            "200",
-            "--duration",
-            "2",
-        ])
+    let out = Command::new(BIN)
+        .args(["ping", &target.to_string(), "--rate", "200", "--duration", "2"])
         .args(["--wait", "300", "--json", json.to_str().unwrap()])
         .output()
         .unwrap();
-    let _ = reflect.kill();
-    let _ = impair.kill();
-    let _ = reflect.wait();
-    let _ = impair.wait();
+    drop((reflect, impair));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("round trip"), "{text}");
@@ -113,13 +106,7 @@ fn cli_delay_and_jitter_come_out_right() {
 /// reported as up loss, and equals what the emulator dropped.
 #[test]
 fn up_only_loss_is_reported_as_up_loss() {
-    let r = reflect::spawn(loopback(), ReflectorConfig::default(), None).unwrap();
-    let imp = spawn_impair(loopback(), r.local_addr(), link(5, 0, 0.01), link(5, 0, 0.0), 11).unwrap();
-    let mut cfg = PingConfig::new(imp.local_addr(), 1000.0, 64, Duration::from_secs(2));
-    cfg.wait_after = Some(Duration::from_millis(200));
-    let out = ping(&cfg).unwrap();
-    let emulated = imp.stop();
-    r.stop().unwrap();
+    let (out, emulated) = ping_through(link(5, 0, 0.01), link(5, 0, 0.0), 11, probes(1000.0, 64, 2, 200));
     let s = &out.report.summary;
     let (lo, hi) = binomial_interval_pct(0.01, s.sent);
     assert!(
@@ -140,13 +127,7 @@ fn up_only_loss_is_reported_as_up_loss() {
 /// 2 % loss on the way down only is reported as down loss.
 #[test]
 fn down_only_loss_is_reported_as_down_loss() {
-    let r = reflect::spawn(loopback(), ReflectorConfig::default(), None).unwrap();
-    let imp = spawn_impair(loopback(), r.local_addr(), link(2, 0, 0.0), link(2, 0, 0.02), 5).unwrap();
-    let mut cfg = PingConfig::new(imp.local_addr(), 1000.0, 64, Duration::from_secs(1));
-    cfg.wait_after = Some(Duration::from_millis(200));
-    let out = ping(&cfg).unwrap();
-    let emulated = imp.stop();
-    r.stop().unwrap();
+    let (out, emulated) = ping_through(link(2, 0, 0.0), link(2, 0, 0.02), 5, probes(1000.0, 64, 1, 200));
     let s = &out.report.summary;
     let (lo, hi) = binomial_interval_pct(0.02, s.sent);
     assert!(
@@ -167,15 +148,9 @@ fn down_only_loss_is_reported_as_down_loss() {
 /// this documents the limit of clock-free one-way estimates.
 #[test]
 fn asymmetric_delay_keeps_the_round_trip_and_duplicates_are_counted() {
-    let r = reflect::spawn(loopback(), ReflectorConfig::default(), None).unwrap();
     let mut down = link(10, 0, 0.0);
     down.duplicate = 0.05;
-    let imp = spawn_impair(loopback(), r.local_addr(), link(30, 0, 0.0), down, 3).unwrap();
-    let mut cfg = PingConfig::new(imp.local_addr(), 200.0, 64, Duration::from_secs(1));
-    cfg.wait_after = Some(Duration::from_millis(200));
-    let out = ping(&cfg).unwrap();
-    let emulated = imp.stop();
-    r.stop().unwrap();
+    let (out, emulated) = ping_through(link(30, 0, 0.0), down, 3, probes(200.0, 64, 1, 200));
     let s = &out.report.summary;
     assert!((39.0..=41.5).contains(&s.round_trip.delay.median_ms), "{s:?}");
     assert!((s.send.delay.median_ms - s.receive.delay.median_ms).abs() < 2.0);
@@ -188,13 +163,7 @@ fn asymmetric_delay_keeps_the_round_trip_and_duplicates_are_counted() {
 #[test]
 fn same_seed_loses_the_same_probes() {
     let lost_seqs = || {
-        let r = reflect::spawn(loopback(), ReflectorConfig::default(), None).unwrap();
-        let imp = spawn_impair(loopback(), r.local_addr(), link(1, 0, 0.03), link(1, 0, 0.0), 5).unwrap();
-        let mut cfg = PingConfig::new(imp.local_addr(), 500.0, 64, Duration::from_secs(1));
-        cfg.wait_after = Some(Duration::from_millis(100));
-        let out = ping(&cfg).unwrap();
-        imp.stop();
-        r.stop().unwrap();
+        let (out, _) = ping_through(link(1, 0, 0.03), link(1, 0, 0.0), 5, probes(500.0, 64, 1, 100));
         let lost: Vec<usize> = out
             .stats
             .records()
@@ -216,14 +185,8 @@ fn same_seed_loses_the_same_probes() {
 #[test]
 #[ignore]
 fn soak_seattle_vermont_five_minutes() {
-    let r = reflect::spawn(loopback(), ReflectorConfig::default(), None).unwrap();
     let profile = LinkConfig::seattle_vermont();
-    let imp = spawn_impair(loopback(), r.local_addr(), profile.clone(), profile, 1).unwrap();
-    let mut cfg = PingConfig::new(imp.local_addr(), 750.0, 276, Duration::from_secs(300));
-    cfg.wait_after = Some(Duration::from_millis(500));
-    let out = ping(&cfg).unwrap();
-    let e = imp.stop();
-    r.stop().unwrap();
+    let (out, e) = ping_through(profile.clone(), profile, 1, probes(750.0, 276, 300, 500));
     let s = &out.report.summary;
     assert!((37.0..=40.0).contains(&s.round_trip.delay.median_ms), "{s:?}");
     // Bursts (mean length 2) make losses correlated; counting a quarter of the packets as

@@ -3,68 +3,26 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::net::UdpSocket;
-use std::process::{Command, Stdio};
-use std::time::Duration;
+mod common;
 
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use std::process::Command;
+
+use common::BIN;
 
 #[test]
 fn sweep_recommends_and_writes_json_and_plot() {
-    let exe = env!("CARGO_BIN_EXE_netjam");
-    let rport = free_port();
-    let iport = free_port();
-    let mut reflect = Command::new(exe)
-        .args([
-            "reflect",
-            "--listen",
-            &format!("127.0.0.1:{rport}"),
-            "--duration",
-            "15",
-        ])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut impair = Command::new(exe)
-        .args(["impair", "--listen", &format!("127.0.0.1:{iport}")])
-        .args([
-            "--forward",
-            &format!("127.0.0.1:{rport}"),
-            "--delay",
-            "5",
-            "--duration",
-            "15",
-        ])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    let (reflect, reflector) = common::reflect("15");
+    let (impair, target) = common::impair(reflector, &["--delay", "5", "--duration", "15"]);
     let dir = std::env::temp_dir();
     let json = dir.join(format!("netjam-sweep-{}.json", std::process::id()));
     let svg = dir.join(format!("netjam-sweep-{}.svg", std::process::id()));
-    let out = Command::new(exe)
-        .args([
-            "sweep",
-            &format!("127.0.0.1:{iport}"),
-            "--codec",
-            "l24",
-            "--channels",
-            "1",
-        ])
+    let out = Command::new(BIN)
+        .args(["sweep", &target.to_string(), "--codec", "l24", "--channels", "1"])
         .args(["--seconds-per-point", "0.25", "--json", json.to_str().unwrap()])
         .args(["--plot", svg.to_str().unwrap()])
         .output()
         .unwrap();
-    let _ = reflect.kill();
-    let _ = impair.kill();
-    let _ = reflect.wait();
-    let _ = impair.wait();
+    drop((reflect, impair));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

@@ -2,46 +2,18 @@
 //! every codec at 1, 2 and 8 channels; a sender restarted mid-stream is followed by the
 //! same receiver; hostile datagrams sprayed at the receiver change nothing.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_netjam");
+use common::{start_recv, Proc, BIN};
 
 fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("netjam-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join(name)
-}
-
-/// Start `netjam recv` on an ephemeral port; returns the child and the port it took.
-fn start_recv(args: &[&str]) -> (Child, SocketAddr, mpsc::Receiver<String>) {
-    let mut child = Command::new(BIN)
-        .args(["recv", "--listen", "127.0.0.1:0"])
-        .args(args)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start netjam recv");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let line = rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("recv prints its address");
-    let addr = line
-        .rsplit(' ')
-        .next()
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    (child, addr, rx)
+    common::tmp("test", name)
 }
 
 fn send(to: SocketAddr, args: &[&str]) {
@@ -54,9 +26,9 @@ fn send(to: SocketAddr, args: &[&str]) {
     assert!(status.success(), "netjam send failed");
 }
 
-fn wait(mut child: Child, lines: &mpsc::Receiver<String>) -> Vec<String> {
-    let status = child.wait().expect("wait for recv");
-    let out: Vec<String> = lines.try_iter().collect();
+/// Everything else `recv` prints until it ends; panics unless it succeeds.
+fn wait(mut recv: Proc) -> Vec<String> {
+    let (status, out) = recv.finish(Duration::from_secs(20));
     assert!(status.success(), "recv failed: {out:?}");
     out
 }
@@ -141,7 +113,7 @@ fn wav_files_arrive_bit_exact_for_every_codec_and_channel_count() {
             let output = tmp(&format!("out-{codec}-{channels}.wav"));
             write_noise_wav(&input, bits, float, channels, 9_600); // 0.2 s
                                                                    // A generous fixed buffer: this test is about exactness, not latency.
-            let (child, addr, lines) = start_recv(&[
+            let (recv, addr) = start_recv(&[
                 "--output",
                 output.to_str().expect("path"),
                 "--duration",
@@ -152,7 +124,7 @@ fn wav_files_arrive_bit_exact_for_every_codec_and_channel_count() {
             let garbage_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             let sprayer = (channels == 2).then(|| spray_garbage(addr, garbage_stop.clone()));
             send(addr, &["--input", input.to_str().expect("path")]);
-            let out = wait(child, &lines);
+            let out = wait(recv);
             garbage_stop.store(true, std::sync::atomic::Ordering::Relaxed);
             if let Some(s) = sprayer {
                 assert!(s.join().expect("sprayer") > 50);
@@ -176,7 +148,7 @@ fn wav_files_arrive_bit_exact_for_every_codec_and_channel_count() {
 fn a_restarted_sender_is_followed_without_restarting_the_receiver() {
     let output = tmp("restart.wav");
     let stats = tmp("restart.json");
-    let (child, addr, lines) = start_recv(&[
+    let (recv, addr) = start_recv(&[
         "--output",
         output.to_str().expect("path"),
         "--duration",
@@ -187,7 +159,7 @@ fn a_restarted_sender_is_followed_without_restarting_the_receiver() {
     send(addr, &["--sine", "440", "--duration", "0.5"]);
     std::thread::sleep(Duration::from_millis(300));
     send(addr, &["--sine", "880", "--duration", "0.5"]);
-    let out = wait(child, &lines);
+    let out = wait(recv);
     assert!(out.iter().any(|l| l.contains("restarted")), "{out:?}");
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&stats).expect("stats")).expect("json");
@@ -207,22 +179,21 @@ fn a_restarted_sender_is_followed_without_restarting_the_receiver() {
 
 #[test]
 fn plain_rtp_without_a_format_gets_a_clear_hint() {
-    let (mut child, addr, lines) = start_recv(&["--output", tmp("never.wav").to_str().expect("path")]);
+    let (recv, addr) = start_recv(&["--output", tmp("never.wav").to_str().expect("path")]);
     let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
     let mut pkt = vec![0x80, 96, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1];
     pkt.extend_from_slice(&[0; 256]);
     let mut hint = None;
     for _ in 0..100 {
         let _ = s.send_to(&pkt, addr);
-        if let Ok(l) = lines.recv_timeout(Duration::from_millis(50)) {
+        if let Some(l) = recv.line_within(Duration::from_millis(50)) {
             if l.contains("--codec") {
                 hint = Some(l);
                 break;
             }
         }
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(recv);
     assert!(hint.is_some(), "recv explains how to give the format");
 }
 

@@ -1,0 +1,282 @@
+//! What the netjam integration tests share: child processes that never outlive a failing
+//! assertion, `netjam reflect`, `impair` and `recv` on ephemeral loopback ports, temporary
+//! files, checks for the tools scripts/deps installs, and (in submodules) a private JACK
+//! server, an echoing `Process` and the analysis of decoded tones.
+//!
+//! Every test binary compiles this module on its own and uses a part of it.
+#![allow(dead_code)]
+
+pub mod echo;
+pub mod jackd;
+pub mod signal;
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_netjam");
+
+/// A child process killed and reaped when dropped, so a failing assertion leaves nothing
+/// running; its stderr read line by line if it was started with [`Proc::spawn_lines`].
+#[derive(Debug)]
+pub struct Proc {
+    pub child: Child,
+    what: &'static str,
+    lines: Option<mpsc::Receiver<String>>,
+}
+
+impl Proc {
+    pub fn spawn(cmd: &mut Command, what: &'static str) -> Self {
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        Self {
+            child,
+            what,
+            lines: None,
+        }
+    }
+
+    /// Start with stderr read line by line in a thread.
+    pub fn spawn_lines(cmd: &mut Command, what: &'static str) -> Self {
+        let mut p = Self::spawn(cmd.stderr(Stdio::piped()), what);
+        let stderr = p.child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        p.lines = Some(rx);
+        p
+    }
+
+    fn lines(&self) -> &mpsc::Receiver<String> {
+        self.lines.as_ref().expect("started with spawn_lines")
+    }
+
+    /// The next line it prints within `timeout`, if any.
+    pub fn line_within(&self, timeout: Duration) -> Option<String> {
+        self.lines().recv_timeout(timeout).ok()
+    }
+
+    pub fn next_line(&self, timeout: Duration) -> String {
+        self.line_within(timeout)
+            .unwrap_or_else(|| panic!("{} printed nothing within {timeout:?}", self.what))
+    }
+
+    /// Every line printed so far.
+    pub fn drain_lines(&self) -> Vec<String> {
+        self.lines
+            .as_ref()
+            .map_or_else(Vec::new, |l| l.try_iter().collect())
+    }
+
+    /// Wait for the process to exit on its own; None after `timeout` (the drop kills it).
+    pub fn wait_until(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Wait for the process to exit on its own; panics (and the drop kills it) after
+    /// `timeout`.
+    pub fn wait_for(&mut self, timeout: Duration) -> ExitStatus {
+        self.wait_until(timeout)
+            .unwrap_or_else(|| panic!("{} did not finish within {timeout:?}", self.what))
+    }
+
+    /// [`Proc::wait_for`], then everything else it printed (waiting for the last lines).
+    pub fn finish(&mut self, timeout: Duration) -> (ExitStatus, Vec<String>) {
+        let status = self.wait_for(timeout);
+        let mut out = Vec::new();
+        if let Some(lines) = &self.lines {
+            // The reader thread ends with the pipe.
+            while let Ok(l) = lines.recv_timeout(Duration::from_secs(2)) {
+                out.push(l);
+            }
+        }
+        (status, out)
+    }
+
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// SIGINT, as Ctrl-C would (`gst-launch-1.0 -e` turns it into end-of-stream).
+    pub fn interrupt(&self) {
+        let _ = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The first address in `line` ("netjam: listening on 127.0.0.1:4464",
+/// "netjam impair: 127.0.0.1:5000 -> 127.0.0.1:4464").
+pub fn address_in(line: &str) -> SocketAddr {
+    line.split_whitespace()
+        .find_map(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+}
+
+/// `netjam ARGS` (listening on `127.0.0.1:0`) with its stderr read line by line, and the
+/// address it says in its first line that it took.
+fn start_listening(args: &[&str], what: &'static str) -> (Proc, SocketAddr) {
+    let p = Proc::spawn_lines(Command::new(BIN).args(args).stdout(Stdio::null()), what);
+    let addr = address_in(&p.next_line(Duration::from_secs(10)));
+    (p, addr)
+}
+
+/// `netjam reflect` on an ephemeral loopback port for `seconds`, once it is listening.
+pub fn reflect(seconds: &str) -> (Proc, SocketAddr) {
+    start_listening(
+        &["reflect", "--listen", "127.0.0.1:0", "--duration", seconds],
+        "netjam reflect",
+    )
+}
+
+/// `netjam impair` on an ephemeral loopback port forwarding to `to`, with `args` (link and
+/// duration), once it is listening.
+pub fn impair(to: SocketAddr, args: &[&str]) -> (Proc, SocketAddr) {
+    let to = to.to_string();
+    let head = ["impair", "--listen", "127.0.0.1:0", "--forward", &to];
+    start_listening(&[&head[..], args].concat(), "netjam impair")
+}
+
+/// `netjam recv` on an ephemeral loopback port with `args`, once it is listening.
+pub fn start_recv(args: &[&str]) -> (Proc, SocketAddr) {
+    start_listening(
+        &[&["recv", "--listen", "127.0.0.1:0"][..], args].concat(),
+        "netjam recv",
+    )
+}
+
+/// A loopback UDP port nobody uses right now.
+pub fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// This test run's directory `netjam-TAG-PID` in the system's temporary directory.
+pub fn tmp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("netjam-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// `name` in [`tmp_dir`]`(tag)`.
+pub fn tmp(tag: &str, name: &str) -> PathBuf {
+    tmp_dir(tag).join(name)
+}
+
+pub fn read_json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Panics unless `tool` is on the PATH; scripts/deps installs it with Debian's `package`.
+pub fn require(tool: &str, package: &str) {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "{tool} is missing: run scripts/deps (installs Debian's {package})"
+    );
+}
+
+/// Panics unless GStreamer has each of `elements`.
+pub fn require_gstreamer(elements: &[&str]) {
+    for element in elements {
+        let ok = Command::new("gst-inspect-1.0")
+            .arg(element)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        assert!(
+            ok.is_ok_and(|s| s.success()),
+            "GStreamer's {element} is missing: run scripts/deps (installs gstreamer1.0-tools, -plugins-base and -plugins-good)"
+        );
+    }
+}
+
+/// GStreamer receiving RTP on a free loopback port and writing what it decodes to a WAV
+/// file: `gst-launch-1.0 -e udpsrc caps=CAPS ! CHAIN ! wavenc ! filesink`.
+#[derive(Debug)]
+pub struct GstReceiver {
+    gst: Proc,
+    pub port: u16,
+    log: PathBuf,
+}
+
+impl GstReceiver {
+    /// Start the pipeline, `chain` being its elements between udpsrc and wavenc separated by
+    /// white space as on gst-launch's command line, and wait until it listens. What it
+    /// prints on stdout (its warnings among it) goes to `log`.
+    pub fn start(caps: &str, chain: &str, output: &Path, log: &Path) -> Self {
+        let port = free_udp_port();
+        let mut gst = Proc::spawn_lines(
+            Command::new("gst-launch-1.0")
+                .args(["-e", "udpsrc", &format!("port={port}"), "address=127.0.0.1"])
+                .arg(format!("caps={caps}"))
+                .arg("!")
+                .args(chain.split_whitespace())
+                .args(["!", "wavenc", "!", "filesink"])
+                .arg(format!("location={}", output.display()))
+                .stdout(std::fs::File::create(log).expect("log file")),
+            "gst-launch-1.0 (receiver)",
+        );
+        // udpsrc binds with SO_REUSEADDR; a plain bind fails once it has the port.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            assert!(
+                gst.running() && Instant::now() < deadline,
+                "GStreamer did not open port {port}: {:?}",
+                gst.drain_lines()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(200)); // from PAUSED to PLAYING
+        Self {
+            gst,
+            port,
+            log: log.to_path_buf(),
+        }
+    }
+
+    /// Where to send the stream.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Give the last packets 300 ms, then end the stream with SIGINT (`-e` turns it into
+    /// end-of-stream, so wavenc finishes its file): the exit status and all it printed.
+    pub fn stop(mut self) -> (ExitStatus, String) {
+        std::thread::sleep(Duration::from_millis(300));
+        self.gst.interrupt();
+        let status = self.gst.wait_for(Duration::from_secs(10));
+        let mut said = std::fs::read_to_string(&self.log).unwrap_or_default();
+        said.extend(self.gst.drain_lines().iter().map(|l| format!("{l}\n")));
+        (status, said)
+    }
+}
