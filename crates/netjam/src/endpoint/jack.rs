@@ -302,6 +302,8 @@ struct CallbackState {
     period_ns: u64,
     /// netjam clock minus JACK clock, ns.
     offset_ns: i64,
+    /// The previous period's nominal start (0 before the first).
+    last_nominal: u64,
     stats: Arc<CallbackStats>,
     timer: PeriodTimer,
     policy_seen: bool,
@@ -356,7 +358,15 @@ impl CallbackState {
             self.silence(nframes);
             return;
         }
-        let nominal = self.nominal_start(woke);
+        // After an xrun JACK can report a cycle start no later than the last one; periods
+        // are consecutive, so the time moves on at least by a period (never past the wake-up).
+        let mut nominal = self.nominal_start(woke);
+        if self.last_nominal > 0 && nominal <= self.last_nominal {
+            nominal = (self.last_nominal + self.period_ns)
+                .min(woke)
+                .max(self.last_nominal + 1);
+        }
+        self.last_nominal = nominal;
         let chans_in = self.send.len();
         for (c, &port) in self.send.iter().enumerate() {
             // SAFETY: an input port of this client; JACK guarantees `nframes` readable floats.
@@ -627,6 +637,7 @@ impl Endpoint for JackEndpoint {
             period: s.period,
             period_ns,
             offset_ns: self.clock_offset_ns(),
+            last_nominal: 0,
             stats: self.stats.clone(),
             timer: PeriodTimer::default(),
             policy_seen: false,
