@@ -338,7 +338,7 @@ impl Receiver {
         }
         self.stats.received += 1;
         if !format.codec.is_pcm() {
-            self.on_coded(now_ns, ext_ts, red, pkt.payload);
+            self.on_coded(now_ns, ext_ts, red, pkt.payload, format.rate);
             return;
         }
         let ch = format.channels as usize;
@@ -381,7 +381,7 @@ impl Receiver {
 
     /// A compressed packet (or an RFC 2198 packet of them): account its timing now, decode
     /// it in order through the queue.
-    fn on_coded(&mut self, now_ns: u64, ext_ts: u64, red: bool, payload: &[u8]) {
+    fn on_coded(&mut self, now_ns: u64, ext_ts: u64, red: bool, payload: &[u8], rate: u32) {
         if !self.jb.has_decoder() {
             self.stats.undecodable += 1;
             return;
@@ -400,7 +400,7 @@ impl Receiver {
             return;
         };
         if let Some(red) = &blocks {
-            let packet_ns = frames_to_ns(u64::from(frames), 48_000);
+            let packet_ns = frames_to_ns(u64::from(frames), rate);
             let n = red.redundant().len().max(1).min(self.config.max_redundancy_wait);
             self.jb.set_redundancy_wait_ns(packet_ns * n as u64);
         }

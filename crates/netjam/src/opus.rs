@@ -29,6 +29,7 @@ type Encoder = c_void;
 type Decoder = c_void;
 
 /// The libopus functions netjam uses.
+#[derive(Debug)]
 struct OpusApi {
     encoder_create: unsafe extern "C" fn(i32, c_int, c_int, *mut c_int) -> *mut Encoder,
     encode_float: unsafe extern "C" fn(*mut Encoder, *const f32, c_int, *mut u8, i32) -> i32,
@@ -103,6 +104,14 @@ pub fn version() -> Option<String> {
     Some(unsafe { cstr_lossy((api.version)()) })
 }
 
+/// Default bitrate per channel, kbit/s: transparent for most music at 2.5 ms frames.
+pub const DEFAULT_KBPS_PER_CHANNEL: u32 = 96;
+
+/// The stream bitrate `--bitrate` gives, or the default for `channels`, kbit/s.
+pub fn bitrate_kbps(asked: Option<u32>, channels: u16) -> u32 {
+    asked.unwrap_or(DEFAULT_KBPS_PER_CHANNEL * u32::from(channels))
+}
+
 /// How the encoder runs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OpusSettings {
@@ -138,6 +147,7 @@ impl OpusSettings {
 /// A libopus encoder (restricted low delay, music, constant bitrate).
 #[derive(Debug)]
 pub struct OpusEncoder {
+    api: &'static OpusApi,
     raw: NonNull<Encoder>,
     channels: usize,
     frames: usize,
@@ -165,6 +175,7 @@ impl OpusEncoder {
             why: api.error_text(err),
         })?;
         let mut enc = Self {
+            api,
             raw,
             channels: usize::from(format.channels),
             frames: settings.frames as usize,
@@ -195,16 +206,14 @@ impl OpusEncoder {
 
 impl Drop for OpusEncoder {
     fn drop(&mut self) {
-        if let Ok(api) = OpusApi::get() {
-            // SAFETY: the encoder was created by opus_encoder_create and is dropped once.
-            unsafe { (api.encoder_destroy)(self.raw.as_ptr()) };
-        }
+        // SAFETY: the encoder was created by opus_encoder_create and is dropped once.
+        unsafe { (self.api.encoder_destroy)(self.raw.as_ptr()) };
     }
 }
 
 impl FrameEncoder for OpusEncoder {
     fn encode(&mut self, pcm: &[f32], out: &mut [u8]) -> Result<usize, CodecError> {
-        let api = OpusApi::get().map_err(|_| CodecError::Rejected(-1))?;
+        let api = self.api;
         if pcm.len() < self.frames * self.channels {
             return Err(CodecError::BufferTooSmall);
         }
@@ -230,6 +239,7 @@ impl FrameEncoder for OpusEncoder {
 /// A libopus decoder.
 #[derive(Debug)]
 pub struct OpusDecoder {
+    api: &'static OpusApi,
     raw: NonNull<Decoder>,
     channels: usize,
 }
@@ -248,6 +258,7 @@ impl OpusDecoder {
             why: api.error_text(err),
         })?;
         Ok(Self {
+            api,
             raw,
             channels: usize::from(format.channels),
         })
@@ -256,16 +267,14 @@ impl OpusDecoder {
 
 impl Drop for OpusDecoder {
     fn drop(&mut self) {
-        if let Ok(api) = OpusApi::get() {
-            // SAFETY: the decoder was created by opus_decoder_create and is dropped once.
-            unsafe { (api.decoder_destroy)(self.raw.as_ptr()) };
-        }
+        // SAFETY: the decoder was created by opus_decoder_create and is dropped once.
+        unsafe { (self.api.decoder_destroy)(self.raw.as_ptr()) };
     }
 }
 
 impl FrameDecoder for OpusDecoder {
     fn decode(&mut self, packet: Option<&[u8]>, out: &mut [f32]) -> Result<usize, CodecError> {
-        let api = OpusApi::get().map_err(|_| CodecError::Rejected(-1))?;
+        let api = self.api;
         let frames = c_int::try_from(out.len() / self.channels).unwrap_or(c_int::MAX);
         let (data, len) = match packet {
             Some(p) => (
@@ -282,10 +291,8 @@ impl FrameDecoder for OpusDecoder {
     }
 
     fn reset(&mut self) {
-        if let Ok(api) = OpusApi::get() {
-            // SAFETY: a live decoder; OPUS_RESET_STATE takes no argument.
-            unsafe { (api.decoder_ctl)(self.raw.as_ptr(), RESET_STATE) };
-        }
+        // SAFETY: a live decoder; OPUS_RESET_STATE takes no argument.
+        unsafe { (self.api.decoder_ctl)(self.raw.as_ptr(), RESET_STATE) };
     }
 }
 

@@ -826,7 +826,7 @@ pub fn run_sweep(a: SweepArgs) -> anyhow::Result<()> {
             CodecArg::L24 => SampleFormat::L24,
             CodecArg::F32 => SampleFormat::F32,
             CodecArg::Opus => SampleFormat::Opus {
-                kbps: a.bitrate.unwrap_or(96 * u32::from(a.channels)),
+                kbps: crate::opus::bitrate_kbps(a.bitrate, a.channels),
             },
         },
         rate_hz: a.rate,

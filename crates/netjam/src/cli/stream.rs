@@ -153,7 +153,7 @@ impl WireArgs {
             wall_offset_ns: wall_offset_ns(),
         };
         let sender = if format.codec == Codec::Opus {
-            let kbps = self.bitrate.unwrap_or(96 * u32::from(format.channels));
+            let kbps = crate::opus::bitrate_kbps(self.bitrate, format.channels);
             let settings = OpusSettings::new(self.opus_frame, kbps, self.complexity)?;
             let encoder = OpusEncoder::new(format, settings)?;
             Sender::with_encoder(
