@@ -9,6 +9,13 @@
 //! auto queue do, so a burst of jitter is covered immediately and a quiet spell does not
 //! gamble the buffer away.
 //!
+//! A *delay peak* — a packet far later than the recent jitter (a stalled route, a Wi-Fi
+//! retry storm), and the burst of packets that drains right behind it — is kept out of the
+//! histograms and remembered as an event instead. How peaks count is the
+//! [`LatencyPolicy`]: `Tight` covers a peak only when peaks recur and forgets them within
+//! seconds, so one stall costs a dropout but no lasting latency; `Safe` covers every peak
+//! up to [`SAFE_PEAK_MAX_NS`] for ten seconds and gives latency back slowly.
+//!
 //! Realtime: fixed-size arrays only; no allocation after construction.
 
 /// Histogram resolution: 0.1 ms per bin.
@@ -18,6 +25,58 @@ const BINS: usize = 2500;
 /// Bins per group; group sums let a quantile be found by scanning ~100 cells, not 2500.
 const GROUP: usize = 50;
 const GROUPS: usize = BINS / GROUP;
+/// A packet is a delay peak when its PDV exceeds twice the recent quantile plus this.
+const PEAK_FLOOR_NS: u64 = 5_000_000;
+/// Peaks closer together than this are one event (a stall and its drain, a retry storm).
+const PEAK_MERGE_NS: u64 = 100_000_000;
+/// Peak events remembered.
+const PEAKS: usize = 16;
+/// Packets the histograms must have seen before anything is called a peak.
+const PEAK_WARMUP: u64 = 50;
+/// The largest peak `Safe` covers; anything later is a stall, left to concealment.
+pub const SAFE_PEAK_MAX_NS: u64 = 60_000_000;
+
+/// How readily the buffer trades latency for fewer dropouts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LatencyPolicy {
+    /// Cover the jitter of the last fraction of a second; cover delay peaks only when they
+    /// recur (two within five seconds); give latency back within a second of a transient.
+    #[default]
+    Tight,
+    /// Cover every delay peak up to 60 ms for ten seconds after it and give latency back at
+    /// 2 ms per second: fewer dropouts on links with irregular bursts, more latency after each.
+    Safe,
+}
+
+impl LatencyPolicy {
+    /// How long a peak event counts, how many must be remembered before they are covered,
+    /// how high a peak may be to be covered, and how fast the target falls (ns per s).
+    fn rules(self) -> (u64, usize, u64, u64) {
+        match self {
+            LatencyPolicy::Tight => (5_000_000_000, 2, u64::MAX, 50_000_000),
+            LatencyPolicy::Safe => (10_000_000_000, 1, SAFE_PEAK_MAX_NS, 2_000_000),
+        }
+    }
+}
+
+impl std::str::FromStr for LatencyPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "tight" => Ok(LatencyPolicy::Tight),
+            "safe" => Ok(LatencyPolicy::Safe),
+            other => Err(format!("latency policy {other:?}: use tight or safe")),
+        }
+    }
+}
+
+/// One delay peak: its last packet and its height (largest PDV).
+#[derive(Debug, Clone, Copy, Default)]
+struct Peak {
+    last_ns: u64,
+    height_ns: u64,
+}
 
 /// How the buffer target is chosen.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -134,6 +193,13 @@ pub struct DelayEstimator {
     shrink_ns_per_s: u64,
     last_pdv_ns: u64,
     max_pdv_ns: u64,
+    policy: LatencyPolicy,
+    /// Recent peak events, a ring; `peaks_n` counts all ever seen.
+    peaks: [Peak; PEAKS],
+    peaks_n: u64,
+    /// Packets spaced closer than this after a peak packet belong to it (its drain).
+    burst_gap_ns: u64,
+    packets: u64,
 }
 
 impl DelayEstimator {
@@ -152,7 +218,13 @@ impl DelayEstimator {
             shrink_ns_per_s: 1_000_000,
             last_pdv_ns: 0,
             max_pdv_ns: 0,
+            policy: LatencyPolicy::default(),
+            peaks: [Peak::default(); PEAKS],
+            peaks_n: 0,
+            burst_gap_ns: 0,
+            packets: 0,
         };
+        s.set_policy(LatencyPolicy::default());
         s.set_packet_rate(packets_per_second);
         s.target_ns = s.floor_ns();
         s
@@ -162,6 +234,22 @@ impl DelayEstimator {
     pub fn set_packet_rate(&mut self, packets_per_second: f64) {
         self.long.set_memory(packets_per_second * 4.0);
         self.short.set_memory(packets_per_second / 3.0);
+        self.burst_gap_ns = (500_000_000.0 / packets_per_second.max(1.0)) as u64;
+    }
+
+    /// Choose how peaks count and how fast the target falls.
+    pub fn set_policy(&mut self, policy: LatencyPolicy) {
+        self.policy = policy;
+        self.shrink_ns_per_s = policy.rules().3;
+    }
+
+    pub fn policy(&self) -> LatencyPolicy {
+        self.policy
+    }
+
+    /// Delay peak events seen so far (see the module docs).
+    pub fn peak_events(&self) -> u64 {
+        self.peaks_n
     }
 
     pub fn mode(&self) -> BufferMode {
@@ -233,10 +321,57 @@ impl DelayEstimator {
         let pdv = (transit_ns - base).max(0) as u64;
         self.last_pdv_ns = pdv;
         self.max_pdv_ns = self.max_pdv_ns.max(pdv);
-        self.long.add(pdv);
-        self.short.add(pdv);
+        self.packets += 1;
+        if !self.on_peak(arrival_ns, pdv) {
+            self.long.add(pdv);
+            self.short.add(pdv);
+        }
         self.update_target(arrival_ns);
         pdv
+    }
+
+    /// Whether this packet is (part of) a delay peak, which is then recorded instead of
+    /// entering the histograms: far above the recent jitter, or arriving right behind a
+    /// peak packet (the drain of a stalled queue).
+    fn on_peak(&mut self, arrival_ns: u64, pdv: u64) -> bool {
+        if self.packets <= PEAK_WARMUP || matches!(self.mode, BufferMode::Fixed { .. }) {
+            return false;
+        }
+        let q = match self.mode {
+            BufferMode::Auto { quantile, .. } => self.pdv_quantile_ns(quantile),
+            BufferMode::Fixed { .. } => 0,
+        };
+        let last = self.peaks[((self.peaks_n + PEAKS as u64 - 1) % PEAKS as u64) as usize];
+        let draining = self.peaks_n > 0 && arrival_ns.saturating_sub(last.last_ns) < self.burst_gap_ns;
+        if pdv <= 2 * q + PEAK_FLOOR_NS && !draining {
+            return false;
+        }
+        if self.peaks_n > 0 && arrival_ns.saturating_sub(last.last_ns) < PEAK_MERGE_NS {
+            let i = ((self.peaks_n - 1) % PEAKS as u64) as usize;
+            self.peaks[i].last_ns = arrival_ns;
+            self.peaks[i].height_ns = self.peaks[i].height_ns.max(pdv);
+        } else {
+            self.peaks[(self.peaks_n % PEAKS as u64) as usize] = Peak {
+                last_ns: arrival_ns,
+                height_ns: pdv,
+            };
+            self.peaks_n += 1;
+        }
+        true
+    }
+
+    /// The peak height the policy covers now (0 when none).
+    fn peak_cover_ns(&self, now_ns: u64) -> u64 {
+        let (memory_ns, count, max_height, _) = self.policy.rules();
+        let recent = self.peaks[..self.peaks_n.min(PEAKS as u64) as usize]
+            .iter()
+            .filter(|p| now_ns.saturating_sub(p.last_ns) < memory_ns && p.height_ns <= max_height);
+        let (n, height) = recent.fold((0, 0), |(n, h), p| (n + 1, h.max(p.height_ns)));
+        if n >= count {
+            height
+        } else {
+            0
+        }
     }
 
     fn update_target(&mut self, now_ns: u64) {
@@ -250,7 +385,8 @@ impl DelayEstimator {
                 min_ns,
                 max_ns,
             } => {
-                let want = (self.pdv_quantile_ns(quantile) + margin_ns).clamp(min_ns, max_ns.max(min_ns));
+                let jitter = self.pdv_quantile_ns(quantile).max(self.peak_cover_ns(now_ns));
+                let want = (jitter + margin_ns).clamp(min_ns, max_ns.max(min_ns));
                 if want >= self.target_ns {
                     self.target_ns = want; // grow at once
                 } else {
@@ -308,8 +444,9 @@ mod tests {
     }
 
     #[test]
-    fn grows_at_once_and_shrinks_slowly() {
+    fn safe_grows_at_once_and_shrinks_slowly() {
         let mut d = DelayEstimator::new(auto(), 750.0);
+        d.set_policy(LatencyPolicy::Safe);
         let mut r = SimRng::new(5);
         let mut t = 0u64;
         let step = 1_333_333;
@@ -326,14 +463,20 @@ mod tests {
         }
         assert!(d.target_ns() >= 8 * MS, "after burst {}", d.target_ns());
         let high = d.target_ns();
-        // Calm again for one second: the target has fallen by at most ~1 ms.
+        // The peak stays covered for ten calm seconds.
+        for _ in 0..7400 {
+            t += step;
+            d.on_packet(t, 10 * MS as i64);
+        }
+        assert_eq!(d.target_ns(), high);
+        // Then the target falls by at most ~2 ms a second.
         for _ in 0..750 {
             t += step;
             d.on_packet(t, 10 * MS as i64);
         }
         let after = d.target_ns();
         assert!(
-            after < high && high - after <= 1_100_000,
+            after < high && high - after <= 2_100_000,
             "high {high} after {after}"
         );
         // After twenty calm seconds it is back near the calm target.
@@ -342,6 +485,83 @@ mod tests {
             d.on_packet(t, 10 * MS as i64);
         }
         assert!(d.target_ns() < 2 * MS, "recovered {}", d.target_ns());
+    }
+
+    /// Calm packets every 1.33 ms from `t` for `n` packets; returns the time after.
+    fn calm(d: &mut DelayEstimator, mut t: u64, n: usize, r: &mut SimRng) -> u64 {
+        for _ in 0..n {
+            t += 1_333_333;
+            d.on_packet(t, 10 * MS as i64 + (r.unit() * 0.2 * MS as f64) as i64);
+        }
+        t
+    }
+
+    /// A 200 ms stall: nothing, then the backlog drains at once, latest first in delay.
+    fn stall(d: &mut DelayEstimator, t: u64) -> u64 {
+        let end = t + 200 * MS;
+        for k in 0..150u64 {
+            let sent = t + k * 1_333_333;
+            d.on_packet(end + k * 1000, 10 * MS as i64 + (end - sent) as i64);
+        }
+        end + 150_000
+    }
+
+    #[test]
+    fn tight_ignores_an_isolated_stall_and_recovers_within_a_second() {
+        let mut d = DelayEstimator::new(auto(), 750.0);
+        let mut r = SimRng::new(9);
+        let t = calm(&mut d, 0, 3000, &mut r);
+        let before = d.target_ns();
+        let t = stall(&mut d, t);
+        assert_eq!(d.peak_events(), 1);
+        // At once, and a second later, the target is where it was.
+        assert!(d.target_ns() <= before + 200_000, "{} vs {before}", d.target_ns());
+        calm(&mut d, t, 750, &mut r);
+        assert!(d.target_ns() <= before + 200_000, "{} vs {before}", d.target_ns());
+    }
+
+    #[test]
+    fn tight_covers_peaks_that_recur_and_forgets_them() {
+        let mut d = DelayEstimator::new(auto(), 750.0);
+        let mut r = SimRng::new(10);
+        let mut t = calm(&mut d, 0, 3000, &mut r);
+        // Two 30 ms peaks a second apart: the second is covered at once.
+        for _ in 0..2 {
+            t += 1_333_333;
+            d.on_packet(t, 40 * MS as i64);
+            t = calm(&mut d, t, 750, &mut r);
+        }
+        assert!(d.target_ns() >= 30 * MS, "covered {}", d.target_ns());
+        // Six calm seconds later they are forgotten and the target is back within 1 ms.
+        calm(&mut d, t, 4500, &mut r);
+        assert!(d.target_ns() < MS, "forgotten {}", d.target_ns());
+    }
+
+    #[test]
+    fn safe_covers_a_single_peak_but_not_a_stall() {
+        let mut d = DelayEstimator::new(auto(), 750.0);
+        d.set_policy(LatencyPolicy::Safe);
+        let mut r = SimRng::new(11);
+        let t = calm(&mut d, 0, 3000, &mut r);
+        let t = stall(&mut d, t);
+        assert!(
+            d.target_ns() < 2 * MS,
+            "a 200 ms stall is not covered: {}",
+            d.target_ns()
+        );
+        let t = calm(&mut d, t, 200, &mut r);
+        d.on_packet(t + 1_333_333, 30 * MS as i64);
+        assert!(d.target_ns() >= 20 * MS, "a 20 ms peak is: {}", d.target_ns());
+    }
+
+    #[test]
+    fn policies_parse() {
+        assert_eq!("Tight".parse::<LatencyPolicy>(), Ok(LatencyPolicy::Tight));
+        assert_eq!("safe".parse::<LatencyPolicy>(), Ok(LatencyPolicy::Safe));
+        assert!("fast"
+            .parse::<LatencyPolicy>()
+            .unwrap_err()
+            .contains("tight or safe"));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 pub mod codec;
 pub mod conceal;
 pub mod delay;
+pub mod discontinuity;
 pub mod drift;
 pub mod jitter;
 pub mod link;

@@ -189,6 +189,16 @@ impl Receiver {
         self.jb.set_mode(mode);
     }
 
+    /// How readily the adaptive buffer trades latency for fewer dropouts.
+    pub fn set_latency_policy(&mut self, policy: crate::delay::LatencyPolicy) {
+        self.jb.set_latency_policy(policy);
+    }
+
+    /// The most recent concealed, inserted and skipped stretches, oldest first.
+    pub fn recent_discontinuities(&self) -> impl Iterator<Item = &crate::discontinuity::Discontinuity> {
+        self.jb.recent_discontinuities()
+    }
+
     pub fn stats(&self) -> ReceiverStats {
         let mut s = self.stats;
         s.jitter_buffer = self.jb.stats();

@@ -92,7 +92,11 @@ impl NetIo {
                                     *l = Some(r.from);
                                 }
                             }
-                            if !to_audio.push(r.at_ns, &buf[..r.len]) {
+                            // The playout clock cares when the audio thread can have the
+                            // packet, so this thread's own wake-up delay counts as delay
+                            // variation the buffer must cover (the kernel's time is earlier).
+                            let available = crate::clock::now_ns().max(r.at_ns);
+                            if !to_audio.push(available, &buf[..r.len]) {
                                 overflow.fetch_add(1, Ordering::Relaxed);
                             }
                         }

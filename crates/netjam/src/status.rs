@@ -2,6 +2,7 @@
 
 use std::io::{IsTerminal, Write};
 
+use netjam_engine::jitter::JitterStats;
 use netjam_engine::receiver::ReceiverStats;
 use netjam_engine::sender::SenderStats;
 
@@ -73,6 +74,26 @@ pub fn recv_line(s: &Snapshot<ReceiverStats>) -> String {
         jb.target_ms,
         jb.concealment_events,
         meter(s.peak_dbfs)
+    )
+}
+
+/// Every discontinuity a listener can find, for the final lines: "2 discontinuities:
+/// concealed 128 frames in 2 (loss 2, late 0), inserted 0 frames in 0, skipped 0 frames in 0".
+pub fn discontinuity_text(jb: &JitterStats) -> String {
+    let d = &jb.discontinuities;
+    format!(
+        "{} discontinuities: concealed {} frames in {} (loss {}, late {}), inserted {} frames in {} (growth {}, relock {}), skipped {} frames in {}",
+        d.events,
+        jb.concealed_frames.saturating_sub(jb.inserted_frames),
+        d.concealed_events,
+        d.loss,
+        d.late,
+        jb.inserted_frames,
+        d.inserted_events,
+        d.growth,
+        d.relock,
+        jb.skipped_frames,
+        d.skipped_events
     )
 }
 

@@ -86,6 +86,10 @@ pub struct JamArgs {
     /// Jitter buffer: auto, a number of frames, or milliseconds (e.g. 3ms).
     #[arg(long, default_value = "auto")]
     pub buffer: BufferArg,
+    /// With an auto buffer: tight gives latency back within a second of a transient and
+    /// ignores one-off delay peaks; safe covers delay peaks up to 60 ms for ten seconds.
+    #[arg(long, default_value = "tight")]
+    pub latency: netjam_engine::delay::LatencyPolicy,
     /// Gain on what you hear, in dB.
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub gain: f32,
@@ -307,6 +311,7 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     });
     // What you hear plays in your own format (a sound card's, later).
     receiver.set_output_format(format);
+    receiver.set_latency_policy(a.latency);
     let socket = UdpTransport::bind(a.listen).with_context(|| {
         format!(
             "cannot listen on {}: is another program using it? Pick another with --listen",
@@ -405,11 +410,11 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     let stats = process.stats();
     let jb = &stats.heard.jitter_buffer;
     eprintln!(
-        "netjam: sent {} packets, heard {} (lost {}, concealed {} frames); rtt {}; buffer target {:.2} ms, added latency {:.2} ms",
+        "netjam: sent {} packets, heard {} (lost {}; {}); rtt {}; buffer target {:.2} ms, added latency {:.2} ms",
         stats.sent.packets,
         stats.heard.received,
         stats.heard.lost,
-        jb.concealed_frames,
+        crate::status::discontinuity_text(jb),
         stats.sent.rtt_ms.map_or("not measured".into(), |r| format!("{r:.2} ms")),
         jb.target_ms,
         jb.added_latency_ms

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
+use netjam_engine::delay::LatencyPolicy;
+use netjam_engine::discontinuity::Discontinuity;
 use netjam_engine::receiver::{Receiver, ReceiverConfig, ReceiverStats};
 use netjam_engine::sender::{Sender, SenderConfig};
 use netjam_engine::synth::SynthKind;
@@ -270,6 +272,10 @@ pub struct RecvArgs {
     /// Jitter buffer: auto, a number of frames, or milliseconds (e.g. 3ms).
     #[arg(long, default_value = "auto")]
     pub buffer: BufferArg,
+    /// With an auto buffer: tight gives latency back within a second of a transient and
+    /// ignores one-off delay peaks; safe covers delay peaks up to 60 ms for ten seconds.
+    #[arg(long, default_value = "tight")]
+    pub latency: LatencyPolicy,
     /// Write the final statistics and their time series as JSON.
     #[arg(long, value_name = "FILE")]
     pub stats_json: Option<PathBuf>,
@@ -307,6 +313,8 @@ pub struct RecvReport {
     pub stats: ReceiverStats,
     pub periods: PeriodStats,
     pub dropped_by_full_ring: u64,
+    /// The most recent concealed, inserted and skipped stretches, located in the output.
+    pub discontinuities: Vec<Discontinuity>,
     pub series: Vec<Snapshot<ReceiverStats>>,
 }
 
@@ -339,6 +347,8 @@ pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
         name: None,
         decoders: crate::opus::decoders(),
     });
+    let mut receiver = receiver;
+    receiver.set_latency_policy(a.latency);
     let socket = UdpTransport::bind(a.listen)
         .with_context(|| format!("cannot listen on {}: is another program using it?", a.listen))?;
     let (io, link) = NetIo::start(socket, Peer::Learned)?;
@@ -348,6 +358,7 @@ pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
     // Until the first stream shows its format (or it was given), feed packets from here.
     let mut buf = vec![0u8; crate::session::MAX_DATAGRAM];
     let mut hinted = false;
+    let mut first_at = None;
     let format = loop {
         if stop.load(Ordering::Relaxed) {
             io.shutdown();
@@ -355,6 +366,9 @@ pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
         }
         while let Some((at, len)) = link.from_net.pop(&mut buf) {
             receiver.on_datagram(at, &buf[..len]);
+            if receiver.output_format().is_some() {
+                first_at.get_or_insert(at);
+            }
         }
         if let Some(f) = receiver.output_format() {
             break f;
@@ -375,7 +389,9 @@ pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
     };
     let limit = a.duration.map(|d| (d * format.rate as f64) as u64);
     let endpoint = Box::new(
-        PacedEndpoint::new(format.rate, a.period, None, format.channels, Some(sink)).with_limit(limit),
+        PacedEndpoint::new(format.rate, a.period, None, format.channels, Some(sink))
+            .with_limit(limit)
+            .with_origin(first_at),
     );
     let audio = spawn_audio("netjam-audio", endpoint, process, stop.clone())?;
     let mut status = StatusLine::new();
@@ -407,6 +423,7 @@ pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
             stats,
             periods,
             dropped_by_full_ring: dropped,
+            discontinuities: process.receiver.recent_discontinuities().copied().collect(),
             series,
         };
         write_json(path, &report)?;
@@ -423,9 +440,9 @@ pub fn write_json<T: serde::Serialize>(path: &std::path::Path, value: &T) -> any
 fn print_recv_summary(s: &ReceiverStats) {
     let jb = &s.jitter_buffer;
     eprintln!(
-        "netjam: received {} packets, lost {}, late {}, duplicate {}, reordered {}, malformed {}; concealed {} frames in {} gaps; recovered {} frames from redundancy; buffer target {:.2} ms, added latency {:.2} ms (max {:.2})",
-        s.received, s.lost, jb.late_packets, jb.duplicate_packets, s.reordered, s.malformed, jb.concealed_frames,
-        jb.concealment_events, jb.recovered_frames, jb.target_ms, jb.added_latency_ms, jb.added_latency_max_ms
+        "netjam: received {} packets, lost {}, late {}, duplicate {}, reordered {}, malformed {}; {}; recovered {} frames from redundancy; buffer target {:.2} ms, added latency {:.2} ms (max {:.2})",
+        s.received, s.lost, jb.late_packets, jb.duplicate_packets, s.reordered, s.malformed,
+        crate::status::discontinuity_text(jb), jb.recovered_frames, jb.target_ms, jb.added_latency_ms, jb.added_latency_max_ms
     );
 }
 

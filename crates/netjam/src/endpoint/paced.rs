@@ -19,6 +19,8 @@ pub struct PacedEndpoint {
     sink: Option<Box<dyn FrameSink>>,
     /// Stop after this many frames (a `--duration`).
     limit_frames: Option<u64>,
+    /// The clock's origin on the monotonic clock, when it is not the moment `run` starts.
+    origin_ns: Option<u64>,
 }
 
 impl std::fmt::Debug for PacedEndpoint {
@@ -50,7 +52,17 @@ impl PacedEndpoint {
             source,
             sink,
             limit_frames: None,
+            origin_ns: None,
         }
+    }
+
+    /// Count periods from `origin_ns` (a moment already past, such as a stream's first
+    /// packet) instead of from the start of `run`: a file or a pipe has no clock of its
+    /// own, so its periods can be placed on the stream's, and a late start of this thread
+    /// is made up by running the first periods back to back rather than playing late.
+    pub fn with_origin(mut self, origin_ns: Option<u64>) -> Self {
+        self.origin_ns = origin_ns;
+        self
     }
 
     /// Stop after `frames` frames.
@@ -86,7 +98,7 @@ impl Endpoint for PacedEndpoint {
                 tracing::info!("memory not locked: {e}");
             }
         }
-        let start = clock::now_ns();
+        let start = self.origin_ns.unwrap_or_else(clock::now_ns);
         let mut periods = 0u64;
         let mut frames_done = 0u64;
         let reason = loop {

@@ -1,0 +1,195 @@
+//! Every place where playout departs from the sender's stream, counted and located.
+//!
+//! A listener hears a discontinuity wherever the output is not the next frame of the
+//! stream: a stretch of concealment, an inserted stretch (playout waited), a skipped
+//! stretch (playout caught up). [`DiscontinuityLog`] records each one with what it was, why,
+//! how long, at which media time and at which frame of the output, so a test comparing the
+//! output with the input can check the stats against what it finds, and a musician can see
+//! why a click happened. Contiguous stretches of the same kind and cause are one entry.
+//!
+//! Realtime: a fixed ring of the most recent entries plus totals; `record` never allocates.
+
+use serde::Serialize;
+
+/// Entries kept (the totals count every one).
+pub const LOG_CAPACITY: usize = 256;
+
+/// What playout did to the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DiscontinuityKind {
+    /// Frames that never arrived in time, continued by the concealer in their place: the
+    /// stream's timeline is kept.
+    Concealed,
+    /// Frames played while the stream waits: the timeline moves later by as many.
+    Inserted,
+    /// Frames of the stream not played: the timeline moves earlier by as many.
+    Skipped,
+}
+
+/// Why it happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DiscontinuityCause {
+    /// A packet was lost (later audio had arrived).
+    Loss,
+    /// Nothing had arrived when the frames were due (late, or lost at the head).
+    Late,
+    /// The buffer's target grew: playout waits for audio that would otherwise come late.
+    Growth,
+    /// The buffer held more than its target for a while: playout catches up.
+    Shrink,
+    /// The stream re-locked on a new timeline (a restarted sender, a resumed pause).
+    Relock,
+}
+
+/// One discontinuity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Discontinuity {
+    pub kind: DiscontinuityKind,
+    pub cause: DiscontinuityCause,
+    /// Output frames it lasted (for a skip: stream frames dropped).
+    pub frames: u64,
+    /// The stream's media time (extended RTP timestamp) where it began.
+    pub media_ts: u64,
+    /// The output frame (counted from the first frame played) where it began.
+    pub output_frame: u64,
+}
+
+/// Totals by kind, in events and frames.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct DiscontinuityTotals {
+    /// Every entry: what a listener can find in the output.
+    pub events: u64,
+    pub concealed_events: u64,
+    pub inserted_events: u64,
+    pub skipped_events: u64,
+    pub loss: u64,
+    pub late: u64,
+    pub growth: u64,
+    pub shrink: u64,
+    pub relock: u64,
+}
+
+/// The recent entries and the totals.
+#[derive(Debug, Clone)]
+pub struct DiscontinuityLog {
+    ring: [Option<Discontinuity>; LOG_CAPACITY],
+    next: usize,
+    totals: DiscontinuityTotals,
+}
+
+impl Default for DiscontinuityLog {
+    fn default() -> Self {
+        Self {
+            ring: [None; LOG_CAPACITY],
+            next: 0,
+            totals: DiscontinuityTotals::default(),
+        }
+    }
+}
+
+impl DiscontinuityLog {
+    /// Record `frames` of `kind` for `cause` at `media_ts` / `output_frame`. When it continues
+    /// the previous entry (same kind and cause, starting where that one ended in the output),
+    /// the entry grows instead.
+    pub fn record(
+        &mut self,
+        kind: DiscontinuityKind,
+        cause: DiscontinuityCause,
+        frames: u64,
+        media_ts: u64,
+        output_frame: u64,
+    ) {
+        if frames == 0 {
+            return;
+        }
+        let last = (self.next + LOG_CAPACITY - 1) % LOG_CAPACITY;
+        if let Some(prev) = self.ring[last].as_mut() {
+            let contiguous = kind != DiscontinuityKind::Skipped
+                && prev.kind == kind
+                && prev.cause == cause
+                && prev.output_frame + prev.frames == output_frame;
+            if contiguous {
+                prev.frames += frames;
+                return;
+            }
+        }
+        self.ring[self.next] = Some(Discontinuity {
+            kind,
+            cause,
+            frames,
+            media_ts,
+            output_frame,
+        });
+        self.next = (self.next + 1) % LOG_CAPACITY;
+        let t = &mut self.totals;
+        t.events += 1;
+        match kind {
+            DiscontinuityKind::Concealed => t.concealed_events += 1,
+            DiscontinuityKind::Inserted => t.inserted_events += 1,
+            DiscontinuityKind::Skipped => t.skipped_events += 1,
+        }
+        match cause {
+            DiscontinuityCause::Loss => t.loss += 1,
+            DiscontinuityCause::Late => t.late += 1,
+            DiscontinuityCause::Growth => t.growth += 1,
+            DiscontinuityCause::Shrink => t.shrink += 1,
+            DiscontinuityCause::Relock => t.relock += 1,
+        }
+    }
+
+    pub fn totals(&self) -> DiscontinuityTotals {
+        self.totals
+    }
+
+    /// The most recent entries (at most [`LOG_CAPACITY`]), oldest first.
+    pub fn recent(&self) -> impl Iterator<Item = &Discontinuity> {
+        let (newer, older) = self.ring.split_at(self.next);
+        older.iter().chain(newer.iter()).flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use DiscontinuityCause::*;
+    use DiscontinuityKind::*;
+
+    #[test]
+    fn contiguous_stretches_are_one_entry_and_others_are_not() {
+        let mut log = DiscontinuityLog::default();
+        log.record(Concealed, Loss, 64, 1000, 500);
+        log.record(Concealed, Loss, 64, 1064, 564); // continues it
+        log.record(Concealed, Late, 10, 1128, 628); // another cause
+        log.record(Inserted, Growth, 64, 2000, 1000);
+        log.record(Skipped, Shrink, 30, 3000, 2000);
+        log.record(Skipped, Shrink, 30, 3100, 2000); // skips never merge
+        log.record(Concealed, Loss, 0, 4000, 3000); // nothing
+        let t = log.totals();
+        assert_eq!(t.events, 5);
+        assert_eq!(
+            (t.concealed_events, t.inserted_events, t.skipped_events),
+            (2, 1, 2)
+        );
+        assert_eq!((t.loss, t.late, t.growth, t.shrink), (1, 1, 1, 2));
+        let first = log.recent().next().copied().expect("an entry");
+        assert_eq!(
+            (first.frames, first.media_ts, first.output_frame),
+            (128, 1000, 500)
+        );
+    }
+
+    #[test]
+    fn the_ring_keeps_the_newest_in_order() {
+        let mut log = DiscontinuityLog::default();
+        for i in 0..(LOG_CAPACITY as u64 + 10) {
+            log.record(Concealed, Loss, 1, i * 100, i * 100);
+        }
+        let ts: Vec<u64> = log.recent().map(|d| d.media_ts).collect();
+        assert_eq!(ts.len(), LOG_CAPACITY);
+        assert_eq!(ts[0], 1000);
+        assert!(ts.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(log.totals().events, LOG_CAPACITY as u64 + 10);
+    }
+}
