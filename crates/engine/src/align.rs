@@ -67,7 +67,8 @@ pub struct Join {
 }
 
 impl Join {
-    /// Output that stands in for input frames never played: a concealed stretch.
+    /// Output that stands in for input frames never played: a concealed stretch, or the
+    /// cross-fade over a skip.
     pub fn concealed(&self) -> usize {
         self.out_gap.min(self.in_jump.max(0) as usize)
     }
