@@ -157,6 +157,22 @@ impl std::fmt::Display for Alignment {
             self.skipped_frames(),
             self.repeated_frames()
         )?;
+        // The joins grouped by shape (output gap, input jump), most frequent first.
+        let mut kinds: Vec<((usize, i64), usize)> = Vec::new();
+        for j in &self.joins {
+            match kinds.iter_mut().find(|k| k.0 == (j.out_gap, j.in_jump)) {
+                Some(k) => k.1 += 1,
+                None => kinds.push(((j.out_gap, j.in_jump), 1)),
+            }
+        }
+        kinds.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        if !kinds.is_empty() {
+            write!(f, "joins (out gap/in jump x times):")?;
+            for ((gap, jump), n) in kinds {
+                write!(f, " {gap}/{jump:+} x{n}")?;
+            }
+            writeln!(f)?;
+        }
         const SHOWN: usize = 40;
         for (i, s) in self.segments.iter().enumerate().take(SHOWN) {
             write!(
