@@ -6,6 +6,8 @@
 //! it in simulated time over the simulated links of [`link`].
 #![forbid(unsafe_code)]
 
+#[doc(hidden)]
+pub mod align;
 pub mod codec;
 pub mod conceal;
 pub mod delay;

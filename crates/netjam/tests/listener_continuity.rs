@@ -1,0 +1,256 @@
+//! A long stream heard the way a listener hears it: `netjam send` plays 20 s of seeded
+//! white noise to `netjam recv` over loopback, and what recv wrote is aligned against what
+//! was sent (netjam_engine::align). On a clean link the output must be the input, whole and
+//! in one piece, and the receiver's statistics must say nothing was concealed, inserted or
+//! skipped. With both cores busy, every jump the alignment finds must be owned up to by the
+//! statistics.
+//!
+//! Each test runs the stream `NETJAM_CONTINUITY_RUNS` times (default 3) and reports every
+//! run before asserting, so one failure shows the whole picture.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use common::{read_json, start_recv, BIN};
+use netjam_engine::align::{align, i16_to_f32, AlignOptions, Alignment};
+use serde_json::Value;
+
+const RATE: u32 = 48_000;
+const CHANNELS: u16 = 2;
+const SECONDS: usize = 20;
+/// recv plays this long: the stream plus room for the buffer's wait and the sender's start.
+const RECV_SECONDS: &str = "22";
+
+fn runs() -> usize {
+    std::env::var("NETJAM_CONTINUITY_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+        .max(1)
+}
+
+/// 16-bit stereo full-scale white noise from `seed`.
+fn write_noise(path: &Path, seed: u64) {
+    let spec = hound::WavSpec {
+        channels: CHANNELS,
+        sample_rate: RATE,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(path, spec).expect("create wav");
+    let mut x = seed | 1;
+    for _ in 0..SECONDS * RATE as usize * usize::from(CHANNELS) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        w.write_sample((x >> 48) as u16 as i16).expect("write");
+    }
+    w.finalize().expect("finalize");
+}
+
+fn read_i16(path: &Path) -> Vec<f32> {
+    let mut r = hound::WavReader::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let spec = r.spec();
+    assert_eq!(
+        (spec.channels, spec.sample_rate, spec.bits_per_sample),
+        (CHANNELS, RATE, 16),
+        "{}",
+        path.display()
+    );
+    let s: Vec<i16> = r.samples::<i16>().map(|s| s.expect("sample")).collect();
+    i16_to_f32(&s)
+}
+
+/// One stream: what the alignment found and recv's statistics.
+#[derive(Debug)]
+struct Run {
+    alignment: Alignment,
+    /// `stats` of recv's statistics file.
+    stats: Value,
+}
+
+impl Run {
+    fn jb(&self, field: &str) -> u64 {
+        self.stats["jitter_buffer"][field]
+            .as_u64()
+            .unwrap_or_else(|| panic!("jitter_buffer.{field} missing from {}", self.stats))
+    }
+
+    /// Concealment the receiver counted while the stream was playing. After the sender's
+    /// last packet the buffer conceals every frame recv still plays (a fade, then silence),
+    /// which is the alignment's tail; that one gap is not a fault of the stream.
+    fn concealed_in_stream(&self) -> (u64, u64) {
+        let tail = self.alignment.tail as u64;
+        let frames = self.jb("concealed_frames").saturating_sub(tail);
+        let events = self.jb("concealment_events").saturating_sub(u64::from(tail > 0));
+        (frames, events)
+    }
+
+    fn report(&self, i: usize) -> String {
+        let (frames, events) = self.concealed_in_stream();
+        format!(
+            "run {i}: {}stats: received {} lost {} late {}; concealed {} frames in {} gaps ({} frames in {} gaps before the tail); inserted {} skipped {} idle {} played {}; target {} ms\n",
+            self.alignment,
+            self.stats["received"],
+            self.stats["lost"],
+            self.jb("late_packets"),
+            self.jb("concealed_frames"),
+            self.jb("concealment_events"),
+            frames,
+            events,
+            self.jb("inserted_frames"),
+            self.jb("skipped_frames"),
+            self.jb("idle_frames"),
+            self.jb("played_frames"),
+            self.stats["jitter_buffer"]["target_ms"],
+        )
+    }
+}
+
+/// The discontinuities the receiver's statistics own up to. The one place to change when
+/// the jitter buffer counts them itself.
+fn counted_discontinuities(run: &Run) -> u64 {
+    let (_, events) = run.concealed_in_stream();
+    events + u64::from(run.jb("inserted_frames") > 0) + u64::from(run.jb("skipped_frames") > 0)
+}
+
+fn stream_once(tag: &str, i: usize) -> Run {
+    let input = common::tmp(tag, &format!("in-{i}.wav"));
+    let output = common::tmp(tag, &format!("out-{i}.wav"));
+    let stats = common::tmp(tag, &format!("stats-{i}.json"));
+    write_noise(&input, 0x5eed_0000 + i as u64);
+    let (mut recv, addr) = start_recv(&[
+        "--output",
+        output.to_str().expect("path"),
+        "--duration",
+        RECV_SECONDS,
+        "--stats-json",
+        stats.to_str().expect("path"),
+    ]);
+    let sent = Command::new(BIN)
+        .args(["send", "--to", &addr.to_string(), "--input"])
+        .arg(&input)
+        .stderr(Stdio::null())
+        .status()
+        .expect("run netjam send");
+    assert!(sent.success(), "netjam send failed");
+    let (status, said) = recv.finish(Duration::from_secs(30));
+    assert!(status.success(), "recv failed: {said:?}");
+    let alignment = align(
+        &read_i16(&input),
+        &read_i16(&output),
+        usize::from(CHANNELS),
+        AlignOptions::default(),
+    );
+    let stats = read_json(&stats)["stats"].clone();
+    Run { alignment, stats }
+}
+
+fn stream_runs(tag: &str) -> Vec<Run> {
+    let runs: Vec<Run> = (0..runs()).map(|i| stream_once(tag, i)).collect();
+    for (i, r) in runs.iter().enumerate() {
+        eprintln!("{}", r.report(i));
+    }
+    runs
+}
+
+#[test]
+fn twenty_seconds_of_noise_arrive_whole_and_in_one_piece() {
+    let runs = stream_runs("continuity");
+    let input_frames = SECONDS * RATE as usize;
+    for (i, r) in runs.iter().enumerate() {
+        let a = &r.alignment;
+        let whole = a.segments.len() == 1
+            && a.segments[0].in_start == 0
+            && a.segments[0].in_end() == input_frames
+            && a.head_unmatched == 0;
+        assert!(
+            whole,
+            "run {i}: the input is not played whole in one segment\n{}",
+            r.report(i)
+        );
+        assert_eq!(
+            (
+                a.inserted_frames(),
+                a.concealed_frames(),
+                a.skipped_frames(),
+                a.repeated_frames()
+            ),
+            (0, 0, 0, 0),
+            "run {i}\n{}",
+            r.report(i)
+        );
+        assert_eq!(
+            (
+                r.concealed_in_stream(),
+                r.jb("inserted_frames"),
+                r.jb("skipped_frames")
+            ),
+            ((0, 0), 0, 0),
+            "run {i}: the statistics say the stream was not clean\n{}",
+            r.report(i)
+        );
+    }
+}
+
+/// Threads that keep every core busy until dropped (and at most `limit`).
+struct Busy {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<u64>>,
+}
+
+impl Busy {
+    fn start(limit: Duration) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let threads = (0..cores)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let end = Instant::now() + limit;
+                    let mut x = 1u64;
+                    while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+                        for _ in 0..10_000 {
+                            x = std::hint::black_box(
+                                x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1),
+                            );
+                        }
+                    }
+                    x
+                })
+            })
+            .collect();
+        Self { stop, threads }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+#[test]
+fn with_every_core_busy_each_jump_heard_is_counted() {
+    let busy = Busy::start(Duration::from_secs(40 * runs() as u64));
+    let runs = stream_runs("continuity-busy");
+    drop(busy);
+    for (i, r) in runs.iter().enumerate() {
+        let heard = r.alignment.discontinuities() as u64;
+        let counted = counted_discontinuities(r);
+        assert!(
+            counted >= heard,
+            "run {i}: {heard} discontinuities heard, {counted} counted\n{}",
+            r.report(i)
+        );
+    }
+}
