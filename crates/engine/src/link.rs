@@ -23,7 +23,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::rng::SimRng;
 
-pub use events::{EventSpecError, LinkEvent, LinkEventKind, LinkSchedule, ScheduleError, Transition};
+pub use events::{
+    spec_lines, EventSpecError, LinkEvent, LinkEventKind, LinkSchedule, ScheduleError, Transition,
+};
 
 /// Shape of the random delay added on top of the base delay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -304,6 +304,16 @@ impl fmt::Display for LinkEvent {
     }
 }
 
+/// The specs in a schedule file with their 1-based line numbers: what is left of each line
+/// once a `#` comment and surrounding blanks are cut, empty lines skipped. For callers
+/// that put something of their own in front of each spec.
+pub fn spec_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.lines().enumerate().filter_map(|(i, raw)| {
+        let line = raw.split_once('#').map_or(raw, |(before, _)| before).trim();
+        (!line.is_empty()).then_some((i + 1, line))
+    })
+}
+
 /// A moment where an event starts or stops acting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transition {
@@ -343,14 +353,10 @@ impl LinkSchedule {
     /// A schedule file: one event spec per line; `#` starts a comment; blank lines are fine.
     pub fn parse(text: &str) -> Result<Self, ScheduleError> {
         let mut events = Vec::new();
-        for (i, raw) in text.lines().enumerate() {
-            let line = raw.split_once('#').map_or(raw, |(before, _)| before).trim();
-            if line.is_empty() {
-                continue;
-            }
-            let event = line.parse().map_err(|error| ScheduleError {
-                line: i + 1,
-                text: line.to_string(),
+        for (line, spec) in spec_lines(text) {
+            let event = spec.parse().map_err(|error| ScheduleError {
+                line,
+                text: spec.to_string(),
                 error,
             })?;
             events.push(event);
