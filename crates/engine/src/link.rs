@@ -6,7 +6,15 @@
 //! bandwidth cap with a bounded queue. The same model drives the demo, the scenario tests
 //! and `netjam impair`; identical seeds give identical impairments.
 //!
-//! It never reads a clock or sleeps: time is a monotonic nanosecond count passed in.
+//! A [`LinkSchedule`] of scripted [`LinkEvent`]s (stalls, delay steps, jitter bursts, rate
+//! collapses, loss bursts; see [`events`]) makes the path change while it runs. Event times
+//! count from the model's event origin: the time given to the first [`LinkModel::send`],
+//! unless [`LinkModel::set_event_origin`] named one before.
+//!
+//! It never reads a clock or sleeps: time is a monotonic nanosecond count passed in. The
+//! schedule is built before the run; applying it to a packet never allocates.
+
+pub mod events;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -14,6 +22,10 @@ use std::collections::BinaryHeap;
 use serde::{Deserialize, Serialize};
 
 use crate::rng::SimRng;
+
+pub use events::{
+    spec_lines, EventSpecError, LinkEvent, LinkEventKind, LinkSchedule, ScheduleError, Transition,
+};
 
 /// Shape of the random delay added on top of the base delay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -152,6 +164,8 @@ pub struct LinkStats {
     pub queue_dropped: u64,
     pub duplicated: u64,
     pub reordered: u64,
+    /// Packets whose arrival a scheduled stall put off.
+    pub stalled: u64,
 }
 
 #[derive(Debug)]
@@ -191,6 +205,11 @@ pub struct LinkModel<P> {
     last_arrival_ns: u64,
     /// When the capped link finishes serialising what it already holds.
     link_free_ns: u64,
+    /// The rate that backlog drains at (the cap in force when the last packet joined it).
+    link_free_rate_bps: u64,
+    schedule: LinkSchedule,
+    /// Where event times count from; set by the first send if not given.
+    origin_ns: Option<u64>,
     ge_bad: bool,
     stats: LinkStats,
 }
@@ -204,6 +223,9 @@ impl<P: Clone> LinkModel<P> {
             order: 0,
             last_arrival_ns: 0,
             link_free_ns: 0,
+            link_free_rate_bps: 0,
+            schedule: LinkSchedule::default(),
+            origin_ns: None,
             ge_bad: false,
             stats: LinkStats::default(),
         }
@@ -220,6 +242,32 @@ impl<P: Clone> LinkModel<P> {
 
     pub fn stats(&self) -> LinkStats {
         self.stats
+    }
+
+    /// Apply `schedule` (built before the run) to the packets sent from now on.
+    pub fn set_schedule(&mut self, schedule: LinkSchedule) {
+        self.schedule = schedule;
+    }
+
+    /// The model with `schedule` applied.
+    pub fn with_schedule(mut self, schedule: LinkSchedule) -> Self {
+        self.schedule = schedule;
+        self
+    }
+
+    pub fn schedule(&self) -> &LinkSchedule {
+        &self.schedule
+    }
+
+    /// Count event times from `origin_ns` instead of from the first packet (e.g. to give
+    /// both directions of a relay one time line). Packets sent before it see no events.
+    pub fn set_event_origin(&mut self, origin_ns: u64) {
+        self.origin_ns = Some(origin_ns);
+    }
+
+    /// Where event times count from, once known.
+    pub fn event_origin(&self) -> Option<u64> {
+        self.origin_ns
     }
 
     /// Packets in flight.
@@ -258,46 +306,88 @@ impl<P: Clone> LinkModel<P> {
         let x = match self.config.jitter_dist {
             JitterDist::Uniform => self.rng.uniform(-j, j),
             JitterDist::Normal => self.rng.normal() * j,
-            JitterDist::Pareto => {
-                const SHAPE: f64 = 2.5;
-                let scale = j * (SHAPE - 1.0);
-                let u = 1.0 - self.rng.unit();
-                scale * (u.powf(-1.0 / SHAPE) - 1.0)
-            }
+            JitterDist::Pareto => self.pareto(j),
         };
         x as i64
+    }
+
+    /// Lomax (Pareto II, shape 2.5) with mean `mean`: positive, heavy-tailed.
+    fn pareto(&mut self, mean: f64) -> f64 {
+        const SHAPE: f64 = 2.5;
+        let scale = mean * (SHAPE - 1.0);
+        let u = 1.0 - self.rng.unit();
+        scale * (u.powf(-1.0 / SHAPE) - 1.0)
     }
 
     /// Offer a packet of `size_bytes` to the link at `now_ns`. Returns `false` if it was
     /// lost or dropped (it will never be delivered).
     pub fn send(&mut self, now_ns: u64, payload: P, size_bytes: usize) -> bool {
         self.stats.offered += 1;
+        let origin = *self.origin_ns.get_or_insert(now_ns);
+        let fx = match now_ns.checked_sub(origin) {
+            Some(t) if !self.schedule.is_empty() => self.schedule.effects_at(t),
+            _ => events::Effects::default(),
+        };
         // Bandwidth cap: the packet waits behind what the link already holds.
         let mut depart_ns = now_ns;
-        if let Some(rate) = self.config.rate_bps.filter(|r| *r > 0) {
+        let cap = match (self.config.rate_bps.filter(|r| *r > 0), fx.rate_bps) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(rate) = cap {
             let free = self.link_free_ns.max(now_ns);
-            let backlog_bytes = ((free - now_ns) as u128 * rate as u128 / 8 / 1_000_000_000) as usize;
+            // What waits drains at the rate it joined at (a collapse's backlog stays small
+            // in bytes when the rate comes back).
+            let drain = if free > now_ns {
+                self.link_free_rate_bps
+            } else {
+                rate
+            };
+            let backlog_bytes = ((free - now_ns) as u128 * drain as u128 / 8 / 1_000_000_000) as usize;
             if backlog_bytes + size_bytes > self.config.queue_bytes {
                 self.stats.queue_dropped += 1;
                 return false;
             }
             let tx_ns = (size_bytes as u128 * 8 * 1_000_000_000 / rate as u128) as u64;
             self.link_free_ns = free + tx_ns;
+            self.link_free_rate_bps = rate;
             depart_ns = self.link_free_ns;
         }
-        if self.lose() {
+        // The base chain is drawn first so a loss burst never shifts its state.
+        if self.lose() || self.rng.chance(fx.loss_p) {
             self.stats.lost += 1;
             return false;
         }
-        let base = depart_ns + self.config.delay_ns;
-        let mut arrival = base.saturating_add_signed(self.jitter_ns()).max(depart_ns);
-        if self.rng.chance(self.config.reorder) {
+        let delay_ns = self.config.delay_ns.saturating_add_signed(fx.delay_step_ns);
+        let base = depart_ns + delay_ns;
+        let mut jitter = self.jitter_ns();
+        if fx.jitter_mean_ns > 0 {
+            jitter = jitter.saturating_add(self.pareto(fx.jitter_mean_ns as f64) as i64);
+        }
+        let mut arrival = base.saturating_add_signed(jitter).max(depart_ns);
+        let own_arrival = arrival;
+        let reordered = self.rng.chance(self.config.reorder);
+        if reordered {
             // Held back behind at least the next packet or two.
             let hold = self.config.jitter_ns.max(1_000_000) * 2;
             arrival = arrival.max(self.last_arrival_ns) + hold;
             self.stats.reordered += 1;
         } else {
+            // A fallen delay never lets a packet overtake: the path stays FIFO.
             arrival = arrival.max(self.last_arrival_ns);
+        }
+        if let Some(t) = arrival.checked_sub(origin).filter(|_| !self.schedule.is_empty()) {
+            let held = self.schedule.after_stalls(t);
+            arrival = origin + held;
+            // Counted if a stall moved it, or moved the packet it now waits behind.
+            let moved_own = own_arrival
+                .checked_sub(origin)
+                .is_some_and(|own| self.schedule.after_stalls(own) != own);
+            if held != t || moved_own {
+                self.stats.stalled += 1;
+            }
+        }
+        if !reordered {
             self.last_arrival_ns = arrival;
         }
         if self.rng.chance(self.config.duplicate) {
@@ -455,6 +545,263 @@ mod tests {
         assert!(s.queue_dropped > 800, "{s:?}");
         // Throughput is the cap: ~125 packets/s over ~1 s plus drain.
         assert!((120..=140).contains(&s.delivered), "{s:?}");
+    }
+
+    fn sched(text: &str) -> LinkSchedule {
+        LinkSchedule::parse(text).expect("schedule parses")
+    }
+
+    /// `n` packets of `size` bytes every `interval` from time 0, each polled as soon as due:
+    /// (delivered at, id) in delivery order, and the model.
+    fn run_events(
+        config: LinkConfig,
+        schedule: &str,
+        seed: u64,
+        n: u64,
+        interval: u64,
+        size: usize,
+    ) -> (LinkModel<u64>, Vec<(u64, u64)>) {
+        let mut link = LinkModel::new(config, seed).with_schedule(sched(schedule));
+        let mut out = Vec::new();
+        for i in 0..n {
+            let now = i * interval;
+            while let Some(p) = link.poll(now) {
+                out.push(p);
+            }
+            link.send(now, i, size);
+        }
+        while let Some(p) = link.poll(u64::MAX) {
+            out.push(p);
+        }
+        (link, out)
+    }
+
+    fn assert_fifo(out: &[(u64, u64)]) {
+        for w in out.windows(2) {
+            assert!(w[1].1 > w[0].1, "packet {} delivered after {}", w[1].1, w[0].1);
+            assert!(w[1].0 >= w[0].0, "delivery times go back at packet {}", w[1].1);
+        }
+    }
+
+    #[test]
+    fn a_stall_delivers_nothing_inside_and_releases_the_held_packets_at_its_end_in_order() {
+        let cfg = LinkConfig {
+            delay_ns: 20 * MS,
+            ..LinkConfig::ideal()
+        };
+        let (link, out) = run_events(cfg, "300ms:stall=200ms", 1, 1000, MS, 100);
+        assert_eq!(out.len(), 1000, "a stall loses nothing");
+        assert_fifo(&out);
+        for (at, id) in &out {
+            assert!(
+                !(300 * MS..500 * MS).contains(at),
+                "packet {id} delivered at {at} inside the stall"
+            );
+            let undisturbed = id * MS + 20 * MS;
+            if (300 * MS..500 * MS).contains(&undisturbed) {
+                assert_eq!(*at, 500 * MS, "held packet {id} not released at the stall's end");
+            } else {
+                assert_eq!(*at, undisturbed, "packet {id} outside the stall was moved");
+            }
+        }
+        // Sent 280..=479 ms: 200 packets, including those in flight when the stall began.
+        assert_eq!(link.stats().stalled, 200);
+        // Polling inside the stall gives nothing even though packets are due by send time.
+        let mut link = LinkModel::new(
+            LinkConfig {
+                delay_ns: 20 * MS,
+                ..LinkConfig::ideal()
+            },
+            1,
+        )
+        .with_schedule(sched("300ms:stall=200ms"));
+        for i in 0..450 {
+            link.send(i * MS, i, 100);
+        }
+        assert_eq!(link.poll(499 * MS).map(|p| p.1), Some(0));
+        while link.poll(499 * MS).is_some() {}
+        assert_eq!(link.next_delivery(), Some(500 * MS));
+    }
+
+    #[test]
+    fn a_delay_step_up_shifts_later_deliveries_by_the_step() {
+        let cfg = LinkConfig {
+            delay_ns: 20 * MS,
+            ..LinkConfig::ideal()
+        };
+        let (_, out) = run_events(cfg, "100ms:delay=+15ms", 1, 300, MS, 100);
+        assert_eq!(out.len(), 300);
+        assert_fifo(&out);
+        for (at, id) in &out {
+            let step = if *id >= 100 { 15 * MS } else { 0 };
+            assert_eq!(*at, id * MS + 20 * MS + step, "packet {id}");
+        }
+    }
+
+    #[test]
+    fn a_delay_step_down_keeps_the_path_fifo() {
+        let cfg = LinkConfig {
+            delay_ns: 50 * MS,
+            ..LinkConfig::ideal()
+        };
+        let (_, out) = run_events(cfg, "100ms:delay=-30ms", 1, 300, MS, 100);
+        assert_eq!(out.len(), 300);
+        assert_fifo(&out);
+        for (at, id) in &out {
+            let sent = id * MS;
+            // The last packet on the old route arrives at 99 + 50 ms; the new route's
+            // packets queue behind it until their own 20 ms delay is later.
+            let want = if *id < 100 {
+                sent + 50 * MS
+            } else {
+                (sent + 20 * MS).max(149 * MS)
+            };
+            assert_eq!(*at, want, "packet {id}");
+        }
+        // Steps below zero stop at zero delay.
+        let (_, out) = run_events(
+            LinkConfig::ideal(),
+            "10ms:delay=+5ms\n20ms:delay=-1s",
+            1,
+            40,
+            MS,
+            100,
+        );
+        assert!(out.iter().filter(|p| p.1 >= 25).all(|(at, id)| *at == id * MS));
+    }
+
+    #[test]
+    fn a_jitter_burst_adds_heavy_tailed_delay_of_the_given_mean_only_inside_it() {
+        // One packet a second, so the FIFO clamp never links two packets' delays.
+        let cfg = LinkConfig {
+            delay_ns: 20 * MS,
+            ..LinkConfig::ideal()
+        };
+        let s = 1000 * MS;
+        let (_, out) = run_events(cfg.clone(), "100s:jitter=30ms/4000s", 7, 4200, s, 100);
+        assert_eq!(out.len(), 4200);
+        assert_fifo(&out);
+        let extra: Vec<f64> = out
+            .iter()
+            .map(|(at, id)| (at - id * s - 20 * MS) as f64 / MS as f64)
+            .collect();
+        assert!(
+            extra[..100].iter().chain(&extra[4100..]).all(|e| *e == 0.0),
+            "jitter outside the burst"
+        );
+        let burst = &extra[100..4100];
+        let mean = burst.iter().sum::<f64>() / burst.len() as f64;
+        // Lomax with shape 2.5 and mean 30 ms has sd 67 ms: the mean of 4000 is 30 ± 1.1 ms.
+        assert!((25.0..35.0).contains(&mean), "mean extra {mean:.1} ms");
+        let median = {
+            let mut b = burst.to_vec();
+            b.sort_by(f64::total_cmp);
+            b[b.len() / 2]
+        };
+        let max = burst.iter().copied().fold(0.0, f64::max);
+        assert!(
+            median < mean,
+            "heavy tail: median {median:.1} ms, mean {mean:.1} ms"
+        );
+        assert!(max > 8.0 * mean, "heavy tail: max {max:.1} ms, mean {mean:.1} ms");
+        // Deterministic for a seed.
+        let (_, again) = run_events(cfg.clone(), "100s:jitter=30ms/4000s", 7, 4200, s, 100);
+        let (_, other) = run_events(cfg, "100s:jitter=30ms/4000s", 8, 4200, s, 100);
+        assert_eq!(out, again);
+        assert_ne!(out, other);
+    }
+
+    #[test]
+    fn a_rate_collapse_serialises_at_the_low_rate_and_the_queue_drops_the_rest() {
+        // 1000-byte packets every 10 ms (800 kbit/s) on an uncapped link; 256 kbit/s for 1 s
+        // from 1 s, when a packet takes 31.25 ms; 10 kB queue.
+        let cfg = LinkConfig {
+            queue_bytes: 10_000,
+            ..LinkConfig::ideal()
+        };
+        let (link, out) = run_events(cfg, "1s:rate=256kbit/1s", 1, 300, 10 * MS, 1000);
+        assert_fifo(&out);
+        let s = link.stats();
+        let tx_ns = 31_250_000;
+        let sent_in = |lo: u64, hi: u64| {
+            out.iter()
+                .filter(move |(_, id)| (lo..hi).contains(&(id * 10 * MS)))
+        };
+        assert!(
+            sent_in(0, 1000 * MS).all(|(at, id)| *at == id * 10 * MS),
+            "delayed before the collapse"
+        );
+        let during: Vec<u64> = sent_in(1000 * MS, 2000 * MS).map(|p| p.0).collect();
+        // 1 s at 256 kbit/s carries 32 packets; the queue holds about 10 more at the end.
+        assert!(
+            (32..=44).contains(&during.len()),
+            "{} delivered from the collapse",
+            during.len()
+        );
+        assert!(
+            during.windows(2).all(|w| w[1] - w[0] >= tx_ns),
+            "faster than the cap"
+        );
+        assert_eq!(s.queue_dropped, 100 - during.len() as u64, "{s:?}");
+        // The backlog drains at the low rate (≤ 10 kB: ≤ 0.32 s), then no more delay.
+        assert!(
+            sent_in(2400 * MS, 3000 * MS).all(|(at, id)| *at == id * 10 * MS),
+            "still delayed after"
+        );
+    }
+
+    #[test]
+    fn a_loss_burst_loses_at_its_rate_only_inside_it() {
+        let (link, out) = run_events(LinkConfig::ideal(), "1s:loss=20%/2s", 3, 4000, MS, 100);
+        let mut got = vec![false; 4000];
+        for (_, id) in &out {
+            got[*id as usize] = true;
+        }
+        let lost_outside = got[..1000].iter().chain(&got[3000..]).filter(|g| !**g).count();
+        let lost_inside = got[1000..3000].iter().filter(|g| !**g).count();
+        assert_eq!(lost_outside, 0);
+        // 20 % of 2000: sd 18; allow 5 sd.
+        assert!((310..=490).contains(&lost_inside), "lost {lost_inside}");
+        assert_eq!(link.stats().lost, lost_inside as u64);
+    }
+
+    #[test]
+    fn event_times_count_from_the_first_packet_or_the_given_origin() {
+        let cfg = LinkConfig::ideal();
+        let mut first = LinkModel::new(cfg.clone(), 1).with_schedule(sched("1s:stall=200ms"));
+        let mut origin = LinkModel::new(cfg, 1).with_schedule(sched("1s:stall=200ms"));
+        origin.set_event_origin(0);
+        for link in [&mut first, &mut origin] {
+            link.send(5000 * MS, 0, 100);
+            link.send(6100 * MS, 1, 100);
+        }
+        assert_eq!(first.event_origin(), Some(5000 * MS));
+        let times =
+            |l: &mut LinkModel<u64>| std::iter::from_fn(|| l.poll(u64::MAX).map(|p| p.0)).collect::<Vec<_>>();
+        assert_eq!(times(&mut first), [5000 * MS, 6200 * MS]);
+        assert_eq!(times(&mut origin), [5000 * MS, 6100 * MS]);
+    }
+
+    #[test]
+    fn a_schedule_whose_events_have_not_come_changes_nothing() {
+        let cfg = LinkConfig {
+            reorder: 0.05,
+            duplicate: 0.02,
+            jitter_dist: JitterDist::Pareto,
+            jitter_ns: 2 * MS,
+            rate_bps: Some(2_000_000),
+            ..LinkConfig::seattle_vermont()
+        };
+        let (_, plain) = run(cfg.clone(), 42, 20_000, MS);
+        let (_, later) = run_events(
+            cfg,
+            "1000s:stall=1s\n1000s:jitter=9ms/1s\n1000s:loss=50%/1s\n1000s:rate=1kbit/1s\n1000s:delay=+1s",
+            42,
+            20_000,
+            MS,
+            100,
+        );
+        assert_eq!(plain, later);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Zero heap allocations per packet and per playout period in steady state, proven with a
 //! counting allocator: sender packetizing with redundancy and RTCP, receiver taking RTP
-//! (with loss, reordering and duplicates) and RTCP and playing out with concealment.
+//! (with loss, reordering and duplicates) and RTCP and playing out with concealment; and
+//! the link model applying a schedule of events once its queue has its working size.
 
+use netjam_engine::link::{JitterDist, LinkConfig, LinkModel, LinkSchedule};
 use netjam_engine::receiver::{Receiver, ReceiverConfig};
 use netjam_engine::sender::{Sender, SenderConfig};
 use netjam_engine::synth::{Synth, SynthKind};
@@ -117,4 +119,41 @@ fn sender_and_receiver_do_not_allocate_in_steady_state() {
             "{codec} x{channels} red {redundancy}: {during} allocations in 18 000 periods"
         );
     }
+}
+
+#[test]
+fn link_events_do_not_allocate_per_packet() {
+    const MS: u64 = 1_000_000;
+    let schedule = LinkSchedule::parse(
+        "2s:stall=200ms\n3s:delay=+10ms\n4s:delay=-20ms\n5s:jitter=30ms/1s\n6s:rate=256kbit/1s\n7s:loss=20%/1s",
+    )
+    .expect("schedule");
+    let config = LinkConfig {
+        delay_ns: 30 * MS,
+        jitter_ns: MS,
+        jitter_dist: JitterDist::Normal,
+        reorder: 0.01,
+        duplicate: 0.01,
+        ..LinkConfig::ideal()
+    };
+    let mut link: LinkModel<u64> = LinkModel::new(config, 5).with_schedule(schedule);
+    // The in-flight heap grows to the most packets ever held (a jitter burst's tail can hold
+    // hundreds); holding 4000 at once first gives it its working size.
+    for i in 0..4000u64 {
+        link.send(i * MS / 4, i, 200);
+    }
+    while link.poll(u64::MAX).is_some() {}
+    let measured = allocs();
+    for i in 1000..9000u64 {
+        let now = i * MS;
+        link.send(now, i, 200);
+        while link.poll(now).is_some() {}
+    }
+    let during = allocs() - measured;
+    let s = link.stats();
+    assert!(
+        s.stalled > 100 && s.queue_dropped > 100 && s.lost > 100,
+        "events not exercised: {s:?}"
+    );
+    assert_eq!(during, 0, "{during} allocations in 8000 packets");
 }

@@ -89,6 +89,7 @@ fn latency(name: &str, link: Option<LinkConfig>, seconds: f64, drift_correction:
         buffer: BufferMode::default(),
         period: 64,
         link,
+        events: Default::default(),
         seed: 7,
         duration_s: seconds,
         source: SynthKind::Music { bpm: 120.0 },

@@ -17,7 +17,7 @@ use crate::endpoint::paced::PacedEndpoint;
 use crate::endpoint::synth::SynthSource;
 use crate::endpoint::wav::WavSink;
 use crate::endpoint::{FrameSink, PeriodStats};
-use crate::relay::{LinkRelay, RelayStats};
+use crate::relay::{LinkRelay, RelayEvents, RelayStats};
 use crate::session::{interrupt_flag, spawn_audio, NetIo, Peer, RecvProcess, SendProcess, Snapshot};
 use crate::transport::UdpTransport;
 
@@ -32,6 +32,8 @@ pub struct LoopbackOptions {
     pub period: u32,
     /// The emulated link, or `None` for plain loopback.
     pub link: Option<LinkConfig>,
+    /// Scripted events on the emulated link (from the sender's first packet).
+    pub events: RelayEvents,
     pub seed: u64,
     pub duration_s: f64,
     pub source: SynthKind,
@@ -68,6 +70,7 @@ pub fn run_loopback(
             recv_addr,
             link.clone(),
             link.clone(),
+            o.events.clone(),
             o.seed,
         )?),
         None => None,

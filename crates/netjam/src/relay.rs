@@ -4,7 +4,8 @@
 //! "up" [`LinkModel`]; datagrams coming back from `forward` go to the client that last
 //! sent, through the "down" model. The relay holds each packet until the model's delivery
 //! time, waking on absolute deadlines (the last stretch spun) so the emulated delay is
-//! what reaches the wire.
+//! what reaches the wire. Scripted link events ([`RelayEvents`]) count from the first
+//! packet a client sends, in both directions.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use netjam_engine::link::{LinkConfig, LinkModel, LinkStats};
+use netjam_engine::link::{LinkConfig, LinkModel, LinkSchedule, LinkStats};
 
 use crate::clock;
 use crate::transport::UdpTransport;
@@ -37,6 +38,13 @@ pub struct RelayStats {
     pub down: DirectionStats,
 }
 
+/// Scripted events of each direction (`up`: from the client).
+#[derive(Debug, Clone, Default)]
+pub struct RelayEvents {
+    pub up: LinkSchedule,
+    pub down: LinkSchedule,
+}
+
 /// A running relay; stops when dropped or [`LinkRelay::stop`]ped.
 #[derive(Debug)]
 pub struct LinkRelay {
@@ -49,12 +57,13 @@ pub struct LinkRelay {
 type Held = (u64, Vec<u8>);
 
 impl LinkRelay {
-    /// Bind `listen` and relay to and from `forward` through `up` and `down`.
+    /// Bind `listen` and relay to and from `forward` through `up` and `down`, with `events`.
     pub fn start(
         listen: SocketAddr,
         forward: SocketAddr,
         up: LinkConfig,
         down: LinkConfig,
+        events: RelayEvents,
         seed: u64,
     ) -> anyhow::Result<Self> {
         let socket = UdpTransport::bind(listen)?;
@@ -66,8 +75,9 @@ impl LinkRelay {
             std::thread::Builder::new()
                 .name("netjam-relay".into())
                 .spawn(move || {
-                    let mut up: LinkModel<Held> = LinkModel::new(up, seed);
-                    let mut down: LinkModel<Held> = LinkModel::new(down, seed.wrapping_add(1));
+                    let mut up: LinkModel<Held> = LinkModel::new(up, seed).with_schedule(events.up);
+                    let mut down: LinkModel<Held> =
+                        LinkModel::new(down, seed.wrapping_add(1)).with_schedule(events.down);
                     let mut client: Option<SocketAddr> = None;
                     let mut buf = vec![0u8; 65_536];
                     let mut local_stats = RelayStats::default();
@@ -99,6 +109,10 @@ impl LinkRelay {
                                 down.send(r.at_ns, (r.at_ns, data), r.len);
                             } else {
                                 client = Some(r.from);
+                                if up.event_origin().is_none() {
+                                    up.set_event_origin(r.at_ns);
+                                    down.set_event_origin(r.at_ns);
+                                }
                                 up.send(r.at_ns, (r.at_ns, data), r.len);
                             }
                         }

@@ -111,11 +111,7 @@ fn run(tag: &str, redundancy: &str) -> Run {
         "{tag}: a program failed\n{said}"
     );
     // impair's last line: "netjam impair: {json counters}".
-    let link: serde_json::Value = impair_said
-        .iter()
-        .rev()
-        .find_map(|l| l.strip_prefix("netjam impair: {").map(|j| format!("{{{j}")))
-        .and_then(|j| serde_json::from_str(&j).ok())
+    let link: serde_json::Value = common::impair_counters(&impair_said)
         .unwrap_or_else(|| panic!("{tag}: no counters from impair\n{said}"));
     let report = read_json(&stats);
     let s = &report["stats"];

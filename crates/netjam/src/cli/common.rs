@@ -1,13 +1,17 @@
-//! Pieces shared by the streaming subcommands: format flags, buffer flags, identity.
+//! Pieces shared by the streaming subcommands: format flags, buffer flags, identity, and
+//! the `--event`/`--events` flags of scripted link events.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use netjam_engine::delay::BufferMode;
+use netjam_engine::link::{spec_lines, EventSpecError, LinkEvent, LinkSchedule, Transition};
 use netjam_engine::time::frames_to_ns;
 
 use crate::clock;
+use crate::relay::RelayEvents;
 
 /// `--buffer auto | N (frames) | Nms`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -99,9 +103,174 @@ pub fn any_for(peer: SocketAddr) -> SocketAddr {
     }
 }
 
+/// Which directions of a relay a scripted link event acts on (`up`: from the client).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventDirs {
+    Up,
+    Down,
+    Both,
+}
+
+impl EventDirs {
+    pub fn covers(self, up: bool) -> bool {
+        match self {
+            EventDirs::Both => true,
+            EventDirs::Up => up,
+            EventDirs::Down => !up,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EventDirs::Up => "up",
+            EventDirs::Down => "down",
+            EventDirs::Both => "up+down",
+        }
+    }
+}
+
+/// The link events given by `--event [up:|down:]SPEC` and `--events FILE`, in time order.
+#[derive(Debug, Clone, Default)]
+pub struct EventArgs {
+    events: Vec<(EventDirs, LinkEvent)>,
+}
+
+/// `up:SPEC`, `down:SPEC`, `both:SPEC` or a bare SPEC (both).
+fn directed(spec: &str) -> Result<(EventDirs, LinkEvent), EventSpecError> {
+    let spec = spec.trim();
+    let (dirs, rest) = [
+        ("up:", EventDirs::Up),
+        ("down:", EventDirs::Down),
+        ("both:", EventDirs::Both),
+    ]
+    .into_iter()
+    .find_map(|(prefix, dirs)| {
+        spec.get(..prefix.len())
+            .filter(|p| p.eq_ignore_ascii_case(prefix))
+            .map(|_| (dirs, &spec[prefix.len()..]))
+    })
+    .unwrap_or((EventDirs::Both, spec));
+    Ok((dirs, rest.parse()?))
+}
+
+impl EventArgs {
+    /// Parse every spec and every file, naming the flag, file and line of the first bad one.
+    pub fn parse(specs: &[String], files: &[PathBuf]) -> anyhow::Result<Self> {
+        let mut events = Vec::new();
+        for spec in specs {
+            let e = directed(spec).map_err(|e| {
+                anyhow::anyhow!("--event {spec:?}: {e} (prefix up: or down: for one direction)")
+            })?;
+            events.push(e);
+        }
+        for file in files {
+            let text = std::fs::read_to_string(file).with_context(|| {
+                format!(
+                    "cannot read --events {}: give a file with one event per line",
+                    file.display()
+                )
+            })?;
+            for (line, spec) in spec_lines(&text) {
+                let e = directed(spec)
+                    .map_err(|e| anyhow::anyhow!("{} line {line} `{spec}`: {e}", file.display()))?;
+                events.push(e);
+            }
+        }
+        events.sort_by_key(|(_, e)| e.at_ns);
+        Ok(Self { events })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// Every event with its directions, in time order.
+    pub fn events(&self) -> &[(EventDirs, LinkEvent)] {
+        &self.events
+    }
+
+    /// The schedule of one direction.
+    pub fn schedule(&self, up: bool) -> LinkSchedule {
+        LinkSchedule::new(
+            self.events
+                .iter()
+                .filter(|(d, _)| d.covers(up))
+                .map(|(_, e)| *e)
+                .collect(),
+        )
+    }
+
+    /// Both directions' schedules.
+    pub fn relay_events(&self) -> RelayEvents {
+        RelayEvents {
+            up: self.schedule(true),
+            down: self.schedule(false),
+        }
+    }
+
+    /// Every begin and end, in time order; `event` indexes [`EventArgs::events`].
+    pub fn transitions(&self) -> Vec<Transition> {
+        LinkSchedule::new(self.events.iter().map(|(_, e)| *e).collect()).transitions()
+    }
+
+    /// One line per event: directions, spec, and when it acts (seconds from the origin).
+    pub fn describe(&self) -> Vec<String> {
+        self.events
+            .iter()
+            .map(|(d, e)| {
+                let start = e.at_ns as f64 / 1e9;
+                let when = match e.end_ns() {
+                    Some(end) => format!("{start:.3} s to {:.3} s", end as f64 / 1e9),
+                    None => format!("from {start:.3} s on"),
+                };
+                format!("{:<8} {:<24} {when}", d.name(), e.to_string())
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn event_flags_take_a_direction_prefix_and_name_a_bad_file_line() {
+        let specs = [
+            "5s:stall=200ms".to_string(),
+            "UP:1s:delay=+5ms".to_string(),
+            "down:2s:loss=5%/1s".to_string(),
+        ];
+        let ev = EventArgs::parse(&specs, &[]).expect("parses");
+        let dirs: Vec<EventDirs> = ev.events().iter().map(|(d, _)| *d).collect();
+        assert_eq!(
+            dirs,
+            [EventDirs::Up, EventDirs::Down, EventDirs::Both],
+            "sorted by time"
+        );
+        assert_eq!(ev.schedule(true).events().len(), 2);
+        assert_eq!(ev.schedule(false).events().len(), 2);
+        assert_eq!(ev.transitions().len(), 5);
+        let err = EventArgs::parse(&["sideways:5s:stall=1s".to_string()], &[]).expect_err("bad prefix");
+        assert!(
+            err.to_string().contains("--event \"sideways:5s:stall=1s\""),
+            "{err}"
+        );
+        let file = std::env::temp_dir().join(format!("netjam-events-{}.txt", std::process::id()));
+        std::fs::write(
+            &file,
+            "# route change\n\nup:10s:delay=-10ms\n5s:stall=200ms # AP\n3s:jitter=30ms\n",
+        )
+        .expect("write");
+        let err = EventArgs::parse(&[], std::slice::from_ref(&file)).expect_err("bad line 5");
+        let _ = std::fs::remove_file(&file);
+        let msg = err.to_string();
+        assert!(
+            msg.contains("line 5 `3s:jitter=30ms`") && msg.contains("size and a duration"),
+            "{msg}"
+        );
+        let err = EventArgs::parse(&[], &[file]).expect_err("missing file");
+        assert!(err.to_string().contains("cannot read --events"), "{err}");
+    }
 
     #[test]
     fn buffer_flag_forms() {

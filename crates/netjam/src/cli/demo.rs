@@ -13,7 +13,7 @@ use netjam_engine::sender::SenderStats;
 use netjam_engine::synth::SynthKind;
 use netjam_engine::wire::{AudioFormat, Codec};
 
-use super::common::BufferArg;
+use super::common::{BufferArg, EventArgs};
 use super::stream::write_json;
 use crate::endpoint::PeriodStats;
 use crate::loopback::{run_loopback, LoopbackOptions};
@@ -47,6 +47,10 @@ pub struct DemoArgs {
     /// Play without following the sender's clock (no resampling).
     #[arg(long)]
     pub no_drift_correction: bool,
+    /// A scripted link event, e.g. 4s:stall=200ms (repeatable; syntax as `netjam impair
+    /// --event`, times from the first packet).
+    #[arg(long = "event", value_name = "SPEC")]
+    pub events: Vec<String>,
 }
 
 /// Mouth-to-ear latency, one way, by stage (ms).
@@ -76,6 +80,7 @@ struct DemoReport {
 }
 
 pub fn run_demo(a: DemoArgs) -> anyhow::Result<()> {
+    let events = EventArgs::parse(&a.events, &[])?;
     let format = AudioFormat::new(Codec::L16, 48_000, 2)?;
     let link = LinkConfig::seattle_vermont();
     println!(
@@ -90,6 +95,9 @@ pub fn run_demo(a: DemoArgs) -> anyhow::Result<()> {
         link.jitter_ns as f64 / 1e6,
         link.loss.mean_rate() * 100.0
     );
+    for line in events.describe() {
+        println!("event: {line} (from the first packet)");
+    }
     let options = LoopbackOptions {
         format,
         frames_per_packet: a.frames,
@@ -97,6 +105,7 @@ pub fn run_demo(a: DemoArgs) -> anyhow::Result<()> {
         buffer: a.buffer.mode(format.rate),
         period: 64,
         link: Some(link.clone()),
+        events: events.relay_events(),
         seed: a.seed,
         duration_s: a.duration,
         source: SynthKind::Music { bpm: 112.0 },

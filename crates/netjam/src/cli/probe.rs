@@ -5,7 +5,8 @@
 //! a receiver thread on the same socket; every timestamp is on [`clock::now_ns`]. The
 //! statistics are the engine's [`ProbeStats`]. `sweep` runs `ping` over the packet sizes and
 //! rates an audio stream would use and asks the engine for a packetization. `impair` relays
-//! UDP through two engine [`LinkModel`]s, releasing packets at their delivery times.
+//! UDP through two engine [`LinkModel`]s, releasing packets at their delivery times, with
+//! scripted link events (`--event`, `--events`) counted from the first client packet.
 
 use std::io::{IsTerminal, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -25,7 +26,9 @@ use netjam_engine::probe::{
 };
 use serde::Serialize;
 
+use super::common::EventArgs;
 use crate::clock;
+use crate::relay::RelayEvents;
 use crate::transport::{TimestampSource, UdpTransport};
 
 const NS: f64 = 1e9;
@@ -936,6 +939,14 @@ pub struct ImpairArgs {
     pub up_duplicate: Option<f64>,
     #[arg(long = "down-duplicate")]
     pub down_duplicate: Option<f64>,
+    /// A scripted link event, times from the first client packet (repeatable):
+    /// 5s:stall=200ms, 10s:delay=-10ms, 3s:jitter=30ms/2s, 8s:rate=256kbit/1s,
+    /// 4s:loss=20%/500ms. Both directions unless prefixed with up: or down:.
+    #[arg(long = "event", value_name = "SPEC")]
+    pub events: Vec<String>,
+    /// A file of event specs, one per line (# comments and blank lines allowed; repeatable).
+    #[arg(long = "events", value_name = "FILE")]
+    pub event_files: Vec<PathBuf>,
 }
 
 fn ms_to_ns(ms: f64) -> u64 {
@@ -986,6 +997,9 @@ pub struct ImpairStats {
     pub overflow_dropped: u64,
     /// Worst lateness of a release against its delivery time.
     pub max_release_slip_ns: u64,
+    /// When the first client packet arrived (clock ns): scripted events count from here.
+    #[serde(skip)]
+    pub event_origin_ns: Option<u64>,
 }
 
 /// Most packets the relay holds per direction; beyond this it drops, so a flood into a
@@ -1026,6 +1040,7 @@ impl ImpairHandle {
             Ok(l) => ImpairStats {
                 up: l.0.up.stats(),
                 down: l.0.down.stats(),
+                event_origin_ns: l.0.up.event_origin(),
                 ..l.0.stats
             },
             Err(_) => ImpairStats::default(),
@@ -1052,6 +1067,19 @@ pub fn spawn_impair(
     down: LinkConfig,
     seed: u64,
 ) -> anyhow::Result<ImpairHandle> {
+    spawn_impair_with_events(listen, forward, up, down, RelayEvents::default(), seed)
+}
+
+/// [`spawn_impair`] with scripted `events` in each direction, counted from the first
+/// packet a client sends.
+pub fn spawn_impair_with_events(
+    listen: SocketAddr,
+    forward: SocketAddr,
+    up: LinkConfig,
+    down: LinkConfig,
+    events: RelayEvents,
+    seed: u64,
+) -> anyhow::Result<ImpairHandle> {
     let front = Arc::new(UdpTransport::bind(listen).with_context(|| format!("cannot listen on {listen}"))?);
     let back_bind: SocketAddr = if forward.is_ipv4() {
         (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
@@ -1064,8 +1092,8 @@ pub fn spawn_impair(
     let listen_addr = front.local_addr()?;
     let shared = Arc::new((
         Mutex::new(LinksDebug(Links {
-            up: LinkModel::new(up, seed),
-            down: LinkModel::new(down, seed ^ 0x5DEE_CE66_D1CE_F00D),
+            up: LinkModel::new(up, seed).with_schedule(events.up),
+            down: LinkModel::new(down, seed ^ 0x5DEE_CE66_D1CE_F00D).with_schedule(events.down),
             stats: ImpairStats::default(),
         })),
         Condvar::new(),
@@ -1090,6 +1118,11 @@ pub fn spawn_impair(
                             *c = Some(rx.from);
                         }
                         if let Ok(mut l) = shared.0.lock() {
+                            if l.0.up.event_origin().is_none() {
+                                // One time line for both directions' events.
+                                l.0.up.set_event_origin(rx.at_ns);
+                                l.0.down.set_event_origin(rx.at_ns);
+                            }
                             if l.0.up.in_flight() >= MAX_IN_FLIGHT {
                                 l.0.stats.overflow_dropped += 1;
                             } else {
@@ -1214,20 +1247,72 @@ pub fn spawn_impair(
 }
 
 pub fn run_impair(a: ImpairArgs) -> anyhow::Result<()> {
+    // A bad schedule is refused before anything is bound.
+    let events = EventArgs::parse(&a.events, &a.event_files)?;
     let forward = resolve(&a.forward)?;
     let up = a.link_config(true);
     let down = a.link_config(false);
-    let h = spawn_impair(a.listen, forward, up.clone(), down.clone(), a.seed)?;
+    let h = spawn_impair_with_events(
+        a.listen,
+        forward,
+        up.clone(),
+        down.clone(),
+        events.relay_events(),
+        a.seed,
+    )?;
     eprintln!(
         "netjam impair: {} -> {forward}\n  up:   {}\n  down: {}",
         h.local_addr(),
         serde_json::to_string(&up)?,
         serde_json::to_string(&down)?
     );
+    if !events.is_empty() {
+        eprintln!("netjam impair: scripted link events, times from the first client packet:");
+        for line in events.describe() {
+            eprintln!("  {line}");
+        }
+    }
+    let transitions = events.transitions();
+    let mut next_transition = 0;
     let deadline = a.duration.map(|d| clock::now_ns() + (d.max(0.0) * 1e9) as u64);
     let live = std::io::stderr().is_terminal();
+    let tick_ns: u64 = if deadline.is_some() || !transitions.is_empty() {
+        20_000_000
+    } else {
+        500_000_000
+    };
+    let mut origin = None;
     while !matches!(deadline, Some(d) if clock::now_ns() >= d) {
-        std::thread::sleep(Duration::from_millis(if deadline.is_some() { 20 } else { 500 }));
+        let now = clock::now_ns();
+        let mut wake = now + tick_ns;
+        if let (Some(o), Some(t)) = (origin, transitions.get(next_transition)) {
+            wake = wake.min(o + t.at_ns);
+        }
+        if let Some(d) = deadline {
+            wake = wake.min(d);
+        }
+        std::thread::sleep(Duration::from_nanos(wake.saturating_sub(now)));
+        if origin.is_none() && !transitions.is_empty() {
+            origin = h.stats().event_origin_ns;
+        }
+        if let Some(o) = origin {
+            let now = clock::now_ns();
+            while let Some(t) = transitions.get(next_transition).filter(|t| o + t.at_ns <= now) {
+                let (dirs, e) = events.events()[t.event];
+                let what = match (t.begins, e.end_ns()) {
+                    (true, None) => "takes effect",
+                    (true, Some(_)) => "begins",
+                    (false, _) => "ends",
+                };
+                eprintln!(
+                    "{}netjam impair: {:.3} s: event {what}: {e} ({})",
+                    if live { "\r\x1b[2K" } else { "" },
+                    t.at_ns as f64 / 1e9,
+                    dirs.name()
+                );
+                next_transition += 1;
+            }
+        }
         if live {
             let s = h.stats();
             let mut e = std::io::stderr();

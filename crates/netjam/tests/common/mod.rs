@@ -158,6 +158,14 @@ pub fn impair(to: SocketAddr, args: &[&str]) -> (Proc, SocketAddr) {
     start_listening(&[&head[..], args].concat(), "netjam impair")
 }
 
+/// The counters `netjam impair` prints as its last line ("netjam impair: {json}").
+pub fn impair_counters(said: &[String]) -> Option<serde_json::Value> {
+    said.iter()
+        .rev()
+        .find_map(|l| l.strip_prefix("netjam impair: {").map(|j| format!("{{{j}")))
+        .and_then(|j| serde_json::from_str(&j).ok())
+}
+
 /// `netjam recv` on an ephemeral loopback port with `args`, once it is listening.
 pub fn start_recv(args: &[&str]) -> (Proc, SocketAddr) {
     start_listening(
