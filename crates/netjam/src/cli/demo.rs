@@ -18,6 +18,7 @@ use super::stream::write_json;
 use crate::endpoint::PeriodStats;
 use crate::loopback::{run_loopback, LoopbackOptions};
 use crate::relay::RelayStats;
+use crate::series::BoundedSeries;
 use crate::session::Snapshot;
 use crate::status::{recv_line, StatusLine};
 
@@ -72,7 +73,7 @@ struct DemoReport {
     sender: SenderStats,
     relay: RelayStats,
     playout_periods: PeriodStats,
-    series: Vec<Snapshot<ReceiverStats>>,
+    series: BoundedSeries<Snapshot<ReceiverStats>>,
 }
 
 pub fn run_demo(a: DemoArgs) -> anyhow::Result<()> {

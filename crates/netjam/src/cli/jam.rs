@@ -26,6 +26,7 @@ use crate::endpoint::paced::PacedEndpoint;
 use crate::endpoint::raw::RawSink;
 use crate::endpoint::wav::WavSink;
 use crate::endpoint::{Endpoint, FrameSink, FrameSource, PeriodStats, Realtime, SampleFormat};
+use crate::series::BoundedSeries;
 use crate::session::{interrupt_flag, spawn_audio, JamProcess, JamStats, NetIo, Peer, Snapshot};
 use crate::status::{codec_delay, meter, StatusLine};
 use crate::transport::UdpTransport;
@@ -123,7 +124,7 @@ impl JamArgs {
 struct JamReport {
     stats: JamStats,
     periods: PeriodStats,
-    series: Vec<Snapshot<JamStats>>,
+    series: BoundedSeries<Snapshot<JamStats>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     jack: Option<JackReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -368,7 +369,7 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     let stop = interrupt_flag();
     let audio = spawn_audio("netjam-audio", endpoint, process, stop)?;
     let mut status = StatusLine::new();
-    let mut series = Vec::new();
+    let mut series = BoundedSeries::default();
     let mut realtime_told = false;
     while !audio.is_finished() {
         std::thread::sleep(Duration::from_millis(100));

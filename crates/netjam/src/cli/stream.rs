@@ -21,6 +21,7 @@ use crate::endpoint::synth::SynthSource;
 use crate::endpoint::wav::{WavSink, WavSource};
 use crate::endpoint::{FrameSink, FrameSource, PeriodStats, SampleFormat};
 use crate::opus::{OpusEncoder, OpusSettings};
+use crate::series::BoundedSeries;
 use crate::session::{interrupt_flag, spawn_audio, NetIo, Peer, RecvProcess, SendProcess, Snapshot};
 use crate::status::{recv_line, send_line, StatusLine};
 use crate::transport::UdpTransport;
@@ -307,7 +308,7 @@ pub struct RecvReport {
     pub stats: ReceiverStats,
     pub periods: PeriodStats,
     pub dropped_by_full_ring: u64,
-    pub series: Vec<Snapshot<ReceiverStats>>,
+    pub series: BoundedSeries<Snapshot<ReceiverStats>>,
 }
 
 fn fixed_format(a: &RecvArgs) -> anyhow::Result<Option<(AudioFormat, u8)>> {
@@ -379,7 +380,7 @@ pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
     );
     let audio = spawn_audio("netjam-audio", endpoint, process, stop.clone())?;
     let mut status = StatusLine::new();
-    let mut series = Vec::new();
+    let mut series = BoundedSeries::default();
     let mut last_starts = 1;
     while !audio.is_finished() {
         std::thread::sleep(Duration::from_millis(100));
