@@ -13,7 +13,7 @@ use netjam_engine::sender::SenderStats;
 use netjam_engine::synth::SynthKind;
 use netjam_engine::wire::{AudioFormat, Codec};
 
-use super::common::BufferArg;
+use super::common::{check_outputs, BufferArg};
 use super::stream::write_json;
 use crate::endpoint::PeriodStats;
 use crate::loopback::{run_loopback, LoopbackOptions};
@@ -77,6 +77,10 @@ struct DemoReport {
 }
 
 pub fn run_demo(a: DemoArgs) -> anyhow::Result<()> {
+    check_outputs([
+        (Some(a.output.as_path()), "--output"),
+        (a.stats_json.as_deref(), "--stats-json"),
+    ])?;
     let format = AudioFormat::new(Codec::L16, 48_000, 2)?;
     let link = LinkConfig::seattle_vermont();
     println!(

@@ -18,7 +18,7 @@ use clap::Args;
 use netjam_engine::receiver::{Receiver, ReceiverConfig};
 use netjam_engine::wire::Codec;
 
-use super::common::{cname, fresh_seed, resolve, BufferArg};
+use super::common::{check_outputs, cname, fresh_seed, resolve, BufferArg};
 use super::stream::{packets_text, write_json, SourceArgs, WireArgs};
 use crate::clock;
 use crate::endpoint::jack::{JackConfig, JackEndpoint, JackMonitor};
@@ -258,6 +258,10 @@ fn jam_line(s: &Snapshot<JamStats>) -> String {
 }
 
 pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
+    check_outputs([
+        (a.output.as_deref(), "--output"),
+        (a.stats_json.as_deref(), "--stats-json"),
+    ])?;
     let peer = resolve(&a.peer)?;
     if !a.jack && (a.jack_name.is_some() || a.no_connect || a.jack_server.is_some()) {
         bail!("--jack-name, --jack-server and --no-connect apply to JACK: add --jack");

@@ -13,7 +13,7 @@ use netjam_engine::synth::SynthKind;
 use netjam_engine::wire::sdp::{parse_sdp, write_sdp, SdpStream};
 use netjam_engine::wire::{AudioFormat, Codec};
 
-use super::common::{any_for, cname, fresh_seed, resolve, wall_offset_ns, BufferArg};
+use super::common::{any_for, check_outputs, cname, fresh_seed, resolve, wall_offset_ns, BufferArg};
 use crate::clock;
 use crate::endpoint::paced::PacedEndpoint;
 use crate::endpoint::raw::{RawSink, RawSource};
@@ -329,6 +329,10 @@ fn fixed_format(a: &RecvArgs) -> anyhow::Result<Option<(AudioFormat, u8)>> {
 }
 
 pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
+    check_outputs([
+        (a.output.as_deref(), "--output"),
+        (a.stats_json.as_deref(), "--stats-json"),
+    ])?;
     let fixed = fixed_format(&a)?;
     let receiver = Receiver::new(ReceiverConfig {
         buffer: a.buffer.mode(fixed.map_or(48_000, |f| f.0.rate)),
