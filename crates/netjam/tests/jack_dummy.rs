@@ -218,10 +218,12 @@ fn opus_through_jack_then_a_live_period_change_stops_jam_with_a_message() {
         "15",
         &["--channels", "2", "--codec", "opus", "--duration", "12"],
     );
-    std::thread::sleep(Duration::from_secs(2));
     assert!(
-        jam.stderr()
-            .contains("opus/48000/2ch, packets of 120 frames (2.50 ms), codec delay 2.5 ms"),
+        common::wait_for_text(
+            &jam.log,
+            "opus/48000/2ch, packets of 120 frames (2.50 ms), codec delay 2.5 ms",
+            Duration::from_secs(10)
+        ),
         "{}",
         jam.stderr()
     );
