@@ -184,6 +184,10 @@ fn the_endpoint_runs_whole_periods_on_the_device_clock_without_allocating() {
     let (periods, took) = run_at_most(endpoint, &mut echo, Duration::from_secs(8));
     assert!(echo.times.len() >= 375, "{} periods", echo.times.len());
     assert_eq!(periods.periods as usize, echo.times.len());
+    assert_eq!(
+        echo.deliberate, 1,
+        "the counter does not move on the cpal callback thread"
+    );
     assert_eq!(echo.allocations, 0, "the cpal callback allocated");
     // Half a second of audio takes about half a second: the device clocks the stream.
     assert!(

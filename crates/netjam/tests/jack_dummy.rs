@@ -296,6 +296,10 @@ fn jack_callback_allocates_nothing_and_gets_nominal_period_times() {
     );
     assert_eq!(periods.periods as usize, echo.times.len());
     assert_eq!(echo.frames_seen, echo.times.len() * 64 * 2);
+    assert_eq!(
+        echo.deliberate, 1,
+        "the counter does not move on the JACK callback thread"
+    );
     assert_eq!(echo.allocations, 0, "the JACK callback allocated");
     // The times are the periods' nominal starts: strictly increasing, and on average a
     // period apart give or take a wide margin (this checks units and clock, not timing).
