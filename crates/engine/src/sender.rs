@@ -7,6 +7,11 @@
 //! second it produces an RTCP sender report with SDES (CNAME and name); receiver reports
 //! coming back give the round-trip time and the far side's loss and jitter.
 //!
+//! Against a reflector (which sends everything back unchanged, RTCP included) our own
+//! sender report returns: then the round trip is the time from sending that report to its
+//! return, and the reports of our own receiver coming back are not used for it (their
+//! LSR/DLSR would span the loop twice).
+//!
 //! Sans-IO and realtime-safe: buffers are reserved in [`Sender::new`]; `push_frames`,
 //! `poll_rtcp` and `on_rtcp` never allocate, lock or block. Time is passed in.
 
@@ -96,8 +101,11 @@ pub struct SenderStats {
     pub rtcp_sent: u64,
     pub rtcp_received: u64,
     pub rtcp_malformed: u64,
-    /// Round-trip time from the last receiver report (LSR/DLSR), ms.
+    /// Round-trip time from the last receiver report (LSR/DLSR), or, against a
+    /// reflector, from our own last sender report coming back; ms.
     pub rtt_ms: Option<f64>,
+    /// Our own sender reports that came back (a reflector on the path).
+    pub rtcp_echoes: u64,
     /// The far side's view: fraction lost in the last interval (0..1), cumulative lost,
     /// RFC 3550 interarrival jitter (ms).
     pub remote_fraction_lost: Option<f64>,
@@ -126,9 +134,16 @@ pub struct Sender {
     first: bool,
     encoder: Option<Box<dyn FrameEncoder>>,
     next_rtcp_ns: Option<u64>,
+    /// The last sender reports sent: their NTP time and the monotonic time they left.
+    sent_reports: [(NtpTime, u64); SENT_REPORTS],
+    sent_report_count: usize,
     rng: SimRng,
     stats: SenderStats,
 }
+
+/// How many sent reports are remembered to recognise one coming back (a report goes out
+/// about once a second, so this covers several seconds of round trip).
+const SENT_REPORTS: usize = 8;
 
 impl Sender {
     pub fn new(config: SenderConfig) -> Result<Self, SenderError> {
@@ -188,6 +203,8 @@ impl Sender {
             first: true,
             encoder: if coded { encoder } else { None },
             next_rtcp_ns: None,
+            sent_reports: [(NtpTime(0), 0); SENT_REPORTS],
+            sent_report_count: 0,
             rng,
             stats: SenderStats::default(),
             config,
@@ -367,8 +384,11 @@ impl Sender {
     }
 
     fn write_report(&mut self, now_ns: u64, out: &mut [u8]) -> Option<usize> {
+        let ntp = self.ntp(now_ns);
+        self.sent_reports[self.sent_report_count % SENT_REPORTS] = (ntp, now_ns);
+        self.sent_report_count += 1;
         let info = SenderInfo {
-            ntp: self.ntp(now_ns),
+            ntp,
             rtp_timestamp: self.rtp_now(),
             packet_count: self.stats.packets as u32,
             octet_count: self.stats.bytes as u32,
@@ -392,15 +412,33 @@ impl Sender {
         Some(a + b)
     }
 
+    /// When the sender report with NTP time `ntp` left, if it is one of ours.
+    fn sent_report(&self, ntp: NtpTime) -> Option<u64> {
+        self.sent_reports[..self.sent_report_count.min(SENT_REPORTS)]
+            .iter()
+            .find(|(t, _)| *t == ntp)
+            .map(|(_, at)| *at)
+    }
+
     /// Take an RTCP packet from the receiver: report blocks about our SSRC give RTT,
-    /// loss and jitter.
+    /// loss and jitter. Our own sender report coming back (a reflector) gives RTT directly.
     pub fn on_rtcp(&mut self, now_ns: u64, bytes: &[u8]) {
         self.stats.rtcp_received += 1;
         let arrival = self.ntp(now_ns).middle32();
         for packet in parse_rtcp(bytes) {
             let reports = match packet {
                 Ok(RtcpPacket::ReceiverReport { reports, .. }) => reports,
-                Ok(RtcpPacket::SenderReport { reports, .. }) => reports,
+                Ok(RtcpPacket::SenderReport { ssrc, info, reports }) => {
+                    if ssrc == self.ssrc {
+                        if let Some(sent) = self.sent_report(info.ntp) {
+                            if let Some(rtt) = now_ns.checked_sub(sent) {
+                                self.stats.rtcp_echoes += 1;
+                                self.stats.rtt_ms = Some(rtt as f64 / 1e6);
+                            }
+                        }
+                    }
+                    reports
+                }
                 Ok(_) => continue,
                 Err(_) => {
                     self.stats.rtcp_malformed += 1;
@@ -411,8 +449,12 @@ impl Sender {
                 if block.ssrc != self.ssrc {
                     continue;
                 }
-                if let Some(rtt) = rtt_ns(arrival, block.lsr, block.dlsr) {
-                    self.stats.rtt_ms = Some(rtt as f64 / 1e6);
+                // Once our reports come back by themselves, the report blocks about us are
+                // our own receiver's, and their LSR/DLSR would count the loop twice.
+                if self.stats.rtcp_echoes == 0 {
+                    if let Some(rtt) = rtt_ns(arrival, block.lsr, block.dlsr) {
+                        self.stats.rtt_ms = Some(rtt as f64 / 1e6);
+                    }
                 }
                 self.stats.remote_fraction_lost = Some(block.fraction_lost as f64 / 256.0);
                 self.stats.remote_cumulative_lost = Some(block.cumulative_lost as i64);
@@ -420,5 +462,43 @@ impl Sender {
                     Some(block.jitter as f64 * 1000.0 / self.config.format.rate as f64);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::Codec;
+
+    fn sender() -> Sender {
+        let format = AudioFormat::new(Codec::L16, 48_000, 1).expect("format");
+        Sender::new(SenderConfig::new(format, 64)).expect("sender")
+    }
+
+    #[test]
+    fn our_own_report_coming_back_gives_the_round_trip() {
+        let mut s = sender();
+        s.push_frames(0, &[0.0; 64], |_| {});
+        let mut out = [0u8; 1500];
+        let n = s.poll_rtcp(1_000_000, &mut out).expect("a report is due");
+        s.on_rtcp(1_000_000 + 38_000_000, &out[..n]);
+        assert_eq!(s.stats().rtt_ms, Some(38.0));
+        assert_eq!(s.stats().rtcp_echoes, 1);
+    }
+
+    #[test]
+    fn a_report_with_our_ssrc_but_a_time_we_never_sent_is_not_an_echo() {
+        let mut s = sender();
+        s.push_frames(0, &[0.0; 64], |_| {});
+        let mut out = [0u8; 1500];
+        s.poll_rtcp(1_000_000, &mut out).expect("a report is due");
+        let info = SenderInfo {
+            ntp: NtpTime::from_unix_ns(5_000_000),
+            ..SenderInfo::default()
+        };
+        let n = write_sender_report(s.ssrc(), &info, &[], &mut out).expect("fits");
+        s.on_rtcp(40_000_000, &out[..n]);
+        assert_eq!(s.stats().rtt_ms, None);
+        assert_eq!(s.stats().rtcp_echoes, 0);
     }
 }

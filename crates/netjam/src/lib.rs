@@ -13,6 +13,7 @@ pub mod opus;
 pub mod relay;
 pub mod ring;
 pub mod rt;
+pub mod series;
 pub mod session;
 pub mod status;
 pub mod transport;

@@ -18,6 +18,7 @@ use crate::endpoint::synth::SynthSource;
 use crate::endpoint::wav::WavSink;
 use crate::endpoint::{FrameSink, PeriodStats};
 use crate::relay::{LinkRelay, RelayEvents, RelayStats};
+use crate::series::BoundedSeries;
 use crate::session::{interrupt_flag, spawn_audio, NetIo, Peer, RecvProcess, SendProcess, Snapshot};
 use crate::transport::UdpTransport;
 
@@ -52,7 +53,7 @@ pub struct LoopbackReport {
     pub sender: SenderStats,
     pub relay: Option<RelayStats>,
     pub playout: PeriodStats,
-    pub series: Vec<Snapshot<ReceiverStats>>,
+    pub series: BoundedSeries<Snapshot<ReceiverStats>>,
 }
 
 /// Run the session; `on_snapshot` sees the receiver's snapshots about ten times a second.
@@ -127,7 +128,7 @@ pub fn run_loopback(
     );
     let send_audio = spawn_audio("netjam-tx-audio", send_ep, send_proc, stop.clone())?;
 
-    let mut series = Vec::new();
+    let mut series = BoundedSeries::default();
     while !recv_audio.is_finished() {
         std::thread::sleep(Duration::from_millis(100));
         while let Ok(s) = snaps.pop() {

@@ -218,10 +218,12 @@ fn opus_through_jack_then_a_live_period_change_stops_jam_with_a_message() {
         "15",
         &["--channels", "2", "--codec", "opus", "--duration", "12"],
     );
-    std::thread::sleep(Duration::from_secs(2));
     assert!(
-        jam.stderr()
-            .contains("opus/48000/2ch, packets of 120 frames (2.50 ms), codec delay 2.5 ms"),
+        common::wait_for_text(
+            &jam.log,
+            "opus/48000/2ch, packets of 120 frames (2.50 ms), codec delay 2.5 ms",
+            Duration::from_secs(10)
+        ),
         "{}",
         jam.stderr()
     );
@@ -294,6 +296,10 @@ fn jack_callback_allocates_nothing_and_gets_nominal_period_times() {
     );
     assert_eq!(periods.periods as usize, echo.times.len());
     assert_eq!(echo.frames_seen, echo.times.len() * 64 * 2);
+    assert_eq!(
+        echo.deliberate, 1,
+        "the counter does not move on the JACK callback thread"
+    );
     assert_eq!(echo.allocations, 0, "the JACK callback allocated");
     // The times are the periods' nominal starts: strictly increasing, and on average a
     // period apart give or take a wide margin (this checks units and clock, not timing).

@@ -89,7 +89,9 @@ impl Run {
     /// concealment, so on a clean link both are zero.
     fn concealed_in_stream(&self) -> (u64, u64) {
         let d = &self.stats["jitter_buffer"]["discontinuities"];
-        let frames = self.jb("concealed_frames").saturating_sub(self.jb("inserted_frames"));
+        let frames = self
+            .jb("concealed_frames")
+            .saturating_sub(self.jb("inserted_frames"));
         (frames, d["concealed_events"].as_u64().expect("concealed_events"))
     }
 

@@ -2,7 +2,7 @@
 //! the `--event`/`--events` flags of scripted link events.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
@@ -229,6 +229,42 @@ impl EventArgs {
     }
 }
 
+/// Fail now, before any stream starts, unless `path` can be written: a file that exists is
+/// opened for appending (and left as it is), a new one is created and removed again.
+/// `what` names the flag, e.g. "--output".
+pub fn check_writable(path: &Path, what: &str) -> anyhow::Result<()> {
+    let tell = |e: std::io::Error| {
+        anyhow::anyhow!(
+            "cannot write {what} {}: {e}: make sure its directory exists and you may write there, or give another path",
+            path.display()
+        )
+    };
+    match std::fs::OpenOptions::new().append(true).open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .map_err(tell)?;
+            std::fs::remove_file(path).map_err(tell)
+        }
+        Err(e) => Err(tell(e)),
+    }
+}
+
+/// [`check_writable`] for each `(path, flag)` given.
+pub fn check_outputs<'a>(
+    outputs: impl IntoIterator<Item = (Option<&'a Path>, &'a str)>,
+) -> anyhow::Result<()> {
+    for (path, what) in outputs {
+        if let Some(path) = path {
+            check_writable(path, what)?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,5 +319,31 @@ mod tests {
             BufferArg::Frames(48).mode(48_000),
             BufferMode::Fixed { ns: 1_000_000 }
         );
+    }
+
+    #[test]
+    fn a_path_in_a_missing_directory_is_refused_with_its_name() {
+        let path = std::env::temp_dir().join("netjam-no-such-dir-7f3a/x.wav");
+        let e = check_writable(&path, "--output")
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            e.contains("netjam-no-such-dir-7f3a/x.wav") && e.contains("--output"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_new_file_is_probed_and_removed_and_an_existing_one_kept() {
+        let dir = std::env::temp_dir().join(format!("netjam-check-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let new = dir.join("new.json");
+        check_writable(&new, "--stats-json").expect("writable");
+        assert!(!new.exists(), "the probe was left behind");
+        let old = dir.join("old.json");
+        std::fs::write(&old, b"keep").expect("write");
+        check_writable(&old, "--stats-json").expect("writable");
+        assert_eq!(std::fs::read(&old).expect("read"), b"keep");
+        std::fs::remove_dir_all(&dir).expect("clean up");
     }
 }

@@ -13,11 +13,12 @@ use netjam_engine::sender::SenderStats;
 use netjam_engine::synth::SynthKind;
 use netjam_engine::wire::{AudioFormat, Codec};
 
-use super::common::{BufferArg, EventArgs};
+use super::common::{check_outputs, BufferArg, EventArgs};
 use super::stream::write_json;
 use crate::endpoint::PeriodStats;
 use crate::loopback::{run_loopback, LoopbackOptions};
 use crate::relay::RelayStats;
+use crate::series::BoundedSeries;
 use crate::session::Snapshot;
 use crate::status::{recv_line, StatusLine};
 
@@ -76,10 +77,14 @@ struct DemoReport {
     sender: SenderStats,
     relay: RelayStats,
     playout_periods: PeriodStats,
-    series: Vec<Snapshot<ReceiverStats>>,
+    series: BoundedSeries<Snapshot<ReceiverStats>>,
 }
 
 pub fn run_demo(a: DemoArgs) -> anyhow::Result<()> {
+    check_outputs([
+        (Some(a.output.as_path()), "--output"),
+        (a.stats_json.as_deref(), "--stats-json"),
+    ])?;
     let events = EventArgs::parse(&a.events, &[])?;
     let format = AudioFormat::new(Codec::L16, 48_000, 2)?;
     let link = LinkConfig::seattle_vermont();

@@ -18,7 +18,7 @@ use clap::Args;
 use netjam_engine::receiver::{Receiver, ReceiverConfig};
 use netjam_engine::wire::Codec;
 
-use super::common::{cname, fresh_seed, resolve, BufferArg};
+use super::common::{check_outputs, cname, fresh_seed, resolve, BufferArg};
 use super::stream::{packets_text, write_json, SourceArgs, WireArgs};
 use crate::clock;
 use crate::endpoint::jack::{JackConfig, JackEndpoint, JackMonitor};
@@ -26,6 +26,7 @@ use crate::endpoint::paced::PacedEndpoint;
 use crate::endpoint::raw::RawSink;
 use crate::endpoint::wav::WavSink;
 use crate::endpoint::{Endpoint, FrameSink, FrameSource, PeriodStats, Realtime, SampleFormat};
+use crate::series::BoundedSeries;
 use crate::session::{interrupt_flag, spawn_audio, JamProcess, JamStats, NetIo, Peer, Snapshot};
 use crate::status::{codec_delay, meter, StatusLine};
 use crate::transport::UdpTransport;
@@ -127,7 +128,7 @@ impl JamArgs {
 struct JamReport {
     stats: JamStats,
     periods: PeriodStats,
-    series: Vec<Snapshot<JamStats>>,
+    series: BoundedSeries<Snapshot<JamStats>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     jack: Option<JackReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -261,6 +262,10 @@ fn jam_line(s: &Snapshot<JamStats>) -> String {
 }
 
 pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
+    check_outputs([
+        (a.output.as_deref(), "--output"),
+        (a.stats_json.as_deref(), "--stats-json"),
+    ])?;
     let peer = resolve(&a.peer)?;
     if !a.jack && (a.jack_name.is_some() || a.no_connect || a.jack_server.is_some()) {
         bail!("--jack-name, --jack-server and --no-connect apply to JACK: add --jack");
@@ -373,7 +378,7 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     let stop = interrupt_flag();
     let audio = spawn_audio("netjam-audio", endpoint, process, stop)?;
     let mut status = StatusLine::new();
-    let mut series = Vec::new();
+    let mut series = BoundedSeries::default();
     let mut realtime_told = false;
     while !audio.is_finished() {
         std::thread::sleep(Duration::from_millis(100));

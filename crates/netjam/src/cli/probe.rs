@@ -26,7 +26,7 @@ use netjam_engine::probe::{
 };
 use serde::Serialize;
 
-use super::common::EventArgs;
+use super::common::{check_outputs, EventArgs};
 use crate::clock;
 use crate::relay::RelayEvents;
 use crate::transport::{TimestampSource, UdpTransport};
@@ -535,6 +535,7 @@ pub fn write_csv(path: &std::path::Path, stats: &ProbeStats) -> anyhow::Result<(
 }
 
 pub fn run_ping(a: PingArgs) -> anyhow::Result<()> {
+    check_outputs([(a.json.as_deref(), "--json"), (a.csv.as_deref(), "--csv")])?;
     let target = resolve(&a.target)?;
     if !(a.duration > 0.0 && a.duration.is_finite()) {
         bail!("--duration must be a positive number of seconds");
@@ -822,6 +823,7 @@ pub fn sweep_svg(report: &SweepReport) -> String {
 }
 
 pub fn run_sweep(a: SweepArgs) -> anyhow::Result<()> {
+    check_outputs([(a.json.as_deref(), "--json"), (a.plot.as_deref(), "--plot")])?;
     let target = resolve(&a.target)?;
     let format = AudioFormat {
         sample: match a.codec {

@@ -183,6 +183,7 @@ fn status_line(s: &ReflectorStats) -> String {
 }
 
 pub fn run(a: ReflectArgs) -> anyhow::Result<()> {
+    super::common::check_outputs([(a.json.as_deref(), "--json")])?;
     let transport = UdpTransport::bind(a.listen)
         .with_context(|| format!("cannot listen on {}; is the port already in use?", a.listen))?;
     let config = ReflectorConfig {

@@ -15,7 +15,7 @@ use netjam_engine::synth::SynthKind;
 use netjam_engine::wire::sdp::{parse_sdp, write_sdp, SdpStream};
 use netjam_engine::wire::{AudioFormat, Codec};
 
-use super::common::{any_for, cname, fresh_seed, resolve, wall_offset_ns, BufferArg};
+use super::common::{any_for, check_outputs, cname, fresh_seed, resolve, wall_offset_ns, BufferArg};
 use crate::clock;
 use crate::endpoint::paced::PacedEndpoint;
 use crate::endpoint::raw::{RawSink, RawSource};
@@ -23,6 +23,7 @@ use crate::endpoint::synth::SynthSource;
 use crate::endpoint::wav::{WavSink, WavSource};
 use crate::endpoint::{FrameSink, FrameSource, PeriodStats, SampleFormat};
 use crate::opus::{OpusEncoder, OpusSettings};
+use crate::series::BoundedSeries;
 use crate::session::{interrupt_flag, spawn_audio, NetIo, Peer, RecvProcess, SendProcess, Snapshot};
 use crate::status::{recv_line, send_line, StatusLine};
 use crate::transport::UdpTransport;
@@ -315,7 +316,7 @@ pub struct RecvReport {
     pub dropped_by_full_ring: u64,
     /// The most recent concealed, inserted and skipped stretches, located in the output.
     pub discontinuities: Vec<Discontinuity>,
-    pub series: Vec<Snapshot<ReceiverStats>>,
+    pub series: BoundedSeries<Snapshot<ReceiverStats>>,
 }
 
 fn fixed_format(a: &RecvArgs) -> anyhow::Result<Option<(AudioFormat, u8)>> {
@@ -336,6 +337,10 @@ fn fixed_format(a: &RecvArgs) -> anyhow::Result<Option<(AudioFormat, u8)>> {
 }
 
 pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
+    check_outputs([
+        (a.output.as_deref(), "--output"),
+        (a.stats_json.as_deref(), "--stats-json"),
+    ])?;
     let fixed = fixed_format(&a)?;
     let receiver = Receiver::new(ReceiverConfig {
         buffer: a.buffer.mode(fixed.map_or(48_000, |f| f.0.rate)),
@@ -395,7 +400,7 @@ pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
     );
     let audio = spawn_audio("netjam-audio", endpoint, process, stop.clone())?;
     let mut status = StatusLine::new();
-    let mut series = Vec::new();
+    let mut series = BoundedSeries::default();
     let mut last_starts = 1;
     while !audio.is_finished() {
         std::thread::sleep(Duration::from_millis(100));

@@ -288,3 +288,18 @@ impl GstReceiver {
         (status, said)
     }
 }
+
+/// Waits until the file at `path` (a child's stderr log) contains `needle`, up to
+/// `timeout`; true when it does.
+pub fn wait_for_text(path: &Path, needle: &str, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if std::fs::read_to_string(path).is_ok_and(|t| t.contains(needle)) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
