@@ -43,6 +43,8 @@ impl ConcealerConfig {
 #[derive(Debug)]
 pub struct Concealer {
     config: ConcealerConfig,
+    /// Channels the memory was reserved for.
+    max_channels: usize,
     channels: usize,
     /// Per channel, the last `history` output frames, oldest first.
     history: Vec<f32>,
@@ -66,6 +68,7 @@ impl Concealer {
         Self {
             config,
             channels: ch,
+            max_channels: ch,
             history: vec![0.0; config.history * ch],
             coeffs: vec![0.0; (config.order + 1) * ch],
             fwd: vec![0.0; config.history],
@@ -77,9 +80,25 @@ impl Concealer {
         }
     }
 
+    /// Take `config` (for a new sample rate) within the memory reserved at construction —
+    /// a longer history, order or resume than that is cut to fit — use `channels`, and
+    /// forget the past. Allocation-free.
+    pub fn reconfigure(&mut self, config: ConcealerConfig, channels: usize) {
+        // Every buffer is flat, with the configured lengths as strides: a config no larger
+        // than the reserved one fits the same memory for the same channels.
+        let max = self.max_channels;
+        self.config = ConcealerConfig {
+            history: config.history.clamp(1, self.fwd.len()),
+            order: config.order.min(self.coeffs.len() / max - 1),
+            resume_frames: config.resume_frames.min(self.resume.len() / max),
+            ..config
+        };
+        self.reset(channels);
+    }
+
     /// Use `channels` (at most the maximum given at construction) and forget the past.
     pub fn reset(&mut self, channels: usize) {
-        self.channels = channels.clamp(1, self.history.len() / self.config.history.max(1));
+        self.channels = channels.clamp(1, self.max_channels);
         self.history.iter_mut().for_each(|x| *x = 0.0);
         self.gap_frames = 0;
     }

@@ -41,6 +41,9 @@ pub enum DiscontinuityCause {
     Shrink,
     /// The stream re-locked on a new timeline (a restarted sender, a resumed pause).
     Relock,
+    /// The stream stopped arriving for longer than a dropout (the sender paused or ended,
+    /// or the path stalled): what played from its last frame on, until silence.
+    Pause,
 }
 
 /// One discontinuity.
@@ -69,6 +72,7 @@ pub struct DiscontinuityTotals {
     pub growth: u64,
     pub shrink: u64,
     pub relock: u64,
+    pub pause: u64,
 }
 
 /// The recent entries and the totals.
@@ -136,6 +140,60 @@ impl DiscontinuityLog {
             DiscontinuityCause::Growth => t.growth += 1,
             DiscontinuityCause::Shrink => t.shrink += 1,
             DiscontinuityCause::Relock => t.relock += 1,
+            DiscontinuityCause::Pause => t.pause += 1,
+        }
+    }
+
+    /// The stream has paused: the newest entries that began at or after `end` (the frame
+    /// after the last one that arrived) were its pause, not a late packet or a grown target.
+    /// They become one entry, as a listener hears one gap.
+    pub fn mark_pause(&mut self, end: u64) {
+        let mut first = None;
+        let mut frames = 0;
+        for k in 1..=LOG_CAPACITY {
+            let i = (self.next + LOG_CAPACITY - k) % LOG_CAPACITY;
+            let Some(e) = self.ring[i] else { break };
+            let pausing = matches!(e.cause, DiscontinuityCause::Late | DiscontinuityCause::Growth);
+            if e.media_ts < end || e.kind == DiscontinuityKind::Skipped || !pausing {
+                break;
+            }
+            first = Some((i, k));
+            frames += e.frames;
+        }
+        let Some((oldest, count)) = first else { return };
+        let Some(start) = self.ring[oldest] else { return };
+        for k in 1..=count {
+            let i = (self.next + LOG_CAPACITY - k) % LOG_CAPACITY;
+            if let Some(e) = self.ring[i].take() {
+                self.uncount(e);
+            }
+        }
+        self.next = oldest;
+        self.record(
+            start.kind,
+            DiscontinuityCause::Pause,
+            frames,
+            start.media_ts,
+            start.output_frame,
+        );
+    }
+
+    /// Take `e` out of the totals.
+    fn uncount(&mut self, e: Discontinuity) {
+        let t = &mut self.totals;
+        t.events -= 1;
+        match e.kind {
+            DiscontinuityKind::Concealed => t.concealed_events -= 1,
+            DiscontinuityKind::Inserted => t.inserted_events -= 1,
+            DiscontinuityKind::Skipped => t.skipped_events -= 1,
+        }
+        match e.cause {
+            DiscontinuityCause::Loss => t.loss -= 1,
+            DiscontinuityCause::Late => t.late -= 1,
+            DiscontinuityCause::Growth => t.growth -= 1,
+            DiscontinuityCause::Shrink => t.shrink -= 1,
+            DiscontinuityCause::Relock => t.relock -= 1,
+            DiscontinuityCause::Pause => t.pause -= 1,
         }
     }
 
@@ -178,6 +236,26 @@ mod tests {
             (first.frames, first.media_ts, first.output_frame),
             (128, 1000, 500)
         );
+    }
+
+    #[test]
+    fn what_played_after_the_last_frame_becomes_a_pause() {
+        let mut log = DiscontinuityLog::default();
+        log.record(Concealed, Late, 64, 1000, 500);
+        log.record(Inserted, Growth, 20, 5000, 4000);
+        log.record(Concealed, Late, 900, 5000, 4020);
+        log.mark_pause(5000);
+        let t = log.totals();
+        assert_eq!((t.events, t.late, t.growth, t.pause), (2, 1, 0, 1));
+        assert_eq!((t.concealed_events, t.inserted_events), (1, 1));
+        let last = log.recent().last().copied().expect("an entry");
+        assert_eq!(
+            (last.kind, last.cause, last.frames, last.output_frame),
+            (Inserted, Pause, 920, 4000)
+        );
+        // Marking again changes nothing.
+        log.mark_pause(5000);
+        assert_eq!(log.totals(), t);
     }
 
     #[test]

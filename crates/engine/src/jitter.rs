@@ -58,7 +58,7 @@ const SHRINK_KEEP_NS: i64 = 100_000;
 const BIT_EXACT_SHRINK_NS: i64 = 10_000_000;
 /// After this long without a packet the stream has paused or ended: what plays is
 /// silence, not concealment of a loss.
-const PAUSED_NS: u64 = 200_000_000;
+const PAUSED_NS: u64 = 50_000_000;
 /// Slot value meaning "empty".
 const EMPTY: u64 = u64::MAX;
 /// The longest device period the buffer is sized for, in frames.
@@ -237,18 +237,16 @@ impl JitterBuffer {
     /// Start over for a stream of `channels` at `rate` (the jitter history is kept).
     pub fn reset(&mut self, rate: u32, channels: usize) {
         let channels = channels.clamp(1, self.max_channels);
-        if rate != self.rate || channels != self.channels {
-            // The concealer's history length depends on the rate: refit its settings
-            // within the memory reserved for MAX_RATE.
-            self.concealer.reset(channels);
-        }
         self.rate = rate.clamp(1, MAX_RATE);
+        // The concealer's lengths are in frames: refit them to this rate, within the memory
+        // reserved for MAX_RATE.
+        let config = ConcealerConfig::for_format(self.rate, channels);
+        self.concealer.reconfigure(config, channels);
         self.channels = channels;
         let cap = ((self.rate as f64 * WINDOW_S) as u64).next_power_of_two();
         self.mask = cap - 1;
         self.drift.reset(self.rate);
         self.relock();
-        self.concealer.reset(channels);
     }
 
     /// Forget the current timeline (keeping the jitter history): the next packet starts a
@@ -411,7 +409,9 @@ impl JitterBuffer {
     /// Store decoded audio whose packet arrived at `arrival_ns` (or concealment, with
     /// `arrival_ns` `None`). Frames already played or already present are left alone.
     fn insert_decoded(&mut self, arrival_ns: Option<u64>, ts: u64, data: &[f32]) {
-        if arrival_ns.is_none() && !self.paused(ts) {
+        if arrival_ns.is_none() && self.paused(ts) {
+            self.log.mark_pause(self.highest_end);
+        } else if arrival_ns.is_none() {
             let cause = if ts >= self.highest_end {
                 DiscontinuityCause::Late
             } else {
@@ -820,7 +820,10 @@ impl JitterBuffer {
                 self.concealer.on_real(run);
             } else if !self.stream_started(ts + i as u64) || self.paused(ts + i as u64) {
                 // Before the stream, or after it paused or ended (by then any concealment
-                // has faded out): silence, which nobody hears as a discontinuity.
+                // has faded out): silence. What played since its last frame was the pause.
+                if self.stream_started(ts + i as u64) {
+                    self.log.mark_pause(self.highest_end);
+                }
                 run.fill(0.0);
                 self.stats.idle_frames += (j - i) as u64;
                 self.concealer.on_real(run);

@@ -82,7 +82,7 @@ pub fn recv_line(s: &Snapshot<ReceiverStats>) -> String {
 pub fn discontinuity_text(jb: &JitterStats) -> String {
     let d = &jb.discontinuities;
     format!(
-        "{} discontinuities: concealed {} frames in {} (loss {}, late {}), inserted {} frames in {} (growth {}, relock {}), skipped {} frames in {}",
+        "{} discontinuities: concealed {} frames in {} (loss {}, late {}), inserted {} frames in {} (growth {}, relock {}), skipped {} frames in {}; {} pauses",
         d.events,
         jb.concealed_frames.saturating_sub(jb.inserted_frames),
         d.concealed_events,
@@ -93,7 +93,8 @@ pub fn discontinuity_text(jb: &JitterStats) -> String {
         d.growth,
         d.relock,
         jb.skipped_frames,
-        d.skipped_events
+        d.skipped_events,
+        d.pause
     )
 }
 
