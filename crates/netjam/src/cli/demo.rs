@@ -177,6 +177,10 @@ pub fn run_demo(a: DemoArgs) -> anyhow::Result<()> {
         jb.recovered_frames
     );
     println!(
+        "  playout         {}",
+        crate::status::discontinuity_text(&jb)
+    );
+    println!(
         "  concealed       {} frames in {} gaps ({:.3} % of the audio); {} late, {} duplicate, {} reordered",
         jb.concealed_frames,
         jb.concealment_events,

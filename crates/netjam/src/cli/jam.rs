@@ -128,6 +128,8 @@ impl JamArgs {
 struct JamReport {
     stats: JamStats,
     periods: PeriodStats,
+    /// The most recent concealed, inserted and skipped stretches of what you heard.
+    discontinuities: Vec<netjam_engine::discontinuity::Discontinuity>,
     series: BoundedSeries<Snapshot<JamStats>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     jack: Option<JackReport>,
@@ -467,6 +469,7 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
             &JamReport {
                 stats,
                 periods,
+                discontinuities: process.receiver.recent_discontinuities().copied().collect(),
                 series,
                 jack,
                 device,
