@@ -46,7 +46,11 @@
 //!   limited to ±1000 ppm around the estimate. The estimate does the fast work (the clock
 //!   ratio), the loop only removes what is left (estimate error, a depth offset), slowly
 //!   enough that a millisecond of depth noise moves the ratio by 63 ppm at most — a pitch
-//!   change of 0.1 cent, far below hearing.
+//!   change of 0.1 cent, far below hearing. Beside it a catch-up term gives back a real
+//!   offset fast: when the depth error, low-passed over 50 ms, is beyond ±0.25 ms, the
+//!   ratio moves by the excess over 0.25 s, at most ±0.5 % (8.6 cents, for the fraction of
+//!   a second it takes), so a millisecond that a wait or a transient left behind is gone
+//!   within half a second instead of the PI loop's minutes.
 //!
 //! Never: no clocks, threads or I/O (time is passed in); no allocation after `new` (the
 //! resampler's buffers and table are sized at construction, every per-period call works in
@@ -788,8 +792,17 @@ pub struct DriftCorrector {
     error_s: f64,
     last_ns: Option<u64>,
     correction: f64,
+    /// Depth error low-passed over [`CATCH_UP_SMOOTHING_S`] (s), for the catch-up term.
+    fast_error_s: f64,
     frames_played: u64,
 }
+
+/// The catch-up term: dead band, time to give back what is beyond it, largest ratio change,
+/// and the low-pass on its error.
+const CATCH_UP_DEADBAND_S: f64 = 0.000_25;
+const CATCH_UP_TAU_S: f64 = 0.25;
+const CATCH_UP_LIMIT: f64 = 0.005;
+const CATCH_UP_SMOOTHING_S: f64 = 0.05;
 
 impl DriftCorrector {
     /// For a stream and device at `rate`, up to `channels_max` channels and device periods
@@ -806,6 +819,7 @@ impl DriftCorrector {
             error_s: 0.0,
             last_ns: None,
             correction: 0.0,
+            fast_error_s: 0.0,
             frames_played: 0,
         }
     }
@@ -822,6 +836,7 @@ impl DriftCorrector {
         self.resampler.reset();
         self.integral = 0.0;
         self.error_s = 0.0;
+        self.fast_error_s = 0.0;
         self.correction = 0.0;
     }
 
@@ -832,6 +847,7 @@ impl DriftCorrector {
         self.resampler.reset();
         self.integral = 0.0;
         self.error_s = 0.0;
+        self.fast_error_s = 0.0;
         self.correction = 0.0;
         self.last_ns = None;
         self.frames_played = 0;
@@ -856,11 +872,18 @@ impl DriftCorrector {
             1.0
         };
         self.error_s += (e - self.error_s) * alpha;
+        self.fast_error_s += (e - self.fast_error_s) * (dt / CATCH_UP_SMOOTHING_S).min(1.0);
         let limit = self.config.limit_ppm.max(0.0) * 1e-6;
         let p = self.kp * self.error_s;
         // Anti-windup: the integral alone never exceeds the limit.
         self.integral = (self.integral + self.ki * self.error_s * dt).clamp(-limit, limit);
-        self.correction = (p + self.integral).clamp(-limit, limit);
+        let beyond = self.fast_error_s.abs() - CATCH_UP_DEADBAND_S;
+        let catch_up = if beyond > 0.0 {
+            (beyond / CATCH_UP_TAU_S).min(CATCH_UP_LIMIT) * self.fast_error_s.signum()
+        } else {
+            0.0
+        };
+        self.correction = (p + self.integral).clamp(-limit, limit) + catch_up;
         let estimate = self.estimator.ratio().unwrap_or(1.0);
         self.resampler.set_ratio(estimate * (1.0 + self.correction));
         self.resampler.input_frames_needed(out_frames)

@@ -176,10 +176,7 @@ pub fn run_demo(a: DemoArgs) -> anyhow::Result<()> {
         "  recovered       {} frames rebuilt from redundancy before they were due",
         jb.recovered_frames
     );
-    println!(
-        "  playout         {}",
-        crate::status::discontinuity_text(&jb)
-    );
+    println!("  playout         {}", crate::status::discontinuity_text(&jb));
     println!(
         "  concealed       {} frames in {} gaps ({:.3} % of the audio); {} late, {} duplicate, {} reordered",
         jb.concealed_frames,
