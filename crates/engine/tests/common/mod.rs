@@ -2,6 +2,8 @@
 //! [`LinkModel`]s (media one way, RTCP both ways). Deterministic for a seed; no sleeps.
 #![allow(dead_code)]
 
+pub mod timecode;
+
 use std::sync::Arc;
 
 use netjam_engine::codec::{DecoderFactory, FrameEncoder};
