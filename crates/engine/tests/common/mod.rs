@@ -2,6 +2,8 @@
 //! [`LinkModel`]s (media one way, RTCP both ways). Deterministic for a seed; no sleeps.
 #![allow(dead_code)]
 
+pub mod timecode;
+
 use std::sync::Arc;
 
 use netjam_engine::codec::{DecoderFactory, FrameEncoder};
@@ -14,6 +16,9 @@ use netjam_engine::wire::AudioFormat;
 
 /// Makes a hostile datagram (or none) for a given step.
 pub type GarbageSource = Box<dyn FnMut(u64) -> Option<Vec<u8>>>;
+
+/// Fills one packet's interleaved frames with what the sender captures.
+pub type CaptureSource = Box<dyn FnMut(&mut [f32])>;
 
 pub struct Session {
     pub sender: Sender,
@@ -37,6 +42,8 @@ pub struct Session {
     pub garbage: Option<GarbageSource>,
     /// How fast the sender's sample clock runs against the receiver's, in ppm.
     pub sender_ppm: f64,
+    /// What the sender captures, if not `synth`: fills one packet's interleaved frames.
+    pub source: Option<CaptureSource>,
 }
 
 pub fn sender_config(format: AudioFormat, frames: u32, redundancy: usize, seed: u64) -> SenderConfig {
@@ -97,6 +104,7 @@ impl Session {
             events: Vec::new(),
             garbage: None,
             sender_ppm: 0.0,
+            source: None,
         }
     }
 
@@ -140,7 +148,10 @@ impl Session {
             }
             if self.now >= self.next_capture {
                 // The period that just ended was captured; packetize and send it.
-                self.synth.fill(&mut cap);
+                match self.source.as_mut() {
+                    Some(fill) => fill(&mut cap),
+                    None => self.synth.fill(&mut cap),
+                }
                 self.sent.extend_from_slice(&cap);
                 let now = self.now;
                 let up = &mut self.up;
@@ -153,11 +164,23 @@ impl Session {
                 self.next_capture += capture_ns;
             }
             if self.now >= self.next_play {
-                if let Some(f) = self.receiver.output_format() {
-                    out.resize(self.period * f.channels as usize, 0.0);
+                match self.receiver.output_format() {
+                    Some(f) => {
+                        out.resize(self.period * f.channels as usize, 0.0);
+                        self.receiver.play(self.now, &mut out);
+                        self.played.extend_from_slice(&out);
+                    }
+                    None => {
+                        // Before a stream fixes the output format the receiver plays one
+                        // channel: one period of it, recorded on every channel, so that
+                        // output frames count alike here and in the receiver's log.
+                        out.resize(self.period * ch, 0.0);
+                        self.receiver.play(self.now, &mut out[..self.period]);
+                        for &x in &out[..self.period] {
+                            self.played.extend(std::iter::repeat(x).take(ch));
+                        }
+                    }
                 }
-                self.receiver.play(self.now, &mut out);
-                self.played.extend_from_slice(&out);
                 self.play_times.push(self.now);
                 if let Some(n) = self.receiver.poll_rtcp(self.now, &mut rtcp) {
                     self.down.send(self.now, rtcp[..n].to_vec(), n);
@@ -165,6 +188,18 @@ impl Session {
                 self.next_play += play_ns;
             }
         }
+    }
+
+    /// Start the device's first period `ns` after the sender's first capture (before
+    /// `run`): the device's phase against the sender's packets.
+    pub fn set_play_phase(&mut self, ns: u64) {
+        self.next_play = self.now + ns;
+    }
+
+    /// Wall time at which output frame `frame` (counted from the first played) left.
+    pub fn output_time_ns(&self, frame: usize) -> u64 {
+        let period = self.period;
+        self.play_times[frame / period] + frames_to_ns((frame % period) as u64, self.format.rate)
     }
 
     /// Resume capture and playout clocks at `t` (after a stretch driven by hand).

@@ -1,0 +1,359 @@
+//! Recovery after every kind of link event: a real sender, link and receiver in virtual
+//! time (48 kHz stereo, 64-frame packets and periods, 19 ms ± 300 µs), one scripted event
+//! (stall, delay step down and up, jitter burst, rate collapse, loss burst) six seconds in,
+//! with drift correction off (bit-exact) and on, under both latency policies.
+//!
+//! The sender sends a timecode (see `common::timecode`), so every period of output says
+//! which input frame it plays; its playout delay, less the path's base delay, is the
+//! latency the receiver adds. Measured against the level of the two seconds before the
+//! event: the time from the event's end until the added latency stays within 0.5 ms of it
+//! (audio that cannot be decoded — concealment, silence — counts as not yet recovered),
+//! and the latency paid above it meanwhile (ms·s). The discontinuities come from the
+//! receiver's log. Every case prints its figures (`--nocapture`).
+
+mod common;
+
+use common::{timecode, Session};
+use netjam_engine::delay::LatencyPolicy;
+use netjam_engine::discontinuity::{Discontinuity, DiscontinuityKind};
+use netjam_engine::link::{JitterDist, LinkConfig, LinkSchedule};
+use netjam_engine::time::frames_to_ns;
+use netjam_engine::wire::{AudioFormat, Codec};
+
+const RATE: u32 = 48_000;
+const FRAMES: usize = 64;
+const BASE_NS: u64 = 19_000_000;
+const EVENT_AT_NS: u64 = 6_000_000_000;
+/// How long the run goes on after the event ends: recovery must hold through it.
+const AFTER_NS: u64 = 8_000_000_000;
+/// "Back" means within this of the level before the event.
+const BACK_NS: f64 = 500_000.0;
+/// The target: back within a second of the event's end.
+const RECOVERY_TARGET_NS: u64 = 1_000_000_000;
+/// Playout hunting: changes of direction (a skip after an insert, an insert after a skip)
+/// once the event is over. One is a catch-up after a wait; more is hunting.
+const MAX_REVERSALS: usize = 1;
+
+#[derive(Debug, Clone, Copy)]
+struct Event {
+    name: &'static str,
+    spec: &'static str,
+    /// How long its effect lasts (0 for a delay step).
+    duration_ns: u64,
+    /// The lasting change of the path's base delay.
+    step_ns: i64,
+}
+
+const STALL: Event = Event {
+    name: "stall 200 ms",
+    spec: "6s:stall=200ms",
+    duration_ns: 200_000_000,
+    step_ns: 0,
+};
+const DELAY_DOWN: Event = Event {
+    name: "delay -10 ms",
+    spec: "6s:delay=-10ms",
+    duration_ns: 0,
+    step_ns: -10_000_000,
+};
+const DELAY_UP: Event = Event {
+    name: "delay +10 ms",
+    spec: "6s:delay=+10ms",
+    duration_ns: 0,
+    step_ns: 10_000_000,
+};
+const JITTER: Event = Event {
+    name: "jitter 10 ms/1 s",
+    spec: "6s:jitter=10ms/1s",
+    duration_ns: 1_000_000_000,
+    step_ns: 0,
+};
+const RATE_COLLAPSE: Event = Event {
+    name: "rate 1 Mbit/500 ms",
+    spec: "6s:rate=1Mbit/500ms",
+    duration_ns: 500_000_000,
+    step_ns: 0,
+};
+const LOSS: Event = Event {
+    name: "loss 20 %/500 ms",
+    spec: "6s:loss=20%/500ms",
+    duration_ns: 500_000_000,
+    step_ns: 0,
+};
+
+#[derive(Debug, Default)]
+struct Recovery {
+    /// Added latency before the event, ms.
+    before_ms: f64,
+    /// Largest added latency from the event on, ms.
+    peak_ms: f64,
+    /// From the event's end until the added latency stays within 0.5 ms of `before_ms`
+    /// (`None`: not by the end of the run); and its level at the end of the run.
+    recovery_ns: Option<u64>,
+    after_ms: f64,
+    /// Added latency above `before_ms`, integrated from the event's start to recovery.
+    paid_ms_s: f64,
+    /// Discontinuities from the event's start on, and skips plus inserts after its end.
+    discontinuities: Vec<Discontinuity>,
+    moves_after_end: usize,
+    /// Of those, how often playout changed direction (a skip after an insert or back).
+    reversals: usize,
+    /// The receiver's figures at the end of the run.
+    target_end_ms: f64,
+    peak_events: u64,
+    relocks: u64,
+}
+
+impl Recovery {
+    fn count(&self, kind: DiscontinuityKind) -> usize {
+        self.discontinuities.iter().filter(|d| d.kind == kind).count()
+    }
+}
+
+fn policy_name(p: LatencyPolicy) -> &'static str {
+    match p {
+        LatencyPolicy::Tight => "tight",
+        LatencyPolicy::Safe => "safe",
+    }
+}
+
+fn run(ev: Event, drift: bool, policy: LatencyPolicy, seed: u64) -> Recovery {
+    let format = AudioFormat::new(Codec::F32, RATE, 2).expect("format");
+    let link = LinkConfig {
+        delay_ns: BASE_NS,
+        jitter_ns: 300_000,
+        jitter_dist: JitterDist::Uniform,
+        ..LinkConfig::ideal()
+    };
+    let mut s = Session::new(format, FRAMES as u32, 0, link, seed);
+    s.receiver.set_output_format(format);
+    s.receiver.set_drift_correction(drift);
+    s.receiver.set_latency_policy(policy);
+    s.up.set_schedule(LinkSchedule::parse(ev.spec).expect("event spec"));
+    s.up.set_event_origin(0);
+    let mut next = 0u64;
+    s.source = Some(Box::new(move |out: &mut [f32]| next = timecode::fill(next, out)));
+    let end_ns = EVENT_AT_NS + ev.duration_ns;
+    s.run(end_ns + AFTER_NS);
+
+    let frame_ns = 1e9 / RATE as f64;
+    let packet_ns = frames_to_ns(FRAMES as u64, RATE);
+    let period_ns = frames_to_ns(s.period as u64, RATE) as f64;
+    // Added latency of each period that decodes: playout time less the input frame's
+    // capture time and the base delay of the path its packet took.
+    let mut series: Vec<(u64, Option<f64>)> = Vec::with_capacity(s.play_times.len());
+    let mut expect = -((BASE_NS as f64) / frame_ns);
+    let mut last_j = 0usize;
+    for (j, &t) in s.play_times.iter().enumerate() {
+        let out = &s.played[j * s.period * 2..(j + 1) * s.period * 2];
+        let guess = expect + ((j - last_j) * s.period) as f64;
+        let added = timecode::decode_period(out, 1.0, guess).map(|pos| {
+            expect = pos;
+            last_j = j;
+            let sent_ns = (pos.max(0.0) as u64 / FRAMES as u64) * packet_ns;
+            let step = if sent_ns >= EVENT_AT_NS { ev.step_ns } else { 0 };
+            let base = BASE_NS as f64 + step as f64;
+            t as f64 - pos * frame_ns - base
+        });
+        series.push((t, added));
+    }
+    let mut before: Vec<f64> = series
+        .iter()
+        .filter(|(t, _)| *t + 2_000_000_000 >= EVENT_AT_NS && *t < EVENT_AT_NS)
+        .filter_map(|(_, a)| *a)
+        .collect();
+    assert!(
+        before.len() > 1000,
+        "{}: the timecode decodes before the event",
+        ev.name
+    );
+    before.sort_by(f64::total_cmp);
+    let level = before[before.len() / 2];
+    let off = |a: Option<f64>| a.map_or(true, |a| a - level > BACK_NS);
+    let last_off = series
+        .iter()
+        .rev()
+        .find(|(t, a)| *t >= EVENT_AT_NS && off(*a))
+        .map(|(t, _)| *t);
+    let run_end = s.play_times.last().copied().unwrap_or(0);
+    let recovered_at = match last_off {
+        None => Some(EVENT_AT_NS),
+        Some(t) if t + 500_000_000 < run_end => Some(t + period_ns as u64),
+        Some(_) => None,
+    };
+    let until = recovered_at.unwrap_or(run_end);
+    let paid_ms_s = series
+        .iter()
+        .filter(|(t, _)| *t >= EVENT_AT_NS && *t < until)
+        .filter_map(|(_, a)| *a)
+        .map(|a| (a - level).max(0.0) / 1e6 * period_ns / 1e9)
+        .sum();
+    let peak = series
+        .iter()
+        .filter(|(t, _)| *t >= EVENT_AT_NS)
+        .filter_map(|(_, a)| *a)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let after: Vec<f64> = series.iter().rev().take(375).filter_map(|(_, a)| *a).collect();
+    let after_ms = after.iter().sum::<f64>() / after.len().max(1) as f64 / 1e6;
+    let frame_at =
+        |t_ns: u64| s.play_times.iter().take_while(|&&p| p < t_ns).count() as u64 * s.period as u64;
+    let (from, end_frame) = (frame_at(EVENT_AT_NS), frame_at(end_ns));
+    let discontinuities: Vec<Discontinuity> = s
+        .receiver
+        .recent_discontinuities()
+        .filter(|d| d.output_frame >= from)
+        .copied()
+        .collect();
+    let moves_after_end = discontinuities
+        .iter()
+        .filter(|d| d.output_frame >= end_frame && d.kind != DiscontinuityKind::Concealed)
+        .count();
+    // Playout hunting: a skip after an insert or an insert after a skip.
+    let mut reversals = 0;
+    let mut last_move = None;
+    for d in discontinuities.iter().filter(|d| d.output_frame >= end_frame) {
+        if d.kind == DiscontinuityKind::Concealed {
+            continue;
+        }
+        if last_move.is_some_and(|k| k != d.kind) {
+            reversals += 1;
+        }
+        last_move = Some(d.kind);
+    }
+    let jb = s.receiver.stats().jitter_buffer;
+    Recovery {
+        reversals,
+        target_end_ms: jb.target_ms,
+        peak_events: jb.peak_events,
+        relocks: jb.relocks,
+        before_ms: level / 1e6,
+        peak_ms: peak / 1e6,
+        recovery_ns: recovered_at.map(|t| t.saturating_sub(end_ns)),
+        after_ms,
+        paid_ms_s,
+        discontinuities,
+        moves_after_end,
+    }
+}
+
+fn report(ev: Event, drift: bool, policy: LatencyPolicy, r: &Recovery) -> String {
+    let rec = r.recovery_ns.map_or("not by the end".to_string(), |ns| {
+        format!("{:.0} ms", ns as f64 / 1e6)
+    });
+    let causes: Vec<String> = r
+        .discontinuities
+        .iter()
+        .map(|d| format!("{:?}/{:?} {}", d.kind, d.cause, d.frames))
+        .take(8)
+        .collect();
+    format!(
+        "{:<20} drift {:<3} {:<5}: added {:.2} ms before, peak {:.2}, {:.2} at the end; recovery {rec}; \
+         paid {:.3} ms*s; discontinuities {} (concealed {} inserted {} skipped {}; moves after the end {}, reversals {}); at the end target {:.2} ms, {} peak events, {} relocks; {}",
+        ev.name,
+        if drift { "on" } else { "off" },
+        policy_name(policy),
+        r.before_ms,
+        r.peak_ms,
+        r.after_ms,
+        r.paid_ms_s,
+        r.discontinuities.len(),
+        r.count(DiscontinuityKind::Concealed),
+        r.count(DiscontinuityKind::Inserted),
+        r.count(DiscontinuityKind::Skipped),
+        r.moves_after_end,
+        r.reversals,
+        r.target_end_ms,
+        r.peak_events,
+        r.relocks,
+        causes.join(", "),
+    )
+}
+
+const BOTH: [LatencyPolicy; 2] = [LatencyPolicy::Tight, LatencyPolicy::Safe];
+
+/// Run `ev` with drift correction in `modes` under `policies`, print every case, then
+/// assert: back within a second of the event's end, and no hunting afterwards.
+fn check(ev: Event, modes: &[bool], policies: &[LatencyPolicy], seed: u64) {
+    let mut failures = Vec::new();
+    for &drift in modes {
+        for &policy in policies {
+            let r = run(ev, drift, policy, seed);
+            let line = report(ev, drift, policy, &r);
+            eprintln!("{line}");
+            if r.recovery_ns.map_or(true, |ns| ns > RECOVERY_TARGET_NS) {
+                failures.push(format!("not back within 1 s: {line}"));
+            }
+            if r.reversals > MAX_REVERSALS {
+                failures.push(format!("hunting after the event: {line}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Every event in every mode and policy, printed as a table: whatever the latency does,
+/// playout never hunts (a skip after an insert and back) once the event is over.
+#[test]
+fn no_event_makes_playout_hunt() {
+    let events = [STALL, DELAY_DOWN, DELAY_UP, JITTER, RATE_COLLAPSE, LOSS];
+    let mut hunting = Vec::new();
+    for (k, ev) in events.iter().enumerate() {
+        for drift in [false, true] {
+            for policy in BOTH {
+                let r = run(*ev, drift, policy, 20 + k as u64);
+                let line = report(*ev, drift, policy, &r);
+                eprintln!("{line}");
+                if r.reversals > MAX_REVERSALS {
+                    hunting.push(line);
+                }
+            }
+        }
+    }
+    assert!(hunting.is_empty(), "{}", hunting.join("\n"));
+}
+
+#[test]
+fn a_shorter_path_is_caught_up_within_a_second_with_drift_correction() {
+    check(DELAY_DOWN, &[true], &BOTH, 12);
+}
+
+#[test]
+#[ignore = "design: bit-exact playout catches up only on more than 10 ms of excess; a path 10 ms shorter keeps 10.0 ms for good"]
+fn a_shorter_path_is_caught_up_within_a_second_bit_exact() {
+    check(DELAY_DOWN, &[false], &BOTH, 12);
+}
+
+#[test]
+fn a_longer_path_relocks_within_a_second_under_the_tight_policy() {
+    check(DELAY_UP, &[false, true], &[LatencyPolicy::Tight], 13);
+}
+
+#[test]
+#[ignore = "design: the safe policy covers a 10 ms step up as a delay peak for 10 s (drift on: +3.7 ms 8 s later)"]
+fn a_longer_path_relocks_within_a_second_under_the_safe_policy() {
+    check(DELAY_UP, &[false, true], &[LatencyPolicy::Safe], 13);
+}
+
+#[test]
+#[ignore = "bug: at the first missing frame after warm-up playout waits |err| (~1.1 ms, playout ran below its target) and keeps it"]
+fn a_stall_costs_no_lasting_latency() {
+    check(STALL, &[false, true], &BOTH, 11);
+}
+
+#[test]
+#[ignore = "bug: the first lost packet after warm-up is waited for (inserted ~50 frames, growth) and the ~1.1 ms is kept"]
+fn a_loss_burst_costs_no_lasting_latency() {
+    check(LOSS, &[false, true], &BOTH, 16);
+}
+
+#[test]
+#[ignore = "design: the burst's delays enter the 4 s PDV histogram; 8 s after it the target is still 50 ms (tight) / 93 ms (safe)"]
+fn recovers_from_a_jitter_burst_within_a_second() {
+    check(JITTER, &[false, true], &BOTH, 14);
+}
+
+#[test]
+#[ignore = "design: a queue that builds up gradually is no delay peak; 8 s after the collapse the target is 137 ms (tight) / 161 ms (safe)"]
+fn recovers_from_a_rate_collapse_within_a_second() {
+    check(RATE_COLLAPSE, &[false, true], &BOTH, 15);
+}
