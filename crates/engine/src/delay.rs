@@ -33,6 +33,9 @@ const PEAK_MERGE_NS: u64 = 100_000_000;
 const PEAKS: usize = 16;
 /// Packets the histograms must have seen before anything is called a peak.
 const PEAK_WARMUP: u64 = 50;
+/// Under `Tight` the target never exceeds the largest PDV of the last one to two blocks of
+/// this length: once a burst of jitter is over, latency comes back within a second.
+const RECENT_BLOCK_NS: u64 = 500_000_000;
 /// The largest peak `Safe` covers; anything later is a stall, left to concealment.
 pub const SAFE_PEAK_MAX_NS: u64 = 60_000_000;
 
@@ -40,8 +43,9 @@ pub const SAFE_PEAK_MAX_NS: u64 = 60_000_000;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LatencyPolicy {
-    /// Cover the jitter of the last fraction of a second; cover delay peaks only when they
-    /// recur (two within five seconds); give latency back within a second of a transient.
+    /// Cover the jitter of the last second at most (the histograms' quantile, but never more
+    /// than the largest delay variation of the last 0.5–1 s); cover delay peaks only when they
+    /// recur (two within 1.5 s); give latency back within a second of a transient.
     #[default]
     Tight,
     /// Cover every delay peak up to 60 ms for ten seconds after it and give latency back at
@@ -54,7 +58,7 @@ impl LatencyPolicy {
     /// how high a peak may be to be covered, and how fast the target falls (ns per s).
     fn rules(self) -> (u64, usize, u64, u64) {
         match self {
-            LatencyPolicy::Tight => (5_000_000_000, 2, u64::MAX, 50_000_000),
+            LatencyPolicy::Tight => (1_500_000_000, 2, u64::MAX, 50_000_000),
             LatencyPolicy::Safe => (10_000_000_000, 1, SAFE_PEAK_MAX_NS, 2_000_000),
         }
     }
@@ -200,6 +204,9 @@ pub struct DelayEstimator {
     /// Packets spaced closer than this after a peak packet belong to it (its drain).
     burst_gap_ns: u64,
     packets: u64,
+    /// Largest PDV (not a peak) of the current and the previous [`RECENT_BLOCK_NS`] block.
+    recent_max: [u64; 2],
+    recent_block_start_ns: u64,
 }
 
 impl DelayEstimator {
@@ -223,6 +230,8 @@ impl DelayEstimator {
             peaks_n: 0,
             burst_gap_ns: 0,
             packets: 0,
+            recent_max: [0; 2],
+            recent_block_start_ns: 0,
         };
         s.set_policy(LatencyPolicy::default());
         s.set_packet_rate(packets_per_second);
@@ -325,6 +334,11 @@ impl DelayEstimator {
         if !self.on_peak(arrival_ns, pdv) {
             self.long.add(pdv);
             self.short.add(pdv);
+            if arrival_ns >= self.recent_block_start_ns + RECENT_BLOCK_NS {
+                self.recent_max = [0, self.recent_max[0]];
+                self.recent_block_start_ns = arrival_ns;
+            }
+            self.recent_max[0] = self.recent_max[0].max(pdv);
         }
         self.update_target(arrival_ns);
         pdv
@@ -385,7 +399,13 @@ impl DelayEstimator {
                 min_ns,
                 max_ns,
             } => {
-                let jitter = self.pdv_quantile_ns(quantile).max(self.peak_cover_ns(now_ns));
+                let mut covered = self.pdv_quantile_ns(quantile);
+                if self.policy == LatencyPolicy::Tight {
+                    // One histogram bin above the largest recent variation.
+                    let recent = self.recent_max[0].max(self.recent_max[1]);
+                    covered = covered.min(recent / BIN_NS * BIN_NS + BIN_NS);
+                }
+                let jitter = covered.max(self.peak_cover_ns(now_ns));
                 let want = (jitter + margin_ns).clamp(min_ns, max_ns.max(min_ns));
                 if want >= self.target_ns {
                     self.target_ns = want; // grow at once
@@ -525,15 +545,15 @@ mod tests {
         let mut d = DelayEstimator::new(auto(), 750.0);
         let mut r = SimRng::new(10);
         let mut t = calm(&mut d, 0, 3000, &mut r);
-        // Two 30 ms peaks a second apart: the second is covered at once.
-        for _ in 0..2 {
-            t += 1_333_333;
-            d.on_packet(t, 40 * MS as i64);
-            t = calm(&mut d, t, 750, &mut r);
-        }
+        // A 30 ms peak alone is not covered; a second one a second later is, at once.
+        t += 1_333_333;
+        d.on_packet(t, 40 * MS as i64);
+        assert!(d.target_ns() < MS, "one peak {}", d.target_ns());
+        t = calm(&mut d, t, 750, &mut r) + 1_333_333;
+        d.on_packet(t, 40 * MS as i64);
         assert!(d.target_ns() >= 30 * MS, "covered {}", d.target_ns());
-        // Six calm seconds later they are forgotten and the target is back within 1 ms.
-        calm(&mut d, t, 4500, &mut r);
+        // Three calm seconds later they are forgotten and the target is back within 1 ms.
+        calm(&mut d, t, 2250, &mut r);
         assert!(d.target_ns() < MS, "forgotten {}", d.target_ns());
     }
 

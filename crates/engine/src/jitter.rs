@@ -15,13 +15,16 @@
 //!     is early (the target grew), it waits — one inserted stretch, as long as the error,
 //!     concealed — so growth is immediate and costs one discontinuity;
 //!   - *shrink*: when the error stayed above one period plus 0.5 ms for a whole 100 ms
-//!     window, playout catches up by all but 0.1 ms of it in one cross-faded skip, so
+//!     window (without drift correction, above 5 ms: a splice in a bit-exact stream must be
+//!     worth it), playout catches up by all but 0.1 ms of it in one cross-faded skip, so
 //!     latency comes back within a fraction of a second after a transient (with drift
-//!     correction the resampler's loop takes care of anything smaller);
+//!     correction the resampler's catch-up takes care of anything smaller);
 //!   - otherwise frames are played exactly as they came: a stream that arrives in time is
 //!     played whole, with no splice;
 //! * missing frames are concealed in place by [`Concealer`] (loss), or by the stream's
-//!   decoder; packets that arrive after their time are counted as late and dropped;
+//!   decoder; packets that arrive after their time are counted as late and dropped. A gap
+//!   is waited for as under *growth* only while the stream has reordered packets in the
+//!   last ten seconds;
 //! * a packet far ahead of the window (a restarted sender) makes the buffer re-lock on
 //!   the new timeline at once; late packets that keep coming for 60 ms (a resumed pause,
 //!   a path that got slower) do too. A stall's backlog, late but followed by packets in
@@ -55,7 +58,10 @@ const SHRINK_WINDOW_NS: u64 = 100_000_000;
 const SHRINK_KEEP_NS: i64 = 100_000;
 /// Without drift correction a catch-up is a splice in an otherwise bit-exact stream: only
 /// an excess this large is worth one.
-const BIT_EXACT_SHRINK_NS: i64 = 10_000_000;
+const BIT_EXACT_SHRINK_NS: i64 = 5_000_000;
+/// A gap (later audio has arrived) is waited for, like a frame not yet due, only while the
+/// stream has reordered packets this recently: otherwise it is a loss, concealed in place.
+const REORDER_MEMORY_NS: u64 = 10_000_000_000;
 /// After this long without a packet the stream has paused or ended: what plays is
 /// silence, not concealment of a loss.
 const PAUSED_NS: u64 = 50_000_000;
@@ -171,6 +177,8 @@ pub struct JitterBuffer {
     /// The current period's time and the last primary packet's arrival.
     now_ns: u64,
     last_arrival_ns: u64,
+    /// When a primary packet last arrived after audio that follows it (0: never).
+    last_reorder_ns: u64,
     log: DiscontinuityLog,
     latency_sum_ms: f64,
     latency_n: u64,
@@ -216,6 +224,7 @@ impl JitterBuffer {
             reading_ts: 0,
             now_ns: 0,
             last_arrival_ns: 0,
+            last_reorder_ns: 0,
             log: DiscontinuityLog::default(),
             latency_sum_ms: 0.0,
             latency_n: 0,
@@ -490,6 +499,9 @@ impl JitterBuffer {
             }
         }
         if primary {
+            if ts + frames < self.highest_end {
+                self.last_reorder_ns = now_ns;
+            }
             self.last_arrival_ns = now_ns;
             self.late_run = 0;
             let transit = now_ns as i64 - self.media_ns(ts);
@@ -702,6 +714,9 @@ impl JitterBuffer {
             self.wait(play_ts, &mut block[..n as usize * ch]);
             return self.read_from(now_ns, play_ts, err, &mut block[n as usize * ch..], delay_frames);
         }
+        // Never further than the audio that has arrived: what lies beyond is not there to
+        // land on (an excess larger than the buffer holds is caught up over several windows).
+        let skip = skip.min(self.highest_end.saturating_sub(play_ts + frames));
         if skip > 0 && self.skip_with_crossfade(play_ts, skip, block) {
             self.stats.skipped_frames += skip;
             self.log.record(
@@ -726,8 +741,16 @@ impl JitterBuffer {
     fn read_from(&mut self, now_ns: u64, ts: u64, err: i64, out: &mut [f32], delay_frames: u64) -> u64 {
         let ch = self.channels;
         let frames = (out.len() / ch) as u64;
+        // A frame not there yet, while playout is early, is waited for when nothing after it
+        // has arrived (late, or the target grew), or when the stream reorders (it may be on
+        // its way); a gap in a stream that does not reorder is a loss.
+        let reordering =
+            self.last_reorder_ns > 0 && now_ns.saturating_sub(self.last_reorder_ns) < REORDER_MEMORY_NS;
         let missing = if err < 0 {
-            (0..frames).find(|&i| !self.has(ts + i) && self.stream_started(ts + i))
+            (0..frames).find(|&i| {
+                let t = ts + i;
+                !self.has(t) && self.stream_started(t) && (t >= self.highest_end || reordering)
+            })
         } else {
             None
         };

@@ -207,7 +207,10 @@ fn jam_through_jack_against_reflect_has_a_stable_round_trip() {
     assert_eq!(report["jack"]["rate"], 48000);
     let sent = report["stats"]["sent"]["packets"].as_u64().unwrap_or(0);
     let heard = report["stats"]["heard"]["received"].as_u64().unwrap_or(0);
-    assert!(sent > 300 && heard >= sent * 95 / 100, "sent {sent}, heard {heard}");
+    assert!(
+        sent > 300 && heard >= sent * 95 / 100,
+        "sent {sent}, heard {heard}"
+    );
     assert!(report["periods"]["periods"].as_u64().unwrap_or(0) > 100);
 }
 
