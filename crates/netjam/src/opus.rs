@@ -1,6 +1,6 @@
 //! Opus through libopus, opened at run time like libjack: netjam builds without Opus's
 //! headers, and only `--codec opus` (or an Opus stream arriving) needs the library
-//! (Debian: libopus0; macOS: Homebrew's opus).
+//! (see [`crate::dl`] for where it is looked for).
 //!
 //! The encoder runs in the restricted-low-delay application (CELT only: 2.5 ms of
 //! look-ahead instead of 6.5 ms), as music at constant bitrate, so packets have a steady
@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use netjam_engine::codec::{CodecError, DecoderFactory, FrameDecoder, FrameEncoder, OPUS_FRAME_SIZES};
 use netjam_engine::wire::AudioFormat;
 
-use crate::dl::{cstr_lossy, Library};
+use crate::dl::{cstr_lossy, Library, LIBOPUS};
 
 const APPLICATION_RESTRICTED_LOWDELAY: c_int = 2051;
 const SET_BITRATE: c_int = 4002;
@@ -47,7 +47,7 @@ impl OpusApi {
     // Each transmute's target is the declared type of the field it initializes.
     #[allow(clippy::missing_transmute_annotations)]
     fn load() -> Result<Self, String> {
-        let lib = Library::open(&[c"libopus.so.0", c"libopus.so", c"libopus.0.dylib"], "libopus")?;
+        let lib = Library::open(&LIBOPUS)?;
         macro_rules! f {
             ($name:literal) => {
                 // SAFETY: the symbol comes from libopus, whose C declaration of this function
@@ -85,7 +85,7 @@ impl OpusApi {
 /// Why Opus could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum OpusError {
-    #[error("libopus is not installed ({0}); install it (Debian: apt install libopus0; macOS: brew install opus) or use --codec l16/l24")]
+    #[error("{0}; or use --codec l16/l24")]
     LibraryMissing(String),
     #[error("libopus refused the {what}: {why}")]
     Refused { what: &'static str, why: String },

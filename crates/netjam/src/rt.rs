@@ -3,7 +3,11 @@
 //! Where the system allows it, the audio thread and the network threads run under
 //! `SCHED_FIFO` and the process's memory is locked, so the kernel never makes a callback
 //! wait for a page or for a background job. Where it does not (no privilege, no rtprio
-//! limit, another OS), netjam says so once, in one line, and runs at normal priority.
+//! limit), netjam says so once, in one line, and runs at normal priority.
+//!
+//! On macOS and Windows netjam does not yet raise its own threads (no time-constraint
+//! policy, no MMCSS) and says so in one line; it never changes the priority of the
+//! threads CoreAudio or WASAPI run a sound card's callback on.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -37,10 +41,13 @@ pub fn promote_current_thread(priority: i32) -> RtStatus {
     let status = set_fifo(priority);
     if let RtStatus::Normal { reason } = &status {
         if !WARNED.swap(true, Ordering::Relaxed) {
+            #[cfg(target_os = "linux")]
             eprintln!(
                 "netjam: warning: no realtime priority ({reason}); audio may glitch when the machine is busy. \
                  Allow it with an rtprio limit (e.g. `@audio - rtprio 95` in /etc/security/limits.conf)"
             );
+            #[cfg(not(target_os = "linux"))]
+            eprintln!("netjam: realtime: {reason}");
         }
     }
     status
@@ -66,9 +73,21 @@ fn set_fifo(priority: i32) -> RtStatus {
 #[cfg(not(target_os = "linux"))]
 fn set_fifo(_priority: i32) -> RtStatus {
     RtStatus::Normal {
-        reason: "realtime scheduling is only requested on Linux".into(),
+        reason: NOT_RAISED_HERE.into(),
     }
 }
+
+/// What netjam's own threads get where it does not ask for realtime scheduling.
+#[cfg(not(target_os = "linux"))]
+const NOT_RAISED_HERE: &str = if cfg!(target_os = "macos") {
+    "on macOS netjam does not raise its own threads (network, file and pipe audio) above normal \
+     priority yet; a sound card's callback runs on CoreAudio's I/O thread, which CoreAudio schedules itself"
+} else if cfg!(windows) {
+    "on Windows netjam does not raise its own threads (network, file and pipe audio) above normal \
+     priority yet (no MMCSS); a sound card's callback runs on the WASAPI thread cpal raises to time-critical"
+} else {
+    "netjam asks for realtime scheduling only on Linux; its threads run at normal priority here"
+};
 
 /// Lock the memory the process holds now (call it once the audio buffers are reserved),
 /// so no callback waits for a page. Future allocations are not locked: with a small

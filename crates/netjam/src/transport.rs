@@ -49,8 +49,60 @@ pub struct UdpTransport {
     kernel_timestamps: bool,
 }
 
+/// Mark an IPv6 socket EF where the platform has a traffic-class option (best effort, like
+/// IPv4's TOS), or say once that IPv6 packets leave unmarked.
+fn set_tclass_v6(socket: &Socket) {
+    #[cfg(any(
+        target_os = "android",
+        target_os = "dragonfly",
+        target_os = "freebsd",
+        target_os = "fuchsia",
+        target_os = "linux",
+        target_os = "macos",
+        target_os = "netbsd",
+        target_os = "openbsd"
+    ))]
+    let _ = socket.set_tclass_v6(TOS_EF);
+    #[cfg(not(any(
+        target_os = "android",
+        target_os = "dragonfly",
+        target_os = "freebsd",
+        target_os = "fuchsia",
+        target_os = "linux",
+        target_os = "macos",
+        target_os = "netbsd",
+        target_os = "openbsd"
+    )))]
+    {
+        let _ = socket;
+        say_once_about_dscp("no IPv6 traffic-class option on this platform: IPv6 packets leave unmarked");
+    }
+}
+
+/// One line on stderr, once per process, when DSCP marking cannot be what it is on Linux.
+#[cfg(any(
+    windows,
+    not(any(
+        target_os = "android",
+        target_os = "dragonfly",
+        target_os = "freebsd",
+        target_os = "fuchsia",
+        target_os = "linux",
+        target_os = "macos",
+        target_os = "netbsd",
+        target_os = "openbsd"
+    ))
+))]
+fn say_once_about_dscp(line: &str) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        eprintln!("netjam: DSCP: {line}");
+    }
+}
+
 /// A kernel stamp older than this (or in the future) means the wall clock was stepped
 /// between arrival and reading; the monotonic reading is used instead.
+#[cfg(target_os = "linux")]
 const MAX_KERNEL_AGE_NS: i128 = 10_000_000_000;
 
 impl UdpTransport {
@@ -63,10 +115,15 @@ impl UdpTransport {
             Domain::IPV6
         };
         let socket = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+        #[cfg(windows)]
+        say_once_about_dscp(
+            "Windows ignores a program's own DSCP mark unless a Policy-based QoS rule gives netjam.exe \
+             DSCP 46; without one, netjam's packets leave unmarked",
+        );
         if addr.is_ipv4() {
             let _ = socket.set_tos(TOS_EF);
         } else {
-            let _ = socket.set_tclass_v6(TOS_EF);
+            set_tclass_v6(&socket);
         }
         let _ = socket.set_recv_buffer_size(1 << 20);
         let _ = socket.set_send_buffer_size(1 << 20);

@@ -7,6 +7,8 @@
 //!
 //! Each test runs its own server (`jackd -n <unique name>`, found by clients through
 //! `JACK_DEFAULT_SERVER`), killed on drop, so a failing assertion never leaves it behind.
+//! Linux only: the server is Debian's jackd2 and its dummy driver.
+#![cfg(target_os = "linux")]
 
 mod common;
 
@@ -272,9 +274,36 @@ fn jam_without_a_server_says_how_to_start_one() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("jackd -d dummy") || err.contains("libjack is not installed"),
+        err.contains("jackd -d dummy") || err.contains("libjack could not be loaded"),
         "{err}"
     );
+}
+
+#[test]
+fn a_libjack_named_in_the_environment_that_does_not_load_is_named_in_the_error() {
+    let named = "/nonexistent/netjam-test/libjack.so.0";
+    let out = Command::new(BIN)
+        .args([
+            "jam",
+            "--jack",
+            "--peer",
+            "127.0.0.1:9",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env("NETJAM_LIBJACK", named)
+        .output()
+        .expect("netjam jam");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    // The named file is the only one tried (a system libjack is not silently used instead),
+    // and the error says what to install on this platform.
+    assert!(
+        err.contains(named) && err.contains("named by NETJAM_LIBJACK"),
+        "{err}"
+    );
+    assert!(!err.contains("libjack.so.0 (the dynamic linker"), "{err}");
+    assert!(err.contains("apt install jackd2"), "{err}");
 }
 
 #[test]

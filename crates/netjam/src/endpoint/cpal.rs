@@ -491,32 +491,38 @@ unsafe impl Sync for ProcessSlot {}
 // SAFETY: as above; the pointer is only dereferenced on the driving callback's thread.
 unsafe impl Send for ProcessSlot {}
 
-/// Ask for SCHED_FIFO once, from the callback thread itself (one system call, no log), and
-/// record what the thread got.
+/// On Linux, ask for SCHED_FIFO once, from the callback thread itself (one system call, no
+/// log), and record what the thread got. Elsewhere the host's own thread is left as it is
+/// (CoreAudio's I/O thread already runs under a time-constraint policy; cpal raises WASAPI's
+/// to time-critical) and only "the first callback ran" is recorded.
 fn promote_and_record(shared: Option<&Shared>, want_realtime: bool) {
     #[cfg(target_os = "linux")]
-    if want_realtime {
-        let param = libc::sched_param {
-            sched_priority: crate::rt::AUDIO_PRIORITY,
-        };
-        // SAFETY: the calling thread's own scheduling; `param` outlives the call.
-        unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = want_realtime;
-    #[cfg(unix)]
-    if let Some(shared) = shared {
-        // SAFETY: querying the calling thread's own scheduling into locals.
-        let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
-        let mut policy = 0;
-        // SAFETY: as above.
-        if unsafe { libc::pthread_getschedparam(libc::pthread_self(), &mut policy, &mut param) } == 0 {
-            shared.priority.store(param.sched_priority, Ordering::Relaxed);
-            shared.policy.store(policy, Ordering::Relaxed);
+    {
+        if want_realtime {
+            let param = libc::sched_param {
+                sched_priority: crate::rt::AUDIO_PRIORITY,
+            };
+            // SAFETY: the calling thread's own scheduling; `param` outlives the call.
+            unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
+        }
+        if let Some(shared) = shared {
+            // SAFETY: querying the calling thread's own scheduling into locals.
+            let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+            let mut policy = 0;
+            // SAFETY: as above.
+            if unsafe { libc::pthread_getschedparam(libc::pthread_self(), &mut policy, &mut param) } == 0 {
+                shared.priority.store(param.sched_priority, Ordering::Relaxed);
+                shared.policy.store(policy, Ordering::Relaxed);
+            }
         }
     }
-    #[cfg(not(unix))]
-    let _ = shared;
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = want_realtime;
+        if let Some(shared) = shared {
+            shared.policy.store(0, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The state of the callback that runs the process: the output callback, or the input
@@ -1336,10 +1342,19 @@ pub struct CpalMonitor {
 impl CpalMonitor {
     /// How the thread that runs the process is scheduled.
     pub fn realtime(&self) -> Realtime {
-        // CoreAudio and WASAPI schedule their own audio threads: "not realtime" is on
-        // Linux's terms.
+        let policy = self.shared.policy.load(Ordering::Relaxed);
+        if cfg!(target_os = "macos") && policy >= 0 {
+            return Realtime::System {
+                what: "on CoreAudio's I/O thread, scheduled by CoreAudio (netjam leaves it as it is)",
+            };
+        }
+        if cfg!(windows) && policy >= 0 {
+            return Realtime::System {
+                what: "on the WASAPI thread cpal raises to time-critical priority (no MMCSS)",
+            };
+        }
         Realtime::from_policy(
-            self.shared.policy.load(Ordering::Relaxed),
+            policy,
             self.shared.priority.load(Ordering::Relaxed),
             "allow it with an rtprio limit, e.g. `@audio - rtprio 95` in /etc/security/limits.conf",
         )

@@ -20,14 +20,12 @@ use std::time::Duration;
 
 use super::{Endpoint, PeriodStats, PeriodTimer, Process, Realtime, StopReason, StreamSpec};
 use crate::clock;
-use crate::dl::{cstr_lossy, Library};
+use crate::dl::{cstr_lossy, Library, LIBJACK};
 
 /// Why JACK could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum JackError {
-    #[error(
-        "libjack is not installed ({0}); install JACK (Debian: apt install jackd2) or use another endpoint"
-    )]
+    #[error("{0}; or use another endpoint")]
     LibraryMissing(String),
     #[error("no JACK server is running{server}; start one (e.g. `jackd -d alsa -r 48000 -p 64`, or `jackd -d dummy -r 48000 -p 64` to try without a sound card) or use another endpoint")]
     NoServer { server: String },
@@ -95,7 +93,7 @@ impl JackApi {
     // Each transmute's target is the declared type of the field it initializes.
     #[allow(clippy::missing_transmute_annotations)]
     fn load() -> Result<Self, String> {
-        let lib = Library::open(&[c"libjack.so.0", c"libjack.so", c"libjack.0.dylib"], "libjack")?;
+        let lib = Library::open(&LIBJACK)?;
         let sym = |name: &CStr| lib.sym(name);
         macro_rules! f {
             ($name:literal) => {
@@ -439,6 +437,13 @@ impl CallbackState {
         (t.max(0) as u64).min(woke)
     }
 
+    #[cfg(not(unix))]
+    fn record_policy(&mut self) {
+        // JACK for Windows schedules its clients' threads itself; record only that it ran.
+        self.stats.policy.store(0, Ordering::Relaxed);
+    }
+
+    #[cfg(unix)]
     fn record_policy(&mut self) {
         // SAFETY: querying the calling thread's own scheduling; `param` is a local. This runs
         // once, in the first period.
@@ -463,8 +468,14 @@ pub struct JackMonitor {
 
 impl JackMonitor {
     pub fn realtime(&self) -> Realtime {
+        let policy = self.stats.policy.load(Ordering::Relaxed);
+        if cfg!(not(unix)) && policy >= 0 {
+            return Realtime::System {
+                what: "on the JACK server's thread, at the priority JACK for Windows gives it",
+            };
+        }
         Realtime::from_policy(
-            self.stats.policy.load(Ordering::Relaxed),
+            policy,
             self.stats.priority.load(Ordering::Relaxed),
             "the JACK server lacks realtime rights: run jackd with -R as a member of the audio group",
         )

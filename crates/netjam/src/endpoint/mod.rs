@@ -60,6 +60,9 @@ pub enum Realtime {
     Yes { priority: i32 },
     /// An ordinary time-shared thread; `advice` says how to get realtime rights.
     No { advice: &'static str },
+    /// A thread the platform's audio system schedules itself (CoreAudio, WASAPI, JACK on
+    /// Windows), whose policy netjam neither sets nor reads; `what` says what it gets.
+    System { what: &'static str },
     /// The first callback has not run yet.
     Unknown,
 }
@@ -86,6 +89,7 @@ impl std::fmt::Display for Realtime {
         match self {
             Realtime::Yes { priority } => write!(f, "realtime (priority {priority})"),
             Realtime::No { advice } => write!(f, "NOT realtime ({advice})"),
+            Realtime::System { what } => write!(f, "{what}"),
             Realtime::Unknown => write!(f, "realtime: not known yet"),
         }
     }
