@@ -312,6 +312,8 @@ fn jack_callback_allocates_nothing_and_gets_nominal_period_times() {
     let endpoint = JackEndpoint::open(&JackConfig {
         name: "netjam-noalloc".into(),
         channels: 2,
+        inputs: None,
+        outputs: None,
         connect: false,
         server: Some(server.name().to_string()),
     })
@@ -341,4 +343,92 @@ fn jack_callback_allocates_nothing_and_gets_nominal_period_times() {
     let span = echo.times[echo.times.len() - 1] - echo.times[0];
     let mean = span as f64 / (echo.times.len() - 1) as f64;
     assert!((700_000.0..2_000_000.0).contains(&mean), "mean period {mean} ns");
+}
+
+/// `jack_lsp -c` as (from, to) pairs, each connection once, in the direction audio flows.
+fn connections(server: &Jackd) -> Vec<(String, String)> {
+    let out = server
+        .run_bounded(Command::new("jack_lsp").arg("-c"), Duration::from_secs(2))
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let mut pairs = Vec::new();
+    let mut port = String::new();
+    for line in out.lines() {
+        if let Some(peer) = line.strip_prefix("   ") {
+            // Each connection is listed under both ends; keep the one from a capture or
+            // receive port (the producing end).
+            if port.contains(":capture_") || port.contains(":receive_") {
+                pairs.push((port.clone(), peer.trim().to_string()));
+            }
+        } else {
+            port = line.trim().to_string();
+        }
+    }
+    pairs.sort();
+    pairs
+}
+
+#[test]
+fn jam_with_a_channel_map_sends_inputs_3_4_and_plays_on_outputs_5_6() {
+    let server = Jackd::start_with_ports("netjam-test-map", 64, 8);
+    let client = format!("njmap{}", std::process::id());
+    let (_reflect, reflector) = reflect("30");
+    let log = tmp("jack", "map.log");
+    let _jam = Proc::spawn(
+        server
+            .client(&mut Command::new(BIN))
+            .args(["jam", "--jack", "--jack-name", &client])
+            .args(["--inputs", "3-4", "--outputs", "5,6", "--duration", "20"])
+            .args(["--peer", &reflector.to_string(), "--listen", "127.0.0.1:0"])
+            .stderr(std::fs::File::create(&log).expect("log")),
+        "netjam jam --jack --inputs 3-4 --outputs 5,6",
+    );
+    server.wait_for_port(&format!("{client}:send_1"), "netjam jam --inputs 3-4");
+    let mut want: Vec<(String, String)> = vec![
+        ("system:capture_3".into(), format!("{client}:send_1")),
+        ("system:capture_4".into(), format!("{client}:send_2")),
+        (format!("{client}:receive_1"), "system:playback_5".into()),
+        (format!("{client}:receive_2"), "system:playback_6".into()),
+    ];
+    want.sort();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut got = connections(&server);
+    while got != want && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        got = connections(&server);
+    }
+    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(got, want, "jam printed:\n{log_text}");
+    let ports = server.ports();
+    assert!(
+        !ports.contains(&format!("{client}:send_3")) && !ports.contains(&format!("{client}:receive_3")),
+        "one port per channel named:\n{ports}"
+    );
+    assert!(
+        log_text.contains("physical ports 3-4") && log_text.contains("physical ports 5-6"),
+        "{log_text}"
+    );
+}
+
+#[test]
+fn a_channel_map_beyond_the_servers_ports_says_how_many_there_are() {
+    let server = Jackd::start_with_ports("netjam-test-mapbad", 64, 8);
+    let out = server.netjam(&[
+        "jam",
+        "--jack",
+        "--inputs",
+        "2,9",
+        "--peer",
+        "127.0.0.1:9",
+        "--listen",
+        "127.0.0.1:0",
+        "--duration",
+        "1",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("--inputs 9: the JACK server's physical capture side has 8 inputs (1-8)"),
+        "{err}"
+    );
 }

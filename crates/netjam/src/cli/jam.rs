@@ -19,8 +19,9 @@ use netjam_engine::receiver::{Receiver, ReceiverConfig};
 use netjam_engine::wire::Codec;
 
 use super::common::{check_outputs, cname, fresh_seed, resolve, BufferArg};
-use super::stream::{packets_text, write_json, SourceArgs, WireArgs};
+use super::stream::{packets_text, parse_outputs, write_json, SourceArgs, WireArgs};
 use crate::clock;
+use crate::endpoint::channels::ChannelMap;
 use crate::endpoint::jack::{JackConfig, JackEndpoint, JackMonitor};
 use crate::endpoint::paced::PacedEndpoint;
 use crate::endpoint::raw::RawSink;
@@ -74,6 +75,11 @@ pub struct JamArgs {
     /// platform's; `netjam devices` lists them). Alone, it uses the host's default devices.
     #[arg(long, value_name = "NAME", conflicts_with_all = CARD_CONFLICTS)]
     pub host: Option<String>,
+    /// Play what you hear on these channels of the device, numbered from 1 as the interface
+    /// labels them (e.g. `3-4` for a headphone mix); the others stay silent. Default: as
+    /// many channels from 1 as --channels (2).
+    #[arg(long, value_name = "LIST", value_parser = parse_outputs, conflicts_with_all = ["output", "stdout"])]
+    pub outputs: Option<ChannelMap>,
     #[command(flatten)]
     pub wire: WireArgs,
     /// Write what you hear to a WAV file.
@@ -215,6 +221,8 @@ fn open_jack(a: &mut JamArgs) -> anyhow::Result<JackEndpoint> {
     let endpoint = JackEndpoint::open(&JackConfig {
         name: a.jack_name.clone().unwrap_or_else(|| "netjam".into()),
         channels,
+        inputs: a.source.inputs.clone(),
+        outputs: a.outputs.clone(),
         connect: !a.no_connect,
         server: a.jack_server.clone(),
     })
@@ -284,6 +292,9 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     {
         bail!("netjam jam needs something to play: --input FILE.wav, --stdin, --sine HZ, --clicks BPM, --noise, --silence, --jack or --device NAME");
     }
+    if a.outputs.is_some() && !a.jack && !a.wants_card() {
+        bail!("--outputs picks channels of a device: use it with --jack or --device (a file or stdout gets every channel you hear)");
+    }
     let jack = if a.jack { Some(open_jack(&mut a)?) } else { None };
     let card = card::open(&mut a)?;
     let device_spec = jack
@@ -316,8 +327,16 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         name: a.wire.name.clone(),
         decoders: crate::opus::decoders(),
     });
-    // What you hear plays in your own format (a sound card's, later).
-    receiver.set_output_format(format);
+    // What you hear plays in your own format, on as many channels as the device plays
+    // (an --outputs map can name more or fewer than --inputs sends).
+    let heard = match device_spec {
+        Some(spec) => netjam_engine::wire::AudioFormat {
+            channels: spec.output_channels,
+            ..format
+        },
+        None => format,
+    };
+    receiver.set_output_format(heard);
     receiver.set_latency_policy(a.latency);
     let socket = UdpTransport::bind(a.listen).with_context(|| {
         format!(
@@ -353,16 +372,20 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         }
         (Some(j), _, _) => {
             let name = j.client_name().to_string();
+            let spec = j.spec();
+            let on = |map: &Option<ChannelMap>, n: u16| match map {
+                _ if a.no_connect => " (not connected: --no-connect)".to_string(),
+                Some(m) => format!(" (connected to physical ports {m})"),
+                None => format!(" (connected to physical ports 1-{n})"),
+            };
             eprintln!(
-                "netjam: JACK client {name}: {} Hz, {}-frame periods; {name}:send_1..{n} are sent, {name}:receive_1..{n} play what you hear{}",
+                "netjam: JACK client {name}: {} Hz, {}-frame periods; {name}:send_1..{} are sent{}, {name}:receive_1..{} play what you hear{}",
                 format.rate,
-                j.spec().period,
-                if a.no_connect {
-                    " (not connected: --no-connect)"
-                } else {
-                    " (connected to the physical ports)"
-                },
-                n = format.channels,
+                spec.period,
+                spec.input_channels,
+                on(&a.source.inputs, spec.input_channels),
+                spec.output_channels,
+                on(&a.outputs, spec.output_channels),
             );
             jack_info = Some((name, j.monitor(), j.spec()));
             Box::new(j.with_limit(limit))

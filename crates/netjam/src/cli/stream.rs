@@ -17,6 +17,7 @@ use netjam_engine::wire::{AudioFormat, Codec};
 
 use super::common::{any_for, check_outputs, cname, fresh_seed, resolve, wall_offset_ns, BufferArg};
 use crate::clock;
+use crate::endpoint::channels::{ChannelMap, MapSide, PickedSource};
 use crate::endpoint::paced::PacedEndpoint;
 use crate::endpoint::raw::{RawSink, RawSource};
 use crate::endpoint::synth::SynthSource;
@@ -63,11 +64,42 @@ pub struct SourceArgs {
     /// Layout of raw PCM on stdin.
     #[arg(long, value_enum, default_value = "s16le")]
     pub sample_format: SampleFormat,
+    /// Send only these channels of the device, file or stdin, numbered from 1 as the
+    /// interface labels them: `1,2`, `3-4`, `1,3-5`. The stream carries one channel per
+    /// channel named (default: all of them).
+    #[arg(long, value_name = "LIST", value_parser = parse_inputs)]
+    pub inputs: Option<ChannelMap>,
+}
+
+/// `--inputs LIST` for clap.
+pub fn parse_inputs(s: &str) -> Result<ChannelMap, String> {
+    ChannelMap::parse(MapSide::Inputs, s).map_err(|e| e.to_string())
+}
+
+/// `--outputs LIST` for clap.
+pub fn parse_outputs(s: &str) -> Result<ChannelMap, String> {
+    ChannelMap::parse(MapSide::Outputs, s).map_err(|e| e.to_string())
 }
 
 impl SourceArgs {
-    /// Open the source; also returns the codec that carries it without loss.
+    /// Open the source, keeping only the channels `--inputs` names; also returns the codec
+    /// that carries it without loss.
     pub fn open(&self) -> anyhow::Result<(Box<dyn FrameSource>, Codec)> {
+        let (source, codec) = self.open_all()?;
+        let Some(map) = &self.inputs else {
+            return Ok((source, codec));
+        };
+        let what = match &self.input {
+            Some(path) => path.display().to_string(),
+            None if self.stdin => "stdin (--channels)".to_string(),
+            None => "the test signal (--channels)".to_string(),
+        };
+        let picked = PickedSource::new(source, map.clone(), &what)?;
+        Ok((Box::new(picked), codec))
+    }
+
+    /// The source with all its channels.
+    fn open_all(&self) -> anyhow::Result<(Box<dyn FrameSource>, Codec)> {
         if let Some(path) = &self.input {
             let wav = WavSource::open(path)?;
             let codec = wav.lossless_codec();

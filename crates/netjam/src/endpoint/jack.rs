@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use super::channels::{ChannelMap, ChannelMapError, MapSide};
 use super::{Endpoint, PeriodStats, PeriodTimer, Process, Realtime, StopReason, StreamSpec};
 use crate::clock;
 use crate::dl::{cstr_lossy, Library, LIBJACK};
@@ -35,6 +36,8 @@ pub enum JackError {
     PortRegister(String),
     #[error("cannot activate the JACK client")]
     Activate,
+    #[error("{0}")]
+    Channels(#[from] ChannelMapError),
     #[error("a name given to JACK contains a NUL byte")]
     Nul(#[from] std::ffi::NulError),
 }
@@ -263,8 +266,14 @@ impl ClientHandle {
 pub struct JackConfig {
     /// Client name (`--jack-name`); JACK may add a suffix if it is taken.
     pub name: String,
-    /// Number of `send_N` and `receive_N` ports.
+    /// Number of `send_N` and `receive_N` ports where no map says otherwise.
     pub channels: u16,
+    /// `--inputs`: one `send_k` port per channel named, connected to the physical capture
+    /// port of that number; None: `channels` ports connected to captures 1..=channels.
+    pub inputs: Option<ChannelMap>,
+    /// `--outputs`: one `receive_k` port per channel named, connected to the physical
+    /// playback port of that number; None: `channels` ports on playbacks 1..=channels.
+    pub outputs: Option<ChannelMap>,
     /// Connect to the physical capture and playback ports.
     pub connect: bool,
     /// The server's name (`jackd -n`); None: `JACK_DEFAULT_SERVER`, else the default server.
@@ -495,6 +504,8 @@ pub struct JackEndpoint {
     send: Vec<*mut Port>,
     receive: Vec<*mut Port>,
     connect: bool,
+    inputs: ChannelMap,
+    outputs: ChannelMap,
     stats: Arc<CallbackStats>,
     limit_frames: Option<u64>,
 }
@@ -517,12 +528,31 @@ impl JackEndpoint {
     pub fn open(config: &JackConfig) -> Result<Self, JackError> {
         let client = ClientHandle::open(&config.name, config.server.as_deref())?;
         let name = client.name();
+        let inputs = config
+            .inputs
+            .clone()
+            .unwrap_or_else(|| ChannelMap::identity(MapSide::Inputs, config.channels));
+        let outputs = config
+            .outputs
+            .clone()
+            .unwrap_or_else(|| ChannelMap::identity(MapSide::Outputs, config.channels));
+        if config.connect {
+            // Only a map the user gave must fit: without one, netjam connects what there is.
+            if let Some(m) = &config.inputs {
+                let n = client.ports(PORT_IS_PHYSICAL | PORT_IS_OUTPUT).len();
+                m.check(n as u16, "the JACK server's physical capture side")?;
+            }
+            if let Some(m) = &config.outputs {
+                let n = client.ports(PORT_IS_PHYSICAL | PORT_IS_INPUT).len();
+                m.check(n as u16, "the JACK server's physical playback side")?;
+            }
+        }
         let (mut send, mut receive) = (Vec::new(), Vec::new());
-        for (list, prefix, flags) in [
-            (&mut send, "send", PORT_IS_INPUT),
-            (&mut receive, "receive", PORT_IS_OUTPUT),
+        for (list, prefix, flags, count) in [
+            (&mut send, "send", PORT_IS_INPUT, inputs.len()),
+            (&mut receive, "receive", PORT_IS_OUTPUT, outputs.len()),
         ] {
-            for i in 1..=config.channels {
+            for i in 1..=count {
                 let short = format!("{prefix}_{i}");
                 let c = CString::new(short.as_str())?;
                 // SAFETY: the client is open; names are NUL-terminated; buffer size 0 is
@@ -538,8 +568,8 @@ impl JackEndpoint {
         }
         let spec = StreamSpec {
             rate: client.rate(),
-            input_channels: config.channels,
-            output_channels: config.channels,
+            input_channels: inputs.len() as u16,
+            output_channels: outputs.len() as u16,
             period: client.period(),
         };
         let stats = Arc::new(CallbackStats {
@@ -553,6 +583,8 @@ impl JackEndpoint {
             send,
             receive,
             connect: config.connect,
+            inputs,
+            outputs,
             stats,
             limit_frames: None,
         })
@@ -581,21 +613,28 @@ impl JackEndpoint {
         unsafe { (self.client.api.is_realtime)(self.client.raw) != 0 }
     }
 
-    /// Connect `send_N` to the N-th physical capture port and `receive_N` to the N-th
-    /// physical playback port; returns the pairs connected.
+    /// Connect `send_k` to the physical capture port the input map names for it (by
+    /// default the k-th) and `receive_k` to the physical playback port the output map names;
+    /// returns the pairs connected. A port the server lacks is left unconnected.
     fn connect_physical(&self) -> Vec<(String, String)> {
         let mut done = Vec::new();
         // Physical capture ports are outputs (they produce audio); playback ports are inputs.
         let capture = self.client.ports(PORT_IS_PHYSICAL | PORT_IS_OUTPUT);
         let playback = self.client.ports(PORT_IS_PHYSICAL | PORT_IS_INPUT);
-        for (i, from) in capture.iter().take(self.send.len()).enumerate() {
-            let to = format!("{}:send_{}", self.name, i + 1);
+        for (k, &c) in self.inputs.picks().iter().enumerate() {
+            let Some(from) = capture.get(c as usize) else {
+                continue;
+            };
+            let to = format!("{}:send_{}", self.name, k + 1);
             if self.client.connect(from, &to) {
                 done.push((from.clone(), to));
             }
         }
-        for (i, to) in playback.iter().take(self.receive.len()).enumerate() {
-            let from = format!("{}:receive_{}", self.name, i + 1);
+        for (k, &c) in self.outputs.picks().iter().enumerate() {
+            let Some(to) = playback.get(c as usize) else {
+                continue;
+            };
+            let from = format!("{}:receive_{}", self.name, k + 1);
             if self.client.connect(&from, to) {
                 done.push((from, to.clone()));
             }

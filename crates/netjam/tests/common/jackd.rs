@@ -64,13 +64,18 @@ impl Jackd {
     /// Start a server of `period` frames named `BASE-0` to `BASE-3`, the first that no live
     /// server has. `base` names the test, and differs between test files.
     pub fn start(base: &str, period: u32) -> Self {
+        Self::start_with_ports(base, period, 2)
+    }
+
+    /// [`Jackd::start`] with `ports` physical capture and as many playback ports.
+    pub fn start_with_ports(base: &str, period: u32, ports: u16) -> Self {
         require("jackd", "jackd2");
         require("jack_lsp", "jackd2");
         let turn = one_server_at_a_time();
         let mut failures = String::new();
         for slot in 0..4 {
             let name = format!("{base}-{slot}");
-            match Self::try_start(&name, period) {
+            match Self::try_start(&name, period, ports) {
                 Ok(mut server) => {
                     server.turn = Some(turn);
                     return server;
@@ -82,7 +87,7 @@ impl Jackd {
     }
 
     /// Start jackd as `name` unless a live server already has that name (another test run).
-    fn try_start(name: &str, period: u32) -> Result<Self, String> {
+    fn try_start(name: &str, period: u32, ports: u16) -> Result<Self, String> {
         let probe = Command::new("jack_lsp")
             .env("JACK_DEFAULT_SERVER", name)
             .env("JACK_NO_START_SERVER", "1")
@@ -103,6 +108,10 @@ impl Jackd {
                 "48000",
                 "-p",
                 &period.to_string(),
+                "-C",
+                &ports.to_string(),
+                "-P",
+                &ports.to_string(),
             ])
             .env("JACK_NO_AUDIO_RESERVATION", "1")
             .stdout(Stdio::null())
