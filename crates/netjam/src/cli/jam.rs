@@ -569,6 +569,8 @@ mod card {
             output_device: a.output_device.clone(),
             rate: a.source.rate,
             channels: a.source.channels,
+            inputs: a.source.inputs.clone(),
+            outputs: a.outputs.clone(),
             period: a.wire.frames,
         })
         .context("cannot use the sound card (--device)")?;
@@ -582,7 +584,9 @@ mod card {
                 endpoint.describe()
             );
         }
-        if spec.input_channels != spec.output_channels {
+        // Maps chosen by the player may differ in count: what you hear is mapped onto yours.
+        let mapped = a.source.inputs.is_some() || a.outputs.is_some();
+        if spec.input_channels != spec.output_channels && !mapped {
             bail!(
                 "the sound card captures {} channels and plays {}: choose one count both offer with --channels",
                 spec.input_channels,

@@ -30,6 +30,7 @@ use std::time::Duration;
 use cpal::traits::{DeviceTrait, HostTrait, StreamTrait};
 use cpal::{BufferSize, SampleFormat as DeviceFormat, StreamConfig, SupportedBufferSize};
 
+use super::channels::{ChannelMap, MapSide};
 use super::{Endpoint, PeriodStats, PeriodTimer, Process, Realtime, StopReason, StreamSpec};
 use crate::clock;
 
@@ -244,20 +245,37 @@ pub struct InputCounters {
 pub struct InputFeeder {
     ring: rtrb::Producer<f32>,
     channels: usize,
+    /// The device's channels a frame and the ones the stream takes (all, in order, by default).
+    device_channels: usize,
+    map: ChannelMap,
     counters: Arc<InputCounters>,
 }
 
 impl InputFeeder {
-    /// Push one callback's interleaved samples (whole frames).
+    /// Take the channels `map` picks out of `device_channels`-channel device frames (the
+    /// map's length must be the bridge's channels).
+    pub fn with_map(mut self, map: ChannelMap, device_channels: usize) -> Self {
+        debug_assert_eq!(map.len(), self.channels);
+        self.map = map;
+        self.device_channels = device_channels;
+        self
+    }
+
+    /// Push one callback's interleaved samples (whole device frames).
     pub fn push<T: DeviceSample>(&mut self, data: &[T]) {
-        let frames = data.len() / self.channels.max(1);
+        let frames = data.len() / self.device_channels.max(1);
         self.counters.max_block.fetch_max(frames, Ordering::Relaxed);
-        let fit = (self.ring.slots() / self.channels.max(1)).min(frames) * self.channels;
-        if fit < data.len() {
+        let fit = (self.ring.slots() / self.channels.max(1)).min(frames);
+        if fit < frames {
             self.counters.overflows.fetch_add(1, Ordering::Relaxed);
         }
-        if let Ok(chunk) = self.ring.write_chunk_uninit(fit) {
-            chunk.fill_from_iter(data[..fit].iter().map(|&x| x.to_f32()));
+        let data = &data[..fit * self.device_channels];
+        if let Ok(chunk) = self.ring.write_chunk_uninit(fit * self.channels) {
+            chunk.fill_from_iter(
+                self.map
+                    .gathered(data, self.device_channels, T::EQUILIBRIUM)
+                    .map(|x| x.to_f32()),
+            );
         }
     }
 }
@@ -291,6 +309,8 @@ impl InputBridge {
         let feeder = InputFeeder {
             ring: tx,
             channels,
+            device_channels: channels,
+            map: ChannelMap::identity(MapSide::Inputs, channels as u16),
             counters: counters.clone(),
         };
         let bridge = Self {
@@ -539,6 +559,11 @@ struct Driver {
     frame_ns: f64,
     input: Vec<f32>,
     output: Vec<f32>,
+    /// Device channels a frame each way and the maps between them and the stream's.
+    device_in: usize,
+    device_out: usize,
+    in_map: ChannelMap,
+    out_map: ChannelMap,
     last_time: u64,
     first: bool,
     want_realtime: bool,
@@ -579,6 +604,10 @@ impl Driver {
             frame_ns: 1e9 / spec.rate.max(1) as f64,
             input: vec![0.0; STAGING_FRAMES * spec.input_channels as usize],
             output: vec![0.0; STAGING_FRAMES * spec.output_channels as usize],
+            device_in: spec.input_channels as usize,
+            device_out: spec.output_channels as usize,
+            in_map: ChannelMap::identity(MapSide::Inputs, spec.input_channels),
+            out_map: ChannelMap::identity(MapSide::Outputs, spec.output_channels),
             last_time: 0,
             first: true,
             want_realtime,
@@ -586,11 +615,28 @@ impl Driver {
         }
     }
 
+    /// Move the stream's channels to and from these device channels (each map's length is
+    /// the spec's channels that way).
+    fn with_maps(
+        mut self,
+        in_map: ChannelMap,
+        device_in: usize,
+        out_map: ChannelMap,
+        device_out: usize,
+    ) -> Self {
+        self.in_map = in_map;
+        self.out_map = out_map;
+        self.device_in = device_in;
+        self.device_out = device_out;
+        self
+    }
+
     /// The output callback: play `data`, whatever its size.
     fn on_output<T: DeviceSample>(&mut self, data: &mut [T]) {
         let co = self.spec.output_channels as usize;
-        for block in data.chunks_mut(STAGING_FRAMES * co.max(1)) {
-            let frames = block.len() / co.max(1);
+        let device_out = self.device_out.max(1);
+        for block in data.chunks_mut(STAGING_FRAMES * device_out) {
+            let frames = block.len() / device_out;
             self.guarded(frames, |d| {
                 let ci = d.spec.input_channels as usize;
                 let mut input = std::mem::take(&mut d.input);
@@ -599,9 +645,13 @@ impl Driver {
                     bridge.pull(&mut input[..frames * ci]);
                 }
                 d.step(frames, &input[..frames * ci], &mut output[..frames * co]);
-                for (x, &y) in block.iter_mut().zip(&output[..frames * co]) {
-                    *x = T::from_f32(y);
-                }
+                d.out_map.scatter(
+                    &output[..frames * co],
+                    block,
+                    d.device_out,
+                    T::EQUILIBRIUM,
+                    T::from_f32,
+                );
                 d.input = input;
                 d.output = output;
             });
@@ -614,13 +664,13 @@ impl Driver {
     /// The input callback when there is no output device.
     fn on_input<T: DeviceSample>(&mut self, data: &[T]) {
         let ci = self.spec.input_channels as usize;
-        for block in data.chunks(STAGING_FRAMES * ci.max(1)) {
-            let frames = block.len() / ci.max(1);
+        let device_in = self.device_in.max(1);
+        for block in data.chunks(STAGING_FRAMES * device_in) {
+            let frames = block.len() / device_in;
             self.guarded(frames, |d| {
                 let mut input = std::mem::take(&mut d.input);
-                for (x, &y) in input.iter_mut().zip(block) {
-                    *x = y.to_f32();
-                }
+                d.in_map
+                    .gather(block, d.device_in, &mut input[..frames * ci], |y| y.to_f32());
                 d.step(frames, &input[..frames * ci], &mut []);
                 d.input = input;
             });
@@ -1043,8 +1093,13 @@ pub struct CpalConfig {
     pub output_device: Option<String>,
     /// Sample rate; default 48000 when every device takes it, else the output's default.
     pub rate: Option<u32>,
-    /// Channels each way; default 2 where offered, else the device's default.
+    /// Channels each way; default 2 where offered, else the device's default. A map below
+    /// sets its own direction's count instead.
     pub channels: Option<u16>,
+    /// `--inputs`: the capture channels sent; the device opens with enough to reach them.
+    pub inputs: Option<ChannelMap>,
+    /// `--outputs`: the playback channels what you hear goes to; the rest play silence.
+    pub outputs: Option<ChannelMap>,
     /// Frames per process call (asked of the device as its buffer size too).
     pub period: u32,
 }
@@ -1538,6 +1593,28 @@ impl CpalEndpoint {
             }
         };
         let pick = |s: &Side| -> Result<(u16, DeviceFormat), CpalError> {
+            let map = match s.dir {
+                Direction::Input => config.inputs.as_ref(),
+                Direction::Output => config.outputs.as_ref(),
+            };
+            if let Some(map) = map {
+                // The fewest channels that reach the highest one named, in a format netjam converts.
+                let offered = s.info.channels.iter().copied().max().unwrap_or(0);
+                map.check(offered, "this device")
+                    .map_err(|e| s.unsupported(e.to_string()))?;
+                return s
+                    .info
+                    .channels
+                    .iter()
+                    .filter(|&&c| c >= map.highest())
+                    .find_map(|&c| s.format(c, rate).map(|f| (c, f)))
+                    .ok_or_else(|| {
+                        s.unsupported(format!(
+                            "no i16/i32/f32 format reaching channel {} at {rate} Hz",
+                            map.highest()
+                        ))
+                    });
+            }
             let channels = config.channels.unwrap_or_else(|| s.default_channels());
             if !s.info.channels.contains(&channels) {
                 return Err(s.unsupported(format!("{channels} channels are not offered")));
@@ -1551,12 +1628,27 @@ impl CpalEndpoint {
         };
         let in_choice = input.as_ref().map(pick).transpose()?;
         let out_choice = output.as_ref().map(pick).transpose()?;
+        // The stream's channels each way: the map's, else all the device's.
+        let in_map = in_choice.map(|(c, _)| {
+            config
+                .inputs
+                .clone()
+                .unwrap_or_else(|| ChannelMap::identity(MapSide::Inputs, c))
+        });
+        let out_map = out_choice.map(|(c, _)| {
+            config
+                .outputs
+                .clone()
+                .unwrap_or_else(|| ChannelMap::identity(MapSide::Outputs, c))
+        });
         let spec = StreamSpec {
             rate,
-            input_channels: in_choice.map_or(0, |c| c.0),
-            output_channels: out_choice.map_or(0, |c| c.0),
+            input_channels: in_map.as_ref().map_or(0, |m| m.len() as u16),
+            output_channels: out_map.as_ref().map_or(0, |m| m.len() as u16),
             period: config.period.max(1),
         };
+        let device_in = in_choice.map_or(0, |c| c.0 as usize);
+        let device_out = out_choice.map_or(0, |c| c.0 as usize);
         let shared = Arc::new(Shared::default());
         let slot = Arc::new(ProcessSlot {
             armed: AtomicBool::new(false),
@@ -1566,17 +1658,21 @@ impl CpalEndpoint {
         let duplex = input.is_some() && output.is_some();
         let (feeder, bridge) = if duplex {
             let (f, b) = InputBridge::new(spec.input_channels as usize, BRIDGE_FRAMES);
-            (Some(f), Some(b))
+            let map = in_map
+                .clone()
+                .unwrap_or_else(|| ChannelMap::identity(MapSide::Inputs, 0));
+            (Some(f.with_map(map, device_in)), Some(b))
         } else {
             (None, None)
         };
-        let mut driver = Box::new(Driver::new(
-            spec,
-            slot.clone(),
-            shared.clone(),
-            bridge,
-            want_realtime,
-        ));
+        let mut driver = Box::new(
+            Driver::new(spec, slot.clone(), shared.clone(), bridge, want_realtime).with_maps(
+                in_map.unwrap_or_else(|| ChannelMap::identity(MapSide::Inputs, 0)),
+                device_in,
+                out_map.unwrap_or_else(|| ChannelMap::identity(MapSide::Outputs, 0)),
+                device_out,
+            ),
+        );
         let driver_ptr = Owned::new(&mut driver);
         let mut input_role = None;
         let mut sinks = Vec::new();
