@@ -103,6 +103,10 @@ pub struct JamArgs {
     /// Start with the other player muted.
     #[arg(long)]
     pub mute: bool,
+    /// Play what you hear without following the other player's clock: no resampling, and
+    /// latency that grows is only given back when more than 5 ms is left over.
+    #[arg(long)]
+    pub no_drift_correction: bool,
     /// Stop after this many seconds.
     #[arg(long)]
     pub duration: Option<f64>,
@@ -338,6 +342,8 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     };
     receiver.set_output_format(heard);
     receiver.set_latency_policy(a.latency);
+    // Follow the other player's clock by resampling, and give back latency smoothly.
+    receiver.set_drift_correction(!a.no_drift_correction);
     let socket = UdpTransport::bind(a.listen).with_context(|| {
         format!(
             "cannot listen on {}: is another program using it? Pick another with --listen",
