@@ -716,7 +716,10 @@ impl JitterBuffer {
         }
         // Never further than the audio that has arrived: what lies beyond is not there to
         // land on (an excess larger than the buffer holds is caught up over several windows).
-        let skip = skip.min(self.highest_end.saturating_sub(play_ts + frames));
+        // The buffer must still hold the target beyond this period afterwards, whatever
+        // the error says (an arrival estimate that lags a step of the sender's clock).
+        let keep = ns_to_frames(self.delay.target_ns() + self.redundancy_wait_ns, self.rate);
+        let skip = skip.min(self.highest_end.saturating_sub(play_ts + frames + keep));
         if skip > 0 && self.skip_with_crossfade(play_ts, skip, block) {
             self.stats.skipped_frames += skip;
             self.log.record(

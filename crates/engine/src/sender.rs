@@ -96,6 +96,8 @@ pub struct SenderStats {
     pub frames: u64,
     /// Packets the encoder failed on (not sent; the receiver conceals them).
     pub encode_errors: u64,
+    /// Frames the device never captured (skipped cycles), left as a gap in the timeline.
+    pub skipped_frames: u64,
     /// Delay the encoder adds on top of packetization (Opus's look-ahead), ms.
     pub codec_delay_ms: f64,
     pub rtcp_sent: u64,
@@ -242,6 +244,16 @@ impl Sender {
         let mut s = self.stats;
         s.codec_delay_ms = f64::from(self.codec_delay_frames()) * 1e3 / f64::from(self.config.format.rate);
         s
+    }
+
+    /// The device captured nothing for `frames` frames (it skipped cycles): the stream's
+    /// timeline moves on by as many, with the frames of an unfinished packet, so the
+    /// receiver sees a gap to conceal rather than a sender whose clock fell behind.
+    pub fn skip_frames(&mut self, frames: u64) {
+        let gap = frames + self.pending_frames as u64;
+        self.ts = self.ts.wrapping_add(gap as u32);
+        self.pending_frames = 0;
+        self.stats.skipped_frames += gap;
     }
 
     /// Feed interleaved frames captured just before `now_ns`; every complete packet is

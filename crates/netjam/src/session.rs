@@ -307,6 +307,10 @@ impl SendProcess {
 }
 
 impl Process for SendProcess {
+    fn skipped(&mut self, frames: u64) {
+        self.sender.skip_frames(frames);
+    }
+
     fn process(&mut self, now_ns: u64, input: &[f32], _output: &mut [f32]) {
         let net = &mut self.net;
         while let Some((at, len)) = net.from_net.pop(&mut net.rx_buf) {
@@ -506,6 +510,10 @@ fn jam_stats(sender: &Sender, receiver: &Receiver, meter: &RoundTripMeter) -> Ja
 }
 
 impl Process for JamProcess {
+    fn skipped(&mut self, frames: u64) {
+        self.sender.skip_frames(frames);
+    }
+
     fn process(&mut self, now_ns: u64, input: &[f32], output: &mut [f32]) {
         let net = &mut self.net;
         while let Some((at, len)) = net.from_net.pop(&mut net.rx_buf) {

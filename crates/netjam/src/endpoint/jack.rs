@@ -311,6 +311,8 @@ struct CallbackState {
     offset_ns: i64,
     /// The previous period's nominal start (0 before the first).
     last_nominal: u64,
+    /// The server's frame clock at the last cycle start, to find dropped cycles.
+    last_cycle_frames: Option<u32>,
     stats: Arc<CallbackStats>,
     timer: PeriodTimer,
     policy_seen: bool,
@@ -374,6 +376,14 @@ impl CallbackState {
                 .max(self.last_nominal + 1);
         }
         self.last_nominal = nominal;
+        // Cycles the server dropped (its frame clock moved on by more than a period): the
+        // stream's timeline must move on with it, or the far side sees this sender's clock
+        // fall a period behind for good at every one.
+        let lost = self.lost_frames();
+        if lost > 0 {
+            // SAFETY: as for `process` below.
+            unsafe { &mut *self.process }.skipped(lost);
+        }
         let chans_in = self.send.len();
         for (c, &port) in self.send.iter().enumerate() {
             // SAFETY: an input port of this client; JACK guarantees `nframes` readable floats.
@@ -427,6 +437,30 @@ impl CallbackState {
 
     /// The start of this period on netjam's clock: JACK's estimate of when the period's
     /// first frame was handed over (its DLL-filtered cycle time), not this thread's wake-up.
+    /// Frames of the server's clock that passed since the last cycle beyond one period
+    /// (0 without cycle times, and for the first cycle).
+    fn lost_frames(&mut self) -> u64 {
+        let Some(cycle_times) = self.api.get_cycle_times else {
+            return 0;
+        };
+        let (mut frames, mut current, mut next, mut period_us) = (0u32, 0u64, 0u64, 0f32);
+        // SAFETY: as in `nominal_start`: the active client's process thread, locals only.
+        let r = unsafe { cycle_times(self.client, &mut frames, &mut current, &mut next, &mut period_us) };
+        if r != 0 {
+            return 0;
+        }
+        let last = self.last_cycle_frames.replace(frames);
+        let Some(last) = last else { return 0 };
+        let elapsed = frames.wrapping_sub(last);
+        // A jump backwards, or of more than 1024 periods, is a server restart or a stopped
+        // clock, not dropped cycles.
+        if elapsed > self.period && elapsed / self.period.max(1) <= 1024 {
+            u64::from(elapsed - self.period)
+        } else {
+            0
+        }
+    }
+
     fn nominal_start(&self, woke: u64) -> u64 {
         let Some(cycle_times) = self.api.get_cycle_times else {
             return woke;
@@ -688,6 +722,7 @@ impl Endpoint for JackEndpoint {
             period_ns,
             offset_ns: self.clock_offset_ns(),
             last_nominal: 0,
+            last_cycle_frames: None,
             stats: self.stats.clone(),
             timer: PeriodTimer::default(),
             policy_seen: false,

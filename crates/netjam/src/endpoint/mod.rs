@@ -39,6 +39,13 @@ pub trait Process: Send {
     /// `period × output_channels` samples to play, both interleaved in [-1, 1].
     /// `now_ns` is the period's start on the monotonic clock. Must not allocate, lock or block.
     fn process(&mut self, now_ns: u64, input: &[f32], output: &mut [f32]);
+
+    /// The device skipped `frames` frames since the last period (a server that dropped
+    /// cycles): nothing was captured or played for them. Called before the next
+    /// [`Self::process`]; the same realtime rules apply.
+    fn skipped(&mut self, frames: u64) {
+        let _ = frames;
+    }
 }
 
 /// Why an endpoint stopped.
