@@ -487,6 +487,27 @@ mod tests {
         Sender::new(SenderConfig::new(format, 64)).expect("sender")
     }
 
+    /// RTP timestamps of the packets `frames` make.
+    fn stamps(s: &mut Sender, frames: usize) -> Vec<u32> {
+        let mut ts = Vec::new();
+        s.push_frames(0, &vec![0.0; frames], |p| {
+            ts.push(crate::wire::parse_rtp(p).expect("rtp").header.timestamp);
+        });
+        ts
+    }
+
+    #[test]
+    fn frames_never_captured_leave_a_gap_in_the_timeline() {
+        let mut s = sender();
+        let first = stamps(&mut s, 64)[0];
+        // 32 frames of a packet, then a dropped cycle of 64: the half packet goes with it.
+        assert!(stamps(&mut s, 32).is_empty());
+        s.skip_frames(64);
+        let next = stamps(&mut s, 64);
+        assert_eq!(next, [first.wrapping_add(64 + 32 + 64)]);
+        assert_eq!(s.stats().skipped_frames, 96);
+    }
+
     #[test]
     fn our_own_report_coming_back_gives_the_round_trip() {
         let mut s = sender();
