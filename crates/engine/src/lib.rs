@@ -18,6 +18,7 @@ pub mod link;
 pub mod probe;
 pub mod receiver;
 pub mod rng;
+pub mod room;
 pub mod roundtrip;
 pub mod sender;
 pub mod synth;

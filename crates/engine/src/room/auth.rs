@@ -1,0 +1,173 @@
+//! The room protocol's cryptography: stateless return-routability cookies, server nonces,
+//! session tokens, room keys and join/rejoin authenticators, all HMAC-SHA256 / SHA-256.
+//!
+//! Nothing here keeps state or reads a clock or a random source: the server's secret and
+//! the time are passed in, so the same inputs always give the same bytes (tests are
+//! seeded). Comparisons of secrets are constant time. Constructions are specified in
+//! `docs/protocol.md`; changing any of them is a protocol version change.
+
+use std::net::{IpAddr, SocketAddr};
+
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+
+use super::msg::{AUTH_LEN, COOKIE_LEN, NONCE_LEN, ROOM_KEY_LEN, TOKEN_LEN};
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// Length of one cookie time slot: a cookie is accepted in the slot it was made in and
+/// the next one, so it lives between 10 and 20 seconds.
+pub const COOKIE_SLOT_NS: u64 = 10_000_000_000;
+
+fn mac(key: &[u8]) -> HmacSha256 {
+    // HMAC takes keys of any length; `new_from_slice` cannot fail for HMAC.
+    match <HmacSha256 as Mac>::new_from_slice(key) {
+        Ok(m) => m,
+        Err(_) => unreachable!("HMAC accepts keys of every length"),
+    }
+}
+
+/// 18 bytes naming an address: the IPv6 form (IPv4 mapped) and the port, big-endian.
+fn addr_bytes(a: SocketAddr) -> [u8; 18] {
+    let ip = match a.ip() {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    };
+    let mut out = [0u8; 18];
+    out[..16].copy_from_slice(&ip.octets());
+    out[16..].copy_from_slice(&a.port().to_be_bytes());
+    out
+}
+
+/// The cookie for `addr` in time slot `slot`:
+/// HMAC-SHA256(secret, "netjam-cookie-v1" ‖ addr (16-byte IPv6, port BE16) ‖ slot BE64).
+pub fn cookie(secret: &[u8; 32], addr: SocketAddr, slot: u64) -> [u8; COOKIE_LEN] {
+    let mut m = mac(secret);
+    m.update(b"netjam-cookie-v1");
+    m.update(&addr_bytes(addr));
+    m.update(&slot.to_be_bytes());
+    m.finalize().into_bytes().into()
+}
+
+/// The time slot `now_ns` falls in.
+pub fn slot(now_ns: u64) -> u64 {
+    now_ns / COOKIE_SLOT_NS
+}
+
+/// Whether `c` is the cookie for `addr` in the current or the previous slot.
+pub fn cookie_valid(secret: &[u8; 32], addr: SocketAddr, now_ns: u64, c: &[u8; COOKIE_LEN]) -> bool {
+    let s = slot(now_ns);
+    ct_eq(&cookie(secret, addr, s), c) | (s > 0 && ct_eq(&cookie(secret, addr, s - 1), c))
+}
+
+/// The server nonce that goes with a cookie: the first 16 bytes of
+/// HMAC-SHA256(secret, "netjam-nonce-v1" ‖ cookie). Derived, so the server keeps no state
+/// between challenge and join.
+pub fn server_nonce(secret: &[u8; 32], cookie: &[u8; COOKIE_LEN]) -> [u8; NONCE_LEN] {
+    let mut m = mac(secret);
+    m.update(b"netjam-nonce-v1");
+    m.update(cookie);
+    let full = m.finalize().into_bytes();
+    let mut out = [0u8; NONCE_LEN];
+    out.copy_from_slice(&full[..NONCE_LEN]);
+    out
+}
+
+/// A member's session token: the first 16 bytes of
+/// HMAC-SHA256(secret, "netjam-token-v1" ‖ member id BE32 ‖ join count BE64).
+pub fn session_token(secret: &[u8; 32], member_id: u32, serial: u64) -> [u8; TOKEN_LEN] {
+    let mut m = mac(secret);
+    m.update(b"netjam-token-v1");
+    m.update(&member_id.to_be_bytes());
+    m.update(&serial.to_be_bytes());
+    let full = m.finalize().into_bytes();
+    let mut out = [0u8; TOKEN_LEN];
+    out.copy_from_slice(&full[..TOKEN_LEN]);
+    out
+}
+
+/// The room key: SHA-256("netjam-room-v1" ‖ room ‖ 0x00 ‖ password). A room without a
+/// password has the key of the empty password.
+pub fn room_key(room: &str, password: &str) -> [u8; ROOM_KEY_LEN] {
+    let mut h = Sha256::new();
+    h.update(b"netjam-room-v1");
+    h.update(room.as_bytes());
+    h.update([0u8]);
+    h.update(password.as_bytes());
+    h.finalize().into()
+}
+
+/// The join authenticator: HMAC-SHA256(room key, server nonce ‖ client nonce ‖ room ‖
+/// 0x00 ‖ name).
+pub fn join_authenticator(
+    key: &[u8; ROOM_KEY_LEN],
+    server_nonce: &[u8; NONCE_LEN],
+    client_nonce: &[u8; NONCE_LEN],
+    room: &str,
+    name: &str,
+) -> [u8; AUTH_LEN] {
+    let mut m = mac(key);
+    m.update(server_nonce);
+    m.update(client_nonce);
+    m.update(room.as_bytes());
+    m.update(&[0]);
+    m.update(name.as_bytes());
+    m.finalize().into_bytes().into()
+}
+
+/// The rejoin authenticator: HMAC-SHA256(room key, "rejoin" ‖ server nonce ‖ client nonce
+/// ‖ member id BE32 ‖ session token).
+pub fn rejoin_authenticator(
+    key: &[u8; ROOM_KEY_LEN],
+    server_nonce: &[u8; NONCE_LEN],
+    client_nonce: &[u8; NONCE_LEN],
+    member_id: u32,
+    token: &[u8; TOKEN_LEN],
+) -> [u8; AUTH_LEN] {
+    let mut m = mac(key);
+    m.update(b"rejoin");
+    m.update(server_nonce);
+    m.update(client_nonce);
+    m.update(&member_id.to_be_bytes());
+    m.update(token);
+    m.finalize().into_bytes().into()
+}
+
+/// Constant-time equality of two byte strings of the same length.
+pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookie_is_bound_to_address_and_slot() {
+        let s = [1u8; 32];
+        let a: SocketAddr = "192.0.2.1:4464".parse().unwrap();
+        let b: SocketAddr = "192.0.2.1:4465".parse().unwrap();
+        let now = 55 * COOKIE_SLOT_NS + 3;
+        let c = cookie(&s, a, slot(now));
+        assert!(cookie_valid(&s, a, now, &c));
+        assert!(cookie_valid(&s, a, now + COOKIE_SLOT_NS, &c));
+        assert!(!cookie_valid(&s, a, now + 2 * COOKIE_SLOT_NS, &c));
+        assert!(!cookie_valid(&s, b, now, &c));
+        assert!(!cookie_valid(&[2u8; 32], a, now, &c));
+    }
+
+    #[test]
+    fn authenticator_depends_on_password() {
+        let n = [0u8; 16];
+        let a = join_authenticator(&room_key("r", "pw"), &n, &n, "r", "ana");
+        let b = join_authenticator(&room_key("r", "px"), &n, &n, "r", "ana");
+        let c = join_authenticator(&room_key("r", "pw"), &n, &n, "r", "ann");
+        assert_ne!(a, b);
+        assert_ne!(a, c);
+        // The room name and the password are separated: ("ab","c") ≠ ("a","bc").
+        assert_ne!(room_key("ab", "c"), room_key("a", "bc"));
+    }
+}

@@ -1,0 +1,50 @@
+//! Rooms: the server that forwards a band's RTP/RTCP to every other member, and the
+//! client's side of its join protocol. Both are sans-IO state machines.
+//!
+//! * [`msg`]: the control messages (OSC under `/netjam/`) and their codec.
+//! * [`auth`]: cookies, nonces, tokens, room keys and authenticators.
+//! * [`server`]: [`Server`], the room table, membership, forwarding verdicts and policing.
+//! * [`client`]: [`RoomClient`], hello → challenge → join → welcome, keep-alives, roster
+//!   acknowledgements and rejoin after an address change.
+//! * [`directory`]: [`RoomDirectory`], which server hosts a room.
+//!
+//! One UDP port carries control and media; [`demux`] tells them apart by the first byte.
+//! The protocol, with byte layouts, is specified in `docs/protocol.md`.
+//!
+//! Nothing here opens a socket, starts a thread or reads a clock: callers pass the time
+//! (monotonic nanoseconds) and bytes in and take bytes out. The server's forwarding path
+//! never allocates; no input may make any of it panic.
+
+pub mod auth;
+pub mod directory;
+pub mod msg;
+
+pub use directory::{InMemoryDirectory, RoomDirectory};
+pub use msg::{RefuseCode, RosterKind, PROTOCOL_VERSION};
+
+/// What a datagram on the room port is, from its first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Demux {
+    /// An OSC message (first byte `/`): control.
+    Control,
+    /// An OSC bundle (`#`): not used by the protocol.
+    Bundle,
+    /// RTP (first byte `0x80..=0xBF`, second byte not an RTCP type 200..=207).
+    Rtp,
+    /// RTCP (version 2, packet type 200..=207).
+    Rtcp,
+    /// Anything else.
+    Junk,
+}
+
+/// Classifies a datagram received on the room port.
+#[inline]
+pub fn demux(bytes: &[u8]) -> Demux {
+    match bytes {
+        [b'/', ..] => Demux::Control,
+        [b'#', ..] => Demux::Bundle,
+        [0x80..=0xBF, 200..=207, ..] => Demux::Rtcp,
+        [0x80..=0xBF, ..] => Demux::Rtp,
+        _ => Demux::Junk,
+    }
+}

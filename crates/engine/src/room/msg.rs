@@ -1,0 +1,638 @@
+//! The room control protocol's messages (version [`PROTOCOL_VERSION`]) and their OSC codec.
+//!
+//! Every control message is one OSC message under `/netjam/` whose first argument is the
+//! protocol version (int32). [`Control::decode`] borrows strings and blobs from the packet
+//! and never allocates; [`Control::encode`] writes into a caller's buffer. Byte layouts are
+//! in `docs/protocol.md`. This module must never allocate on decode and never panic on any
+//! input.
+
+use netjam_osc::{encode_message, Arg, EncodeError, Packet};
+
+/// The protocol version this code speaks; the first argument of every control message.
+pub const PROTOCOL_VERSION: i32 = 1;
+/// Length of a return-routability cookie.
+pub const COOKIE_LEN: usize = 32;
+/// Length of the server's and the client's nonces.
+pub const NONCE_LEN: usize = 16;
+/// Length of a join/rejoin authenticator (HMAC-SHA256).
+pub const AUTH_LEN: usize = 32;
+/// Length of a session token (rejoin credential).
+pub const TOKEN_LEN: usize = 16;
+/// Length of a room key (SHA-256 of the room name and password).
+pub const ROOM_KEY_LEN: usize = 32;
+/// Longest room or member name, in bytes of UTF-8.
+pub const MAX_NAME_LEN: usize = 64;
+/// Longest refusal text the server writes.
+pub const MAX_REASON_LEN: usize = 64;
+/// Largest control message either side writes (a buffer of this size always suffices).
+pub const MAX_CONTROL_LEN: usize = 512;
+
+/// The address prefix of every control message; also how the demultiplexer recognises one.
+pub const PREFIX: &str = "/netjam/";
+
+/// What a roster event says about a member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RosterKind {
+    /// The member is in the room (sent for every member already there when one joins).
+    Joined = 1,
+    /// The member left (`/netjam/leave`).
+    Left = 2,
+    /// The member was silent for longer than the timeout.
+    Timeout = 3,
+    /// The member changed its name.
+    Renamed = 4,
+}
+
+impl RosterKind {
+    fn from_i32(v: i32) -> Option<Self> {
+        Some(match v {
+            1 => Self::Joined,
+            2 => Self::Left,
+            3 => Self::Timeout,
+            4 => Self::Renamed,
+            _ => return None,
+        })
+    }
+}
+
+/// Why the server refused a join or rejoin (the `code` of `/netjam/refused`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefuseCode {
+    /// The client speaks another protocol version.
+    BadVersion = 1,
+    /// The cookie is not valid for this address (stale, or made for another address).
+    BadCookie = 2,
+    /// The authenticator does not match the room's password.
+    WrongPassword = 3,
+    /// The room holds its maximum number of members.
+    RoomFull = 4,
+    /// The declared media rate is above what the server admits.
+    RateTooHigh = 5,
+    /// The room does not exist yet: join again carrying the room key to create it.
+    NoSuchRoom = 6,
+    /// A rejoin named a member the server no longer knows (timed out): join afresh.
+    UnknownMember = 7,
+    /// A field is out of range (empty or too long name, zero rate, ...).
+    BadRequest = 8,
+    /// The server holds its maximum number of members or rooms.
+    ServerFull = 9,
+}
+
+impl RefuseCode {
+    /// The code for a wire value; unknown values are `None`.
+    pub fn from_i32(v: i32) -> Option<Self> {
+        Some(match v {
+            1 => Self::BadVersion,
+            2 => Self::BadCookie,
+            3 => Self::WrongPassword,
+            4 => Self::RoomFull,
+            5 => Self::RateTooHigh,
+            6 => Self::NoSuchRoom,
+            7 => Self::UnknownMember,
+            8 => Self::BadRequest,
+            9 => Self::ServerFull,
+            _ => return None,
+        })
+    }
+
+    /// The short human text the server sends with this code.
+    pub fn text(self) -> &'static str {
+        match self {
+            Self::BadVersion => "protocol version not supported",
+            Self::BadCookie => "stale or foreign cookie, say hello again",
+            Self::WrongPassword => "wrong room password",
+            Self::RoomFull => "room is full",
+            Self::RateTooHigh => "declared media rate too high",
+            Self::NoSuchRoom => "room does not exist yet",
+            Self::UnknownMember => "unknown member, join again",
+            Self::BadRequest => "bad request",
+            Self::ServerFull => "server is full",
+        }
+    }
+}
+
+/// `/netjam/join`: ask for a seat in a room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Join<'a> {
+    /// The cookie from `/netjam/challenge`.
+    pub cookie: &'a [u8; COOKIE_LEN],
+    /// Room name (1..=64 bytes).
+    pub room: &'a str,
+    /// Member name (1..=64 bytes).
+    pub name: &'a str,
+    /// A fresh client nonce.
+    pub client_nonce: &'a [u8; NONCE_LEN],
+    /// [`join_authenticator`](super::auth::join_authenticator).
+    pub authenticator: &'a [u8; AUTH_LEN],
+    /// The SSRC the client would like.
+    pub ssrc: u32,
+    /// Declared media rate: packets per second.
+    pub packets_per_s: u32,
+    /// Declared media rate: bytes per second (UDP payload).
+    pub bytes_per_s: u32,
+    /// Empty, or the room key when the client creates the room (after `NoSuchRoom`).
+    pub create_key: &'a [u8],
+    /// Reserved for the key agreement of encrypted media; empty in version 1.
+    pub key_agreement: &'a [u8],
+}
+
+/// `/netjam/rejoin`: take back a seat from a new address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rejoin<'a> {
+    /// The cookie from `/netjam/challenge` for the new address.
+    pub cookie: &'a [u8; COOKIE_LEN],
+    /// The member id from `/netjam/welcome`.
+    pub member_id: u32,
+    /// The session token from `/netjam/welcome`.
+    pub token: &'a [u8; TOKEN_LEN],
+    /// A fresh client nonce.
+    pub client_nonce: &'a [u8; NONCE_LEN],
+    /// [`rejoin_authenticator`](super::auth::rejoin_authenticator).
+    pub authenticator: &'a [u8; AUTH_LEN],
+    /// Reserved for the key agreement of encrypted media; empty in version 1.
+    pub key_agreement: &'a [u8],
+}
+
+/// `/netjam/welcome`: the seat the server gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Welcome<'a> {
+    /// The member id (unique on this server while the member lives).
+    pub member_id: u32,
+    /// The SSRC the client must send with (may differ from the one it asked for).
+    pub ssrc: u32,
+    /// Credential for `/netjam/rejoin`.
+    pub token: &'a [u8; TOKEN_LEN],
+    /// How often the client sends `/netjam/keepalive`.
+    pub keepalive_ms: u32,
+    /// Silence after which the server drops the member.
+    pub timeout_ms: u32,
+    /// Reserved for the key agreement of encrypted media; empty in version 1.
+    pub key_agreement: &'a [u8],
+}
+
+/// `/netjam/roster`: one reliable event about another member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Roster<'a> {
+    /// Per-receiver sequence number, from 1, one per event.
+    pub seq: u32,
+    /// What happened.
+    pub kind: RosterKind,
+    /// Whom it is about.
+    pub member_id: u32,
+    /// Its (new) name.
+    pub name: &'a str,
+    /// Its SSRC.
+    pub ssrc: u32,
+}
+
+/// One control message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control<'a> {
+    /// client → server: `/netjam/hello`, padded with a blob of zeros.
+    Hello {
+        /// Length of the padding blob.
+        pad: usize,
+    },
+    /// server → client: `/netjam/challenge`.
+    Challenge {
+        /// Return-routability cookie for the address the hello came from.
+        cookie: &'a [u8; COOKIE_LEN],
+        /// Server nonce the authenticator covers.
+        server_nonce: &'a [u8; NONCE_LEN],
+    },
+    /// client → server: `/netjam/join`.
+    Join(Join<'a>),
+    /// client → server: `/netjam/rejoin`.
+    Rejoin(Rejoin<'a>),
+    /// server → client: `/netjam/welcome`.
+    Welcome(Welcome<'a>),
+    /// server → client: `/netjam/refused`.
+    Refused {
+        /// Raw code (see [`RefuseCode::from_i32`]).
+        code: i32,
+        /// Human text.
+        text: &'a str,
+    },
+    /// server → client: `/netjam/roster`.
+    Roster(Roster<'a>),
+    /// client → server: `/netjam/ack`, cumulative: every event up to `seq` arrived.
+    Ack {
+        /// Highest sequence number received in order.
+        seq: u32,
+    },
+    /// client → server: `/netjam/rename`.
+    Rename {
+        /// The new name.
+        name: &'a str,
+    },
+    /// both ways: `/netjam/keepalive` (the server echoes each one).
+    Keepalive,
+    /// client → server: `/netjam/leave`.
+    Leave,
+    /// server → unknown address: `/netjam/rebind` ("who are you": say hello and rejoin).
+    Rebind,
+}
+
+/// Why bytes are not a control message this code understands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    /// Not a well-formed OSC message.
+    #[error(transparent)]
+    Osc(#[from] netjam_osc::DecodeError),
+    /// An OSC bundle (not used by this protocol).
+    #[error("OSC bundle where a control message was expected")]
+    Bundle,
+    /// Not one of the addresses this protocol defines.
+    #[error("unknown control address")]
+    UnknownAddress,
+    /// A known address whose first argument is another protocol version.
+    #[error("protocol version {0} not supported (this is {PROTOCOL_VERSION})")]
+    Version(i32),
+    /// Type tags or argument values do not match the message's layout.
+    #[error("arguments do not match the message layout")]
+    BadArguments,
+}
+
+const HELLO: &str = "/netjam/hello";
+const CHALLENGE: &str = "/netjam/challenge";
+const JOIN: &str = "/netjam/join";
+const REJOIN: &str = "/netjam/rejoin";
+const WELCOME: &str = "/netjam/welcome";
+const REFUSED: &str = "/netjam/refused";
+const ROSTER: &str = "/netjam/roster";
+const ACK: &str = "/netjam/ack";
+const RENAME: &str = "/netjam/rename";
+const KEEPALIVE: &str = "/netjam/keepalive";
+const LEAVE: &str = "/netjam/leave";
+const REBIND: &str = "/netjam/rebind";
+
+/// The padding blob a client puts in its hello so that the hello is at least as long as
+/// the challenge it asks for: 64 bytes makes a 92-byte hello for an 88-byte challenge.
+pub const HELLO_PAD: usize = 64;
+
+/// Length of every `/netjam/challenge` (fixed). The server drops a hello shorter than this.
+pub const CHALLENGE_LEN: usize = 20 + 8 + 4 + (4 + COOKIE_LEN) + (4 + NONCE_LEN);
+
+const ZEROS: [u8; 256] = [0; 256];
+
+fn arr<const N: usize>(b: &[u8]) -> Option<&[u8; N]> {
+    b.try_into().ok()
+}
+
+impl<'a> Control<'a> {
+    /// Decodes one control message. Never allocates; any malformed input is an error.
+    pub fn decode(bytes: &'a [u8]) -> Result<Self, ControlError> {
+        let m = match Packet::decode(bytes)? {
+            Packet::Message(m) => m,
+            Packet::Bundle(_) => return Err(ControlError::Bundle),
+        };
+        let address = m.address();
+        let tags = m.type_tag_bytes();
+        let mut args = m.args();
+        // Every message: a known address, then int32 version.
+        let known = matches!(
+            address,
+            HELLO
+                | CHALLENGE
+                | JOIN
+                | REJOIN
+                | WELCOME
+                | REFUSED
+                | ROSTER
+                | ACK
+                | RENAME
+                | KEEPALIVE
+                | LEAVE
+                | REBIND
+        );
+        if !known {
+            return Err(ControlError::UnknownAddress);
+        }
+        match args.next() {
+            Some(Arg::Int(PROTOCOL_VERSION)) => {}
+            Some(Arg::Int(v)) => return Err(ControlError::Version(v)),
+            _ => return Err(ControlError::BadArguments),
+        }
+        let bad = ControlError::BadArguments;
+        let mut next = || match args.next() {
+            Some(Arg::Int(v)) => Ok(ArgV::I(v)),
+            Some(Arg::Blob(b)) => Ok(ArgV::B(b)),
+            Some(Arg::Str(s)) => Ok(ArgV::S(s)),
+            _ => Err(ControlError::BadArguments),
+        };
+        macro_rules! i {
+            () => {
+                match next()? {
+                    ArgV::I(v) => v,
+                    _ => return Err(bad),
+                }
+            };
+        }
+        macro_rules! b {
+            () => {
+                match next()? {
+                    ArgV::B(v) => v,
+                    _ => return Err(bad),
+                }
+            };
+        }
+        macro_rules! s {
+            () => {
+                match next()? {
+                    ArgV::S(v) => v,
+                    _ => return Err(bad),
+                }
+            };
+        }
+        macro_rules! fixed {
+            ($n:expr) => {
+                arr::<{ $n }>(b!()).ok_or(bad)?
+            };
+        }
+        let expect = |t: &[u8]| {
+            if tags == t {
+                Ok(())
+            } else {
+                Err(ControlError::BadArguments)
+            }
+        };
+        Ok(match address {
+            HELLO => {
+                expect(b"ib")?;
+                Control::Hello { pad: b!().len() }
+            }
+            CHALLENGE => {
+                expect(b"ibb")?;
+                Control::Challenge {
+                    cookie: fixed!(COOKIE_LEN),
+                    server_nonce: fixed!(NONCE_LEN),
+                }
+            }
+            JOIN => {
+                expect(b"ibssbbiiibb")?;
+                Control::Join(Join {
+                    cookie: fixed!(COOKIE_LEN),
+                    room: s!(),
+                    name: s!(),
+                    client_nonce: fixed!(NONCE_LEN),
+                    authenticator: fixed!(AUTH_LEN),
+                    ssrc: i!() as u32,
+                    packets_per_s: i!() as u32,
+                    bytes_per_s: i!() as u32,
+                    create_key: b!(),
+                    key_agreement: b!(),
+                })
+            }
+            REJOIN => {
+                expect(b"ibibbbb")?;
+                Control::Rejoin(Rejoin {
+                    cookie: fixed!(COOKIE_LEN),
+                    member_id: i!() as u32,
+                    token: fixed!(TOKEN_LEN),
+                    client_nonce: fixed!(NONCE_LEN),
+                    authenticator: fixed!(AUTH_LEN),
+                    key_agreement: b!(),
+                })
+            }
+            WELCOME => {
+                expect(b"iiibiib")?;
+                Control::Welcome(Welcome {
+                    member_id: i!() as u32,
+                    ssrc: i!() as u32,
+                    token: fixed!(TOKEN_LEN),
+                    keepalive_ms: i!() as u32,
+                    timeout_ms: i!() as u32,
+                    key_agreement: b!(),
+                })
+            }
+            REFUSED => {
+                expect(b"iis")?;
+                Control::Refused {
+                    code: i!(),
+                    text: s!(),
+                }
+            }
+            ROSTER => {
+                expect(b"iiiisi")?;
+                let seq = i!() as u32;
+                let kind = RosterKind::from_i32(i!()).ok_or(bad)?;
+                Control::Roster(Roster {
+                    seq,
+                    kind,
+                    member_id: i!() as u32,
+                    name: s!(),
+                    ssrc: i!() as u32,
+                })
+            }
+            ACK => {
+                expect(b"ii")?;
+                Control::Ack { seq: i!() as u32 }
+            }
+            RENAME => {
+                expect(b"is")?;
+                Control::Rename { name: s!() }
+            }
+            KEEPALIVE => {
+                expect(b"i")?;
+                Control::Keepalive
+            }
+            LEAVE => {
+                expect(b"i")?;
+                Control::Leave
+            }
+            _ => {
+                expect(b"i")?;
+                Control::Rebind
+            }
+        })
+    }
+
+    /// Encodes this message into `buf` and returns its length. [`MAX_CONTROL_LEN`] bytes
+    /// always suffice for names and texts within their limits.
+    pub fn encode(&self, buf: &mut [u8]) -> Result<usize, EncodeError> {
+        let v = Arg::Int(PROTOCOL_VERSION);
+        let u = |x: u32| Arg::Int(x as i32);
+        match *self {
+            Control::Hello { pad } => {
+                encode_message(buf, HELLO, &[v, Arg::Blob(&ZEROS[..pad.min(ZEROS.len())])])
+            }
+            Control::Challenge { cookie, server_nonce } => {
+                encode_message(buf, CHALLENGE, &[v, Arg::Blob(cookie), Arg::Blob(server_nonce)])
+            }
+            Control::Join(j) => encode_message(
+                buf,
+                JOIN,
+                &[
+                    v,
+                    Arg::Blob(j.cookie),
+                    Arg::Str(j.room),
+                    Arg::Str(j.name),
+                    Arg::Blob(j.client_nonce),
+                    Arg::Blob(j.authenticator),
+                    u(j.ssrc),
+                    u(j.packets_per_s),
+                    u(j.bytes_per_s),
+                    Arg::Blob(j.create_key),
+                    Arg::Blob(j.key_agreement),
+                ],
+            ),
+            Control::Rejoin(r) => encode_message(
+                buf,
+                REJOIN,
+                &[
+                    v,
+                    Arg::Blob(r.cookie),
+                    u(r.member_id),
+                    Arg::Blob(r.token),
+                    Arg::Blob(r.client_nonce),
+                    Arg::Blob(r.authenticator),
+                    Arg::Blob(r.key_agreement),
+                ],
+            ),
+            Control::Welcome(w) => encode_message(
+                buf,
+                WELCOME,
+                &[
+                    v,
+                    u(w.member_id),
+                    u(w.ssrc),
+                    Arg::Blob(w.token),
+                    u(w.keepalive_ms),
+                    u(w.timeout_ms),
+                    Arg::Blob(w.key_agreement),
+                ],
+            ),
+            Control::Refused { code, text } => {
+                encode_message(buf, REFUSED, &[v, Arg::Int(code), Arg::Str(text)])
+            }
+            Control::Roster(r) => encode_message(
+                buf,
+                ROSTER,
+                &[
+                    v,
+                    u(r.seq),
+                    Arg::Int(r.kind as i32),
+                    u(r.member_id),
+                    Arg::Str(r.name),
+                    u(r.ssrc),
+                ],
+            ),
+            Control::Ack { seq } => encode_message(buf, ACK, &[v, u(seq)]),
+            Control::Rename { name } => encode_message(buf, RENAME, &[v, Arg::Str(name)]),
+            Control::Keepalive => encode_message(buf, KEEPALIVE, &[v]),
+            Control::Leave => encode_message(buf, LEAVE, &[v]),
+            Control::Rebind => encode_message(buf, REBIND, &[v]),
+        }
+    }
+}
+
+enum ArgV<'a> {
+    I(i32),
+    B(&'a [u8]),
+    S(&'a str),
+}
+
+/// Whether `name` is acceptable as a room or member name: 1..=[`MAX_NAME_LEN`] bytes, no
+/// control characters.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= MAX_NAME_LEN && !name.chars().any(char::is_control)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(c: Control<'_>) {
+        let mut buf = [0u8; MAX_CONTROL_LEN];
+        let n = c.encode(&mut buf).unwrap();
+        assert_eq!(Control::decode(&buf[..n]).unwrap(), c);
+        // Every truncation is an error, never a panic.
+        for k in 0..n {
+            assert!(Control::decode(&buf[..k]).is_err());
+        }
+    }
+
+    #[test]
+    fn every_message_roundtrips() {
+        let c = [7u8; COOKIE_LEN];
+        let nonce = [3u8; NONCE_LEN];
+        let auth = [9u8; AUTH_LEN];
+        let tok = [5u8; TOKEN_LEN];
+        roundtrip(Control::Hello { pad: HELLO_PAD });
+        roundtrip(Control::Challenge {
+            cookie: &c,
+            server_nonce: &nonce,
+        });
+        roundtrip(Control::Join(Join {
+            cookie: &c,
+            room: "band",
+            name: "Ana",
+            client_nonce: &nonce,
+            authenticator: &auth,
+            ssrc: 0xdead_beef,
+            packets_per_s: 750,
+            bytes_per_s: 207_000,
+            create_key: &[1; ROOM_KEY_LEN],
+            key_agreement: &[],
+        }));
+        roundtrip(Control::Rejoin(Rejoin {
+            cookie: &c,
+            member_id: 4,
+            token: &tok,
+            client_nonce: &nonce,
+            authenticator: &auth,
+            key_agreement: &[],
+        }));
+        roundtrip(Control::Welcome(Welcome {
+            member_id: 4,
+            ssrc: u32::MAX,
+            token: &tok,
+            keepalive_ms: 1000,
+            timeout_ms: 5000,
+            key_agreement: &[],
+        }));
+        roundtrip(Control::Refused {
+            code: RefuseCode::RoomFull as i32,
+            text: "room is full",
+        });
+        roundtrip(Control::Roster(Roster {
+            seq: 3,
+            kind: RosterKind::Renamed,
+            member_id: 2,
+            name: "Bo",
+            ssrc: 17,
+        }));
+        roundtrip(Control::Ack { seq: 99 });
+        roundtrip(Control::Rename { name: "Cy" });
+        roundtrip(Control::Keepalive);
+        roundtrip(Control::Leave);
+        roundtrip(Control::Rebind);
+    }
+
+    #[test]
+    fn hello_is_longer_than_challenge_and_challenge_len_is_exact() {
+        let mut buf = [0u8; MAX_CONTROL_LEN];
+        let h = Control::Hello { pad: HELLO_PAD }.encode(&mut buf).unwrap();
+        let c = Control::Challenge {
+            cookie: &[0; COOKIE_LEN],
+            server_nonce: &[0; NONCE_LEN],
+        }
+        .encode(&mut buf)
+        .unwrap();
+        assert_eq!(c, CHALLENGE_LEN);
+        assert!(h >= c, "hello {h} < challenge {c}");
+    }
+
+    #[test]
+    fn other_versions_are_named() {
+        let mut buf = [0u8; 64];
+        let n = encode_message(&mut buf, "/netjam/keepalive", &[Arg::Int(2)]).unwrap();
+        assert_eq!(Control::decode(&buf[..n]), Err(ControlError::Version(2)));
+        let n = encode_message(&mut buf, "/netjam/nope", &[Arg::Int(1)]).unwrap();
+        assert_eq!(Control::decode(&buf[..n]), Err(ControlError::UnknownAddress));
+        let n = encode_message(&mut buf, "/netjam/ack", &[Arg::Int(1), Arg::Str("x")]).unwrap();
+        assert_eq!(Control::decode(&buf[..n]), Err(ControlError::BadArguments));
+    }
+}
