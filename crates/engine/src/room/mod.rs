@@ -18,9 +18,11 @@
 pub mod auth;
 pub mod directory;
 pub mod msg;
+pub mod server;
 
 pub use directory::{InMemoryDirectory, RoomDirectory};
 pub use msg::{RefuseCode, RosterKind, PROTOCOL_VERSION};
+pub use server::{Dest, DestId, DropReason, MemberStats, Server, ServerConfig, ServerStats, Verdict};
 
 /// What a datagram on the room port is, from its first bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,1118 @@
+//! The rooms server's sans-IO core: room table, membership, join protocol, forwarding
+//! decisions, rate policing and per-destination queue accounting.
+//!
+//! [`Server`] owns no socket and reads no clock. The I/O shell calls, in a loop:
+//! 1. [`Server::handle_datagram`] for every datagram received on the server's one UDP port,
+//!    with the time it arrived. For media the answer is a [`Verdict::Forward`] naming the
+//!    destinations of the *input buffer*, which the shell sends unchanged to each one and
+//!    then hands every [`Dest::id`] back through [`Server::sent`] (sent or dropped, it no
+//!    longer occupies that destination's queue). The slice borrows a pre-allocated
+//!    scratch vector: copy the destinations out before the next call.
+//! 2. [`Server::poll_transmit`] until `None` after each call, to send control replies.
+//! 3. [`Server::handle_timeout`] when the time [`Server::poll_timeout`] named has come.
+//!
+//! The forwarding path (an RTP or RTCP packet from a member) does not allocate, looks the
+//! member up by source address in O(1) and costs O(room size). It must never send to an
+//! address that has not returned a valid cookie, never forward a packet whose SSRC is not
+//! the sender's own, and never let one member's traffic delay or drop another member's
+//! packets: each member has its own token bucket, each destination its own bounded queue.
+//! Everything dropped is counted, per member where a member is to blame.
+//!
+//! Replies to addresses that have not proven themselves (a challenge, a refusal of a bad
+//! cookie or version, a rebind hint) are never longer than the datagram that caused them,
+//! and all but the challenge come out of a small global budget.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::net::SocketAddr;
+
+use super::auth;
+use super::msg::{
+    valid_name, Control, Join, RefuseCode, Rejoin, Roster, RosterKind, Welcome, CHALLENGE_LEN,
+    MAX_CONTROL_LEN, ROOM_KEY_LEN, TOKEN_LEN,
+};
+
+/// Limits and timers of a [`Server`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ServerConfig {
+    /// Most members in one room.
+    pub max_members_per_room: usize,
+    /// Most members on the server.
+    pub max_members: usize,
+    /// Most rooms on the server.
+    pub max_rooms: usize,
+    /// How often members send `/netjam/keepalive` (told in the welcome).
+    pub keepalive_ms: u32,
+    /// Silence after which a member is dropped and the others told `timeout`.
+    pub timeout_ms: u32,
+    /// Highest declared packet rate admitted.
+    pub max_packets_per_s: u32,
+    /// Highest declared byte rate admitted.
+    pub max_bytes_per_s: u32,
+    /// A member's token bucket refills at its declared rate times this.
+    pub rate_headroom: f64,
+    /// Packets a member may send back to back above its rate.
+    pub burst_packets: u32,
+    /// Packets handed to the shell for one destination and not yet returned through
+    /// [`Server::sent`]; more are dropped and counted against that destination.
+    pub dest_queue: u32,
+    /// First roster retransmission timeout; doubles up to `retransmit_max_ns`.
+    pub retransmit_initial_ns: u64,
+    /// Longest roster retransmission timeout.
+    pub retransmit_max_ns: u64,
+    /// Roster events in flight to one member at a time.
+    pub roster_window: u32,
+    /// Unacknowledged roster events one member may accumulate before it is dropped.
+    pub roster_backlog: usize,
+    /// Replies per second to addresses that have not proven themselves (refusals of bad
+    /// cookies and versions, rebind hints), with a burst of as many.
+    pub unproven_replies_per_s: u32,
+    /// Control replies waiting for [`Server::poll_transmit`]; more are dropped and counted.
+    pub transmit_queue: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            max_members_per_room: 16,
+            max_members: 4096,
+            max_rooms: 1024,
+            keepalive_ms: 1000,
+            timeout_ms: 5000,
+            max_packets_per_s: 4000,
+            max_bytes_per_s: 8_000_000,
+            rate_headroom: 1.5,
+            burst_packets: 20,
+            dest_queue: 256,
+            retransmit_initial_ns: 100_000_000,
+            retransmit_max_ns: 1_000_000_000,
+            roster_window: 8,
+            roster_backlog: 256,
+            unproven_replies_per_s: 200,
+            transmit_queue: 8192,
+        }
+    }
+}
+
+/// Identifies a destination's queue; give it back through [`Server::sent`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DestId {
+    slot: u32,
+    gen: u32,
+}
+
+/// Where to send a forwarded packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dest {
+    /// The member's current address.
+    pub addr: SocketAddr,
+    /// Its queue, to return through [`Server::sent`] once sent or dropped.
+    pub id: DestId,
+}
+
+/// Why [`Server::handle_datagram`] dropped a datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropReason {
+    /// Neither OSC nor RTP/RTCP.
+    Junk,
+    /// An OSC bundle (the protocol uses none).
+    Bundle,
+    /// OSC that is not a valid control message, or one the server does not take here.
+    BadControl,
+    /// Media from an address that is not a member.
+    UnknownSource,
+    /// Media from a member carrying another SSRC than its own.
+    ForgedSsrc,
+    /// RTP/RTCP too short or with a broken RTCP compound.
+    Malformed,
+    /// Over the member's rate.
+    Policed,
+}
+
+/// What became of a datagram.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict<'a> {
+    /// Send the datagram's bytes, unchanged, to each destination (possibly none).
+    Forward(&'a [Dest]),
+    /// A control message, consumed; replies (if any) wait in [`Server::poll_transmit`].
+    Control,
+    /// Dropped and counted.
+    Drop(DropReason),
+}
+
+/// Server-wide counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ServerStats {
+    /// Datagrams neither OSC nor RTP/RTCP.
+    pub junk: u64,
+    /// OSC bundles.
+    pub bundles: u64,
+    /// Malformed or misdirected control messages.
+    pub bad_control: u64,
+    /// Media from non-members.
+    pub unknown_source: u64,
+    /// Hellos shorter than the challenge they ask for.
+    pub short_hellos: u64,
+    /// Challenges sent.
+    pub challenges: u64,
+    /// Joins that got a seat.
+    pub joins: u64,
+    /// Rejoins that kept a seat.
+    pub rejoins: u64,
+    /// Refusals sent.
+    pub refused: u64,
+    /// Joins and rejoins whose cookie was not valid for their source.
+    pub bad_cookies: u64,
+    /// Rebind hints sent.
+    pub rebind_hints: u64,
+    /// Replies to unproven addresses not sent because the budget was spent or the reply
+    /// would have been longer than its cause.
+    pub unproven_suppressed: u64,
+    /// Control replies dropped because the transmit queue was full.
+    pub transmit_drops: u64,
+    /// Members dropped for silence.
+    pub timeouts: u64,
+    /// Members that left.
+    pub leaves: u64,
+    /// Members now.
+    pub members: u64,
+    /// Rooms now.
+    pub rooms: u64,
+}
+
+/// One member's counters, as [`Server::member_stats`] reports them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MemberStats {
+    /// Member id.
+    pub member_id: u32,
+    /// Name.
+    pub name: String,
+    /// Room name.
+    pub room: String,
+    /// Current address.
+    pub addr: SocketAddr,
+    /// Assigned SSRC.
+    pub ssrc: u32,
+    /// Datagrams received from the member (media and control).
+    pub packets_in: u64,
+    /// Bytes received from the member.
+    pub bytes_in: u64,
+    /// Media packets of this member forwarded (once each, whatever the fan-out).
+    pub forwarded: u64,
+    /// Packets of this member dropped for exceeding its rate.
+    pub policed_drops: u64,
+    /// Packets from this member's address with another SSRC, dropped.
+    pub forged_drops: u64,
+    /// Malformed media from this member, dropped.
+    pub malformed_drops: u64,
+    /// Packets handed to the shell for this member as a destination.
+    pub sent_to: u64,
+    /// Packets for this member as a destination dropped because its queue was full.
+    pub queue_drops: u64,
+}
+
+/// A fast hasher for socket addresses (the map holds only proven members, so hash
+/// flooding would need thousands of authenticated members).
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+}
+
+type AddrMap<V> = HashMap<SocketAddr, V, BuildHasherDefault<AddrHasher>>;
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    pkt_per_ns: f64,
+    byte_per_ns: f64,
+    pkt_cap: f64,
+    byte_cap: f64,
+    pkts: f64,
+    bytes: f64,
+    last: u64,
+}
+
+impl Bucket {
+    fn new(cfg: &ServerConfig, pps: u32, bps: u32, now: u64) -> Self {
+        let h = cfg.rate_headroom.max(1.0);
+        let avg = f64::from(bps) / f64::from(pps.max(1));
+        let pkt_cap = f64::from(cfg.burst_packets.max(1));
+        let byte_cap = (pkt_cap * avg * h).max(2.0 * 9_000.0);
+        Self {
+            pkt_per_ns: f64::from(pps) * h / 1e9,
+            byte_per_ns: f64::from(bps) * h / 1e9,
+            pkt_cap,
+            byte_cap,
+            pkts: pkt_cap,
+            bytes: byte_cap,
+            last: now,
+        }
+    }
+
+    #[inline]
+    fn take(&mut self, now: u64, len: usize) -> bool {
+        let dt = now.saturating_sub(self.last) as f64;
+        self.last = self.last.max(now);
+        self.pkts = (self.pkts + dt * self.pkt_per_ns).min(self.pkt_cap);
+        self.bytes = (self.bytes + dt * self.byte_per_ns).min(self.byte_cap);
+        let len = len as f64;
+        if self.pkts >= 1.0 && self.bytes >= len {
+            self.pkts -= 1.0;
+            self.bytes -= len;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct OutEvent {
+    seq: u32,
+    kind: RosterKind,
+    member_id: u32,
+    name: String,
+    ssrc: u32,
+}
+
+#[derive(Debug)]
+struct Member {
+    id: u32,
+    room: usize,
+    addr: SocketAddr,
+    name: String,
+    ssrc: u32,
+    token: [u8; TOKEN_LEN],
+    bucket: Bucket,
+    last_heard: u64,
+    inflight: u32,
+    outbox: VecDeque<OutEvent>,
+    next_seq: u32,
+    /// Highest seq sent at least once.
+    sent_upto: u32,
+    rto: u64,
+    retransmit_at: Option<u64>,
+    evict: bool,
+    stats: Counters,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Counters {
+    packets_in: u64,
+    bytes_in: u64,
+    forwarded: u64,
+    policed: u64,
+    forged: u64,
+    malformed: u64,
+    sent_to: u64,
+    queue_drops: u64,
+}
+
+#[derive(Debug)]
+struct Room {
+    name: String,
+    key: [u8; ROOM_KEY_LEN],
+    members: Vec<u32>,
+}
+
+/// The rooms server's state machine. See the module docs for the calling loop.
+#[derive(Debug)]
+pub struct Server {
+    cfg: ServerConfig,
+    secret: [u8; 32],
+    slots: Vec<Option<Member>>,
+    gens: Vec<u32>,
+    free_slots: Vec<u32>,
+    by_addr: AddrMap<u32>,
+    by_id: HashMap<u32, u32>,
+    rooms: Vec<Option<Room>>,
+    free_rooms: Vec<usize>,
+    room_by_name: HashMap<String, usize>,
+    scratch: Vec<Dest>,
+    transmit: VecDeque<(SocketAddr, Vec<u8>)>,
+    next_member_id: u32,
+    serial: u64,
+    next_wake: u64,
+    unproven_tokens: f64,
+    unproven_last: u64,
+    stats: ServerStats,
+}
+
+/// What an RTP/RTCP packet's sender SSRC check found.
+enum SsrcCheck {
+    Own,
+    Foreign,
+    Malformed,
+}
+
+/// Checks that every sender SSRC in `b` is `ssrc`: the RTP header's SSRC, or the SSRC
+/// after the header of each packet of an RTCP compound (types 200..=207).
+#[inline]
+fn check_ssrc(b: &[u8], ssrc: u32) -> SsrcCheck {
+    let be32 = |at: usize| {
+        b.get(at..at + 4)
+            .map(|w| u32::from_be_bytes([w[0], w[1], w[2], w[3]]))
+    };
+    let is_rtcp = b.get(1).is_some_and(|t| (200..=207).contains(t));
+    if !is_rtcp {
+        if b.len() < 12 {
+            return SsrcCheck::Malformed;
+        }
+        return match be32(8) {
+            Some(s) if s == ssrc => SsrcCheck::Own,
+            Some(_) => SsrcCheck::Foreign,
+            None => SsrcCheck::Malformed,
+        };
+    }
+    let mut at = 0usize;
+    let mut n = 0;
+    while at < b.len() {
+        let (Some(&v), Some(&pt), Some(words)) =
+            (b.get(at), b.get(at + 1), be32(at).map(|w| (w & 0xffff) as usize))
+        else {
+            return SsrcCheck::Malformed;
+        };
+        if v >> 6 != 2 || !(200..=207).contains(&pt) {
+            return SsrcCheck::Malformed;
+        }
+        match be32(at + 4) {
+            Some(s) if s == ssrc => {}
+            Some(_) => return SsrcCheck::Foreign,
+            None => return SsrcCheck::Malformed,
+        }
+        at += 4 * (words + 1);
+        n += 1;
+    }
+    if at != b.len() || n == 0 {
+        return SsrcCheck::Malformed;
+    }
+    SsrcCheck::Own
+}
+
+impl Server {
+    /// A server with `secret` as the key of its cookies and tokens (32 random bytes chosen
+    /// by the caller; tests pass fixed ones).
+    pub fn new(config: ServerConfig, secret: [u8; 32]) -> Self {
+        let cap = config.max_members_per_room;
+        let burst = f64::from(config.unproven_replies_per_s);
+        Self {
+            scratch: Vec::with_capacity(cap),
+            by_addr: AddrMap::with_capacity_and_hasher(config.max_members.min(65_536), Default::default()),
+            cfg: config,
+            secret,
+            slots: Vec::new(),
+            gens: Vec::new(),
+            free_slots: Vec::new(),
+            by_id: HashMap::new(),
+            rooms: Vec::new(),
+            free_rooms: Vec::new(),
+            room_by_name: HashMap::new(),
+            transmit: VecDeque::new(),
+            next_member_id: 1,
+            serial: 0,
+            next_wake: u64::MAX,
+            unproven_tokens: burst,
+            unproven_last: 0,
+            stats: ServerStats::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ServerConfig {
+        &self.cfg
+    }
+
+    /// Takes one datagram received at `now_ns` from `src`. Media from a member comes back
+    /// as [`Verdict::Forward`]; control is answered through [`Server::poll_transmit`].
+    ///
+    /// Demultiplexing by first byte: `/` is an OSC control message, `#` an OSC bundle
+    /// (dropped), `0x80..=0xBF` RTP or RTCP (version 2), anything else junk.
+    #[inline]
+    pub fn handle_datagram(&mut self, now_ns: u64, src: SocketAddr, bytes: &[u8]) -> Verdict<'_> {
+        match bytes.first() {
+            Some(0x80..=0xBF) => self.media(now_ns, src, bytes),
+            Some(b'/') => self.control(now_ns, src, bytes),
+            Some(b'#') => {
+                self.stats.bundles += 1;
+                Verdict::Drop(DropReason::Bundle)
+            }
+            _ => {
+                self.stats.junk += 1;
+                Verdict::Drop(DropReason::Junk)
+            }
+        }
+    }
+
+    /// Returns a destination's queue slot: the shell sent (or gave up on) one packet the
+    /// server handed it for `id`. Ids of members that have gone are ignored.
+    #[inline]
+    pub fn sent(&mut self, id: DestId) {
+        if self.gens.get(id.slot as usize) == Some(&id.gen) {
+            if let Some(Some(m)) = self.slots.get_mut(id.slot as usize) {
+                m.inflight = m.inflight.saturating_sub(1);
+            }
+        }
+    }
+
+    fn media(&mut self, now: u64, src: SocketAddr, bytes: &[u8]) -> Verdict<'_> {
+        let Some(&slot) = self.by_addr.get(&src) else {
+            self.stats.unknown_source += 1;
+            self.rebind_hint(now, src, bytes.len());
+            return Verdict::Drop(DropReason::UnknownSource);
+        };
+        let Some(Some(m)) = self.slots.get_mut(slot as usize) else {
+            return Verdict::Drop(DropReason::UnknownSource);
+        };
+        m.last_heard = now;
+        m.stats.packets_in += 1;
+        m.stats.bytes_in += bytes.len() as u64;
+        match check_ssrc(bytes, m.ssrc) {
+            SsrcCheck::Own => {}
+            SsrcCheck::Foreign => {
+                m.stats.forged += 1;
+                return Verdict::Drop(DropReason::ForgedSsrc);
+            }
+            SsrcCheck::Malformed => {
+                m.stats.malformed += 1;
+                return Verdict::Drop(DropReason::Malformed);
+            }
+        }
+        if !m.bucket.take(now, bytes.len()) {
+            m.stats.policed += 1;
+            return Verdict::Drop(DropReason::Policed);
+        }
+        m.stats.forwarded += 1;
+        let room = m.room;
+        self.scratch.clear();
+        let cap = self.cfg.dest_queue;
+        if let Some(Some(r)) = self.rooms.get(room) {
+            for &other in &r.members {
+                if other == slot {
+                    continue;
+                }
+                let gen = self.gens.get(other as usize).copied().unwrap_or(0);
+                if let Some(Some(o)) = self.slots.get_mut(other as usize) {
+                    if o.inflight >= cap {
+                        o.stats.queue_drops += 1;
+                        continue;
+                    }
+                    o.inflight += 1;
+                    o.stats.sent_to += 1;
+                    // Capacity is the room cap, so this never reallocates.
+                    self.scratch.push(Dest {
+                        addr: o.addr,
+                        id: DestId { slot: other, gen },
+                    });
+                }
+            }
+        }
+        Verdict::Forward(&self.scratch)
+    }
+
+    fn control(&mut self, now: u64, src: SocketAddr, bytes: &[u8]) -> Verdict<'static> {
+        let msg = match Control::decode(bytes) {
+            Ok(m) => m,
+            Err(super::msg::ControlError::Version(_)) => {
+                self.stats.bad_control += 1;
+                self.unproven_reply(
+                    now,
+                    src,
+                    bytes.len(),
+                    &Control::Refused {
+                        code: RefuseCode::BadVersion as i32,
+                        text: RefuseCode::BadVersion.text(),
+                    },
+                );
+                return Verdict::Drop(DropReason::BadControl);
+            }
+            Err(_) => {
+                self.stats.bad_control += 1;
+                return Verdict::Drop(DropReason::BadControl);
+            }
+        };
+        let member = self.by_addr.get(&src).copied();
+        if let Some(slot) = member {
+            let Some(Some(m)) = self.slots.get_mut(slot as usize) else {
+                return Verdict::Drop(DropReason::BadControl);
+            };
+            m.last_heard = now;
+            m.stats.packets_in += 1;
+            m.stats.bytes_in += bytes.len() as u64;
+            // Control counts against the member's rate too (a rename flood would fan out).
+            if !m.bucket.take(now, bytes.len()) {
+                m.stats.policed += 1;
+                return Verdict::Drop(DropReason::Policed);
+            }
+        }
+        match (msg, member) {
+            (Control::Hello { .. }, _) => {
+                if bytes.len() < CHALLENGE_LEN {
+                    self.stats.short_hellos += 1;
+                    return Verdict::Drop(DropReason::BadControl);
+                }
+                let cookie = auth::cookie(&self.secret, src, auth::slot(now));
+                let nonce = auth::server_nonce(&self.secret, &cookie);
+                self.stats.challenges += 1;
+                self.queue(
+                    src,
+                    &Control::Challenge {
+                        cookie: &cookie,
+                        server_nonce: &nonce,
+                    },
+                );
+            }
+            (Control::Join(j), _) => self.join(now, src, &j, bytes.len()),
+            (Control::Rejoin(r), _) => self.rejoin(now, src, &r, bytes.len()),
+            (Control::Ack { seq }, Some(slot)) => self.ack(now, slot, seq),
+            (Control::Rename { name }, Some(slot)) => {
+                if valid_name(name) {
+                    if let Some(Some(m)) = self.slots.get_mut(slot as usize) {
+                        m.name.clear();
+                        m.name.push_str(name);
+                    }
+                    self.announce(now, slot, RosterKind::Renamed);
+                } else {
+                    self.stats.bad_control += 1;
+                }
+            }
+            (Control::Keepalive, Some(_)) => self.queue(src, &Control::Keepalive),
+            (Control::Leave, Some(slot)) => {
+                self.stats.leaves += 1;
+                self.remove(now, slot, RosterKind::Left);
+            }
+            (Control::Ack { .. } | Control::Rename { .. } | Control::Keepalive | Control::Leave, None) => {
+                self.rebind_hint(now, src, bytes.len());
+                return Verdict::Drop(DropReason::UnknownSource);
+            }
+            _ => {
+                self.stats.bad_control += 1;
+                return Verdict::Drop(DropReason::BadControl);
+            }
+        }
+        Verdict::Control
+    }
+
+    fn refuse(&mut self, dst: SocketAddr, code: RefuseCode) {
+        self.stats.refused += 1;
+        self.queue(
+            dst,
+            &Control::Refused {
+                code: code as i32,
+                text: code.text(),
+            },
+        );
+    }
+
+    fn join(&mut self, now: u64, src: SocketAddr, j: &Join<'_>, len: usize) {
+        if !auth::cookie_valid(&self.secret, src, now, j.cookie) {
+            self.stats.bad_cookies += 1;
+            let code = RefuseCode::BadCookie;
+            self.unproven_reply(
+                now,
+                src,
+                len,
+                &Control::Refused {
+                    code: code as i32,
+                    text: code.text(),
+                },
+            );
+            return;
+        }
+        // From here on the source has proven it receives at its address.
+        if !valid_name(j.room) || !valid_name(j.name) || j.packets_per_s == 0 || j.bytes_per_s == 0 {
+            return self.refuse(src, RefuseCode::BadRequest);
+        }
+        if j.packets_per_s > self.cfg.max_packets_per_s || j.bytes_per_s > self.cfg.max_bytes_per_s {
+            return self.refuse(src, RefuseCode::RateTooHigh);
+        }
+        let server_nonce = auth::server_nonce(&self.secret, j.cookie);
+        let room_idx = self.room_by_name.get(j.room).copied();
+        let key = match room_idx.and_then(|i| self.rooms.get(i)).and_then(Option::as_ref) {
+            Some(r) => r.key,
+            None => match <&[u8; ROOM_KEY_LEN]>::try_from(j.create_key) {
+                Ok(k) => *k,
+                Err(_) => return self.refuse(src, RefuseCode::NoSuchRoom),
+            },
+        };
+        let expect = auth::join_authenticator(&key, &server_nonce, j.client_nonce, j.room, j.name);
+        if !auth::ct_eq(&expect, j.authenticator) {
+            return self.refuse(src, RefuseCode::WrongPassword);
+        }
+        // A repeated join (its welcome was lost) from a seated member: welcome again.
+        if let Some(&slot) = self.by_addr.get(&src) {
+            let same = self
+                .slots
+                .get(slot as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|m| m.name == j.name && room_idx == Some(m.room));
+            if same {
+                return self.welcome(src, slot);
+            }
+            return self.refuse(src, RefuseCode::BadRequest);
+        }
+        if self.by_id.len() >= self.cfg.max_members {
+            return self.refuse(src, RefuseCode::ServerFull);
+        }
+        let room = match room_idx {
+            Some(i) => i,
+            None => {
+                if self.room_by_name.len() >= self.cfg.max_rooms {
+                    return self.refuse(src, RefuseCode::ServerFull);
+                }
+                let r = Room {
+                    name: j.room.to_owned(),
+                    key,
+                    members: Vec::with_capacity(self.cfg.max_members_per_room),
+                };
+                let i = match self.free_rooms.pop() {
+                    Some(i) => {
+                        self.rooms[i] = Some(r);
+                        i
+                    }
+                    None => {
+                        self.rooms.push(Some(r));
+                        self.rooms.len() - 1
+                    }
+                };
+                self.room_by_name.insert(j.room.to_owned(), i);
+                i
+            }
+        };
+        let Some(Some(r)) = self.rooms.get(room) else {
+            return;
+        };
+        if r.members.len() >= self.cfg.max_members_per_room {
+            return self.refuse(src, RefuseCode::RoomFull);
+        }
+        // Resolve an SSRC collision inside the room by assigning a free one.
+        let taken = |s: u32, slots: &[Option<Member>]| {
+            r.members.iter().any(|&o| {
+                slots
+                    .get(o as usize)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|m| m.ssrc == s)
+            })
+        };
+        let mut ssrc = j.ssrc;
+        let mut k = 0u32;
+        while taken(ssrc, &self.slots) {
+            k += 1;
+            ssrc = j.ssrc.wrapping_add(k.wrapping_mul(0x9E37_79B9)) ^ k;
+        }
+        let id = self.next_member_id;
+        self.next_member_id = self.next_member_id.wrapping_add(1).max(1);
+        self.serial += 1;
+        let m = Member {
+            id,
+            room,
+            addr: src,
+            name: j.name.to_owned(),
+            ssrc,
+            token: auth::session_token(&self.secret, id, self.serial),
+            bucket: Bucket::new(&self.cfg, j.packets_per_s, j.bytes_per_s, now),
+            last_heard: now,
+            inflight: 0,
+            outbox: VecDeque::new(),
+            next_seq: 1,
+            sent_upto: 0,
+            rto: self.cfg.retransmit_initial_ns,
+            retransmit_at: None,
+            evict: false,
+            stats: Counters::default(),
+        };
+        let slot = match self.free_slots.pop() {
+            Some(s) => {
+                self.slots[s as usize] = Some(m);
+                s
+            }
+            None => {
+                self.slots.push(Some(m));
+                self.gens.push(0);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.by_addr.insert(src, slot);
+        self.by_id.insert(id, slot);
+        let existing: Vec<u32> = match self.rooms.get_mut(room) {
+            Some(Some(r)) => {
+                let e = r.members.clone();
+                r.members.push(slot);
+                e
+            }
+            _ => Vec::new(),
+        };
+        self.stats.joins += 1;
+        self.welcome(src, slot);
+        // The newcomer hears of everyone already there; they hear of the newcomer.
+        for other in existing {
+            if let Some(ev) = self.event_about(other, RosterKind::Joined) {
+                self.push_event(now, slot, ev);
+            }
+        }
+        self.announce(now, slot, RosterKind::Joined);
+        self.wake_at(now + u64::from(self.cfg.timeout_ms) * 1_000_000);
+    }
+
+    fn welcome(&mut self, dst: SocketAddr, slot: u32) {
+        let Some(Some(m)) = self.slots.get(slot as usize) else {
+            return;
+        };
+        let (id, ssrc, token) = (m.id, m.ssrc, m.token);
+        let w = Welcome {
+            member_id: id,
+            ssrc,
+            token: &token,
+            keepalive_ms: self.cfg.keepalive_ms,
+            timeout_ms: self.cfg.timeout_ms,
+            key_agreement: &[],
+        };
+        self.queue(dst, &Control::Welcome(w));
+    }
+
+    fn rejoin(&mut self, now: u64, src: SocketAddr, r: &Rejoin<'_>, len: usize) {
+        if !auth::cookie_valid(&self.secret, src, now, r.cookie) {
+            self.stats.bad_cookies += 1;
+            let code = RefuseCode::BadCookie;
+            self.unproven_reply(
+                now,
+                src,
+                len,
+                &Control::Refused {
+                    code: code as i32,
+                    text: code.text(),
+                },
+            );
+            return;
+        }
+        let Some(&slot) = self.by_id.get(&r.member_id) else {
+            return self.refuse(src, RefuseCode::UnknownMember);
+        };
+        let server_nonce = auth::server_nonce(&self.secret, r.cookie);
+        let Some(Some(m)) = self.slots.get(slot as usize) else {
+            return;
+        };
+        let Some(Some(room)) = self.rooms.get(m.room) else {
+            return;
+        };
+        let expect =
+            auth::rejoin_authenticator(&room.key, &server_nonce, r.client_nonce, r.member_id, &m.token);
+        if !auth::ct_eq(&m.token, r.token) || !auth::ct_eq(&expect, r.authenticator) {
+            return self.refuse(src, RefuseCode::WrongPassword);
+        }
+        match self.by_addr.get(&src) {
+            Some(&s) if s != slot => return self.refuse(src, RefuseCode::BadRequest),
+            _ => {}
+        }
+        let old = m.addr;
+        self.by_addr.remove(&old);
+        self.by_addr.insert(src, slot);
+        if let Some(Some(m)) = self.slots.get_mut(slot as usize) {
+            m.addr = src;
+            m.last_heard = now;
+            // Whatever was in flight to the old address is re-sent to the new one now.
+            m.sent_upto = m.outbox.front().map_or(m.sent_upto, |e| e.seq.saturating_sub(1));
+            m.rto = self.cfg.retransmit_initial_ns;
+        }
+        self.stats.rejoins += 1;
+        self.welcome(src, slot);
+        self.pump(now, slot);
+    }
+
+    fn event_about(&self, slot: u32, kind: RosterKind) -> Option<OutEvent> {
+        let m = self.slots.get(slot as usize)?.as_ref()?;
+        Some(OutEvent {
+            seq: 0,
+            kind,
+            member_id: m.id,
+            name: m.name.clone(),
+            ssrc: m.ssrc,
+        })
+    }
+
+    /// Tells every other member of `slot`'s room that `kind` happened to it.
+    fn announce(&mut self, now: u64, slot: u32, kind: RosterKind) {
+        let Some(ev) = self.event_about(slot, kind) else {
+            return;
+        };
+        let Some(room) = self
+            .slots
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .map(|m| m.room)
+        else {
+            return;
+        };
+        let others: Vec<u32> = match self.rooms.get(room) {
+            Some(Some(r)) => r.members.iter().copied().filter(|&o| o != slot).collect(),
+            _ => return,
+        };
+        for o in others {
+            self.push_event(now, o, ev.clone());
+        }
+    }
+
+    fn push_event(&mut self, now: u64, slot: u32, mut ev: OutEvent) {
+        let backlog = self.cfg.roster_backlog;
+        let Some(Some(m)) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        if m.outbox.len() >= backlog {
+            // A member that acknowledges nothing is not listening: drop it at the next timer.
+            m.evict = true;
+            self.wake_at(now);
+            return;
+        }
+        ev.seq = m.next_seq;
+        m.next_seq = m.next_seq.wrapping_add(1);
+        m.outbox.push_back(ev);
+        self.pump(now, slot);
+    }
+
+    /// Sends the events that entered the window and were never sent; arms the timer.
+    fn pump(&mut self, now: u64, slot: u32) {
+        let window = self.cfg.roster_window;
+        let Some(Some(m)) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        let Some(first) = m.outbox.front().map(|e| e.seq) else {
+            m.retransmit_at = None;
+            return;
+        };
+        let limit = first.wrapping_add(window);
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        for e in &m.outbox {
+            if e.seq >= limit {
+                break;
+            }
+            if e.seq > m.sent_upto {
+                out.push(encode_roster(e));
+                m.sent_upto = e.seq;
+            }
+        }
+        let addr = m.addr;
+        let at = *m.retransmit_at.get_or_insert(now + m.rto);
+        for b in out {
+            self.queue_bytes(addr, b);
+        }
+        self.wake_at(at);
+    }
+
+    fn ack(&mut self, now: u64, slot: u32, seq: u32) {
+        let initial = self.cfg.retransmit_initial_ns;
+        let Some(Some(m)) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        let mut advanced = false;
+        while m.outbox.front().is_some_and(|e| e.seq <= seq) {
+            m.outbox.pop_front();
+            advanced = true;
+        }
+        if advanced {
+            m.rto = initial;
+            m.retransmit_at = None;
+            self.pump(now, slot);
+        }
+    }
+
+    fn remove(&mut self, now: u64, slot: u32, kind: RosterKind) {
+        self.announce(now, slot, kind);
+        let Some(m) = self.slots.get_mut(slot as usize).and_then(Option::take) else {
+            return;
+        };
+        if let Some(g) = self.gens.get_mut(slot as usize) {
+            *g = g.wrapping_add(1);
+        }
+        self.free_slots.push(slot);
+        self.by_addr.remove(&m.addr);
+        self.by_id.remove(&m.id);
+        if let Some(Some(r)) = self.rooms.get_mut(m.room) {
+            r.members.retain(|&s| s != slot);
+            if r.members.is_empty() {
+                self.room_by_name.remove(&r.name);
+                self.rooms[m.room] = None;
+                self.free_rooms.push(m.room);
+            }
+        }
+    }
+
+    /// Runs the timers due at `now_ns`: roster retransmissions and member timeouts.
+    pub fn handle_timeout(&mut self, now_ns: u64) {
+        if now_ns < self.next_wake {
+            return;
+        }
+        let timeout = u64::from(self.cfg.timeout_ms) * 1_000_000;
+        let mut next = u64::MAX;
+        let mut dead = Vec::new();
+        let mut resend: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
+        let window = self.cfg.roster_window;
+        let max_rto = self.cfg.retransmit_max_ns;
+        for (slot, m) in self.slots.iter_mut().enumerate() {
+            let Some(m) = m else { continue };
+            if m.evict || now_ns >= m.last_heard.saturating_add(timeout) {
+                dead.push(slot as u32);
+                continue;
+            }
+            next = next.min(m.last_heard + timeout);
+            if let Some(at) = m.retransmit_at {
+                if now_ns >= at {
+                    let first = m.outbox.front().map_or(0, |e| e.seq);
+                    for e in m.outbox.iter().take_while(|e| e.seq < first.wrapping_add(window)) {
+                        resend.push((m.addr, encode_roster(e)));
+                    }
+                    m.rto = (m.rto * 2).min(max_rto);
+                    m.retransmit_at = if m.outbox.is_empty() {
+                        None
+                    } else {
+                        Some(now_ns + m.rto)
+                    };
+                }
+                if let Some(at) = m.retransmit_at {
+                    next = next.min(at);
+                }
+            }
+        }
+        self.next_wake = next;
+        for (a, b) in resend {
+            self.queue_bytes(a, b);
+        }
+        for slot in dead {
+            self.stats.timeouts += 1;
+            self.remove(now_ns, slot, RosterKind::Timeout);
+        }
+    }
+
+    /// When [`Server::handle_timeout`] must be called next (`None`: no member, no timer).
+    pub fn poll_timeout(&self) -> Option<u64> {
+        (self.next_wake != u64::MAX && !self.by_id.is_empty()).then_some(self.next_wake)
+    }
+
+    /// The next control reply: writes it into `buf` and returns its destination and
+    /// length. A reply longer than `buf` ([`MAX_CONTROL_LEN`] always suffices) is dropped
+    /// and counted.
+    pub fn poll_transmit(&mut self, buf: &mut [u8]) -> Option<(SocketAddr, usize)> {
+        loop {
+            let (dst, bytes) = self.transmit.pop_front()?;
+            if let Some(out) = buf.get_mut(..bytes.len()) {
+                out.copy_from_slice(&bytes);
+                return Some((dst, bytes.len()));
+            }
+            self.stats.transmit_drops += 1;
+        }
+    }
+
+    /// Server-wide counters.
+    pub fn stats(&self) -> ServerStats {
+        ServerStats {
+            members: self.by_id.len() as u64,
+            rooms: self.room_by_name.len() as u64,
+            ..self.stats
+        }
+    }
+
+    /// A snapshot of every member's counters.
+    pub fn member_stats(&self) -> Vec<MemberStats> {
+        self.slots
+            .iter()
+            .flatten()
+            .map(|m| MemberStats {
+                member_id: m.id,
+                name: m.name.clone(),
+                room: self
+                    .rooms
+                    .get(m.room)
+                    .and_then(Option::as_ref)
+                    .map(|r| r.name.clone())
+                    .unwrap_or_default(),
+                addr: m.addr,
+                ssrc: m.ssrc,
+                packets_in: m.stats.packets_in,
+                bytes_in: m.stats.bytes_in,
+                forwarded: m.stats.forwarded,
+                policed_drops: m.stats.policed,
+                forged_drops: m.stats.forged,
+                malformed_drops: m.stats.malformed,
+                sent_to: m.stats.sent_to,
+                queue_drops: m.stats.queue_drops,
+            })
+            .collect()
+    }
+
+    fn wake_at(&mut self, t: u64) {
+        self.next_wake = self.next_wake.min(t);
+    }
+
+    fn queue(&mut self, dst: SocketAddr, msg: &Control<'_>) {
+        let mut buf = vec![0u8; MAX_CONTROL_LEN];
+        match msg.encode(&mut buf) {
+            Ok(n) => {
+                buf.truncate(n);
+                self.queue_bytes(dst, buf);
+            }
+            Err(_) => self.stats.transmit_drops += 1,
+        }
+    }
+
+    fn queue_bytes(&mut self, dst: SocketAddr, bytes: Vec<u8>) {
+        if self.transmit.len() >= self.cfg.transmit_queue {
+            self.stats.transmit_drops += 1;
+            return;
+        }
+        self.transmit.push_back((dst, bytes));
+    }
+
+    /// Sends `msg` to an address that has not proven itself, only if it is no longer than
+    /// the `cause_len` bytes that came from there and the global budget allows.
+    fn unproven_reply(&mut self, now: u64, dst: SocketAddr, cause_len: usize, msg: &Control<'_>) {
+        let mut buf = [0u8; MAX_CONTROL_LEN];
+        let Ok(n) = msg.encode(&mut buf) else { return };
+        let rate = f64::from(self.cfg.unproven_replies_per_s);
+        let dt = now.saturating_sub(self.unproven_last) as f64 / 1e9;
+        self.unproven_last = self.unproven_last.max(now);
+        self.unproven_tokens = (self.unproven_tokens + dt * rate).min(rate);
+        if n > cause_len || self.unproven_tokens < 1.0 {
+            self.stats.unproven_suppressed += 1;
+            return;
+        }
+        self.unproven_tokens -= 1.0;
+        if matches!(msg, Control::Refused { .. }) {
+            self.stats.refused += 1;
+        }
+        self.queue_bytes(dst, buf[..n].to_vec());
+    }
+
+    /// A "who are you" to an address that sent member traffic but is no member (its NAT
+    /// binding changed): the client says hello and rejoins.
+    fn rebind_hint(&mut self, now: u64, dst: SocketAddr, cause_len: usize) {
+        let before = self.transmit.len();
+        self.unproven_reply(now, dst, cause_len, &Control::Rebind);
+        if self.transmit.len() > before {
+            self.stats.rebind_hints += 1;
+        }
+    }
+}
+
+fn encode_roster(e: &OutEvent) -> Vec<u8> {
+    let mut buf = vec![0u8; MAX_CONTROL_LEN];
+    let n = Control::Roster(Roster {
+        seq: e.seq,
+        kind: e.kind,
+        member_id: e.member_id,
+        name: &e.name,
+        ssrc: e.ssrc,
+    })
+    .encode(&mut buf)
+    .unwrap_or(0);
+    buf.truncate(n);
+    buf
+}
