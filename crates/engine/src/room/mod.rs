@@ -16,10 +16,12 @@
 //! never allocates; no input may make any of it panic.
 
 pub mod auth;
+pub mod client;
 pub mod directory;
 pub mod msg;
 pub mod server;
 
+pub use client::{ClientConfig, RoomClient, RoomEvent, RosterEntry};
 pub use directory::{InMemoryDirectory, RoomDirectory};
 pub use msg::{RefuseCode, RosterKind, PROTOCOL_VERSION};
 pub use server::{Dest, DestId, DropReason, MemberStats, Server, ServerConfig, ServerStats, Verdict};

@@ -1,0 +1,549 @@
+//! The client's side of the room protocol: [`RoomClient`], a sans-IO state machine.
+//!
+//! It says hello, answers the challenge with a join (or a rejoin when it already holds a
+//! seat), creates the room when the server says it does not exist, sends keep-alives,
+//! acknowledges roster events and hands them on in order, and says hello again when its
+//! address changed or the server sends a rebind hint. Every request is retried with
+//! backoff until answered.
+//!
+//! Calling loop (like [`Server`](super::Server)): feed every datagram that came from the
+//! server and starts with `/` to [`RoomClient::handle_datagram`]; call
+//! [`RoomClient::handle_timeout`] at [`RoomClient::poll_timeout`]; after each call drain
+//! [`RoomClient::poll_transmit`] (send to the server) and [`RoomClient::poll_event`].
+//! It never opens a socket or reads a clock, never sends the password, and never panics
+//! on what the server sends.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use sha2::{Digest, Sha256};
+
+use super::auth;
+use super::msg::{
+    Control, Join, RefuseCode, Rejoin, RosterKind, COOKIE_LEN, HELLO_PAD, MAX_CONTROL_LEN, NONCE_LEN,
+    ROOM_KEY_LEN, TOKEN_LEN,
+};
+
+/// What a [`RoomClient`] asks for.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Room name.
+    pub room: String,
+    /// This member's name.
+    pub name: String,
+    /// Room password ("" for none). Only a key derived from it is ever used.
+    pub password: String,
+    /// The SSRC this client would like to send with.
+    pub ssrc: u32,
+    /// Declared media rate: packets per second.
+    pub packets_per_s: u32,
+    /// Declared media rate: bytes per second.
+    pub bytes_per_s: u32,
+    /// Seed of the client nonces (random bytes from the caller; fixed in tests).
+    pub nonce_seed: [u8; 16],
+    /// First retry interval of an unanswered request; doubles up to `retry_max_ns`.
+    pub retry_initial_ns: u64,
+    /// Longest retry interval.
+    pub retry_max_ns: u64,
+    /// Silence from the server after which [`RoomEvent::Lost`] is reported before a seat
+    /// is held (once seated, the server's timeout applies).
+    pub lost_after_ns: u64,
+}
+
+impl ClientConfig {
+    /// Defaults for everything but the room, the name and the password.
+    pub fn new(room: &str, name: &str, password: &str, ssrc: u32) -> Self {
+        Self {
+            room: room.to_owned(),
+            name: name.to_owned(),
+            password: password.to_owned(),
+            ssrc,
+            packets_per_s: 750,
+            bytes_per_s: 750 * 300,
+            nonce_seed: [0; 16],
+            retry_initial_ns: 250_000_000,
+            retry_max_ns: 2_000_000_000,
+            lost_after_ns: 5_000_000_000,
+        }
+    }
+}
+
+/// One roster event, in the order the server sent them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RosterEntry {
+    /// The server's sequence number for this client.
+    pub seq: u32,
+    /// What happened.
+    pub kind: RosterKind,
+    /// Whom it is about.
+    pub member_id: u32,
+    /// Its (new) name.
+    pub name: String,
+    /// Its SSRC: the receiver for this member is keyed by it.
+    pub ssrc: u32,
+}
+
+/// What a [`RoomClient`] reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RoomEvent {
+    /// The client holds a seat: send media with `ssrc` (which may differ from the one
+    /// asked for). `rejoined`: the same seat as before, from a new address.
+    Joined {
+        /// Member id.
+        member_id: u32,
+        /// The SSRC to send with.
+        ssrc: u32,
+        /// Kept the previous seat.
+        rejoined: bool,
+    },
+    /// A roster event about another member.
+    Roster(RosterEntry),
+    /// The server refused; the client stops.
+    Refused {
+        /// The code, if known to this version.
+        code: Option<RefuseCode>,
+        /// The server's text.
+        reason: String,
+    },
+    /// The server stopped answering; the client keeps trying.
+    Lost,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Hello,
+    Join {
+        cookie: [u8; COOKIE_LEN],
+        server_nonce: [u8; NONCE_LEN],
+        create: bool,
+        attempts: u32,
+    },
+    Rejoin {
+        cookie: [u8; COOKIE_LEN],
+        server_nonce: [u8; NONCE_LEN],
+        attempts: u32,
+    },
+    Joined,
+    Refused,
+    Left,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Seat {
+    member_id: u32,
+    ssrc: u32,
+    token: [u8; TOKEN_LEN],
+}
+
+/// How far ahead of the next expected roster event one may arrive and be kept.
+const REORDER_WINDOW: u32 = 64;
+/// Unanswered joins after which the cookie may be stale: say hello again.
+const JOIN_ATTEMPTS: u32 = 4;
+
+/// The client's join state machine. See the module docs for the calling loop.
+#[derive(Debug)]
+pub struct RoomClient {
+    cfg: ClientConfig,
+    key: [u8; ROOM_KEY_LEN],
+    phase: Phase,
+    seat: Option<Seat>,
+    client_nonce: [u8; NONCE_LEN],
+    nonce_counter: u64,
+    attempt_at: u64,
+    backoff: u64,
+    last_heard: u64,
+    lost_reported: bool,
+    keepalive_ns: u64,
+    timeout_ns: u64,
+    next_keepalive: u64,
+    expected: u32,
+    reorder: BTreeMap<u32, RosterEntry>,
+    transmit: VecDeque<Vec<u8>>,
+    events: VecDeque<RoomEvent>,
+    ignored: u64,
+}
+
+impl RoomClient {
+    /// A client that says hello at `now_ns`.
+    pub fn new(config: ClientConfig, now_ns: u64) -> Self {
+        let key = auth::room_key(&config.room, &config.password);
+        let mut c = Self {
+            backoff: config.retry_initial_ns,
+            cfg: config,
+            key,
+            phase: Phase::Hello,
+            seat: None,
+            client_nonce: [0; NONCE_LEN],
+            nonce_counter: 0,
+            attempt_at: now_ns,
+            last_heard: now_ns,
+            lost_reported: false,
+            keepalive_ns: 1_000_000_000,
+            timeout_ns: 5_000_000_000,
+            next_keepalive: u64::MAX,
+            expected: 1,
+            reorder: BTreeMap::new(),
+            transmit: VecDeque::new(),
+            events: VecDeque::new(),
+            ignored: 0,
+        };
+        c.hello(now_ns);
+        c
+    }
+
+    /// The seat held: (member id, SSRC to send with).
+    pub fn seat(&self) -> Option<(u32, u32)> {
+        (self.phase == Phase::Joined)
+            .then_some(self.seat.map(|s| (s.member_id, s.ssrc)))
+            .flatten()
+    }
+
+    /// Datagrams from the server this client could not use (malformed, other version,
+    /// unexpected in its state).
+    pub fn ignored(&self) -> u64 {
+        self.ignored
+    }
+
+    fn fresh_nonce(&mut self) {
+        self.nonce_counter += 1;
+        let mut h = Sha256::new();
+        h.update(self.cfg.nonce_seed);
+        h.update(self.nonce_counter.to_be_bytes());
+        let d = h.finalize();
+        self.client_nonce.copy_from_slice(&d[..NONCE_LEN]);
+    }
+
+    fn send(&mut self, msg: &Control<'_>) {
+        let mut buf = vec![0u8; MAX_CONTROL_LEN];
+        if let Ok(n) = msg.encode(&mut buf) {
+            buf.truncate(n);
+            self.transmit.push_back(buf);
+        }
+    }
+
+    fn hello(&mut self, now: u64) {
+        self.phase = Phase::Hello;
+        self.send(&Control::Hello { pad: HELLO_PAD });
+        self.arm_retry(now);
+    }
+
+    fn arm_retry(&mut self, now: u64) {
+        self.attempt_at = now + self.backoff;
+        self.backoff = (self.backoff * 2).min(self.cfg.retry_max_ns);
+    }
+
+    fn reset_backoff(&mut self) {
+        self.backoff = self.cfg.retry_initial_ns;
+    }
+
+    fn send_join(&mut self, cookie: &[u8; COOKIE_LEN], server_nonce: &[u8; NONCE_LEN], create: bool) {
+        let auth = auth::join_authenticator(
+            &self.key,
+            server_nonce,
+            &self.client_nonce,
+            &self.cfg.room,
+            &self.cfg.name,
+        );
+        let key = self.key;
+        let j = Join {
+            cookie,
+            room: &self.cfg.room,
+            name: &self.cfg.name,
+            client_nonce: &self.client_nonce,
+            authenticator: &auth,
+            ssrc: self.cfg.ssrc,
+            packets_per_s: self.cfg.packets_per_s,
+            bytes_per_s: self.cfg.bytes_per_s,
+            create_key: if create { &key } else { &[] },
+            key_agreement: &[],
+        };
+        let mut buf = vec![0u8; MAX_CONTROL_LEN];
+        if let Ok(n) = Control::Join(j).encode(&mut buf) {
+            buf.truncate(n);
+            self.transmit.push_back(buf);
+        }
+    }
+
+    fn send_rejoin(&mut self, cookie: &[u8; COOKIE_LEN], server_nonce: &[u8; NONCE_LEN]) {
+        let Some(seat) = self.seat else { return };
+        let auth = auth::rejoin_authenticator(
+            &self.key,
+            server_nonce,
+            &self.client_nonce,
+            seat.member_id,
+            &seat.token,
+        );
+        let nonce = self.client_nonce;
+        let r = Rejoin {
+            cookie,
+            member_id: seat.member_id,
+            token: &seat.token,
+            client_nonce: &nonce,
+            authenticator: &auth,
+            key_agreement: &[],
+        };
+        self.send(&Control::Rejoin(r));
+    }
+
+    /// Takes one datagram that came from the server.
+    pub fn handle_datagram(&mut self, now_ns: u64, bytes: &[u8]) {
+        let Ok(msg) = Control::decode(bytes) else {
+            self.ignored += 1;
+            return;
+        };
+        self.last_heard = now_ns;
+        self.lost_reported = false;
+        match (msg, self.phase) {
+            (_, Phase::Refused | Phase::Left) => self.ignored += 1,
+            (Control::Challenge { cookie, server_nonce }, Phase::Hello) => {
+                self.reset_backoff();
+                self.fresh_nonce();
+                if self.seat.is_some() {
+                    self.send_rejoin(cookie, server_nonce);
+                    self.phase = Phase::Rejoin {
+                        cookie: *cookie,
+                        server_nonce: *server_nonce,
+                        attempts: 1,
+                    };
+                } else {
+                    self.send_join(cookie, server_nonce, false);
+                    self.phase = Phase::Join {
+                        cookie: *cookie,
+                        server_nonce: *server_nonce,
+                        create: false,
+                        attempts: 1,
+                    };
+                }
+                self.arm_retry(now_ns);
+            }
+            (Control::Welcome(w), Phase::Join { .. } | Phase::Rejoin { .. }) => {
+                let rejoined = self.seat.is_some_and(|s| s.member_id == w.member_id);
+                if !rejoined {
+                    self.expected = 1;
+                    self.reorder.clear();
+                }
+                self.seat = Some(Seat {
+                    member_id: w.member_id,
+                    ssrc: w.ssrc,
+                    token: *w.token,
+                });
+                self.phase = Phase::Joined;
+                self.reset_backoff();
+                self.keepalive_ns = u64::from(w.keepalive_ms.clamp(50, 60_000)) * 1_000_000;
+                self.timeout_ns = u64::from(w.timeout_ms.clamp(200, 600_000)) * 1_000_000;
+                self.next_keepalive = now_ns + self.keepalive_ns;
+                self.events.push_back(RoomEvent::Joined {
+                    member_id: w.member_id,
+                    ssrc: w.ssrc,
+                    rejoined,
+                });
+            }
+            (
+                Control::Refused { code, text },
+                Phase::Join {
+                    cookie,
+                    server_nonce,
+                    create,
+                    ..
+                },
+            ) => match RefuseCode::from_i32(code) {
+                Some(RefuseCode::NoSuchRoom) if !create => {
+                    self.send_join(&cookie, &server_nonce, true);
+                    self.phase = Phase::Join {
+                        cookie,
+                        server_nonce,
+                        create: true,
+                        attempts: 1,
+                    };
+                    self.reset_backoff();
+                    self.arm_retry(now_ns);
+                }
+                Some(RefuseCode::BadCookie) => self.hello(now_ns),
+                c => self.refused(c, text),
+            },
+            (
+                Control::Refused { code, text },
+                Phase::Rejoin {
+                    cookie, server_nonce, ..
+                },
+            ) => {
+                match RefuseCode::from_i32(code) {
+                    Some(RefuseCode::UnknownMember) => {
+                        // The seat is gone (timed out): join afresh with the same cookie.
+                        self.seat = None;
+                        self.send_join(&cookie, &server_nonce, false);
+                        self.phase = Phase::Join {
+                            cookie,
+                            server_nonce,
+                            create: false,
+                            attempts: 1,
+                        };
+                        self.reset_backoff();
+                        self.arm_retry(now_ns);
+                    }
+                    Some(RefuseCode::BadCookie) => self.hello(now_ns),
+                    c => self.refused(c, text),
+                }
+            }
+            (Control::Refused { code, .. }, Phase::Hello) if code == RefuseCode::BadVersion as i32 => {
+                self.refused(Some(RefuseCode::BadVersion), RefuseCode::BadVersion.text());
+            }
+            (Control::Roster(r), _) if self.seat.is_some() => {
+                let entry = RosterEntry {
+                    seq: r.seq,
+                    kind: r.kind,
+                    member_id: r.member_id,
+                    name: r.name.to_owned(),
+                    ssrc: r.ssrc,
+                };
+                if r.seq == self.expected {
+                    self.events.push_back(RoomEvent::Roster(entry));
+                    self.expected = self.expected.wrapping_add(1);
+                    while let Some(e) = self.reorder.remove(&self.expected) {
+                        self.events.push_back(RoomEvent::Roster(e));
+                        self.expected = self.expected.wrapping_add(1);
+                    }
+                } else if r.seq > self.expected && r.seq - self.expected < REORDER_WINDOW {
+                    self.reorder.insert(r.seq, entry);
+                }
+                let seq = self.expected.wrapping_sub(1);
+                self.send(&Control::Ack { seq });
+            }
+            (Control::Rebind, Phase::Joined) => self.hello(now_ns),
+            (Control::Keepalive, _) => {}
+            _ => self.ignored += 1,
+        }
+    }
+
+    fn refused(&mut self, code: Option<RefuseCode>, text: &str) {
+        self.phase = Phase::Refused;
+        self.events.push_back(RoomEvent::Refused {
+            code,
+            reason: text.chars().take(super::msg::MAX_REASON_LEN).collect(),
+        });
+    }
+
+    /// Runs the timers due at `now_ns`: retries, keep-alives and loss of the server.
+    pub fn handle_timeout(&mut self, now_ns: u64) {
+        match self.phase {
+            Phase::Refused | Phase::Left => {}
+            Phase::Joined => {
+                if now_ns >= self.last_heard.saturating_add(self.timeout_ns) {
+                    // The server no longer answers: report it, then try to take the seat
+                    // back (it may have restarted: the rejoin then falls back to a join).
+                    self.events.push_back(RoomEvent::Lost);
+                    self.lost_reported = true;
+                    self.reset_backoff();
+                    self.hello(now_ns);
+                } else if now_ns >= self.next_keepalive {
+                    self.send(&Control::Keepalive);
+                    self.next_keepalive = now_ns + self.keepalive_ns;
+                }
+            }
+            Phase::Hello | Phase::Join { .. } | Phase::Rejoin { .. } => {
+                if !self.lost_reported && now_ns >= self.last_heard.saturating_add(self.cfg.lost_after_ns) {
+                    self.lost_reported = true;
+                    self.events.push_back(RoomEvent::Lost);
+                }
+                if now_ns < self.attempt_at {
+                    return;
+                }
+                match self.phase {
+                    Phase::Join {
+                        cookie,
+                        server_nonce,
+                        create,
+                        attempts,
+                    } if attempts < JOIN_ATTEMPTS => {
+                        self.send_join(&cookie, &server_nonce, create);
+                        self.phase = Phase::Join {
+                            cookie,
+                            server_nonce,
+                            create,
+                            attempts: attempts + 1,
+                        };
+                        self.arm_retry(now_ns);
+                    }
+                    Phase::Rejoin {
+                        cookie,
+                        server_nonce,
+                        attempts,
+                    } if attempts < JOIN_ATTEMPTS => {
+                        self.send_rejoin(&cookie, &server_nonce);
+                        self.phase = Phase::Rejoin {
+                            cookie,
+                            server_nonce,
+                            attempts: attempts + 1,
+                        };
+                        self.arm_retry(now_ns);
+                    }
+                    _ => self.hello(now_ns),
+                }
+            }
+        }
+    }
+
+    /// When [`RoomClient::handle_timeout`] must be called next (`None` once refused or left).
+    pub fn poll_timeout(&self) -> Option<u64> {
+        match self.phase {
+            Phase::Refused | Phase::Left => None,
+            Phase::Joined => Some(
+                self.next_keepalive
+                    .min(self.last_heard.saturating_add(self.timeout_ns)),
+            ),
+            _ => {
+                let lost = if self.lost_reported {
+                    u64::MAX
+                } else {
+                    self.last_heard.saturating_add(self.cfg.lost_after_ns)
+                };
+                Some(self.attempt_at.min(lost))
+            }
+        }
+    }
+
+    /// The next datagram to send to the server: written into `buf`, its length returned.
+    /// A `buf` of [`MAX_CONTROL_LEN`] bytes always suffices; a shorter one that cannot
+    /// hold the datagram loses it.
+    pub fn poll_transmit(&mut self, buf: &mut [u8]) -> Option<usize> {
+        loop {
+            let b = self.transmit.pop_front()?;
+            if let Some(out) = buf.get_mut(..b.len()) {
+                out.copy_from_slice(&b);
+                return Some(b.len());
+            }
+        }
+    }
+
+    /// The next event, in the order they happened.
+    pub fn poll_event(&mut self) -> Option<RoomEvent> {
+        self.events.pop_front()
+    }
+
+    /// The local address changed (a new network, a NAT rebinding the caller noticed):
+    /// say hello from the new address and take the seat back.
+    pub fn address_changed(&mut self, now_ns: u64) {
+        if matches!(
+            self.phase,
+            Phase::Joined | Phase::Rejoin { .. } | Phase::Join { .. } | Phase::Hello
+        ) {
+            self.reset_backoff();
+            self.hello(now_ns);
+        }
+    }
+
+    /// Leaves the room (one `/netjam/leave`; a lost one ends as a timeout at the server).
+    pub fn leave(&mut self, _now_ns: u64) {
+        if self.phase == Phase::Joined {
+            self.send(&Control::Leave);
+        }
+        self.phase = Phase::Left;
+    }
+
+    /// Asks the server to tell the others this member's new name.
+    pub fn rename(&mut self, name: &str) {
+        self.cfg.name = name.to_owned();
+        if self.phase == Phase::Joined {
+            self.send(&Control::Rename { name });
+        }
+    }
+}
