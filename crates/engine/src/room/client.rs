@@ -61,7 +61,7 @@ impl ClientConfig {
             bytes_per_s: 750 * 300,
             nonce_seed: [0; 16],
             retry_initial_ns: 250_000_000,
-            retry_max_ns: 2_000_000_000,
+            retry_max_ns: 1_000_000_000,
             lost_after_ns: 5_000_000_000,
         }
     }

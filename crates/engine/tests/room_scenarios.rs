@@ -1,0 +1,686 @@
+//! Rooms in virtual time: clients and the server exchange datagrams through an in-memory
+//! network (1 ms one way, optional seeded loss) driven by their `poll_timeout`s.
+//! Join, leave, timeout, rejoin after a NAT rebinding, wrong password, SSRC collisions,
+//! forged and spoofed traffic, policing of a flooding member, per-destination queues,
+//! and roster delivery over a path that loses half the control packets.
+
+use std::collections::{BTreeMap, BinaryHeap};
+use std::net::SocketAddr;
+
+use netjam_engine::rng::SimRng;
+use netjam_engine::room::msg::{Control, MAX_CONTROL_LEN};
+use netjam_engine::room::{
+    ClientConfig, DropReason, RefuseCode, RoomClient, RoomEvent, RosterKind, Server, ServerConfig, Verdict,
+};
+
+const MS: u64 = 1_000_000;
+const SECRET: [u8; 32] = [42; 32];
+
+fn addr(i: u16) -> SocketAddr {
+    SocketAddr::from(([10, 0, (i >> 8) as u8, i as u8], 40_000 + i))
+}
+
+fn rtp(ssrc: u32, seq: u16, payload: usize) -> Vec<u8> {
+    let mut b = vec![0u8; 12 + payload];
+    b[0] = 0x80;
+    b[1] = 96;
+    b[2..4].copy_from_slice(&seq.to_be_bytes());
+    b[8..12].copy_from_slice(&ssrc.to_be_bytes());
+    b
+}
+
+/// An RTCP receiver report (no report blocks) from `ssrc`.
+fn rtcp_rr(ssrc: u32) -> Vec<u8> {
+    let mut b = vec![0x80, 201, 0, 1];
+    b.extend_from_slice(&ssrc.to_be_bytes());
+    b
+}
+
+struct Peer {
+    addr: SocketAddr,
+    client: RoomClient,
+    events: Vec<RoomEvent>,
+    alive: bool,
+}
+
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct InFlight {
+    at: std::cmp::Reverse<(u64, u64)>,
+    to_server: bool,
+    src: SocketAddr,
+    dst: SocketAddr,
+    bytes: Vec<u8>,
+}
+
+struct World {
+    now: u64,
+    server: Server,
+    peers: Vec<Peer>,
+    queue: BinaryHeap<InFlight>,
+    serial: u64,
+    loss: f64,
+    rng: SimRng,
+    /// Bytes the server sent to each address.
+    sent_to: BTreeMap<SocketAddr, usize>,
+}
+
+impl World {
+    fn new(cfg: ServerConfig, loss: f64, seed: u64) -> Self {
+        Self {
+            now: 1_000 * MS,
+            server: Server::new(cfg, SECRET),
+            peers: Vec::new(),
+            queue: BinaryHeap::new(),
+            serial: 0,
+            loss,
+            rng: SimRng::new(seed),
+            sent_to: BTreeMap::new(),
+        }
+    }
+
+    fn add(&mut self, i: u16, room: &str, name: &str, password: &str, ssrc: u32) -> usize {
+        let mut cfg = ClientConfig::new(room, name, password, ssrc);
+        cfg.nonce_seed = [i as u8; 16];
+        self.peers.push(Peer {
+            addr: addr(i),
+            client: RoomClient::new(cfg, self.now),
+            events: Vec::new(),
+            alive: true,
+        });
+        self.peers.len() - 1
+    }
+
+    fn send(&mut self, to_server: bool, src: SocketAddr, dst: SocketAddr, bytes: Vec<u8>) {
+        if self.loss > 0.0 && self.rng.chance(self.loss) {
+            return;
+        }
+        self.serial += 1;
+        self.queue.push(InFlight {
+            at: std::cmp::Reverse((self.now + MS, self.serial)),
+            to_server,
+            src,
+            dst,
+            bytes,
+        });
+    }
+
+    fn flush(&mut self) {
+        let mut buf = [0u8; MAX_CONTROL_LEN];
+        for i in 0..self.peers.len() {
+            while let Some(n) = self.peers[i].client.poll_transmit(&mut buf) {
+                let src = self.peers[i].addr;
+                if self.peers[i].alive {
+                    self.send(true, src, addr(0), buf[..n].to_vec());
+                }
+            }
+            while let Some(e) = self.peers[i].client.poll_event() {
+                self.peers[i].events.push(e);
+            }
+        }
+        while let Some((dst, n)) = self.server.poll_transmit(&mut buf) {
+            *self.sent_to.entry(dst).or_default() += n;
+            self.send(false, addr(0), dst, buf[..n].to_vec());
+        }
+    }
+
+    /// Runs the network until `until` (absolute virtual time).
+    fn run_until(&mut self, until: u64) {
+        self.flush();
+        loop {
+            let mut next = self.queue.peek().map_or(u64::MAX, |p| p.at.0 .0);
+            if let Some(t) = self.server.poll_timeout() {
+                next = next.min(t);
+            }
+            for p in self.peers.iter().filter(|p| p.alive) {
+                if let Some(t) = p.client.poll_timeout() {
+                    next = next.min(t);
+                }
+            }
+            if next > until {
+                self.now = until;
+                return;
+            }
+            self.now = self.now.max(next);
+            while self.queue.peek().is_some_and(|p| p.at.0 .0 <= self.now) {
+                let Some(p) = self.queue.pop() else { break };
+                if p.to_server {
+                    let _ = self.server.handle_datagram(self.now, p.src, &p.bytes);
+                } else if let Some(peer) = self.peers.iter_mut().find(|q| q.alive && q.addr == p.dst) {
+                    peer.client.handle_datagram(self.now, &p.bytes);
+                }
+            }
+            self.server.handle_timeout(self.now);
+            for p in self.peers.iter_mut().filter(|p| p.alive) {
+                p.client.handle_timeout(self.now);
+            }
+            self.flush();
+        }
+    }
+
+    fn run_for(&mut self, d: u64) {
+        let t = self.now + d;
+        self.run_until(t);
+    }
+
+    fn seat(&self, i: usize) -> (u32, u32) {
+        self.peers[i].client.seat().expect("seated")
+    }
+
+    fn roster(&self, i: usize) -> Vec<(RosterKind, String)> {
+        self.peers[i]
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                RoomEvent::Roster(r) => Some((r.kind, r.name.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Media from `src` straight into the server; the destinations it names.
+    fn media(&mut self, src: SocketAddr, bytes: &[u8]) -> Result<Vec<SocketAddr>, DropReason> {
+        match self.server.handle_datagram(self.now, src, bytes) {
+            Verdict::Forward(d) => {
+                let d: Vec<_> = d.to_vec();
+                for x in &d {
+                    self.server.sent(x.id);
+                }
+                Ok(d.iter().map(|x| x.addr).collect())
+            }
+            Verdict::Drop(r) => Err(r),
+            Verdict::Control => panic!("media taken as control"),
+        }
+    }
+}
+
+fn joined(events: &[RoomEvent]) -> Vec<(u32, u32, bool)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            RoomEvent::Joined {
+                member_id,
+                ssrc,
+                rejoined,
+            } => Some((*member_id, *ssrc, *rejoined)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn members_join_hear_of_each_other_and_forward_to_the_others_only() {
+    let mut w = World::new(ServerConfig::default(), 0.0, 1);
+    let a = w.add(1, "band", "Ana", "secret", 0x1111);
+    w.run_for(100 * MS);
+    let b = w.add(2, "band", "Bo", "secret", 0x2222);
+    let c = w.add(3, "band", "Cy", "secret", 0x3333);
+    w.run_for(500 * MS);
+    for i in [a, b, c] {
+        assert_eq!(
+            joined(&w.peers[i].events).len(),
+            1,
+            "peer {i}: {:?}",
+            w.peers[i].events
+        );
+    }
+    assert_eq!(w.seat(a).1, 0x1111);
+    // Each hears exactly of the other two, never of itself.
+    let mut names: Vec<_> = w.roster(a).into_iter().map(|(_, n)| n).collect();
+    names.sort();
+    assert_eq!(names, ["Bo", "Cy"]);
+    let mut names: Vec<_> = w.roster(c).into_iter().map(|(_, n)| n).collect();
+    names.sort();
+    assert_eq!(names, ["Ana", "Bo"]);
+    assert!(w.roster(b).iter().all(|(k, _)| *k == RosterKind::Joined));
+
+    let mut dests = w.media(addr(1), &rtp(0x1111, 1, 200)).expect("forwarded");
+    dests.sort();
+    assert_eq!(dests, [addr(2), addr(3)]);
+    let dests = w.media(addr(2), &rtcp_rr(0x2222)).expect("RTCP forwarded");
+    assert_eq!(dests.len(), 2);
+    assert!(!dests.contains(&addr(2)));
+
+    // Leave: the others hear `left`; a joiner in another room hears nothing of this one.
+    let other = w.add(9, "other", "Zed", "", 0x1111);
+    w.peers[b].client.leave(w.now);
+    w.run_for(500 * MS);
+    assert_eq!(w.roster(a).last(), Some(&(RosterKind::Left, "Bo".to_owned())));
+    assert_eq!(w.roster(c).last(), Some(&(RosterKind::Left, "Bo".to_owned())));
+    assert!(w.roster(other).is_empty());
+    assert_eq!(w.seat(other).1, 0x1111, "SSRCs are per room");
+    assert_eq!(
+        w.media(addr(2), &rtp(0x2222, 2, 200)),
+        Err(DropReason::UnknownSource)
+    );
+    let s = w.server.stats();
+    assert_eq!((s.members, s.rooms, s.leaves), (3, 2, 1));
+}
+
+#[test]
+fn a_silent_member_times_out_and_the_room_is_told() {
+    let mut w = World::new(ServerConfig::default(), 0.0, 2);
+    let a = w.add(1, "band", "Ana", "", 1);
+    let b = w.add(2, "band", "Bo", "", 2);
+    w.run_for(500 * MS);
+    assert!(w.peers[b].client.seat().is_some());
+    // Bo's machine vanishes: no leave, no keep-alives.
+    w.peers[b].alive = false;
+    let gone = w.now;
+    w.run_for(4 * 1_000 * MS);
+    assert!(
+        !w.roster(a).iter().any(|(k, _)| *k == RosterKind::Timeout),
+        "too early"
+    );
+    w.run_for(2 * 1_000 * MS);
+    assert_eq!(w.roster(a).last(), Some(&(RosterKind::Timeout, "Bo".to_owned())));
+    assert_eq!(w.server.stats().timeouts, 1);
+    // Ana kept sending keep-alives and is still seated long after.
+    w.run_for(20 * 1_000 * MS);
+    assert!(w.peers[a].client.seat().is_some());
+    assert!(!w.peers[a].events.contains(&RoomEvent::Lost));
+    assert!(w.now - gone > 5_000 * MS);
+}
+
+#[test]
+fn wrong_password_is_refused_and_the_first_joiner_fixes_the_password() {
+    let mut w = World::new(ServerConfig::default(), 0.0, 3);
+    let a = w.add(1, "band", "Ana", "right", 1);
+    w.run_for(300 * MS);
+    let b = w.add(2, "band", "Bo", "wrong", 2);
+    let open = w.add(3, "open", "Cy", "", 3);
+    w.run_for(300 * MS);
+    assert!(w.peers[a].client.seat().is_some());
+    assert!(
+        w.peers[open].client.seat().is_some(),
+        "rooms without password work"
+    );
+    assert!(w.peers[b].client.seat().is_none());
+    assert!(matches!(
+        w.peers[b].events.as_slice(),
+        [RoomEvent::Refused {
+            code: Some(RefuseCode::WrongPassword),
+            ..
+        }]
+    ));
+    assert!(w.roster(a).is_empty(), "a refused joiner is never announced");
+    // A refused client stops asking.
+    let before = w.server.stats().refused;
+    w.run_for(5_000 * MS);
+    assert_eq!(w.server.stats().refused, before);
+}
+
+#[test]
+fn ssrc_collisions_are_resolved_and_forged_ssrcs_never_forwarded() {
+    let mut w = World::new(ServerConfig::default(), 0.0, 4);
+    let a = w.add(1, "band", "Ana", "", 0xABCD);
+    w.run_for(200 * MS);
+    let b = w.add(2, "band", "Bo", "", 0xABCD);
+    w.run_for(200 * MS);
+    let (_, sa) = w.seat(a);
+    let (_, sb) = w.seat(b);
+    assert_eq!(sa, 0xABCD);
+    assert_ne!(sb, sa, "the second member gets another SSRC");
+    // Bo learns Ana's SSRC from the roster and Ana Bo's.
+    assert!(w.peers[b]
+        .events
+        .iter()
+        .any(|e| matches!(e, RoomEvent::Roster(r) if r.ssrc == sa)));
+    assert!(w.peers[a]
+        .events
+        .iter()
+        .any(|e| matches!(e, RoomEvent::Roster(r) if r.ssrc == sb)));
+
+    // Bo claims Ana's SSRC: dropped, counted against Bo.
+    for k in 0..10 {
+        assert_eq!(w.media(addr(2), &rtp(sa, k, 100)), Err(DropReason::ForgedSsrc));
+    }
+    assert_eq!(w.media(addr(2), &rtcp_rr(sa)), Err(DropReason::ForgedSsrc));
+    // A compound whose second packet names someone else is forged too.
+    let mut compound = rtcp_rr(sb);
+    compound.extend(rtcp_rr(sa));
+    assert_eq!(w.media(addr(2), &compound), Err(DropReason::ForgedSsrc));
+    // A stranger with Ana's SSRC: dropped as an unknown source.
+    assert_eq!(w.media(addr(7), &rtp(sa, 1, 100)), Err(DropReason::UnknownSource));
+    // Bo's own packets still flow.
+    assert_eq!(w.media(addr(2), &rtp(sb, 11, 100)), Ok(vec![addr(1)]));
+    let stats = w.server.member_stats();
+    let bo = stats.iter().find(|m| m.name == "Bo").expect("Bo");
+    assert_eq!(bo.forged_drops, 12);
+    assert_eq!(bo.forwarded, 1);
+    let ana = stats.iter().find(|m| m.name == "Ana").expect("Ana");
+    assert_eq!(ana.sent_to, 1, "Ana received only Bo's own packet");
+    assert_eq!(w.server.stats().unknown_source, 1);
+}
+
+#[test]
+fn a_member_whose_address_changes_keeps_its_seat_after_reauthenticating() {
+    let mut w = World::new(ServerConfig::default(), 0.0, 5);
+    let a = w.add(1, "band", "Ana", "pw", 10);
+    let b = w.add(2, "band", "Bo", "pw", 20);
+    w.run_for(300 * MS);
+    let (id_a, ssrc_a) = w.seat(a);
+    // Ana's NAT gives her a new port; she does not know it yet and keeps sending media.
+    w.peers[a].addr = addr(101);
+    assert_eq!(
+        w.media(addr(101), &rtp(ssrc_a, 1, 160)),
+        Err(DropReason::UnknownSource)
+    );
+    w.run_for(5 * MS);
+    assert!(w.server.stats().rebind_hints >= 1);
+    w.run_for(300 * MS);
+    assert_eq!(joined(&w.peers[a].events).last(), Some(&(id_a, ssrc_a, true)));
+    assert_eq!(w.server.stats().rejoins, 1);
+    // Same seat: media from the new address flows, to the old one nothing goes.
+    assert_eq!(w.media(addr(101), &rtp(ssrc_a, 2, 160)), Ok(vec![addr(2)]));
+    let (_, ssrc_b) = w.seat(b);
+    assert_eq!(w.media(addr(2), &rtp(ssrc_b, 1, 160)), Ok(vec![addr(101)]));
+    assert_eq!(
+        w.media(addr(1), &rtp(ssrc_a, 3, 160)),
+        Err(DropReason::UnknownSource)
+    );
+    // Bo heard nothing about it: still one `joined` for Ana.
+    assert_eq!(w.roster(b), [(RosterKind::Joined, "Ana".to_owned())]);
+
+    // The client may also say it moved (a new network).
+    w.peers[a].addr = addr(102);
+    w.peers[a].client.address_changed(w.now);
+    w.run_for(300 * MS);
+    assert_eq!(joined(&w.peers[a].events).last(), Some(&(id_a, ssrc_a, true)));
+    assert_eq!(w.media(addr(2), &rtp(ssrc_b, 2, 160)), Ok(vec![addr(102)]));
+    // A stolen session token without the password does not take the seat: the rejoin
+    // authenticator is keyed by the room key, checked in the server's unit of work.
+    assert!(w.server.member_stats().iter().any(|m| m.addr == addr(102)));
+}
+
+#[test]
+fn a_restarted_server_sends_the_client_back_through_a_fresh_join() {
+    let mut w = World::new(ServerConfig::default(), 0.0, 6);
+    let a = w.add(1, "band", "Ana", "", 10);
+    w.run_for(300 * MS);
+    let (id, _) = w.seat(a);
+    w.server = Server::new(ServerConfig::default(), [7; 32]);
+    // Its next keep-alive reaches a server that does not know it: the rebind hint sends
+    // it through hello and rejoin, the unknown seat turns that into a join.
+    w.run_for(12_000 * MS);
+    let j = joined(&w.peers[a].events);
+    assert_eq!(j.len(), 2, "{:?}", w.peers[a].events);
+    assert_eq!(j[0].0, id);
+    assert!(!j[1].2, "a fresh seat, not a rejoin");
+    assert!(w.peers[a].client.seat().is_some());
+}
+
+#[test]
+fn a_spoofed_source_gets_nothing_more_than_it_sent() {
+    let mut w = World::new(ServerConfig::default(), 0.0, 7);
+    let a = w.add(1, "band", "Ana", "", 10);
+    w.run_for(300 * MS);
+    let (_, ssrc_a) = w.seat(a);
+    let attacker = addr(66);
+    let victim = addr(77);
+    let mut from_attacker = 0usize;
+    let mut from_victim = 0usize;
+    let mut buf = [0u8; MAX_CONTROL_LEN];
+    let drain = |w: &mut World| {
+        let mut out = [0u8; MAX_CONTROL_LEN];
+        while let Some((dst, n)) = w.server.poll_transmit(&mut out) {
+            *w.sent_to.entry(dst).or_default() += n;
+        }
+    };
+    // A short hello (would amplify): nothing.
+    let n = Control::Hello { pad: 0 }.encode(&mut buf).expect("hello");
+    let short = buf[..n].to_vec();
+    assert!(matches!(
+        w.server.handle_datagram(w.now, victim, &short),
+        Verdict::Drop(_)
+    ));
+    from_victim += short.len();
+    drain(&mut w);
+    // Hellos spoofed from the victim's address: each challenge no longer than its hello.
+    let n = Control::Hello {
+        pad: netjam_engine::room::msg::HELLO_PAD,
+    }
+    .encode(&mut buf)
+    .expect("hello");
+    let hello = buf[..n].to_vec();
+    for _ in 0..100 {
+        let _ = w.server.handle_datagram(w.now, victim, &hello);
+        from_victim += hello.len();
+    }
+    drain(&mut w);
+    // The attacker learns a cookie for its own address and replays it as the victim, and
+    // replays a cookie made for the victim from its own address: neither gets a seat.
+    let _ = w.server.handle_datagram(w.now, attacker, &hello);
+    from_attacker += hello.len();
+    let mut chal = [0u8; MAX_CONTROL_LEN];
+    let (_, n) = w.server.poll_transmit(&mut chal).expect("challenge");
+    *w.sent_to.entry(attacker).or_default() += n;
+    let Ok(Control::Challenge { cookie, server_nonce }) = Control::decode(&chal[..n]) else {
+        panic!("challenge")
+    };
+    let key = netjam_engine::room::auth::room_key("band", "");
+    let nonce = [1u8; 16];
+    let auth = netjam_engine::room::auth::join_authenticator(&key, server_nonce, &nonce, "band", "Mallory");
+    let join = Control::Join(netjam_engine::room::msg::Join {
+        cookie,
+        room: "band",
+        name: "Mallory",
+        client_nonce: &nonce,
+        authenticator: &auth,
+        ssrc: ssrc_a,
+        packets_per_s: 750,
+        bytes_per_s: 200_000,
+        create_key: &[],
+        key_agreement: &[],
+    });
+    let mut jb = [0u8; MAX_CONTROL_LEN];
+    let n = join.encode(&mut jb).expect("join");
+    for _ in 0..50 {
+        let _ = w.server.handle_datagram(w.now, victim, &jb[..n]);
+        from_victim += n;
+    }
+    drain(&mut w);
+    // Media and keep-alives from addresses that are no members.
+    for k in 0..1_000u16 {
+        let _ = w
+            .server
+            .handle_datagram(w.now + u64::from(k) * MS, attacker, &rtp(ssrc_a, k, 12));
+        from_attacker += 24;
+        let _ = w.server.handle_datagram(w.now, victim, &rtp(ssrc_a, k, 0));
+        from_victim += 12;
+    }
+    drain(&mut w);
+    assert_eq!(w.server.stats().members, 1, "nobody got a seat");
+    assert_eq!(w.server.member_stats()[0].sent_to, 0, "nothing was forwarded");
+    let to_attacker = w.sent_to.get(&attacker).copied().unwrap_or(0);
+    let to_victim = w.sent_to.get(&victim).copied().unwrap_or(0);
+    assert!(to_attacker <= from_attacker, "{to_attacker} > {from_attacker}");
+    assert!(to_victim <= from_victim, "{to_victim} > {from_victim}");
+    assert!(w.server.stats().bad_cookies >= 50);
+}
+
+#[test]
+fn a_flooding_member_is_policed_while_the_others_pass_untouched() {
+    let mut w = World::new(ServerConfig::default(), 0.0, 8);
+    let a = w.add(1, "band", "Ana", "", 1);
+    let b = w.add(2, "band", "Bo", "", 2);
+    let c = w.add(3, "band", "Cy", "", 3);
+    w.run_for(300 * MS);
+    let (sa, sb) = (w.seat(a).1, w.seat(b).1);
+    let _ = c;
+    // Declared: 750 packets/s of 300 bytes. Ana sends 50× that; Bo sends at his rate.
+    let period = 1_000_000_000 / 750;
+    let mut bo_forwarded = 0;
+    let mut ana_sent = 0u64;
+    let start = w.now;
+    for k in 0..1_500u64 {
+        let t = start + k * period;
+        for j in 0..50 {
+            let now = t + j * (period / 50);
+            if let Verdict::Forward(d) = w.server.handle_datagram(now, addr(1), &rtp(sa, k as u16, 288)) {
+                // The shell sent them: the queue slots are free again.
+                let ids: Vec<_> = d.iter().map(|x| x.id).collect();
+                for x in ids {
+                    w.server.sent(x);
+                }
+            }
+            ana_sent += 1;
+        }
+        // Bo's packet: decided in the same call, forwarded to both others at once.
+        match w
+            .server
+            .handle_datagram(t + period / 2, addr(2), &rtp(sb, k as u16, 288))
+        {
+            Verdict::Forward(d) => {
+                assert_eq!(d.len(), 2);
+                let d = d.to_vec();
+                for x in d {
+                    w.server.sent(x.id);
+                }
+                bo_forwarded += 1;
+            }
+            v => panic!("Bo's packet {k}: {v:?}"),
+        }
+    }
+    assert_eq!(bo_forwarded, 1_500);
+    let stats = w.server.member_stats();
+    let ana = stats.iter().find(|m| m.name == "Ana").expect("Ana");
+    let bo = stats.iter().find(|m| m.name == "Bo").expect("Bo");
+    // 2 s at 1.5× 750/s plus a burst of 20 may pass; the rest is policed.
+    let allowed = (1.5 * 750.0 * 2.0) as u64 + 20;
+    assert!(ana.forwarded <= allowed + 2, "{} > {allowed}", ana.forwarded);
+    assert!(
+        ana.forwarded >= 750 * 2,
+        "Ana's declared rate still passes: {}",
+        ana.forwarded
+    );
+    assert_eq!(ana.forwarded + ana.policed_drops, ana_sent);
+    assert_eq!((bo.policed_drops, bo.queue_drops), (0, 0));
+    println!(
+        "flood: Ana sent {ana_sent}, forwarded {}, policed {}; Bo forwarded {bo_forwarded}/1500",
+        ana.forwarded, ana.policed_drops
+    );
+}
+
+#[test]
+fn a_slow_destination_fills_only_its_own_queue() {
+    let cfg = ServerConfig {
+        dest_queue: 32,
+        ..ServerConfig::default()
+    };
+    let mut w = World::new(cfg, 0.0, 9);
+    for (i, n) in [(1, "Ana"), (2, "Bo"), (3, "Cy")] {
+        w.add(i, "band", n, "", u32::from(i));
+    }
+    w.run_for(300 * MS);
+    let sa = w.seat(0).1;
+    let period = 1_000_000_000 / 750;
+    let mut to_bo = 0;
+    for k in 0..200u64 {
+        let v = w
+            .server
+            .handle_datagram(w.now + k * period, addr(1), &rtp(sa, k as u16, 100));
+        let Verdict::Forward(d) = v else { panic!("{v:?}") };
+        let d = d.to_vec();
+        // The shell sends to Bo at once; Cy's path is stuck, his packets are never done.
+        for x in d {
+            if x.addr == addr(2) {
+                to_bo += 1;
+                w.server.sent(x.id);
+            }
+        }
+    }
+    assert_eq!(to_bo, 200, "Bo gets every packet");
+    let stats = w.server.member_stats();
+    let cy = stats.iter().find(|m| m.name == "Cy").expect("Cy");
+    assert_eq!((cy.sent_to, cy.queue_drops), (32, 168));
+    let bo = stats.iter().find(|m| m.name == "Bo").expect("Bo");
+    assert_eq!(bo.queue_drops, 0);
+}
+
+/// Roster events reach every member complete and in order although half the control
+/// packets (both ways) are lost.
+#[test]
+fn roster_events_survive_half_the_control_packets_lost() {
+    for seed in 1..=20u64 {
+        // Keep-alives every 250 ms with a 10 s timeout: 40 in a row would have to be lost
+        // for a member to time out, so the events are the ones this test makes.
+        let cfg = ServerConfig {
+            keepalive_ms: 250,
+            timeout_ms: 10_000,
+            ..ServerConfig::default()
+        };
+        let mut w = World::new(cfg, 0.5, seed);
+        let names = ["Ana", "Bo", "Cy", "Dee", "Eve"];
+        for (i, n) in names.iter().enumerate() {
+            w.add(i as u16 + 1, "band", n, "pw", 100 + i as u32);
+            w.run_for(200 * MS);
+        }
+        // A join takes four messages, each lost half the time; retries come at most 1 s apart.
+        w.run_for(40_000 * MS);
+        for (i, p) in w.peers.iter().enumerate() {
+            assert!(
+                p.client.seat().is_some(),
+                "seed {seed}: {} not seated: {:?}",
+                names[i],
+                p.events
+            );
+        }
+        w.peers[1].client.rename("Bob");
+        // A lost rename is not retried by the protocol; say it until the others heard it.
+        for _ in 0..20 {
+            w.run_for(300 * MS);
+            if w.roster(0).iter().any(|(k, _)| *k == RosterKind::Renamed) {
+                break;
+            }
+            w.peers[1].client.rename("Bob");
+        }
+        w.peers[2].client.leave(w.now);
+        w.run_for(15_000 * MS);
+        // Every event in sequence order, without gaps or duplicates.
+        for p in &w.peers {
+            let seqs: Vec<u32> = p
+                .events
+                .iter()
+                .filter_map(|e| match e {
+                    RoomEvent::Roster(r) => Some(r.seq),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(seqs, (1..=seqs.len() as u32).collect::<Vec<_>>(), "seed {seed}");
+        }
+        // Ana heard the others join in the order the server seated them (ascending member
+        // ids; loss may reorder the joins themselves), then the rename, then Cy leave (a
+        // lost leave ends as a timeout).
+        let ana = w.roster(0);
+        let join_ids: Vec<u32> = w.peers[0]
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                RoomEvent::Roster(r) if r.kind == RosterKind::Joined => Some(r.member_id),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(join_ids.len(), 4, "seed {seed}: {ana:?}");
+        assert!(
+            join_ids.windows(2).all(|p| p[0] < p[1]),
+            "seed {seed}: {join_ids:?}"
+        );
+        let mut joins: Vec<_> = ana.iter().take(4).map(|(_, n)| n.as_str()).collect();
+        joins.sort();
+        assert_eq!(joins, ["Bo", "Cy", "Dee", "Eve"], "seed {seed}");
+        let tail: Vec<_> = ana.iter().skip(4).map(|(k, _)| *k).collect();
+        assert_eq!(tail[0], RosterKind::Renamed, "seed {seed}: {ana:?}");
+        assert!(
+            matches!(tail.last(), Some(RosterKind::Left | RosterKind::Timeout)),
+            "seed {seed}: {ana:?}"
+        );
+        // Eve joined last: she heard of all four before her, Bo already or later renamed.
+        let eve = w.roster(4);
+        assert_eq!(
+            eve.iter().filter(|(k, _)| *k == RosterKind::Joined).count(),
+            4,
+            "seed {seed}: {eve:?}"
+        );
+        assert_eq!(w.server.stats().members, 4, "seed {seed}");
+    }
+}
