@@ -625,6 +625,67 @@ mod tests {
         assert!(h >= c, "hello {h} < challenge {c}");
     }
 
+    /// The sizes `docs/protocol.md` states.
+    #[test]
+    fn sizes_match_the_protocol_document() {
+        let mut buf = [0u8; MAX_CONTROL_LEN];
+        let c = [0u8; COOKIE_LEN];
+        let n = [0u8; NONCE_LEN];
+        let a = [0u8; AUTH_LEN];
+        let t = [0u8; TOKEN_LEN];
+        let mut len = |m: Control<'_>| m.encode(&mut buf).unwrap();
+        let join = |create: &'static [u8]| {
+            Control::Join(Join {
+                cookie: &c,
+                room: "abc",
+                name: "abcd",
+                client_nonce: &n,
+                authenticator: &a,
+                ssrc: 0,
+                packets_per_s: 1,
+                bytes_per_s: 1,
+                create_key: create,
+                key_agreement: &[],
+            })
+        };
+        // "abc" takes 4 bytes, "abcd" 8.
+        assert_eq!(len(join(&[])), 148 + 4 + 8);
+        assert_eq!(len(join(&[0; ROOM_KEY_LEN])), 148 + 4 + 8 + 32);
+        let rejoin = Control::Rejoin(Rejoin {
+            cookie: &c,
+            member_id: 0,
+            token: &t,
+            client_nonce: &n,
+            authenticator: &a,
+            key_agreement: &[],
+        });
+        assert_eq!(len(rejoin), 152);
+        let welcome = Control::Welcome(Welcome {
+            member_id: 0,
+            ssrc: 0,
+            token: &t,
+            keepalive_ms: 0,
+            timeout_ms: 0,
+            key_agreement: &[],
+        });
+        assert_eq!(len(welcome), 72);
+        assert_eq!(len(Control::Refused { code: 1, text: "abc" }), 32 + 4);
+        let roster = Control::Roster(Roster {
+            seq: 1,
+            kind: RosterKind::Joined,
+            member_id: 1,
+            name: "abcd",
+            ssrc: 1,
+        });
+        assert_eq!(len(roster), 44 + 8);
+        assert_eq!(len(Control::Ack { seq: 1 }), 24);
+        assert_eq!(len(Control::Rename { name: "abc" }), 24 + 4);
+        assert_eq!(len(Control::Keepalive), 28);
+        assert_eq!(len(Control::Leave), 24);
+        assert_eq!(len(Control::Rebind), 24);
+        assert_eq!(len(Control::Hello { pad: HELLO_PAD }), 92);
+    }
+
     #[test]
     fn other_versions_are_named() {
         let mut buf = [0u8; 64];
