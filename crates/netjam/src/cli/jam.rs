@@ -21,6 +21,7 @@ use netjam_engine::wire::Codec;
 use super::common::{check_outputs, cname, fresh_seed, resolve, BufferArg};
 use super::stream::{packets_text, parse_outputs, write_json, SourceArgs, WireArgs};
 use crate::clock;
+use crate::control::jam::JamControl;
 use crate::endpoint::channels::ChannelMap;
 use crate::endpoint::jack::{JackConfig, JackEndpoint, JackMonitor};
 use crate::endpoint::paced::PacedEndpoint;
@@ -118,6 +119,14 @@ pub struct JamArgs {
     /// player who monitors through).
     #[arg(long)]
     pub measure_roundtrip: bool,
+    /// Listen for OSC control on this UDP port (0: any free port): /member0/gain and
+    /// /member0/mute set what you hear, /stats answers the latest figures, and
+    /// `/_meta ,s PATH` describes each address.
+    #[arg(long, value_name = "PORT")]
+    pub osc: Option<u16>,
+    /// The address OSC control listens on (default: this machine only).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1", requires = "osc")]
+    pub osc_bind: std::net::IpAddr,
 }
 
 /// What a sound card replaces: the other sources, JACK, and the sinks for what you hear.
@@ -355,6 +364,17 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     let gain = Arc::new(AtomicU32::new(gain.to_bits()));
     let packets = packets_text(&sender);
     let packet_ms = sender.packet_ns() as f64 / 1e6;
+    let control = a.osc.map(|port| {
+        let bind = SocketAddr::new(a.osc_bind, port);
+        JamControl::spawn(bind, gain.clone(), a.gain, a.mute, &a.peer, packet_ms)
+    });
+    let control = control.transpose()?;
+    if let Some(c) = &control {
+        eprintln!(
+            "netjam: OSC control on {} ('/_meta ,s PATH' describes an address)",
+            c.local_addr()
+        );
+    }
     let (mut process, mut snaps) = JamProcess::new(sender, receiver, link, gain);
     process.measure_round_trip(a.measure_roundtrip);
     let sink: Option<Box<dyn FrameSink>> = match (&a.output, a.stdout) {
@@ -433,6 +453,9 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
                 line.push_str(&format!("  xruns {}", monitor.xruns()));
             }
             status.show(&line);
+            if let Some(c) = &control {
+                c.publish(&s);
+            }
             series.push(s);
         }
     }
