@@ -188,6 +188,12 @@ impl DecodeQueue {
         }
     }
 
+    /// [`Self::reset`], and zero the counters too (the decoder is kept until replaced).
+    pub fn clear(&mut self) {
+        self.reset();
+        self.stats = DecodeStats::default();
+    }
+
     pub fn stats(&self) -> DecodeStats {
         self.stats
     }

@@ -103,6 +103,13 @@ impl Concealer {
         self.gap_frames = 0;
     }
 
+    /// [`Self::reset`], and zero the counters too: as if new (for another stream).
+    pub fn clear(&mut self, channels: usize) {
+        self.reset(channels);
+        self.events = 0;
+        self.concealed = 0;
+    }
+
     pub fn channels(&self) -> usize {
         self.channels
     }

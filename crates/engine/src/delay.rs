@@ -134,6 +134,14 @@ impl DecayingHistogram {
         }
     }
 
+    /// Forget every weight (the memory setting is kept). Allocation-free.
+    fn clear(&mut self) {
+        self.bins.iter_mut().for_each(|w| *w = 0.0);
+        self.groups = [0.0; GROUPS];
+        self.scale = 1.0;
+        self.total = 0.0;
+    }
+
     /// Remember about `packets` packets.
     fn set_memory(&mut self, packets: f64) {
         self.keep = 1.0 - 1.0 / packets.max(8.0);
@@ -280,6 +288,25 @@ impl DelayEstimator {
             } => min_ns.max(margin_ns),
             BufferMode::Fixed { ns } => ns,
         }
+    }
+
+    /// Forget everything learned (jitter history, peaks, base delay), as if new; the mode,
+    /// policy and packet rate are kept. Allocation-free.
+    pub fn clear(&mut self) {
+        self.long.clear();
+        self.short.clear();
+        self.min_cur = i64::MAX;
+        self.min_prev = i64::MAX;
+        self.block_start_ns = 0;
+        self.last_update_ns = 0;
+        self.last_pdv_ns = 0;
+        self.max_pdv_ns = 0;
+        self.peaks = [Peak::default(); PEAKS];
+        self.peaks_n = 0;
+        self.packets = 0;
+        self.recent_max = [0; 2];
+        self.recent_block_start_ns = 0;
+        self.target_ns = self.floor_ns();
     }
 
     /// Forget the base delay (a new stream or path), keeping the jitter history.

@@ -278,6 +278,31 @@ impl JitterBuffer {
         self.stats.relocks += 1;
     }
 
+    /// Forget everything, counters and jitter history included, as if new (for another
+    /// sender: nothing of the previous stream can play or be concealed from). The mode,
+    /// latency policy and drift-correction setting are kept. Allocation-free.
+    pub fn clear(&mut self) {
+        self.delay.clear();
+        self.concealer.clear(self.channels);
+        if let Some(q) = self.coded.as_mut() {
+            q.clear();
+        }
+        self.reset(self.rate, self.channels);
+        self.play_ts = None;
+        self.relock_gap = false;
+        self.redundancy_wait_ns = 0;
+        self.late_run_start_ns = 0;
+        self.cursor = 0;
+        self.reading_ts = 0;
+        self.now_ns = 0;
+        self.last_arrival_ns = 0;
+        self.last_reorder_ns = 0;
+        self.log = DiscontinuityLog::default();
+        self.latency_sum_ms = 0.0;
+        self.latency_n = 0;
+        self.stats = JitterStats::default();
+    }
+
     pub fn rate(&self) -> u32 {
         self.rate
     }
@@ -1106,6 +1131,46 @@ mod tests {
         assert!(st.late_packets <= late_max, "{st:?}");
         let tail = &s.out[s.out.len() - 200..];
         assert!(tail.iter().any(|v| *v != 0.0), "audio resumed");
+    }
+
+    #[test]
+    fn clear_forgets_the_stream_its_counters_and_its_jitter() {
+        let cfg = LinkConfig {
+            delay_ns: 5_000_000,
+            jitter_ns: 2_000_000,
+            loss: LossModel::Bernoulli { p: 0.02 },
+            ..LinkConfig::ideal()
+        };
+        let mut s = sim(cfg, 8);
+        let t = run(&mut s, 0, 100_000, 2000, 0);
+        let before = s.jb.stats();
+        assert!(
+            before.concealment_events > 0 && before.target_ms > 1.0,
+            "{before:?}"
+        );
+        s.jb.clear();
+        let st = s.jb.stats();
+        assert_eq!(
+            (
+                st.played_frames,
+                st.concealment_events,
+                st.relocks,
+                st.discontinuities.events
+            ),
+            (0, 0, 0, 0),
+            "{st:?}"
+        );
+        assert!(
+            st.target_ms < before.target_ms,
+            "jitter history forgotten: {st:?}"
+        );
+        assert_eq!(s.jb.recent_discontinuities().count(), 0);
+        // Nothing of the old stream plays, nor is concealed from.
+        let mut out = vec![1.0; F * 2];
+        for k in 0..20 {
+            s.jb.play(t + k * 1_000_000, &mut out);
+            assert!(out.iter().all(|x| *x == 0.0));
+        }
     }
 
     #[test]

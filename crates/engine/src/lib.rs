@@ -15,6 +15,8 @@ pub mod discontinuity;
 pub mod drift;
 pub mod jitter;
 pub mod link;
+pub mod members;
+pub mod mixer;
 pub mod probe;
 pub mod receiver;
 pub mod rng;

@@ -142,6 +142,8 @@ pub struct Receiver {
     /// packet never interrupts the music.
     candidate: Option<(u32, u16)>,
     output: Option<AudioFormat>,
+    /// Set by [`Receiver::set_output_rate`]: the rate is fixed, the channels follow each stream.
+    output_rate: Option<u32>,
     decoded: Vec<f32>,
     play_buf: Vec<f32>,
     events: [Option<ReceiverEvent>; 8],
@@ -160,6 +162,7 @@ impl Receiver {
             source: None,
             candidate: None,
             output: None,
+            output_rate: None,
             decoded: vec![0.0; MAX_SAMPLES],
             play_buf: vec![0.0; 4096 * max_ch],
             events: [None; 8],
@@ -178,6 +181,38 @@ impl Receiver {
     /// Fix the output format before any stream arrives (e.g. a sound card's).
     pub fn set_output_format(&mut self, format: AudioFormat) {
         self.output = Some(format);
+    }
+
+    /// Play at `rate` (streams at other rates are refused) in each stream's own channel
+    /// count: a mixer that takes every member's stream as it comes (see
+    /// [`crate::members::MemberReceivers`]) sets this instead of a whole output format.
+    pub fn set_output_rate(&mut self, rate: u32) {
+        self.output_rate = Some(rate);
+        self.output = None;
+    }
+
+    /// Report (RTCP RR and SDES) under `ssrc` rather than the random one chosen at
+    /// construction: a client that also sends reports under its sender's SSRC, as RFC 3550
+    /// asks of a participant, so a room sees one SSRC per player.
+    pub fn set_ssrc(&mut self, ssrc: u32) {
+        self.ssrc = ssrc;
+    }
+
+    /// Forget the stream and everything counted about it, as if new, keeping the settings
+    /// (output format or rate, buffer mode, drift correction, SSRC): what plays next is
+    /// silence until another stream starts, and nothing of the previous one can be heard
+    /// or concealed from. For a receiver handed to another sender. Allocation-free (a
+    /// compressed stream's decoder is kept until the next stream replaces it).
+    pub fn clear(&mut self) {
+        self.source = None;
+        self.candidate = None;
+        if self.output_rate.is_some() {
+            self.output = None;
+        }
+        self.events = [None; 8];
+        self.next_rtcp_ns = None;
+        self.stats = ReceiverStats::default();
+        self.jb.clear();
     }
 
     /// Follow the sender's clock by resampling (see [`JitterBuffer::set_drift_correction`]).
@@ -270,13 +305,13 @@ impl Receiver {
                 return;
             }
         };
-        if let Some(out) = self.output {
-            if out.rate != format.rate {
+        if let Some(output_rate) = self.output.map(|f| f.rate).or(self.output_rate) {
+            if output_rate != format.rate {
                 if self.stats.rate_mismatch == 0 {
                     self.push_event(ReceiverEvent::RateMismatch {
                         ssrc: h.ssrc,
                         rate: format.rate,
-                        output_rate: out.rate,
+                        output_rate,
                     });
                 }
                 self.stats.rate_mismatch += 1;
@@ -321,7 +356,7 @@ impl Receiver {
                 last_arrival_ns: now_ns,
             });
             self.candidate = None;
-            if self.output.is_none() {
+            if self.output.is_none() || self.output_rate.is_some() {
                 self.output = Some(format);
             }
             self.jb.reset(format.rate, format.channels as usize);

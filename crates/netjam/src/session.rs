@@ -9,6 +9,10 @@
 //!             receive thread <--- UDP socket ---> send thread (parked until woken)
 //! ```
 //!
+//! A room client ([`RoomProcess`]) sends once (to the room's server) and hears every other
+//! member through a receiver of its own, mixed on the audio thread; the control side
+//! steers it with [`RoomCommand`]s through a ring.
+//!
 //! The receive thread timestamps each datagram as it arrives and hands it to the audio
 //! thread, which feeds the engine and plays. Packets the engine produces go to the send
 //! thread, which the audio thread wakes with `unpark` (a futex wake that never blocks) so
@@ -20,7 +24,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle, Thread};
 use std::time::Duration;
 
-use netjam_engine::receiver::{Receiver, ReceiverStats};
+use netjam_engine::members::{MemberId, MemberReceivers, MembersConfig, MembersStats};
+use netjam_engine::mixer::{Level, Mixer, StripParams};
+use netjam_engine::receiver::{Receiver, ReceiverConfig, ReceiverStats};
 use netjam_engine::roundtrip::RoundTripMeter;
 use netjam_engine::sender::{Sender, SenderStats};
 use netjam_engine::wire::{classify, PacketKind};
@@ -183,7 +189,12 @@ struct Publisher<S> {
 
 impl<S: Copy> Publisher<S> {
     fn new(rate: u32) -> (Self, rtrb::Consumer<Snapshot<S>>) {
-        let (tx, rx) = rtrb::RingBuffer::new(256);
+        Self::with_capacity(rate, 256)
+    }
+
+    /// Room for `capacity` snapshots not yet taken (for large ones).
+    fn with_capacity(rate: u32, capacity: usize) -> (Self, rtrb::Consumer<Snapshot<S>>) {
+        let (tx, rx) = rtrb::RingBuffer::new(capacity);
         (
             Self {
                 tx,
@@ -551,5 +562,368 @@ impl Process for JamProcess {
             .tick(output.len() / heard_channels.max(1), output, || {
                 jam_stats(sender, receiver, meter)
             });
+    }
+}
+
+/// The most members a room client hears at once (the size of [`RoomStats::members`]).
+pub const MAX_ROOM_MEMBERS: usize = 16;
+/// Commands that may wait for the audio thread.
+const ROOM_COMMANDS: usize = 256;
+/// Room snapshots that may wait for the control side (each is a few kB).
+const ROOM_SNAPSHOTS: usize = 32;
+
+/// A change for a room's audio thread (see [`RoomProcess`]). Members are named by the
+/// control side's ids; a member's mix settings apply once it is assigned, so send
+/// `Assign` first (the ring keeps the order).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub enum RoomCommand {
+    /// Hear `ssrc` as `member`, at unity gain, centred, unmuted.
+    Assign {
+        ssrc: u32,
+        member: MemberId,
+    },
+    /// Stop hearing `ssrc`; its slot falls silent and is free.
+    Release {
+        ssrc: u32,
+    },
+    /// A member's gain in dB (−∞ is silence; at most +12).
+    Gain {
+        member: MemberId,
+        db: f32,
+    },
+    /// A member's pan, −1 (left) ..= 1 (right).
+    Pan {
+        member: MemberId,
+        pan: f32,
+    },
+    Mute {
+        member: MemberId,
+        mute: bool,
+    },
+    /// Your own signal in your ears (the local monitor, never through the network).
+    MonitorGain {
+        db: f32,
+    },
+    MonitorPan {
+        pan: f32,
+    },
+    MonitorMute {
+        mute: bool,
+    },
+}
+
+/// How a [`RoomProcess`] is set up.
+#[derive(Debug, Clone)]
+pub struct RoomConfig {
+    /// Members heard at once (1..=[`MAX_ROOM_MEMBERS`]).
+    pub capacity: usize,
+    /// Channels of the output (device) the mix is played into.
+    pub out_channels: usize,
+    /// Every member's receiver is made from this (`max_channels`: the most a member may
+    /// send; `buffer`, `decoders` as for `jam`).
+    pub receiver: ReceiverConfig,
+    /// Follow each member's clock by resampling.
+    pub drift_correction: bool,
+    /// Hear any SSRC that arrives, up to `capacity`, without an `Assign` (peer-to-peer or
+    /// tests; a room leaves it off so that only the roster is heard).
+    pub admit_unknown: bool,
+}
+
+impl RoomConfig {
+    /// `capacity` members of up to two channels each, into `out_channels`; drift
+    /// correction on, unknown SSRCs dropped.
+    pub fn new(capacity: usize, out_channels: usize) -> Self {
+        Self {
+            capacity,
+            out_channels,
+            receiver: ReceiverConfig::new(2),
+            drift_correction: true,
+            admit_unknown: false,
+        }
+    }
+}
+
+/// One member as the audio thread last saw it.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct RoomMemberStats {
+    /// Whether the slot is held (the rest is meaningful only then).
+    pub active: bool,
+    pub ssrc: u32,
+    pub member: MemberId,
+    /// Its mix settings.
+    pub mix: StripParams,
+    /// What it sent since the last snapshot, before its gain.
+    pub level: Level,
+    pub heard: ReceiverStats,
+}
+
+/// What a room's audio thread publishes: what you send, and each member you hear.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct RoomStats {
+    pub sent: SenderStats,
+    pub routing: MembersStats,
+    /// By slot; see [`RoomStats::active_members`].
+    pub members: [RoomMemberStats; MAX_ROOM_MEMBERS],
+    /// Your own signal since the last snapshot, before the monitor gain.
+    pub monitor: Level,
+    pub monitor_mix: StripParams,
+    /// Commands applied, and those refused (no free slot, or no such member or SSRC).
+    pub commands: u64,
+    pub command_errors: u64,
+}
+
+impl RoomStats {
+    /// The members heard.
+    pub fn active_members(&self) -> impl Iterator<Item = &RoomMemberStats> {
+        self.members.iter().filter(|m| m.active)
+    }
+}
+
+/// The audio-thread side of a room client: send what you play through one [`Sender`]
+/// (to the room's server), hear every other member through a receiver of its own, mixed
+/// with per-member gain, pan and mute, plus your own signal as a local monitor.
+///
+/// Built from library code:
+///
+/// ```no_run
+/// # fn main() -> anyhow::Result<()> {
+/// use netjam::session::{NetIo, Peer, RoomCommand, RoomConfig, RoomProcess};
+/// use netjam::transport::UdpTransport;
+/// use netjam_engine::sender::{Sender, SenderConfig};
+/// use netjam_engine::wire::{AudioFormat, Codec};
+///
+/// let server = "192.0.2.1:4464".parse()?;
+/// let socket = UdpTransport::bind("0.0.0.0:0".parse()?)?;
+/// let (io, link) = NetIo::start(socket, Peer::Fixed(server))?;
+/// let format = AudioFormat::new(Codec::L16, 48_000, 1)?;
+/// let sender = Sender::new(SenderConfig::new(format, 64))?;
+/// let (room, mut snapshots, mut commands) = RoomProcess::new(sender, link, RoomConfig::new(8, 2));
+/// // The roster says who is in the room (ssrc, member id):
+/// let _ = commands.push(RoomCommand::Assign { ssrc: 0x1234_5678, member: 1 });
+/// let _ = commands.push(RoomCommand::Gain { member: 1, db: -6.0 });
+/// // Run it on the device: `spawn_audio("netjam-audio", endpoint, room, stop)`; read
+/// // `snapshots.pop()` for the status line; at the end `room.finish(now)` and `io.shutdown()`.
+/// # let _ = (room, snapshots.pop(), io);
+/// # Ok(()) }
+/// ```
+///
+/// RTCP from the room goes to the sender (other members' reports about your stream) and
+/// to the member it comes from (its sender reports); every member's receiver reports under
+/// the sender's SSRC, so the room sees one SSRC per player.
+pub struct RoomProcess {
+    pub sender: Sender,
+    members: MemberReceivers,
+    mixer: Mixer,
+    out_channels: usize,
+    net: NetSide,
+    commands: rtrb::Consumer<RoomCommand>,
+    commands_applied: u64,
+    command_errors: u64,
+    publisher: Publisher<RoomStats>,
+}
+
+impl std::fmt::Debug for RoomProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RoomProcess")
+            .field("sender", &self.sender)
+            .field("members", &self.members)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RoomProcess {
+    /// Reserve everything for `config` (the only allocation). Returns the process, the
+    /// snapshots it publishes about ten times a second, and the command ring's producer
+    /// (for the control thread: OSC, the roster).
+    pub fn new(
+        sender: Sender,
+        link: AudioLink,
+        config: RoomConfig,
+    ) -> (
+        Self,
+        rtrb::Consumer<Snapshot<RoomStats>>,
+        rtrb::Producer<RoomCommand>,
+    ) {
+        let rate = sender.format().rate;
+        let capacity = config.capacity.clamp(1, MAX_ROOM_MEMBERS);
+        let out_channels = config.out_channels.max(1);
+        let mut members = MemberReceivers::new(MembersConfig {
+            capacity,
+            receiver: config.receiver,
+            rate,
+            admit_unknown: config.admit_unknown,
+        });
+        members.set_reporter_ssrc(sender.ssrc());
+        members.set_drift_correction(config.drift_correction);
+        let (publisher, snapshots) = Publisher::with_capacity(rate, ROOM_SNAPSHOTS);
+        let (commands_tx, commands) = rtrb::RingBuffer::new(ROOM_COMMANDS);
+        let p = Self {
+            sender,
+            members,
+            mixer: Mixer::new(capacity, out_channels, rate),
+            out_channels,
+            net: NetSide::new(link),
+            commands,
+            commands_applied: 0,
+            command_errors: 0,
+            publisher,
+        };
+        (p, snapshots, commands_tx)
+    }
+
+    /// The members' receivers (statistics, events).
+    pub fn members(&self) -> &MemberReceivers {
+        &self.members
+    }
+
+    pub fn mixer(&self) -> &Mixer {
+        &self.mixer
+    }
+
+    /// Send a final report and BYE.
+    pub fn finish(&mut self, now_ns: u64) {
+        self.net.bye(&mut self.sender, now_ns);
+    }
+
+    /// Packets refused by a full ring.
+    pub fn tx_overflow(&self) -> u64 {
+        self.net.tx_overflow
+    }
+
+    /// Apply one command (what [`Process::process`] does with each it finds on the ring).
+    pub fn apply(&mut self, command: RoomCommand) {
+        let ok = match command {
+            RoomCommand::Assign { ssrc, member } => {
+                let new = self.members.slot_of(ssrc).is_none()
+                    || self.members.slot_of_member(member) != self.members.slot_of(ssrc);
+                match self.members.assign(ssrc, member) {
+                    Ok(slot) => {
+                        if new {
+                            self.mixer.reset_strip(slot);
+                        }
+                        true
+                    }
+                    Err(_) => false,
+                }
+            }
+            RoomCommand::Release { ssrc } => self.members.release(ssrc).is_some(),
+            RoomCommand::Gain { member, db } => self.with_member(member, |m, s| m.set_gain_db(s, db)),
+            RoomCommand::Pan { member, pan } => self.with_member(member, |m, s| m.set_pan(s, pan)),
+            RoomCommand::Mute { member, mute } => self.with_member(member, |m, s| m.set_mute(s, mute)),
+            RoomCommand::MonitorGain { db } => {
+                self.mixer.set_monitor_gain_db(db);
+                true
+            }
+            RoomCommand::MonitorPan { pan } => {
+                self.mixer.set_monitor_pan(pan);
+                true
+            }
+            RoomCommand::MonitorMute { mute } => {
+                self.mixer.set_monitor_mute(mute);
+                true
+            }
+        };
+        if ok {
+            self.commands_applied += 1;
+        } else {
+            self.command_errors += 1;
+        }
+    }
+
+    fn with_member(&mut self, member: MemberId, f: impl FnOnce(&mut Mixer, usize)) -> bool {
+        match self.members.slot_of_member(member) {
+            Some(slot) => {
+                f(&mut self.mixer, slot);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Everything a snapshot holds, taking the meters' readings (allocation-free).
+    pub fn take_stats(&mut self) -> RoomStats {
+        room_stats(
+            &self.sender,
+            &self.members,
+            &mut self.mixer,
+            self.commands_applied,
+            self.command_errors,
+        )
+    }
+}
+
+fn room_stats(
+    sender: &Sender,
+    members: &MemberReceivers,
+    mixer: &mut Mixer,
+    commands: u64,
+    command_errors: u64,
+) -> RoomStats {
+    let mut s = RoomStats {
+        sent: sender.stats(),
+        routing: members.stats(),
+        monitor: mixer.take_monitor_level(),
+        monitor_mix: mixer.monitor_params(),
+        commands,
+        command_errors,
+        ..RoomStats::default()
+    };
+    for (slot, m) in s.members.iter_mut().enumerate().take(members.capacity()) {
+        let level = mixer.take_level(slot);
+        if let Some((owner, heard)) = members.member_stats(slot) {
+            *m = RoomMemberStats {
+                active: true,
+                ssrc: owner.ssrc,
+                member: owner.member,
+                mix: mixer.params(slot).unwrap_or_default(),
+                level,
+                heard,
+            };
+        }
+    }
+    s
+}
+
+impl Process for RoomProcess {
+    fn skipped(&mut self, frames: u64) {
+        self.sender.skip_frames(frames);
+    }
+
+    fn process(&mut self, now_ns: u64, input: &[f32], output: &mut [f32]) {
+        // Commands first: a member assigned now is heard from this period's packets on.
+        while let Ok(command) = self.commands.pop() {
+            self.apply(command);
+        }
+        let net = &mut self.net;
+        while let Some((at, len)) = net.from_net.pop(&mut net.rx_buf) {
+            let bytes = &net.rx_buf[..len];
+            if classify(bytes) == PacketKind::Rtcp {
+                self.sender.on_rtcp(at, bytes);
+            }
+            self.members.receive(at, bytes);
+        }
+        net.send_frames(&mut self.sender, now_ns, input);
+        let frames = output.len() / self.out_channels;
+        self.members.render(now_ns, frames);
+        self.mixer.begin(output);
+        for slot in 0..self.members.capacity() {
+            if let Some((heard, channels)) = self.members.output(slot) {
+                self.mixer.add(slot, heard, channels, output);
+            }
+        }
+        let in_channels = self.sender.format().channels as usize;
+        self.mixer.add_monitor(input, in_channels, output);
+        while let Some(n) = self.members.poll_rtcp(now_ns, &mut net.rtcp) {
+            net.send_rtcp(now_ns, n);
+        }
+        // Stream starts and goodbyes are in each member's counters; the roster, not the
+        // media, decides who is in the room.
+        while self.members.poll_event().is_some() {}
+        net.waker.unpark();
+        let (sender, members, mixer) = (&self.sender, &self.members, &mut self.mixer);
+        let (applied, errors) = (self.commands_applied, self.command_errors);
+        self.publisher.tick(frames, output, || {
+            room_stats(sender, members, mixer, applied, errors)
+        });
     }
 }

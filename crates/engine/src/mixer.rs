@@ -1,0 +1,558 @@
+//! The listener's own mix: every member's stream summed with its gain, pan and mute, plus
+//! the player's own signal (the local monitor), which never goes through the network.
+//!
+//! [`Mixer`] has one strip per member slot (the slots of
+//! [`crate::members::MemberReceivers`]) and one for the monitor. Each period the caller
+//! zeroes the output ([`Mixer::begin`]), adds each member's frames ([`Mixer::add`]) and the
+//! monitor's ([`Mixer::add_monitor`]). A member's frames may have any channel count:
+//!
+//! * mono into a stereo (or wider) output is panned with the equal-power law (centre is
+//!   −3 dB in each of the first two channels);
+//! * stereo into stereo (or wider): pan is a balance (centre leaves both sides alone);
+//! * as many channels as the output: channel to channel;
+//! * into a mono output: the channels are averaged;
+//! * otherwise the channels both have are copied, the rest dropped or left silent.
+//!
+//! Gain, pan and mute never click: the per-channel gains they make move to a new value in a
+//! linear ramp ([`Mixer::set_ramp_frames`], 10 ms by default) that ends exactly on it, so
+//! unity gain passes audio bit-exactly and a mute is exact silence. A strip whose gain is
+//! zero and at rest is skipped. Each strip meters what it is given, before its gain (so a
+//! muted member still shows signal): peak and RMS since the last [`Mixer::take_level`].
+//!
+//! The output is a plain sum: nothing limits it, so many loud members can exceed full scale.
+//!
+//! Realtime: everything is reserved in [`Mixer::new`]; parameter changes are plain method
+//! calls on the audio thread (the caller takes them off a lock-free queue). Nothing here
+//! allocates, locks or blocks.
+
+/// Loudest gain accepted, linear (+12 dB).
+pub const MAX_GAIN: f32 = 3.981_071_7;
+
+/// A strip's settings.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct StripParams {
+    /// Linear gain, 0..=[`MAX_GAIN`].
+    pub gain: f32,
+    /// −1 (left) ..= 1 (right).
+    pub pan: f32,
+    pub mute: bool,
+}
+
+impl Default for StripParams {
+    fn default() -> Self {
+        Self {
+            gain: 1.0,
+            pan: 0.0,
+            mute: false,
+        }
+    }
+}
+
+/// A meter reading, linear full scale (1.0 = 0 dBFS).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Level {
+    pub peak: f32,
+    pub rms: f32,
+}
+
+impl Level {
+    pub fn peak_dbfs(&self) -> f32 {
+        to_dbfs(self.peak)
+    }
+    pub fn rms_dbfs(&self) -> f32 {
+        to_dbfs(self.rms)
+    }
+}
+
+fn to_dbfs(x: f32) -> f32 {
+    20.0 * x.max(1e-6).log10()
+}
+
+/// A decibel figure as a linear gain (−∞ dB is 0).
+pub fn db_to_gain(db: f32) -> f32 {
+    if db == f32::NEG_INFINITY {
+        0.0
+    } else {
+        10f32.powf(db / 20.0)
+    }
+}
+
+/// A value moving linearly to its target over a fixed number of samples.
+#[derive(Debug, Clone, Copy)]
+struct Ramp {
+    current: f32,
+    target: f32,
+    step: f32,
+    left: u32,
+}
+
+impl Ramp {
+    fn at(value: f32) -> Self {
+        Self {
+            current: value,
+            target: value,
+            step: 0.0,
+            left: 0,
+        }
+    }
+
+    fn set(&mut self, target: f32, frames: u32) {
+        if target == self.target {
+            return;
+        }
+        self.target = target;
+        if frames == 0 {
+            self.current = target;
+            self.left = 0;
+        } else {
+            self.step = (target - self.current) / frames as f32;
+            self.left = frames;
+        }
+    }
+
+    #[inline]
+    fn next(&mut self) -> f32 {
+        if self.left > 0 {
+            self.left -= 1;
+            self.current = if self.left == 0 {
+                self.target
+            } else {
+                self.current + self.step
+            };
+        }
+        self.current
+    }
+
+    fn silent_at_rest(&self) -> bool {
+        self.left == 0 && self.current == 0.0
+    }
+}
+
+/// How a strip's channels reach the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// Mono into the first two channels, panned.
+    MonoPanned,
+    /// Stereo into the first two channels, balanced.
+    StereoBalanced,
+    /// Averaged into one channel.
+    Downmix,
+    /// Channel `c` into channel `c` for the channels both have.
+    Direct,
+}
+
+fn layout(input: usize, output: usize) -> Layout {
+    match (input, output) {
+        (1, o) if o >= 2 => Layout::MonoPanned,
+        (2, o) if o >= 2 => Layout::StereoBalanced,
+        (i, 1) if i > 1 => Layout::Downmix,
+        _ => Layout::Direct,
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Strip {
+    params: StripParams,
+    /// Gains of the first and second output channel (the first is used alone unless
+    /// panned or balanced).
+    gains: [Ramp; 2],
+    /// Jump to the targets at the next block (a new member: nothing to ramp from).
+    snap: bool,
+    peak: f32,
+    sum_sq: f64,
+    samples: u64,
+}
+
+impl Strip {
+    fn new() -> Self {
+        Self {
+            params: StripParams::default(),
+            gains: [Ramp::at(0.0); 2],
+            snap: true,
+            peak: 0.0,
+            sum_sq: 0.0,
+            samples: 0,
+        }
+    }
+
+    /// The gains the settings ask for in `layout`.
+    fn targets(&self, layout: Layout) -> [f32; 2] {
+        let p = self.params;
+        let g = if p.mute { 0.0 } else { p.gain };
+        match layout {
+            Layout::MonoPanned => {
+                let theta = (p.pan + 1.0) * std::f32::consts::FRAC_PI_4;
+                // At the extremes exactly 0 and g, not cos's rounding.
+                let (l, r) = match p.pan {
+                    x if x <= -1.0 => (1.0, 0.0),
+                    x if x >= 1.0 => (0.0, 1.0),
+                    _ => (theta.cos(), theta.sin()),
+                };
+                [g * l, g * r]
+            }
+            Layout::StereoBalanced => [g * (1.0 - p.pan).min(1.0), g * (1.0 + p.pan).min(1.0)],
+            Layout::Downmix | Layout::Direct => [g, g],
+        }
+    }
+
+    fn meter(&mut self, input: &[f32]) {
+        for &x in input {
+            self.peak = self.peak.max(x.abs());
+            self.sum_sq += f64::from(x) * f64::from(x);
+        }
+        self.samples += input.len() as u64;
+    }
+
+    fn take_level(&mut self) -> Level {
+        let rms = if self.samples > 0 {
+            (self.sum_sq / self.samples as f64).sqrt() as f32
+        } else {
+            0.0
+        };
+        let level = Level { peak: self.peak, rms };
+        self.peak = 0.0;
+        self.sum_sq = 0.0;
+        self.samples = 0;
+        level
+    }
+
+    /// Add `input` (`in_ch` interleaved) into `out` (`out_ch` interleaved).
+    fn add(&mut self, input: &[f32], in_ch: usize, out: &mut [f32], out_ch: usize, ramp: u32) {
+        if in_ch == 0 || out_ch == 0 {
+            return;
+        }
+        let frames = (input.len() / in_ch).min(out.len() / out_ch);
+        let input = &input[..frames * in_ch];
+        self.meter(input);
+        let layout = layout(in_ch, out_ch);
+        let [l, r] = self.targets(layout);
+        let ramp = if std::mem::take(&mut self.snap) { 0 } else { ramp };
+        self.gains[0].set(l, ramp);
+        self.gains[1].set(r, ramp);
+        if self.gains.iter().all(Ramp::silent_at_rest) {
+            return;
+        }
+        let [g0, g1] = &mut self.gains;
+        match layout {
+            Layout::MonoPanned => {
+                for (x, o) in input.iter().zip(out.chunks_exact_mut(out_ch)) {
+                    o[0] += x * g0.next();
+                    o[1] += x * g1.next();
+                }
+            }
+            Layout::StereoBalanced => {
+                for (x, o) in input.chunks_exact(2).zip(out.chunks_exact_mut(out_ch)) {
+                    o[0] += x[0] * g0.next();
+                    o[1] += x[1] * g1.next();
+                }
+            }
+            Layout::Downmix => {
+                let scale = 1.0 / in_ch as f32;
+                for (x, o) in input.chunks_exact(in_ch).zip(out.iter_mut()) {
+                    let sum: f32 = x.iter().sum();
+                    *o += sum * scale * g0.next();
+                    g1.next();
+                }
+            }
+            Layout::Direct => {
+                let n = in_ch.min(out_ch);
+                for (x, o) in input.chunks_exact(in_ch).zip(out.chunks_exact_mut(out_ch)) {
+                    let g = g0.next();
+                    g1.next();
+                    for c in 0..n {
+                        o[c] += x[c] * g;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct Mixer {
+    strips: Vec<Strip>,
+    monitor: Strip,
+    out_channels: usize,
+    ramp_frames: u32,
+}
+
+impl Mixer {
+    /// Strips for `members` slots and the monitor, into `out_channels` at `rate` (which sets
+    /// the 10 ms ramp). Members start at unity gain, centre, unmuted; the monitor too.
+    pub fn new(members: usize, out_channels: usize, rate: u32) -> Self {
+        Self {
+            strips: vec![Strip::new(); members],
+            monitor: Strip::new(),
+            out_channels: out_channels.max(1),
+            ramp_frames: rate / 100,
+        }
+    }
+
+    pub fn out_channels(&self) -> usize {
+        self.out_channels
+    }
+
+    pub fn members(&self) -> usize {
+        self.strips.len()
+    }
+
+    /// How many frames a change of gain, pan or mute takes.
+    pub fn set_ramp_frames(&mut self, frames: u32) {
+        self.ramp_frames = frames;
+    }
+
+    pub fn ramp_frames(&self) -> u32 {
+        self.ramp_frames
+    }
+
+    /// Linear gain of member `slot` (clamped to 0..=[`MAX_GAIN`]; not a number is ignored).
+    pub fn set_gain(&mut self, slot: usize, gain: f32) {
+        if let Some(s) = self.strips.get_mut(slot) {
+            set_gain(&mut s.params, gain);
+        }
+    }
+
+    /// Gain of member `slot` in dB (−∞ is silence).
+    pub fn set_gain_db(&mut self, slot: usize, db: f32) {
+        self.set_gain(slot, db_to_gain(db));
+    }
+
+    /// Pan of member `slot`, −1 (left) ..= 1 (right); not a number is ignored.
+    pub fn set_pan(&mut self, slot: usize, pan: f32) {
+        if let Some(s) = self.strips.get_mut(slot) {
+            set_pan(&mut s.params, pan);
+        }
+    }
+
+    pub fn set_mute(&mut self, slot: usize, mute: bool) {
+        if let Some(s) = self.strips.get_mut(slot) {
+            s.params.mute = mute;
+        }
+    }
+
+    /// Member `slot`'s settings.
+    pub fn params(&self, slot: usize) -> Option<StripParams> {
+        self.strips.get(slot).map(|s| s.params)
+    }
+
+    /// A slot handed to a new member: default settings, taken at once (no ramp from the
+    /// previous member's), meter cleared.
+    pub fn reset_strip(&mut self, slot: usize) {
+        if let Some(s) = self.strips.get_mut(slot) {
+            *s = Strip::new();
+        }
+    }
+
+    pub fn set_monitor_gain(&mut self, gain: f32) {
+        set_gain(&mut self.monitor.params, gain);
+    }
+
+    pub fn set_monitor_gain_db(&mut self, db: f32) {
+        self.set_monitor_gain(db_to_gain(db));
+    }
+
+    pub fn set_monitor_pan(&mut self, pan: f32) {
+        set_pan(&mut self.monitor.params, pan);
+    }
+
+    pub fn set_monitor_mute(&mut self, mute: bool) {
+        self.monitor.params.mute = mute;
+    }
+
+    pub fn monitor_params(&self) -> StripParams {
+        self.monitor.params
+    }
+
+    /// Start a period: silence `out`.
+    pub fn begin(&mut self, out: &mut [f32]) {
+        out.fill(0.0);
+    }
+
+    /// Add member `slot`'s frames (`channels` interleaved) into `out`.
+    pub fn add(&mut self, slot: usize, input: &[f32], channels: usize, out: &mut [f32]) {
+        let (ramp, out_ch) = (self.ramp_frames, self.out_channels);
+        if let Some(s) = self.strips.get_mut(slot) {
+            s.add(input, channels, out, out_ch, ramp);
+        }
+    }
+
+    /// Add the player's own signal (`channels` interleaved) into `out`.
+    pub fn add_monitor(&mut self, input: &[f32], channels: usize, out: &mut [f32]) {
+        self.monitor
+            .add(input, channels, out, self.out_channels, self.ramp_frames);
+    }
+
+    /// Member `slot`'s level since the last call (before its gain).
+    pub fn take_level(&mut self, slot: usize) -> Level {
+        self.strips
+            .get_mut(slot)
+            .map_or_else(Level::default, Strip::take_level)
+    }
+
+    /// The monitor's level since the last call (before its gain).
+    pub fn take_monitor_level(&mut self) -> Level {
+        self.monitor.take_level()
+    }
+}
+
+fn set_gain(p: &mut StripParams, gain: f32) {
+    if !gain.is_nan() {
+        p.gain = gain.clamp(0.0, MAX_GAIN);
+    }
+}
+
+fn set_pan(p: &mut StripParams, pan: f32) {
+    if !pan.is_nan() {
+        p.pan = pan.clamp(-1.0, 1.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sine(frames: usize, freq: f32, amp: f32) -> Vec<f32> {
+        (0..frames)
+            .map(|i| amp * (2.0 * std::f32::consts::PI * freq * i as f32 / 48_000.0).sin())
+            .collect()
+    }
+
+    fn max_step(x: &[f32], ch: usize, c: usize) -> f32 {
+        x.chunks_exact(ch)
+            .map(|f| f[c])
+            .collect::<Vec<_>>()
+            .windows(2)
+            .map(|w| (w[1] - w[0]).abs())
+            .fold(0.0, f32::max)
+    }
+
+    /// Mix `input` (mono) through slot 0 in periods of 64, applying `change` before period
+    /// `at`.
+    fn run(mixer: &mut Mixer, input: &[f32], at: usize, change: impl Fn(&mut Mixer)) -> Vec<f32> {
+        let ch = mixer.out_channels();
+        let mut out = vec![0.0; input.len() * ch];
+        for (k, (i, o)) in input.chunks(64).zip(out.chunks_mut(64 * ch)).enumerate() {
+            if k == at {
+                change(mixer);
+            }
+            mixer.begin(o);
+            mixer.add(0, i, 1, o);
+        }
+        out
+    }
+
+    #[test]
+    fn unity_passes_bit_exact_and_mute_is_exact_silence() {
+        let input = sine(48_000, 440.0, 0.5);
+        let mut m = Mixer::new(1, 1, 48_000);
+        let out = run(&mut m, &input, 100, |m| m.set_mute(0, true));
+        assert_eq!(&out[..6400], &input[..6400]);
+        let ramp_end = 6400 + m.ramp_frames() as usize;
+        assert!(out[ramp_end..].iter().all(|x| *x == 0.0));
+        assert!(out[6400..ramp_end].iter().any(|x| *x != 0.0), "muted with a ramp");
+    }
+
+    #[test]
+    fn a_gain_step_never_clicks() {
+        // A low tone: its own largest step is small, so a click would stand out.
+        let input = sine(48_000, 100.0, 0.9);
+        let own = max_step(&input, 1, 0);
+        for (from, to) in [(1.0, 0.0), (0.0, 1.0), (0.1, MAX_GAIN), (1.0, 0.5)] {
+            let mut m = Mixer::new(1, 1, 48_000);
+            m.set_gain(0, from);
+            let out = run(&mut m, &input, 100, |m| m.set_gain(0, to));
+            // The signal's own steps scaled by the larger gain, plus the ramp's share.
+            let bound = own * from.max(to) + (to - from).abs() * 0.9 / m.ramp_frames() as f32 + 1e-6;
+            let step = max_step(&out, 1, 0);
+            assert!(step <= bound, "{from}->{to}: step {step} > {bound}");
+            // Without the ramp the same change jumps (the test can fail).
+            let mut hard = Mixer::new(1, 1, 48_000);
+            hard.set_ramp_frames(0);
+            hard.set_gain(0, from);
+            let out = run(&mut hard, &input, 100, |m| m.set_gain(0, to));
+            assert!(
+                max_step(&out, 1, 0) > bound,
+                "{from}->{to}: a hard step is a click"
+            );
+        }
+    }
+
+    #[test]
+    fn equal_power_pan_is_minus_3_db_at_centre() {
+        let input = sine(4_800, 440.0, 0.5);
+        let mut m = Mixer::new(1, 2, 48_000);
+        let out = run(&mut m, &input, usize::MAX, |_| {});
+        for c in 0..2 {
+            let side: Vec<f32> = out.iter().skip(c).step_by(2).copied().collect();
+            let ratio = rms(&side) / rms(&input);
+            let db = 20.0 * ratio.log10();
+            assert!((db + 3.0103).abs() < 0.001, "channel {c}: {db} dB");
+        }
+        // Hard left: all of it on the left, nothing on the right.
+        let mut m = Mixer::new(1, 2, 48_000);
+        m.set_pan(0, -1.0);
+        let out = run(&mut m, &input, usize::MAX, |_| {});
+        let (l, r): (Vec<f32>, Vec<f32>) = out.chunks_exact(2).map(|f| (f[0], f[1])).unzip();
+        assert_eq!(l, input);
+        assert!(r.iter().all(|x| *x == 0.0));
+        // Power is constant across the pan.
+        for pan in [-0.5, 0.25, 0.9] {
+            let mut m = Mixer::new(1, 2, 48_000);
+            m.set_pan(0, pan);
+            let out = run(&mut m, &input, usize::MAX, |_| {});
+            let power: f32 =
+                out.iter().map(|x| x * x).sum::<f32>() / input.iter().map(|x| x * x).sum::<f32>();
+            assert!((power - 1.0).abs() < 1e-4, "pan {pan}: power {power}");
+        }
+    }
+
+    fn rms(x: &[f32]) -> f32 {
+        (x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32).sqrt()
+    }
+
+    #[test]
+    fn layouts_and_the_monitor_sum_into_the_output() {
+        let mut m = Mixer::new(2, 2, 48_000);
+        let stereo = [0.5, -0.25, 0.5, -0.25];
+        let mono = [0.125, 0.125];
+        let own = [0.0625, 0.0625, 0.0625, 0.0625];
+        let mut out = [1.0; 4];
+        m.begin(&mut out);
+        m.add(0, &stereo, 2, &mut out);
+        m.add(1, &mono, 1, &mut out);
+        m.add_monitor(&own, 2, &mut out);
+        let c = std::f32::consts::FRAC_1_SQRT_2 * 0.125;
+        let want = [0.5 + c + 0.0625, -0.25 + c + 0.0625];
+        for f in out.chunks_exact(2) {
+            assert!(
+                (f[0] - want[0]).abs() < 1e-6 && (f[1] - want[1]).abs() < 1e-6,
+                "{out:?}"
+            );
+        }
+        // Into mono, stereo is averaged.
+        let mut m = Mixer::new(1, 1, 48_000);
+        let mut out = [0.0; 2];
+        m.add(0, &stereo, 2, &mut out);
+        assert_eq!(out, [0.125, 0.125]);
+        // A member with more channels than the output keeps the ones the output has.
+        let mut m = Mixer::new(1, 2, 48_000);
+        let mut out = [0.0; 2];
+        m.add(0, &[0.1, 0.2, 0.3, 0.4], 4, &mut out);
+        assert_eq!(out, [0.1, 0.2]);
+    }
+
+    #[test]
+    fn meters_read_what_the_member_sends_before_its_gain() {
+        let input = sine(4_800, 1_000.0, 0.5);
+        let mut m = Mixer::new(1, 2, 48_000);
+        m.set_mute(0, true);
+        let _ = run(&mut m, &input, usize::MAX, |_| {});
+        let level = m.take_level(0);
+        assert!((level.peak - 0.5).abs() < 1e-3, "{level:?}");
+        assert!((level.rms - 0.5 / 2f32.sqrt()).abs() < 1e-3, "{level:?}");
+        assert_eq!(m.take_level(0), Level::default(), "taken");
+        assert!((db_to_gain(-6.0) - 0.501).abs() < 1e-3);
+        assert_eq!(db_to_gain(f32::NEG_INFINITY), 0.0);
+    }
+}

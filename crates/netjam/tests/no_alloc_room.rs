@@ -1,0 +1,190 @@
+//! A room client's audio callback — `RoomProcess::process`, with its lock-free rings to real
+//! network threads on loopback — allocates nothing per period in steady state while it
+//! hears four members, drops a stranger, and takes mix commands from another thread.
+//! Counted with a per-thread counting allocator on the thread that runs the callback, as
+//! the audio thread would.
+
+use std::net::UdpSocket;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+
+use netjam::endpoint::Process;
+use netjam::session::{NetIo, Peer, RoomCommand, RoomConfig, RoomProcess, RoomStats};
+use netjam::transport::UdpTransport;
+use netjam_engine::sender::{Sender, SenderConfig};
+use netjam_engine::synth::{Synth, SynthKind};
+use netjam_engine::time::frames_to_ns;
+use netjam_engine::wire::{AudioFormat, Codec};
+
+alloc_count::install!();
+
+const MEMBERS: u32 = 4;
+const PERIOD: usize = 64;
+
+fn sender(channels: u16, seed: u64) -> Sender {
+    let format = AudioFormat::new(Codec::L16, 48_000, channels).expect("format");
+    Sender::new(SenderConfig {
+        seed,
+        ..SenderConfig::new(format, PERIOD as u32)
+    })
+    .expect("sender")
+}
+
+#[test]
+fn room_callback_with_four_members_does_not_allocate() {
+    let before = alloc_count::allocations();
+    drop(std::hint::black_box(Box::new(1u64)));
+    assert_eq!(
+        alloc_count::allocations(),
+        before + 1,
+        "the counter counts this thread"
+    );
+
+    let loopback = "127.0.0.1:0".parse().expect("addr");
+    // Where the client sends (the room server's place): nobody reads it.
+    let sink = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let socket = UdpTransport::bind(loopback).expect("bind");
+    let room_addr = socket.local_addr().expect("addr");
+    let (io, link) = NetIo::start(socket, Peer::Fixed(sink.local_addr().expect("addr"))).expect("io");
+    let (mut room, mut snapshots, mut commands) =
+        RoomProcess::new(sender(2, 1), link, RoomConfig::new(MEMBERS as usize, 2));
+    // Members 1..=4 (mono and stereo), and a stranger (seed 9) who holds no slot.
+    let mut players: Vec<(Sender, Synth)> = (1..=MEMBERS as u64 + 1)
+        .map(|i| {
+            let ch = if i % 2 == 0 { 2 } else { 1 };
+            let seed = if i > MEMBERS as u64 { 9 } else { 10 + i };
+            (
+                sender(ch, seed),
+                Synth::new(SynthKind::Noise, 48_000, ch as usize, i),
+            )
+        })
+        .collect();
+    for (i, (s, _)) in players.iter().take(MEMBERS as usize).enumerate() {
+        let member = i as u32 + 1;
+        commands
+            .push(RoomCommand::Assign {
+                ssrc: s.ssrc(),
+                member,
+            })
+            .expect("command ring");
+    }
+
+    // The members play on their own thread, which also turns the mix's knobs (as the OSC
+    // thread would).
+    let stop = Arc::new(AtomicBool::new(false));
+    let members_thread = {
+        let stop = stop.clone();
+        thread::spawn(move || {
+            let out = UdpSocket::bind("127.0.0.1:0").expect("bind");
+            let period = frames_to_ns(PERIOD as u64, 48_000);
+            let start = netjam::clock::now_ns();
+            let mut cap = vec![0.0f32; PERIOD * 2];
+            let mut rtcp = [0u8; 1500];
+            let mut k = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                k += 1;
+                netjam::clock::sleep_until_ns(start + k * period);
+                let now = netjam::clock::now_ns();
+                for (s, synth) in &mut players {
+                    let n = PERIOD * s.format().channels as usize;
+                    synth.fill(&mut cap[..n]);
+                    s.push_frames(now, &cap[..n], |p| {
+                        let _ = out.send_to(p, room_addr);
+                    });
+                    if let Some(len) = s.poll_rtcp(now, &mut rtcp) {
+                        let _ = out.send_to(&rtcp[..len], room_addr);
+                    }
+                }
+                if k % 100 == 0 {
+                    let member = (k / 100 % MEMBERS as u64) as u32 + 1;
+                    let step = (k / 100) as f32;
+                    let _ = commands.push(RoomCommand::Gain {
+                        member,
+                        db: -(step % 12.0),
+                    });
+                    let _ = commands.push(RoomCommand::Pan {
+                        member,
+                        pan: (step % 5.0) / 2.0 - 1.0,
+                    });
+                    let _ = commands.push(RoomCommand::Mute {
+                        member,
+                        mute: k % 300 == 0,
+                    });
+                    let _ = commands.push(RoomCommand::MonitorGain { db: -(step % 6.0) });
+                }
+            }
+        })
+    };
+
+    // The audio thread: 64 stereo frames a period on their real schedule; 5 s, counted
+    // from 1 s on (every member's stream has started, RTCP goes both ways).
+    let mut input = vec![0.0f32; PERIOD * 2];
+    let mut output = vec![0.0f32; PERIOD * 2];
+    let mut own = Synth::new(SynthKind::Music { bpm: 100.0 }, 48_000, 2, 3);
+    let period = frames_to_ns(PERIOD as u64, 48_000);
+    let (periods, from) = (3750u64, 750u64);
+    let start = netjam::clock::now_ns();
+    let mut measured = 0;
+    for k in 0..periods {
+        if k == from {
+            measured = alloc_count::allocations();
+            alloc_count::prove_counting();
+            measured += 1;
+        }
+        let deadline = start + (k + 1) * period;
+        netjam::clock::sleep_until_ns(deadline);
+        own.fill(&mut input);
+        room.process(deadline, &input, &mut output);
+    }
+    let during = alloc_count::allocations() - measured;
+    stop.store(true, Ordering::Relaxed);
+    members_thread.join().expect("members thread");
+    let last: RoomStats = std::iter::from_fn(|| snapshots.pop().ok())
+        .last()
+        .expect("room snapshots")
+        .stats;
+    let stats = room.take_stats();
+    io.shutdown();
+    println!(
+        "room snapshot: {} bytes; routing {:?}; commands {} applied, {} refused",
+        std::mem::size_of::<RoomStats>(),
+        stats.routing,
+        stats.commands,
+        stats.command_errors
+    );
+    assert_eq!(last.active_members().count(), MEMBERS as usize, "{last:?}");
+    for m in stats.active_members() {
+        println!(
+            "member {}: received {}, concealed {} frames, target {:.2} ms",
+            m.member,
+            m.heard.received,
+            m.heard.jitter_buffer.concealed_frames,
+            m.heard.jitter_buffer.target_ms
+        );
+        assert!(
+            m.heard.received > 2000,
+            "member {} barely heard: {:?}",
+            m.member,
+            m.heard
+        );
+    }
+    assert!(
+        stats.routing.unknown_ssrc > 1000,
+        "the stranger: {:?}",
+        stats.routing
+    );
+    assert!(
+        stats.commands > MEMBERS as u64 + 40,
+        "{} commands",
+        stats.commands
+    );
+    assert_eq!(stats.command_errors, 0);
+    assert!(stats.sent.packets > 2000, "{:?}", stats.sent);
+    assert_eq!(
+        during,
+        0,
+        "{during} allocations in {} room callbacks with {MEMBERS} members",
+        periods - from
+    );
+}
