@@ -260,7 +260,7 @@ impl<P: Clone> LinkModel<P> {
     }
 
     /// Count event times from `origin_ns` instead of from the first packet (e.g. to give
-    /// both directions of a relay one time line). Packets sent before it see no events.
+    /// both directions of an emulated link one time line). Packets sent before it see no events.
     pub fn set_event_origin(&mut self, origin_ns: u64) {
         self.origin_ns = Some(origin_ns);
     }

@@ -11,7 +11,7 @@ use netjam_engine::link::{spec_lines, EventSpecError, LinkEvent, LinkSchedule, T
 use netjam_engine::time::frames_to_ns;
 
 use crate::clock;
-use crate::relay::RelayEvents;
+use crate::link_emulator::EmulatorEvents;
 
 /// `--buffer auto | N (frames) | Nms`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -103,7 +103,7 @@ pub fn any_for(peer: SocketAddr) -> SocketAddr {
     }
 }
 
-/// Which directions of a relay a scripted link event acts on (`up`: from the client).
+/// Which directions of an emulated link a scripted link event acts on (`up`: from the client).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventDirs {
     Up,
@@ -201,8 +201,8 @@ impl EventArgs {
     }
 
     /// Both directions' schedules.
-    pub fn relay_events(&self) -> RelayEvents {
-        RelayEvents {
+    pub fn emulator_events(&self) -> EmulatorEvents {
+        EmulatorEvents {
             up: self.schedule(true),
             down: self.schedule(false),
         }

@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use super::common::{check_outputs, EventArgs};
 use crate::clock;
-use crate::relay::RelayEvents;
+use crate::link_emulator::EmulatorEvents;
 use crate::transport::{TimestampSource, UdpTransport};
 
 const NS: f64 = 1e9;
@@ -1069,7 +1069,7 @@ pub fn spawn_impair(
     down: LinkConfig,
     seed: u64,
 ) -> anyhow::Result<ImpairHandle> {
-    spawn_impair_with_events(listen, forward, up, down, RelayEvents::default(), seed)
+    spawn_impair_with_events(listen, forward, up, down, EmulatorEvents::default(), seed)
 }
 
 /// [`spawn_impair`] with scripted `events` in each direction, counted from the first
@@ -1079,7 +1079,7 @@ pub fn spawn_impair_with_events(
     forward: SocketAddr,
     up: LinkConfig,
     down: LinkConfig,
-    events: RelayEvents,
+    events: EmulatorEvents,
     seed: u64,
 ) -> anyhow::Result<ImpairHandle> {
     let front = Arc::new(UdpTransport::bind(listen).with_context(|| format!("cannot listen on {listen}"))?);
@@ -1259,7 +1259,7 @@ pub fn run_impair(a: ImpairArgs) -> anyhow::Result<()> {
         forward,
         up.clone(),
         down.clone(),
-        events.relay_events(),
+        events.emulator_events(),
         a.seed,
     )?;
     eprintln!(
