@@ -11,6 +11,7 @@ pub mod endpoint;
 pub mod link_emulator;
 pub mod loopback;
 pub mod opus;
+pub mod probe;
 pub mod ring;
 pub mod rt;
 pub mod series;
