@@ -8,6 +8,7 @@ pub mod cli;
 pub mod clock;
 pub mod dl;
 pub mod endpoint;
+pub mod lifecycle;
 pub mod link_emulator;
 pub mod loopback;
 pub mod opus;

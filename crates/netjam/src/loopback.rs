@@ -99,7 +99,7 @@ pub fn run_loopback(
         seed: o.seed,
         cname: format!("{}@loopback", o.sender_name.to_lowercase()),
         name: Some(o.sender_name.clone()),
-        wall_offset_ns: crate::cli::common::wall_offset_ns(),
+        wall_offset_ns: crate::lifecycle::wall_offset_ns(),
     })?;
 
     let stop = interrupt_flag();
