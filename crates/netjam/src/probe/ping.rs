@@ -118,23 +118,6 @@ fn token_u64(t: [u8; 8]) -> u64 {
     u64::from_be_bytes(t)
 }
 
-/// Wait until `due_ns`: sleep coarsely, spin only the last part of a short stretch so that
-/// very high probe rates do not occupy a core.
-fn wait_until(due_ns: u64, spin_ns: u64) {
-    loop {
-        let now = clock::now_ns();
-        if now >= due_ns {
-            return;
-        }
-        let left = due_ns - now;
-        if left > spin_ns {
-            std::thread::sleep(Duration::from_nanos(left - spin_ns));
-        } else {
-            std::hint::spin_loop();
-        }
-    }
-}
-
 /// Run one ping.
 pub fn ping(cfg: &PingConfig) -> anyhow::Result<PingOutcome> {
     ping_with_progress(cfg, |_| {})
@@ -282,7 +265,8 @@ pub fn ping_with_progress(
                 let mut next_refresh = start_ns + refresh_ns;
                 for seq in 0..total {
                     let due = start_ns + (seq as f64 * interval_ns) as u64;
-                    wait_until(due, spin_ns);
+                    // Spin only the last part of a short stretch: high probe rates must not occupy a core.
+                    clock::sleep_until_spinning(due, spin_ns);
                     if due >= next_refresh {
                         if let Ok(n) = packet::write_hello(&mut hello, session, key.as_ref()) {
                             let _ = sock.send_to(&hello[..n], target);
