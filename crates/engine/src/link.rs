@@ -260,7 +260,7 @@ impl<P: Clone> LinkModel<P> {
     }
 
     /// Count event times from `origin_ns` instead of from the first packet (e.g. to give
-    /// both directions of a relay one time line). Packets sent before it see no events.
+    /// both directions of an emulated link one time line). Packets sent before it see no events.
     pub fn set_event_origin(&mut self, origin_ns: u64) {
         self.origin_ns = Some(origin_ns);
     }
@@ -412,8 +412,15 @@ impl<P: Clone> LinkModel<P> {
         self.in_flight.peek().map(|Reverse(p)| p.at_ns)
     }
 
+    /// The latest time at which [`LinkModel::poll`] must be called next: the arrival of
+    /// the next packet in flight (scripted events act on packets as they are sent, so they
+    /// add no timer of their own). `None` while nothing is in flight.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.next_delivery()
+    }
+
     /// Take one packet whose arrival time is at or before `now_ns`, with that arrival time.
-    /// Call until it returns `None`.
+    /// Call until it returns `None`, no later than [`LinkModel::poll_timeout`].
     pub fn poll(&mut self, now_ns: u64) -> Option<(u64, P)> {
         if self.next_delivery()? > now_ns {
             return None;
@@ -545,6 +552,42 @@ mod tests {
         assert!(s.queue_dropped > 800, "{s:?}");
         // Throughput is the cap: ~125 packets/s over ~1 s plus drain.
         assert!((120..=140).contains(&s.delivered), "{s:?}");
+    }
+
+    #[test]
+    fn poll_timeout_is_when_the_next_packet_arrives() {
+        let config = LinkConfig {
+            delay_ns: 20 * MS,
+            jitter_ns: 5 * MS,
+            loss: LossModel::bursty(0.05, 2.0),
+            reorder: 0.1,
+            duplicate: 0.05,
+            ..LinkConfig::default()
+        };
+        let mut link = LinkModel::new(config, 9).with_schedule(sched("1s:stall=100ms\n2s:delay=+10ms"));
+        assert_eq!(link.poll_timeout(), None, "nothing in flight");
+        // Virtual time: send every 2 ms for 3 s; whenever the clock passes the timeout,
+        // poll exactly at it (never earlier, never later).
+        let mut delivered = 0;
+        for i in 0..1500u64 {
+            let now = i * 2 * MS;
+            while let Some(due) = link.poll_timeout().filter(|&t| t <= now) {
+                if due > 0 {
+                    assert!(link.poll(due - 1).is_none(), "nothing arrives before {due}");
+                }
+                let (at, _) = link.poll(due).expect("a packet arrives at the timeout");
+                assert_eq!(at, due);
+                delivered += 1;
+            }
+            link.send(now, i, 200);
+        }
+        while let Some(due) = link.poll_timeout() {
+            assert!(link.poll(due - 1).is_none(), "nothing arrives before {due}");
+            assert_eq!(link.poll(due).map(|p| p.0), Some(due));
+            delivered += 1;
+        }
+        assert_eq!(delivered, link.stats().delivered);
+        assert!(delivered > 1300, "{:?}", link.stats());
     }
 
     fn sched(text: &str) -> LinkSchedule {

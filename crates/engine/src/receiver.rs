@@ -508,7 +508,19 @@ impl Receiver {
         self.play_buf = buf;
     }
 
-    /// When a report is due, write RR + SDES into `out` and return its length.
+    /// The latest time (monotonic ns, as given to [`Receiver::poll_rtcp`]) at which
+    /// `poll_rtcp` must be called next: the next receiver report is due then (it is sent if
+    /// a stream is being received). Before the first call the answer is 0, "now": that call
+    /// starts the report timer. A caller without an audio clock (a server) sleeps until
+    /// this time, calls `poll_rtcp`, and asks again. Playout, and with it the detection of
+    /// a paused stream, is no timer of the receiver: it runs in [`Receiver::play`], paced by
+    /// whoever plays.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        Some(self.next_rtcp_ns.unwrap_or(0))
+    }
+
+    /// When a report is due, write RR + SDES into `out` and return its length; call it no
+    /// later than [`Receiver::poll_timeout`].
     pub fn poll_rtcp(&mut self, now_ns: u64, out: &mut [u8]) -> Option<usize> {
         let due = *self.next_rtcp_ns.get_or_insert(now_ns + 500_000_000);
         if now_ns < due {
@@ -534,5 +546,47 @@ impl Receiver {
         .ok()?;
         self.stats.rtcp_sent += 1;
         Some(a + b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sender::{Sender, SenderConfig};
+    use crate::wire::Codec;
+
+    #[test]
+    fn poll_timeout_is_when_the_next_report_becomes_due() {
+        let format = AudioFormat::new(Codec::L16, 48_000, 1).expect("format");
+        let mut sender = Sender::new(SenderConfig::new(format, 64)).expect("sender");
+        let mut r = Receiver::new(ReceiverConfig::new(1));
+        let mut out = [0u8; 1500];
+        assert_eq!(r.poll_timeout(), Some(0), "the first call is due at once");
+        assert_eq!(r.poll_rtcp(0, &mut out), None, "it starts the timer");
+        // Virtual time: packets every 1.33 ms, and a report exactly when one is asked for.
+        let mut packets = Vec::new();
+        let mut reports = 0;
+        let mut due = r.poll_timeout().expect("a report timer");
+        assert_eq!(due, 500_000_000, "the first report comes half a second in");
+        let mut now = 0;
+        while reports < 10 {
+            now += 1_333_333;
+            if now >= due {
+                assert_eq!(r.poll_rtcp(due - 1, &mut out), None, "not due 1 ns early");
+                assert!(r.poll_rtcp(due, &mut out).is_some(), "due at {due}");
+                reports += 1;
+                let next = r.poll_timeout().expect("the next report");
+                assert!(
+                    (due + 500_000_000..=due + 1_500_000_000).contains(&next),
+                    "{next} is not 0.5 to 1.5 s after {due}"
+                );
+                due = next;
+            }
+            sender.push_frames(now, &[0.0; 64], |p| packets.push(p.to_vec()));
+            for p in packets.drain(..) {
+                r.on_datagram(now, &p);
+            }
+        }
+        assert_eq!(r.stats().rtcp_sent, 10);
     }
 }

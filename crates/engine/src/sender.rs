@@ -382,8 +382,21 @@ impl Sender {
         self.ts.wrapping_add(self.pending_frames as u32)
     }
 
+    /// The latest time (monotonic ns, as given to [`Sender::poll_rtcp`]) at which
+    /// `poll_rtcp` must be called next: the next sender report is due then. `None` while
+    /// there is nothing to report (no packet sent yet: [`Sender::push_frames`] is what
+    /// starts the stream). A time already past means now. A caller without an audio clock
+    /// (a server) sleeps until this time, calls `poll_rtcp`, and asks again.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        if self.stats.packets == 0 {
+            return None;
+        }
+        Some(self.next_rtcp_ns.unwrap_or(0))
+    }
+
     /// When an RTCP report is due, write SR + SDES into `out` and return its length.
-    /// Reports go out about once a second (randomised ±50 % as RFC 3550 asks).
+    /// Reports go out about once a second (randomised ±50 % as RFC 3550 asks); call it no
+    /// later than [`Sender::poll_timeout`].
     pub fn poll_rtcp(&mut self, now_ns: u64, out: &mut [u8]) -> Option<usize> {
         let due = *self.next_rtcp_ns.get_or_insert(now_ns);
         if now_ns < due || self.stats.packets == 0 {
@@ -533,5 +546,34 @@ mod tests {
         s.on_rtcp(40_000_000, &out[..n]);
         assert_eq!(s.stats().rtt_ms, None);
         assert_eq!(s.stats().rtcp_echoes, 0);
+    }
+
+    #[test]
+    fn poll_timeout_is_when_the_next_report_becomes_due() {
+        let mut s = sender();
+        let mut out = [0u8; 1500];
+        assert_eq!(
+            s.poll_timeout(),
+            None,
+            "nothing to report before the first packet"
+        );
+        s.push_frames(0, &[0.0; 64], |_| {});
+        let first = s.poll_timeout().expect("a report to send");
+        assert!(first <= 1_000_000, "the first report is due at once");
+        s.poll_rtcp(1_000_000, &mut out).expect("a report is due");
+        // Virtual time: each report comes exactly at the time asked for, never before.
+        let mut now = 1_000_000;
+        for _ in 0..20 {
+            let due = s.poll_timeout().expect("the next report");
+            assert!(
+                (now + 500_000_000..=now + 1_500_000_000).contains(&due),
+                "{due} is not 0.5 to 1.5 s after {now}"
+            );
+            assert_eq!(s.poll_rtcp(due - 1, &mut out), None, "not due 1 ns early");
+            assert_eq!(s.poll_timeout(), Some(due), "an early call does not move it");
+            assert!(s.poll_rtcp(due, &mut out).is_some(), "due at {due}");
+            now = due;
+        }
+        assert_eq!(s.stats().rtcp_sent, 21);
     }
 }

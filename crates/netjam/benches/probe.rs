@@ -13,9 +13,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use netjam::cli::probe::{ping, spawn_impair, PingConfig};
-use netjam::cli::reflect;
 use netjam::clock;
+use netjam::probe::impair::spawn_impair;
+use netjam::probe::ping::{ping, PingConfig};
+use netjam::probe::reflect;
 use netjam::transport::{TimestampSource, UdpTransport};
 use netjam_engine::link::{JitterDist, LinkConfig, LossModel};
 use netjam_engine::probe::ReflectorConfig;

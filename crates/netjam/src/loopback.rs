@@ -1,5 +1,5 @@
 //! A sender and a receiver in one process over loopback UDP, optionally through a
-//! [`LinkRelay`]: the demo and the latency benchmarks run exactly this.
+//! [`LinkEmulator`]: the demo and the latency benchmarks run exactly this.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -17,7 +17,7 @@ use crate::endpoint::paced::PacedEndpoint;
 use crate::endpoint::synth::SynthSource;
 use crate::endpoint::wav::WavSink;
 use crate::endpoint::{FrameSink, PeriodStats};
-use crate::relay::{LinkRelay, RelayEvents, RelayStats};
+use crate::link_emulator::{EmulatorEvents, EmulatorStats, LinkEmulator};
 use crate::series::BoundedSeries;
 use crate::session::{interrupt_flag, spawn_audio, NetIo, Peer, RecvProcess, SendProcess, Snapshot};
 use crate::transport::UdpTransport;
@@ -34,7 +34,7 @@ pub struct LoopbackOptions {
     /// The emulated link, or `None` for plain loopback.
     pub link: Option<LinkConfig>,
     /// Scripted events on the emulated link (from the sender's first packet).
-    pub events: RelayEvents,
+    pub events: EmulatorEvents,
     pub seed: u64,
     pub duration_s: f64,
     pub source: SynthKind,
@@ -51,7 +51,7 @@ pub struct LoopbackOptions {
 pub struct LoopbackReport {
     pub receiver: ReceiverStats,
     pub sender: SenderStats,
-    pub relay: Option<RelayStats>,
+    pub link: Option<EmulatorStats>,
     pub playout: PeriodStats,
     pub series: BoundedSeries<Snapshot<ReceiverStats>>,
 }
@@ -65,8 +65,8 @@ pub fn run_loopback(
     let format = o.format;
     let recv_socket = UdpTransport::bind(loopback)?;
     let recv_addr = recv_socket.local_addr()?;
-    let relay = match &o.link {
-        Some(link) => Some(LinkRelay::start(
+    let emulator = match &o.link {
+        Some(link) => Some(LinkEmulator::start(
             loopback,
             recv_addr,
             link.clone(),
@@ -76,7 +76,7 @@ pub fn run_loopback(
         )?),
         None => None,
     };
-    let send_to = relay.as_ref().map_or(recv_addr, |r| r.local_addr());
+    let send_to = emulator.as_ref().map_or(recv_addr, |r| r.local_addr());
     let (recv_io, recv_link) = NetIo::start(recv_socket, Peer::Learned)?;
     let (send_io, send_link) = NetIo::start(UdpTransport::bind(loopback)?, Peer::Fixed(send_to))?;
 
@@ -99,7 +99,7 @@ pub fn run_loopback(
         seed: o.seed,
         cname: format!("{}@loopback", o.sender_name.to_lowercase()),
         name: Some(o.sender_name.clone()),
-        wall_offset_ns: crate::cli::common::wall_offset_ns(),
+        wall_offset_ns: crate::lifecycle::wall_offset_ns(),
     })?;
 
     let stop = interrupt_flag();
@@ -149,7 +149,7 @@ pub fn run_loopback(
     Ok(LoopbackReport {
         receiver: recv_proc.receiver.stats(),
         sender: send_proc.sender.stats(),
-        relay: relay.map(|r| r.stop()),
+        link: emulator.map(|r| r.stop()),
         playout,
         series,
     })

@@ -34,7 +34,7 @@ fn a_scheduled_stall_holds_datagrams_and_releases_them_together_in_order() {
     let sink = UdpSocket::bind("127.0.0.1:0").expect("bind sink");
     sink.set_read_timeout(Some(Duration::from_millis(200)))
         .expect("timeout");
-    let (mut impair, relay) = common::impair(
+    let (mut impair, emulator) = common::impair(
         sink.local_addr().expect("addr"),
         &["--event", "1s:stall=300ms", "--duration", "8"],
     );
@@ -67,7 +67,7 @@ fn a_scheduled_stall_holds_datagrams_and_releases_them_together_in_order() {
         if let Some(wait) = due.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
-        sender.send_to(&seq.to_be_bytes(), relay).expect("send");
+        sender.send_to(&seq.to_be_bytes(), emulator).expect("send");
     }
     let begins = line_with(&impair, "event begins", Duration::from_secs(5));
     let ends = line_with(&impair, "event ends", Duration::from_secs(5));

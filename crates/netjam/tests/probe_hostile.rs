@@ -7,8 +7,8 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
-use netjam::cli::probe::{ping, PingConfig};
-use netjam::cli::reflect;
+use netjam::probe::ping::{ping, PingConfig};
+use netjam::probe::reflect;
 use netjam_engine::probe::packet::{
     parse_hello_reply, parse_probe_reply, write_hello, write_probe, ProbeRequest, HELLO_LEN,
 };

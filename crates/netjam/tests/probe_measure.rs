@@ -10,8 +10,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::BIN;
-use netjam::cli::probe::{ping, spawn_impair, ImpairStats, PingConfig, PingOutcome};
-use netjam::cli::reflect;
+use netjam::probe::impair::{spawn_impair, ImpairStats};
+use netjam::probe::ping::{ping, PingConfig, PingOutcome};
+use netjam::probe::reflect;
 use netjam_engine::link::{JitterDist, LinkConfig, LossModel};
 use netjam_engine::probe::ReflectorConfig;
 

@@ -277,6 +277,22 @@ impl Reflector {
         e
     }
 
+    /// The latest time (monotonic ns, as given to [`Reflector::handle`]) at which
+    /// [`Reflector::handle_timeout`] should be called: the start of the next token epoch,
+    /// when new tokens are minted and those of two epochs ago stop being accepted. `None`
+    /// until a datagram or a timeout has fixed the epoch. The reflector is correct without
+    /// it (the first datagram of an epoch rotates the keys itself); calling it on time
+    /// takes the key derivation out of the packet path.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let period = self.config.token_epoch_ns.max(1);
+        self.epoch.map(|e| e.saturating_add(1).saturating_mul(period))
+    }
+
+    /// Do what is due at `now_ns`: move the token keys into the epoch of `now_ns`.
+    pub fn handle_timeout(&mut self, now_ns: u64) {
+        self.rotate(now_ns);
+    }
+
     /// The token for `from` in the current epoch.
     pub fn token_for(&mut self, now_ns: u64, from: &SocketAddr) -> [u8; TOKEN_LEN] {
         self.rotate(now_ns);
@@ -638,6 +654,43 @@ mod tests {
             r.handle(2000 * MS, 0, false, from, &mut b, 64),
             Action::Drop(DropReason::BadToken)
         );
+    }
+
+    #[test]
+    fn poll_timeout_is_when_the_token_epoch_turns() {
+        let cfg = ReflectorConfig {
+            token_epoch_ns: 1000 * MS,
+            ..ReflectorConfig::default()
+        };
+        let mut r = Reflector::new(cfg, [3; 32], None);
+        let from = addr(1);
+        assert_eq!(r.poll_timeout(), None, "no epoch before the first datagram");
+        let token = handshake(&mut r, 10, from, None);
+        assert_eq!(r.poll_timeout(), Some(1000 * MS));
+        // Virtual time: the token for this address changes exactly at the timeout.
+        assert_eq!(r.token_for(1000 * MS - 1, &from), token);
+        r.handle_timeout(1000 * MS);
+        let renewed = r.token_for(1000 * MS, &from);
+        assert_ne!(renewed, token, "a new epoch mints new tokens");
+        let due = r.poll_timeout().expect("the next epoch");
+        assert_eq!(due, 2000 * MS);
+        // The old token is still accepted until then, and refused from then on.
+        let mut b = probe(0, token, None, 64);
+        assert!(matches!(
+            r.handle(due - 1, 0, false, from, &mut b, 64),
+            Action::Reply { .. }
+        ));
+        r.handle_timeout(due);
+        let mut b = probe(1, token, None, 64);
+        assert_eq!(
+            r.handle(due, 0, false, from, &mut b, 64),
+            Action::Drop(DropReason::BadToken)
+        );
+        let mut b = probe(2, renewed, None, 64);
+        assert!(matches!(
+            r.handle(due, 0, false, from, &mut b, 64),
+            Action::Reply { .. }
+        ));
     }
 
     #[test]

@@ -3,15 +3,13 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use netjam_engine::delay::BufferMode;
 use netjam_engine::link::{spec_lines, EventSpecError, LinkEvent, LinkSchedule, Transition};
 use netjam_engine::time::frames_to_ns;
 
-use crate::clock;
-use crate::relay::RelayEvents;
+use crate::link_emulator::EmulatorEvents;
 
 /// `--buffer auto | N (frames) | Nms`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -55,33 +53,6 @@ impl BufferArg {
     }
 }
 
-/// Unix time minus the monotonic clock, in ns.
-pub fn wall_offset_ns() -> i64 {
-    let unix = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0);
-    unix - clock::now_ns() as i64
-}
-
-/// A seed that differs between runs (for SSRCs and RTCP timing).
-pub fn fresh_seed() -> u64 {
-    let t = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    t ^ ((std::process::id() as u64) << 32)
-}
-
-/// RTCP CNAME: user@host.
-pub fn cname() -> String {
-    let user = std::env::var("USER").unwrap_or_else(|_| "netjam".into());
-    let host = std::fs::read_to_string("/etc/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into());
-    format!("{user}@{host}")
-}
-
 /// Resolve `HOST:PORT` to one address.
 pub fn resolve(s: &str) -> anyhow::Result<SocketAddr> {
     use std::net::ToSocketAddrs;
@@ -94,16 +65,7 @@ pub fn resolve(s: &str) -> anyhow::Result<SocketAddr> {
     }
 }
 
-/// The wildcard address of the same family as `peer`, port 0.
-pub fn any_for(peer: SocketAddr) -> SocketAddr {
-    if peer.is_ipv4() {
-        SocketAddr::from(([0, 0, 0, 0], 0))
-    } else {
-        SocketAddr::from(([0u16; 8], 0))
-    }
-}
-
-/// Which directions of a relay a scripted link event acts on (`up`: from the client).
+/// Which directions of an emulated link a scripted link event acts on (`up`: from the client).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventDirs {
     Up,
@@ -201,8 +163,8 @@ impl EventArgs {
     }
 
     /// Both directions' schedules.
-    pub fn relay_events(&self) -> RelayEvents {
-        RelayEvents {
+    pub fn emulator_events(&self) -> EmulatorEvents {
+        EmulatorEvents {
             up: self.schedule(true),
             down: self.schedule(false),
         }

@@ -1,6 +1,6 @@
 //! `netjam demo`: a Seattle–Vermont jam in one process, no sound card needed.
 //!
-//! Synthetic music → sender → loopback UDP → a [`LinkRelay`] with the Seattle–Vermont
+//! Synthetic music → sender → loopback UDP → a [`LinkEmulator`] with the Seattle–Vermont
 //! link profile → receiver → WAV file. It ends with the latency budget, measured stage by
 //! stage, and the quality figures.
 
@@ -16,8 +16,8 @@ use netjam_engine::wire::{AudioFormat, Codec};
 use super::common::{check_outputs, BufferArg, EventArgs};
 use super::stream::write_json;
 use crate::endpoint::PeriodStats;
+use crate::link_emulator::EmulatorStats;
 use crate::loopback::{run_loopback, LoopbackOptions};
-use crate::relay::RelayStats;
 use crate::series::BoundedSeries;
 use crate::session::Snapshot;
 use crate::status::{recv_line, StatusLine};
@@ -75,7 +75,7 @@ struct DemoReport {
     budget: Budget,
     receiver: ReceiverStats,
     sender: SenderStats,
-    relay: RelayStats,
+    link_emulator: EmulatorStats,
     playout_periods: PeriodStats,
     series: BoundedSeries<Snapshot<ReceiverStats>>,
 }
@@ -110,7 +110,7 @@ pub fn run_demo(a: DemoArgs) -> anyhow::Result<()> {
         buffer: a.buffer.mode(format.rate),
         period: 64,
         link: Some(link.clone()),
-        events: events.relay_events(),
+        events: events.emulator_events(),
         seed: a.seed,
         duration_s: a.duration,
         source: SynthKind::Music { bpm: 112.0 },
@@ -122,13 +122,13 @@ pub fn run_demo(a: DemoArgs) -> anyhow::Result<()> {
     let mut status = StatusLine::new();
     let report = run_loopback(&options, |s| status.show(&recv_line(s)))?;
     status.finish();
-    let relay_stats = report.relay.unwrap_or_default();
+    let link_stats = report.link.unwrap_or_default();
     let (rx, tx, playout) = (report.receiver, report.sender, report.playout);
     let jb = rx.jitter_buffer;
 
     let budget = Budget {
         packetization_ms: a.frames as f64 * 1000.0 / format.rate as f64,
-        network_ms: relay_stats.up.delay_mean_ms,
+        network_ms: link_stats.up.delay_mean_ms,
         jitter_buffer_ms: jb.added_latency_ms,
         concealment_ms: 0.0,
         total_ms: 0.0,
@@ -167,7 +167,7 @@ pub fn run_demo(a: DemoArgs) -> anyhow::Result<()> {
     );
     println!();
     println!("Quality:");
-    let lost_on_link = relay_stats.up.link.lost + relay_stats.up.link.queue_dropped;
+    let lost_on_link = link_stats.up.link.lost + link_stats.up.link.queue_dropped;
     println!(
         "  packets         {} sent, {} received, {} lost on the link (the sender plays on 0.2 s past the end, so its last packets are not heard)",
         tx.packets, rx.received, lost_on_link
@@ -204,7 +204,7 @@ pub fn run_demo(a: DemoArgs) -> anyhow::Result<()> {
             budget,
             receiver: rx,
             sender: tx,
-            relay: relay_stats,
+            link_emulator: link_stats,
             playout_periods: playout,
             series: report.series,
         };

@@ -11,16 +11,14 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
 use netjam_engine::receiver::{Receiver, ReceiverConfig};
 use netjam_engine::wire::Codec;
 
-use super::common::{check_outputs, cname, fresh_seed, resolve, BufferArg};
+use super::common::{check_outputs, resolve, BufferArg};
 use super::stream::{packets_text, parse_outputs, write_json, SourceArgs, WireArgs};
-use crate::clock;
 use crate::control::jam::JamControl;
 use crate::endpoint::channels::ChannelMap;
 use crate::endpoint::jack::{JackConfig, JackEndpoint, JackMonitor};
@@ -28,8 +26,9 @@ use crate::endpoint::paced::PacedEndpoint;
 use crate::endpoint::raw::RawSink;
 use crate::endpoint::wav::WavSink;
 use crate::endpoint::{Endpoint, FrameSink, FrameSource, PeriodStats, Realtime, SampleFormat};
+use crate::lifecycle::{cname, fresh_seed, Running};
 use crate::series::BoundedSeries;
-use crate::session::{interrupt_flag, spawn_audio, JamProcess, JamStats, NetIo, Peer, Snapshot};
+use crate::session::{interrupt_flag, JamProcess, JamStats, NetIo, Peer, Snapshot};
 use crate::status::{codec_delay, meter, StatusLine};
 use crate::transport::UdpTransport;
 #[cfg(feature = "cpal")]
@@ -427,45 +426,38 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         io.local, packets
     );
     let stop = interrupt_flag();
-    let audio = spawn_audio("netjam-audio", endpoint, process, stop)?;
+    let running = Running::start("netjam-audio", io, endpoint, process, stop)?;
     let mut status = StatusLine::new();
     let mut series = BoundedSeries::default();
     let mut realtime_told = false;
-    while !audio.is_finished() {
-        std::thread::sleep(Duration::from_millis(100));
-        while let Ok(s) = snaps.pop() {
-            let mut line = jam_line(&s);
-            if let Some((_, monitor, _)) = &jack_info {
-                if !realtime_told && monitor.realtime() != Realtime::Unknown {
-                    status.finish();
-                    realtime_told = tell_realtime(monitor);
-                }
-                line.push_str(&format!("  xruns {}", monitor.xruns()));
+    running.watch(&mut snaps, |s| {
+        let mut line = jam_line(&s);
+        if let Some((_, monitor, _)) = &jack_info {
+            if !realtime_told && monitor.realtime() != Realtime::Unknown {
+                status.finish();
+                realtime_told = tell_realtime(monitor);
             }
-            if let Some(monitor) = &card_info {
-                if !realtime_told {
-                    if let Some(told) = monitor.realtime_line() {
-                        status.finish();
-                        eprintln!("netjam: {told}");
-                        realtime_told = true;
-                    }
-                }
-                line.push_str(&format!("  xruns {}", monitor.xruns()));
-            }
-            status.show(&line);
-            if let Some(c) = &control {
-                c.publish(&s);
-            }
-            series.push(s);
+            line.push_str(&format!("  xruns {}", monitor.xruns()));
         }
-    }
+        if let Some(monitor) = &card_info {
+            if !realtime_told {
+                if let Some(told) = monitor.realtime_line() {
+                    status.finish();
+                    eprintln!("netjam: {told}");
+                    realtime_told = true;
+                }
+            }
+            line.push_str(&format!("  xruns {}", monitor.xruns()));
+        }
+        status.show(&line);
+        if let Some(c) = &control {
+            c.publish(&s);
+        }
+        series.push(s);
+    });
     status.finish();
-    let (mut process, _, periods) = audio
-        .join()
-        .map_err(|_| anyhow::anyhow!("the audio thread panicked"))??;
-    process.finish(clock::now_ns());
-    std::thread::sleep(Duration::from_millis(20));
-    io.shutdown();
+    let stopped = running.stop_with_bye(|p, now| p.finish(now))?;
+    let (process, periods) = (stopped.process, stopped.periods);
     let stats = process.stats();
     let jb = &stats.heard.jitter_buffer;
     eprintln!(

@@ -37,7 +37,7 @@ pub enum Command {
     Ping(probe::PingArgs),
     /// Ping over a grid of packet sizes and rates, and recommend a packetization.
     Sweep(probe::SweepArgs),
-    /// Relay UDP through an emulated link (delay, jitter, loss, reordering, rate cap).
+    /// Carry UDP through an emulated link (delay, jitter, loss, reordering, rate cap).
     Impair(probe::ImpairArgs),
     /// List the audio devices and endpoints netjam can use (JACK server and its ports, ALSA cards).
     Devices(devices::DevicesArgs),

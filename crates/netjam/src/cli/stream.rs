@@ -2,8 +2,6 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
@@ -15,17 +13,17 @@ use netjam_engine::synth::SynthKind;
 use netjam_engine::wire::sdp::{parse_sdp, write_sdp, SdpStream};
 use netjam_engine::wire::{AudioFormat, Codec};
 
-use super::common::{any_for, check_outputs, cname, fresh_seed, resolve, wall_offset_ns, BufferArg};
-use crate::clock;
+use super::common::{check_outputs, resolve, BufferArg};
 use crate::endpoint::channels::{ChannelMap, MapSide, PickedSource};
 use crate::endpoint::paced::PacedEndpoint;
 use crate::endpoint::raw::{RawSink, RawSource};
 use crate::endpoint::synth::SynthSource;
 use crate::endpoint::wav::{WavSink, WavSource};
 use crate::endpoint::{FrameSink, FrameSource, PeriodStats, SampleFormat};
+use crate::lifecycle::{any_for, await_format, cname, fresh_seed, wall_offset_ns, Running};
 use crate::opus::{OpusEncoder, OpusSettings};
 use crate::series::BoundedSeries;
-use crate::session::{interrupt_flag, spawn_audio, NetIo, Peer, RecvProcess, SendProcess, Snapshot};
+use crate::session::{interrupt_flag, NetIo, Peer, RecvProcess, SendProcess, Snapshot};
 use crate::status::{recv_line, send_line, StatusLine};
 use crate::transport::UdpTransport;
 
@@ -260,21 +258,11 @@ pub fn run_send(a: SendArgs) -> anyhow::Result<()> {
         "netjam: sending {format} in {} to {to}",
         packets_text(&process.sender)
     );
-    let audio = spawn_audio("netjam-audio", endpoint, process, stop.clone())?;
+    let running = Running::start("netjam-audio", io, endpoint, process, stop)?;
     let mut status = StatusLine::new();
-    while !audio.is_finished() {
-        std::thread::sleep(Duration::from_millis(100));
-        while let Ok(s) = snaps.pop() {
-            status.show(&send_line(&s));
-        }
-    }
+    running.watch(&mut snaps, |s| status.show(&send_line(&s)));
     status.finish();
-    let (mut process, _, _) = audio
-        .join()
-        .map_err(|_| anyhow::anyhow!("the audio thread panicked"))??;
-    process.finish(clock::now_ns());
-    std::thread::sleep(Duration::from_millis(20));
-    io.shutdown();
+    let process = running.stop_with_bye(|p, now| p.finish(now))?.process;
     let s = process.sender.stats();
     eprintln!(
         "netjam: sent {} packets ({} frames){}",
@@ -393,28 +381,11 @@ pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
     let (mut receiver, mut link) = (receiver, link);
     eprintln!("netjam: listening on {}", io.local);
     // Until the first stream shows its format (or it was given), feed packets from here.
-    let mut buf = vec![0u8; crate::session::MAX_DATAGRAM];
-    let mut hinted = false;
-    let mut first_at = None;
-    let format = loop {
-        if stop.load(Ordering::Relaxed) {
-            io.shutdown();
-            return Ok(());
-        }
-        while let Some((at, len)) = link.from_net.pop(&mut buf) {
-            receiver.on_datagram(at, &buf[..len]);
-            if receiver.output_format().is_some() {
-                first_at.get_or_insert(at);
-            }
-        }
-        if let Some(f) = receiver.output_format() {
-            break f;
-        }
-        if receiver.stats().unknown_format > 0 && !hinted {
-            hinted = true;
-            eprintln!("netjam: RTP is arriving without netjam's format: give --codec, --rate and --channels, or --sdp FILE");
-        }
-        std::thread::sleep(Duration::from_millis(2));
+    let Some((format, first_at)) = await_format(&mut receiver, &mut link, &stop, || {
+        eprintln!("netjam: RTP is arriving without netjam's format: give --codec, --rate and --channels, or --sdp FILE");
+    }) else {
+        io.shutdown();
+        return Ok(());
     };
     let (mut process, mut snaps) = RecvProcess::new(receiver, link, format.rate);
     process.receiver.set_buffer_mode(a.buffer.mode(format.rate));
@@ -430,28 +401,22 @@ pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
             .with_limit(limit)
             .with_origin(first_at),
     );
-    let audio = spawn_audio("netjam-audio", endpoint, process, stop.clone())?;
+    let running = Running::start("netjam-audio", io, endpoint, process, stop)?;
     let mut status = StatusLine::new();
     let mut series = BoundedSeries::default();
     let mut last_starts = 1;
-    while !audio.is_finished() {
-        std::thread::sleep(Duration::from_millis(100));
-        while let Ok(s) = snaps.pop() {
-            if s.stats.stream_starts > last_starts {
-                status.finish();
-                eprintln!("netjam: the sender restarted; following the new stream");
-                last_starts = s.stats.stream_starts;
-            }
-            status.show(&recv_line(&s));
-            series.push(s);
+    running.watch(&mut snaps, |s| {
+        if s.stats.stream_starts > last_starts {
+            status.finish();
+            eprintln!("netjam: the sender restarted; following the new stream");
+            last_starts = s.stats.stream_starts;
         }
-    }
+        status.show(&recv_line(&s));
+        series.push(s);
+    });
     status.finish();
-    let (process, _, periods) = audio
-        .join()
-        .map_err(|_| anyhow::anyhow!("the audio thread panicked"))??;
-    let dropped = io.rx_overflow.load(Ordering::Relaxed);
-    io.shutdown();
+    let stopped = running.stop()?;
+    let (process, periods, dropped) = (stopped.process, stopped.periods, stopped.rx_overflow);
     let stats = process.receiver.stats();
     print_recv_summary(&stats);
     if let Some(path) = &a.stats_json {

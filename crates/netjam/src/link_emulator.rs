@@ -1,11 +1,13 @@
-//! [`LinkRelay`]: a UDP relay that carries traffic through an emulated path.
+//! [`LinkEmulator`]: carries UDP traffic through an emulated path, on one socket and one
+//! thread (the demo and the loopback benchmarks run it in process).
 //!
-//! Datagrams from a client arriving at the relay's socket go to `forward` through the
+//! Datagrams from a client arriving at the emulator's socket go to `forward` through the
 //! "up" [`LinkModel`]; datagrams coming back from `forward` go to the client that last
-//! sent, through the "down" model. The relay holds each packet until the model's delivery
+//! sent, through the "down" model. The emulator holds each packet until the model's delivery
 //! time, waking on absolute deadlines (the last stretch spun) so the emulated delay is
-//! what reaches the wire. Scripted link events ([`RelayEvents`]) count from the first
-//! packet a client sends, in both directions.
+//! what reaches the wire. Scripted link events ([`EmulatorEvents`]) count from the first
+//! packet a client sends, in both directions. It never decides anything itself: every
+//! delay, loss and reordering comes from the engine's sans-IO [`LinkModel`].
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,7 +20,7 @@ use netjam_engine::link::{LinkConfig, LinkModel, LinkSchedule, LinkStats};
 use crate::clock;
 use crate::transport::UdpTransport;
 
-/// One direction's counters and the delay its packets actually had inside the relay.
+/// One direction's counters and the delay its packets actually had inside the emulator.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct DirectionStats {
     pub link: LinkStats,
@@ -33,54 +35,54 @@ pub struct DirectionStats {
 
 /// Both directions.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
-pub struct RelayStats {
+pub struct EmulatorStats {
     pub up: DirectionStats,
     pub down: DirectionStats,
 }
 
 /// Scripted events of each direction (`up`: from the client).
 #[derive(Debug, Clone, Default)]
-pub struct RelayEvents {
+pub struct EmulatorEvents {
     pub up: LinkSchedule,
     pub down: LinkSchedule,
 }
 
-/// A running relay; stops when dropped or [`LinkRelay::stop`]ped.
+/// A running emulator; stops when dropped or [`LinkEmulator::stop`]ped.
 #[derive(Debug)]
-pub struct LinkRelay {
+pub struct LinkEmulator {
     local: SocketAddr,
     stop: Arc<AtomicBool>,
-    stats: Arc<Mutex<RelayStats>>,
+    stats: Arc<Mutex<EmulatorStats>>,
     thread: Option<JoinHandle<()>>,
 }
 
 type Held = (u64, Vec<u8>);
 
-impl LinkRelay {
-    /// Bind `listen` and relay to and from `forward` through `up` and `down`, with `events`.
+impl LinkEmulator {
+    /// Bind `listen` and carry traffic to and from `forward` through `up` and `down`, with `events`.
     pub fn start(
         listen: SocketAddr,
         forward: SocketAddr,
         up: LinkConfig,
         down: LinkConfig,
-        events: RelayEvents,
+        events: EmulatorEvents,
         seed: u64,
     ) -> anyhow::Result<Self> {
         let socket = UdpTransport::bind(listen)?;
         let local = socket.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let stats = Arc::new(Mutex::new(RelayStats::default()));
+        let stats = Arc::new(Mutex::new(EmulatorStats::default()));
         let thread = {
             let (stop, stats) = (stop.clone(), stats.clone());
             std::thread::Builder::new()
-                .name("netjam-relay".into())
+                .name("netjam-link".into())
                 .spawn(move || {
                     let mut up: LinkModel<Held> = LinkModel::new(up, seed).with_schedule(events.up);
                     let mut down: LinkModel<Held> =
                         LinkModel::new(down, seed.wrapping_add(1)).with_schedule(events.down);
                     let mut client: Option<SocketAddr> = None;
                     let mut buf = vec![0u8; 65_536];
-                    let mut local_stats = RelayStats::default();
+                    let mut local_stats = EmulatorStats::default();
                     let mut last_publish = 0u64;
                     while !stop.load(Ordering::Relaxed) {
                         let now = clock::now_ns();
@@ -145,12 +147,12 @@ impl LinkRelay {
         self.local
     }
 
-    pub fn stats(&self) -> RelayStats {
+    pub fn stats(&self) -> EmulatorStats {
         self.stats.lock().map(|s| *s).unwrap_or_default()
     }
 
-    /// Stop relaying and return the final counters.
-    pub fn stop(mut self) -> RelayStats {
+    /// Stop and return the final counters.
+    pub fn stop(mut self) -> EmulatorStats {
         self.halt();
         self.stats()
     }
@@ -163,7 +165,7 @@ impl LinkRelay {
     }
 }
 
-impl Drop for LinkRelay {
+impl Drop for LinkEmulator {
     fn drop(&mut self) {
         self.halt();
     }
