@@ -17,3 +17,4 @@ pub mod series;
 pub mod session;
 pub mod status;
 pub mod transport;
+pub mod udp_batch;
