@@ -20,3 +20,4 @@ pub mod series;
 pub mod session;
 pub mod status;
 pub mod transport;
+pub mod udp_batch;

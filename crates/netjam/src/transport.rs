@@ -192,8 +192,7 @@ impl UdpTransport {
         use std::os::fd::AsRawFd;
 
         let fd = self.socket.as_raw_fd();
-        // Room for one timespec control message, 8-byte aligned.
-        let mut control = [0u64; 8];
+        let mut control = [0u64; STAMP_CONTROL_WORDS];
         let mut iov = libc::iovec {
             iov_base: buf.as_mut_ptr().cast(),
             iov_len: buf.len(),
@@ -219,21 +218,11 @@ impl UdpTransport {
                     return Err(io::Error::last_os_error());
                 }
                 *len = msg.msg_namelen;
-                let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-                while !cmsg.is_null() {
-                    let c = &*cmsg;
-                    if c.cmsg_level == libc::SOL_SOCKET && c.cmsg_type == libc::SCM_TIMESTAMPNS {
-                        stamp = Some(std::ptr::read_unaligned(
-                            libc::CMSG_DATA(cmsg).cast::<libc::timespec>(),
-                        ));
-                    }
-                    cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-                }
+                stamp = kernel_stamp(&msg);
                 Ok(n as usize)
             })
         };
-        let mono = clock::now_ns();
-        let real = std::time::SystemTime::now();
+        let clocks = ClockPair::sample();
         let (len, addr) = match result {
             Ok(r) => r,
             Err(e)
@@ -249,18 +238,7 @@ impl UdpTransport {
         let from = addr
             .as_socket()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "datagram from a non-IP address"))?;
-        let (at_ns, source) = match (stamp, real.duration_since(std::time::UNIX_EPOCH)) {
-            (Some(ts), Ok(now_real)) => {
-                let stamped = ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128;
-                let age = now_real.as_nanos() as i128 - stamped;
-                if (0..MAX_KERNEL_AGE_NS).contains(&age) {
-                    (mono.saturating_sub(age as u64), TimestampSource::Kernel)
-                } else {
-                    (mono, TimestampSource::Monotonic)
-                }
-            }
-            _ => (mono, TimestampSource::Monotonic),
-        };
+        let (at_ns, source) = clocks.arrival(stamp);
         Ok(Some(Received {
             len: len.min(buf.len()),
             from,
@@ -272,6 +250,70 @@ impl UdpTransport {
     /// The underlying socket, for the rare caller that needs an option set here.
     pub fn socket(&self) -> &UdpSocket {
         &self.socket
+    }
+}
+
+/// Control-message room for one `SCM_TIMESTAMPNS` (a timespec), in 8-byte words so it is
+/// aligned for `cmsghdr`.
+#[cfg(target_os = "linux")]
+pub(crate) const STAMP_CONTROL_WORDS: usize = 8;
+
+/// The kernel receive stamp among `msg`'s control messages, if there is one.
+///
+/// # Safety
+/// `msg` must have been filled by a successful `recvmsg`/`recvmmsg`, with `msg_control`
+/// pointing to a live buffer of at least `msg_controllen` bytes.
+#[cfg(target_os = "linux")]
+pub(crate) unsafe fn kernel_stamp(msg: &libc::msghdr) -> Option<libc::timespec> {
+    let mut stamp = None;
+    // SAFETY: per the contract above, the CMSG macros walk only inside `msg_controllen`
+    // bytes of a live buffer; the timespec is read unaligned from inside one message.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(msg);
+        while !cmsg.is_null() {
+            let c = &*cmsg;
+            if c.cmsg_level == libc::SOL_SOCKET && c.cmsg_type == libc::SCM_TIMESTAMPNS {
+                stamp = Some(std::ptr::read_unaligned(
+                    libc::CMSG_DATA(cmsg).cast::<libc::timespec>(),
+                ));
+            }
+            cmsg = libc::CMSG_NXTHDR(msg, cmsg);
+        }
+    }
+    stamp
+}
+
+/// The monotonic and wall clocks read together right after a receive, to move kernel
+/// stamps (wall clock) onto the [`clock::now_ns`] scale by their age.
+#[cfg(target_os = "linux")]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClockPair {
+    mono_ns: u64,
+    real_ns: Option<i128>,
+}
+
+#[cfg(target_os = "linux")]
+impl ClockPair {
+    pub(crate) fn sample() -> Self {
+        let mono_ns = clock::now_ns();
+        let real_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .map(|d| d.as_nanos() as i128);
+        Self { mono_ns, real_ns }
+    }
+
+    /// Arrival time of a datagram with kernel stamp `stamp`; the monotonic reading when
+    /// there is no stamp or it is implausible (the wall clock was stepped).
+    pub(crate) fn arrival(&self, stamp: Option<libc::timespec>) -> (u64, TimestampSource) {
+        if let (Some(ts), Some(real)) = (stamp, self.real_ns) {
+            let stamped = ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128;
+            let age = real - stamped;
+            if (0..MAX_KERNEL_AGE_NS).contains(&age) {
+                return (self.mono_ns.saturating_sub(age as u64), TimestampSource::Kernel);
+            }
+        }
+        (self.mono_ns, TimestampSource::Monotonic)
     }
 }
 
