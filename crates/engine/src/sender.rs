@@ -217,6 +217,13 @@ impl Sender {
         self.ssrc
     }
 
+    /// Send as `ssrc` from now on: a rooms server that found the seeded SSRC taken in the
+    /// room assigns another. Call it before the first packet; a later change looks like a
+    /// new stream to every receiver.
+    pub fn set_ssrc(&mut self, ssrc: u32) {
+        self.ssrc = ssrc;
+    }
+
     pub fn format(&self) -> AudioFormat {
         self.config.format
     }

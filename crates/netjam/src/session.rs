@@ -63,6 +63,10 @@ pub struct NetIo {
     waker: Thread,
     /// Datagrams dropped because the ring to the audio thread was full.
     pub rx_overflow: Arc<std::sync::atomic::AtomicU64>,
+    /// Control datagrams dropped: not from the peer, or the control thread was behind.
+    pub control_dropped: Arc<std::sync::atomic::AtomicU64>,
+    /// The socket, for a control thread that sends on it too.
+    pub socket: Arc<UdpTransport>,
     pub local: SocketAddr,
     threads: Vec<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
@@ -71,9 +75,21 @@ pub struct NetIo {
 impl NetIo {
     /// Start the receive and send threads on `socket`.
     pub fn start(socket: UdpTransport, peer: Peer) -> anyhow::Result<(Self, AudioLink)> {
+        Self::start_with_control(socket, peer, None)
+    }
+
+    /// Like [`NetIo::start`], but OSC datagrams (first byte `/`) from the fixed peer go to
+    /// `control` instead of the audio thread (a room client's control thread); when that
+    /// channel is full they are dropped and counted in [`NetIo::control_dropped`].
+    pub fn start_with_control(
+        socket: UdpTransport,
+        peer: Peer,
+        control: Option<std::sync::mpsc::SyncSender<crate::room_client::ControlDatagram>>,
+    ) -> anyhow::Result<(Self, AudioLink)> {
         let local = socket.local_addr()?;
         socket.set_read_timeout(Some(Duration::from_millis(50)))?;
         let socket = Arc::new(socket);
+        let socket_out = socket.clone();
         let stop = Arc::new(AtomicBool::new(false));
         let learned: Arc<Mutex<Option<SocketAddr>>> = Arc::new(Mutex::new(match peer {
             Peer::Fixed(a) => Some(a),
@@ -82,10 +98,20 @@ impl NetIo {
         let (to_audio, from_net) = packet_ring(RING_BYTES);
         let (to_net, mut from_audio) = packet_ring(RING_BYTES);
         let rx_overflow = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let control_dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let control_from = match peer {
+            Peer::Fixed(a) => Some(a),
+            Peer::Learned => None,
+        };
 
         let rx = {
-            let (socket, stop, learned, overflow) =
-                (socket.clone(), stop.clone(), learned.clone(), rx_overflow.clone());
+            let (socket, stop, learned, overflow, control_dropped) = (
+                socket.clone(),
+                stop.clone(),
+                learned.clone(),
+                rx_overflow.clone(),
+                control_dropped.clone(),
+            );
             let mut to_audio = to_audio;
             thread::Builder::new().name("netjam-rx".into()).spawn(move || {
                 crate::rt::promote_current_thread(crate::rt::NETWORK_PRIORITY);
@@ -93,6 +119,17 @@ impl NetIo {
                 while !stop.load(Ordering::Relaxed) {
                     match socket.recv(&mut buf) {
                         Ok(Some(r)) => {
+                            if let Some(control) = &control {
+                                if buf[..r.len].first() == Some(&b'/') {
+                                    if Some(r.from) == control_from
+                                        && control.try_send((r.at_ns, buf[..r.len].to_vec())).is_ok()
+                                    {
+                                        continue;
+                                    }
+                                    control_dropped.fetch_add(1, Ordering::Relaxed);
+                                    continue;
+                                }
+                            }
                             if matches!(peer, Peer::Learned) && classify(&buf[..r.len]) == PacketKind::Rtp {
                                 if let Ok(mut l) = learned.lock() {
                                     *l = Some(r.from);
@@ -149,6 +186,8 @@ impl NetIo {
             Self {
                 waker,
                 rx_overflow,
+                control_dropped,
+                socket: socket_out,
                 local,
                 threads: vec![rx, tx],
                 stop,

@@ -9,6 +9,7 @@ pub mod jam;
 pub mod osc;
 pub mod probe;
 pub mod reflect;
+pub mod server;
 pub mod stream;
 
 /// Play music together live over the internet.
@@ -41,6 +42,8 @@ pub enum Command {
     Impair(probe::ImpairArgs),
     /// List the audio devices and endpoints netjam can use (JACK server and its ports, ALSA cards).
     Devices(devices::DevicesArgs),
+    /// Serve rooms: forward every member's audio to the others in their room, without decoding.
+    Server(server::ServerArgs),
     /// Open Sound Control tools.
     #[command(subcommand)]
     Osc(osc::OscCommand),
@@ -59,6 +62,7 @@ impl Cli {
             Command::Sweep(a) => probe::run_sweep(a),
             Command::Impair(a) => probe::run_impair(a),
             Command::Devices(a) => devices::run(a),
+            Command::Server(a) => server::run(a),
             Command::Osc(c) => osc::run(c),
         }
     }

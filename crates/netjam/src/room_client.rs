@@ -1,0 +1,470 @@
+//! Joining a room and staying in it: the I/O shell around the sans-IO
+//! [`netjam_engine::room::RoomClient`].
+//!
+//! ```text
+//!   join(): hello -> challenge -> join -> welcome, on the stream's own socket, before any audio
+//!   control thread:  OSC from the server (handed over by the receive thread)
+//!                      -> RoomClient -> replies to the server, roster events
+//!                      -> RoomCommand::Assign/Release on the audio thread's ring
+//!                    OSC control surface commands -> the same ring (one producer)
+//! ```
+//!
+//! The seat is taken before the audio starts, so the sender uses the SSRC the server
+//! assigned from its first packet on. Afterwards one thread owns the client: it answers
+//! the server, sends keep-alives, takes the seat back after an address change and turns
+//! the roster into commands for the audio thread, which hears exactly the members the
+//! roster names. That thread is also the single producer of the audio thread's command
+//! ring, forwarding what the OSC surface asks for.
+//!
+//! Never here: audio, blocking the audio thread, or trusting a datagram that did not come
+//! from the server.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use netjam_engine::room::msg::MAX_CONTROL_LEN;
+use netjam_engine::room::{ClientConfig, RefuseCode, RoomClient, RoomEvent, RosterEntry, RosterKind};
+
+use crate::clock;
+use crate::session::RoomCommand;
+use crate::transport::UdpTransport;
+
+/// A datagram from the server's address that starts with `/`, and when it arrived.
+pub type ControlDatagram = (u64, Vec<u8>);
+/// Control datagrams that may wait for the control thread; more are dropped.
+pub const CONTROL_QUEUE: usize = 256;
+
+/// A member of the room as the roster names it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RosterMember {
+    pub member_id: u32,
+    pub name: String,
+    pub ssrc: u32,
+}
+
+/// Who is in the room, as the roster says; shared with the status line and OSC.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Roster {
+    pub room: String,
+    /// Your own seat: (member id, SSRC you send with).
+    pub me: Option<(u32, u32)>,
+    /// The others, by member id.
+    pub members: BTreeMap<u32, RosterMember>,
+    /// The server stopped answering (the client keeps trying).
+    pub lost: bool,
+    /// Seats retaken after an address change.
+    pub rejoins: u64,
+    /// Roster changes the audio thread's ring refused (full).
+    pub commands_dropped: u64,
+    /// Control datagrams dropped because the control thread was behind.
+    pub control_dropped: u64,
+}
+
+impl Roster {
+    /// The name of the member sending with `ssrc`.
+    pub fn name_of_ssrc(&self, ssrc: u32) -> Option<&str> {
+        self.members
+            .values()
+            .find(|m| m.ssrc == ssrc)
+            .map(|m| m.name.as_str())
+    }
+
+    /// Apply one roster event; returns the command the audio thread needs, if any.
+    pub fn apply(&mut self, e: &RosterEntry) -> Option<RoomCommand> {
+        match e.kind {
+            RosterKind::Joined => {
+                let replaced = self.members.insert(
+                    e.member_id,
+                    RosterMember {
+                        member_id: e.member_id,
+                        name: e.name.clone(),
+                        ssrc: e.ssrc,
+                    },
+                );
+                if let Some(old) = replaced.filter(|old| old.ssrc != e.ssrc) {
+                    tracing::debug!(
+                        "member {} changed SSRC {:08x} -> {:08x}",
+                        e.member_id,
+                        old.ssrc,
+                        e.ssrc
+                    );
+                }
+                Some(RoomCommand::Assign {
+                    ssrc: e.ssrc,
+                    member: e.member_id as _,
+                })
+            }
+            RosterKind::Left | RosterKind::Timeout => self
+                .members
+                .remove(&e.member_id)
+                .map(|m| RoomCommand::Release { ssrc: m.ssrc }),
+            RosterKind::Renamed => {
+                if let Some(m) = self.members.get_mut(&e.member_id) {
+                    m.name = e.name.clone();
+                }
+                None
+            }
+        }
+    }
+}
+
+/// How to take a seat.
+#[derive(Debug, Clone)]
+pub struct JoinRequest {
+    pub server: SocketAddr,
+    pub room: String,
+    pub name: String,
+    pub password: String,
+    /// The SSRC the sender would like (the server may assign another).
+    pub ssrc: u32,
+    /// Declared media rate.
+    pub packets_per_s: u32,
+    pub bytes_per_s: u32,
+    /// How long to keep trying before giving up.
+    pub timeout: Duration,
+}
+
+/// A seat taken: the client that holds it and what the roster said so far.
+#[derive(Debug)]
+pub struct Seated {
+    pub client: RoomClient,
+    pub member_id: u32,
+    /// Send with this SSRC.
+    pub ssrc: u32,
+    /// Roster events that came with the welcome (the members already there).
+    pub early: Vec<RosterEntry>,
+}
+
+fn nonce_seed() -> [u8; 16] {
+    let mut seed = [0u8; 16];
+    if getrandom::fill(&mut seed).is_err() {
+        // Nonces need to be unique, not secret: the clock and the process id will do.
+        let t = clock::now_ns() ^ (u64::from(std::process::id()) << 32);
+        seed[..8].copy_from_slice(&t.to_le_bytes());
+    }
+    seed
+}
+
+fn refusal_text(code: Option<RefuseCode>, reason: &str, r: &JoinRequest) -> String {
+    let what = match code {
+        Some(RefuseCode::WrongPassword) => format!(
+            "room {:?} has another password: ask whoever opened it, and pass it with --password",
+            r.room
+        ),
+        Some(RefuseCode::RoomFull) => format!("room {:?} is full", r.room),
+        Some(RefuseCode::RateTooHigh) => {
+            "the server does not admit this much audio per player: send fewer channels, a larger --frames, or --codec opus".into()
+        }
+        Some(RefuseCode::BadVersion) => "the server speaks another protocol version: use the same netjam version as the server".into(),
+        Some(RefuseCode::BadRequest) => "the server refused the name or room (1-64 printable characters each)".into(),
+        Some(RefuseCode::ServerFull) => "the server is full: try again later or another server".into(),
+        _ => "the server refused to seat you".into(),
+    };
+    format!("{what} (server said: {reason})")
+}
+
+/// Takes a seat on `socket` (the one the stream will use, so the server learns the
+/// address media will come from). Blocks until seated, refused or `r.timeout`.
+pub fn join(socket: &UdpTransport, r: &JoinRequest) -> anyhow::Result<Seated> {
+    let mut config = ClientConfig::new(&r.room, &r.name, &r.password, r.ssrc);
+    config.packets_per_s = r.packets_per_s.max(1);
+    config.bytes_per_s = r.bytes_per_s.max(1);
+    config.nonce_seed = nonce_seed();
+    let mut client = RoomClient::new(config, clock::now_ns());
+    let deadline = Instant::now() + r.timeout;
+    let mut buf = vec![0u8; MAX_CONTROL_LEN.max(2048)];
+    let mut early = Vec::new();
+    let mut others = 0u64;
+    loop {
+        while let Some(n) = client.poll_transmit(&mut buf) {
+            if let Err(e) = socket.send_to(&buf[..n], r.server) {
+                tracing::debug!("join: send to {}: {e}", r.server);
+            }
+        }
+        while let Some(e) = client.poll_event() {
+            match e {
+                RoomEvent::Joined { member_id, ssrc, .. } => {
+                    // Roster events sent together with the welcome may already be queued.
+                    drain_early(socket, r.server, &mut client, &mut early);
+                    return Ok(Seated {
+                        client,
+                        member_id,
+                        ssrc,
+                        early,
+                    });
+                }
+                RoomEvent::Roster(entry) => early.push(entry),
+                RoomEvent::Refused { code, reason } => bail!(refusal_text(code, &reason, r)),
+                RoomEvent::Lost => {}
+            }
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            bail!(
+                "no answer from the rooms server at {} after {:.0} s{}: is `netjam server` running there, and does its firewall let UDP port {} in?",
+                r.server,
+                r.timeout.as_secs_f64(),
+                if others > 0 { format!(" ({others} datagrams from elsewhere ignored)") } else { String::new() },
+                r.server.port()
+            );
+        }
+        let now_ns = clock::now_ns();
+        let wait_ns = client
+            .poll_timeout()
+            .map_or(50_000_000, |t| t.saturating_sub(now_ns))
+            .clamp(1_000_000, 50_000_000);
+        let wait = Duration::from_nanos(wait_ns).min(deadline - now);
+        socket.set_read_timeout(Some(wait.max(Duration::from_millis(1))))?;
+        match socket.recv(&mut buf) {
+            Ok(Some(got)) if got.from == r.server && buf.first() == Some(&b'/') => {
+                client.handle_datagram(got.at_ns, &buf[..got.len]);
+            }
+            Ok(Some(_)) => others += 1,
+            Ok(None) => {}
+            Err(e) => tracing::debug!("join: receive: {e}"),
+        }
+        let now_ns = clock::now_ns();
+        if client.poll_timeout().is_some_and(|t| t <= now_ns) {
+            client.handle_timeout(now_ns);
+        }
+    }
+}
+
+/// Takes whatever the server already sent after the welcome, without waiting.
+fn drain_early(
+    socket: &UdpTransport,
+    server: SocketAddr,
+    client: &mut RoomClient,
+    early: &mut Vec<RosterEntry>,
+) {
+    let mut buf = vec![0u8; MAX_CONTROL_LEN.max(2048)];
+    if socket.set_read_timeout(Some(Duration::from_millis(20))).is_err() {
+        return;
+    }
+    while let Ok(Some(got)) = socket.recv(&mut buf) {
+        if got.from == server && buf.first() == Some(&b'/') {
+            client.handle_datagram(got.at_ns, &buf[..got.len]);
+        }
+        if socket.set_read_timeout(Some(Duration::from_millis(2))).is_err() {
+            break;
+        }
+    }
+    while let Some(n) = client.poll_transmit(&mut buf) {
+        let _ = socket.send_to(&buf[..n], server);
+    }
+    while let Some(e) = client.poll_event() {
+        if let RoomEvent::Roster(entry) = e {
+            early.push(entry);
+        }
+    }
+}
+
+/// The control thread of a seated client.
+#[derive(Debug)]
+pub struct RoomLink {
+    pub roster: Arc<Mutex<Roster>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl RoomLink {
+    /// A copy of the roster as it stands.
+    pub fn roster(&self) -> Roster {
+        self.roster.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// Leave the room (one `/netjam/leave`) and stop the thread.
+    pub fn leave(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for RoomLink {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Where the control thread's commands come from besides the roster.
+pub trait CommandSource: Send + 'static {
+    /// The next command, if one waits.
+    fn next(&mut self, roster: &Roster) -> Option<RoomCommand>;
+}
+
+impl CommandSource for () {
+    fn next(&mut self, _: &Roster) -> Option<RoomCommand> {
+        None
+    }
+}
+
+/// Starts the control thread for a seated client.
+///
+/// `control` receives the server's OSC datagrams from the stream's receive thread;
+/// `send` sends one datagram to the server on the stream's socket; `commands` is the
+/// audio thread's ring, of which this thread becomes the only producer; `extra` are
+/// commands from elsewhere (the OSC surface) passed on in order.
+pub fn spawn(
+    seated: Seated,
+    room: &str,
+    send: impl Fn(&[u8]) + Send + 'static,
+    control: mpsc::Receiver<ControlDatagram>,
+    mut commands: rtrb::Producer<RoomCommand>,
+    mut extra: impl CommandSource,
+) -> anyhow::Result<RoomLink> {
+    let Seated {
+        mut client,
+        member_id,
+        ssrc,
+        early,
+    } = seated;
+    let mut roster = Roster {
+        room: room.to_owned(),
+        me: Some((member_id, ssrc)),
+        ..Roster::default()
+    };
+    for e in &early {
+        if let Some(c) = roster.apply(e) {
+            if commands.push(c).is_err() {
+                roster.commands_dropped += 1;
+            }
+        }
+    }
+    let shared = Arc::new(Mutex::new(roster.clone()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let (shared, stop) = (shared.clone(), stop.clone());
+        std::thread::Builder::new().name("netjam-room".into()).spawn(move || {
+            let mut buf = vec![0u8; MAX_CONTROL_LEN.max(2048)];
+            let mut changed;
+            while !stop.load(Ordering::Relaxed) {
+                changed = false;
+                let now = clock::now_ns();
+                // Wake for the client's timers, and often enough that an OSC fader moves
+                // within a few milliseconds.
+                let wait = client
+                    .poll_timeout()
+                    .map_or(5_000_000, |t| t.saturating_sub(now))
+                    .min(5_000_000);
+                match control.recv_timeout(Duration::from_nanos(wait)) {
+                    Ok((at, bytes)) => {
+                        client.handle_datagram(at, &bytes);
+                        while let Ok((at, bytes)) = control.try_recv() {
+                            client.handle_datagram(at, &bytes);
+                        }
+                    }
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+                let now = clock::now_ns();
+                if client.poll_timeout().is_some_and(|t| t <= now) {
+                    client.handle_timeout(now);
+                }
+                while let Some(n) = client.poll_transmit(&mut buf) {
+                    send(&buf[..n]);
+                }
+                while let Some(e) = client.poll_event() {
+                    changed = true;
+                    match e {
+                        RoomEvent::Roster(entry) => {
+                            if let Some(c) = roster.apply(&entry) {
+                                if commands.push(c).is_err() {
+                                    roster.commands_dropped += 1;
+                                }
+                            }
+                            roster.lost = false;
+                        }
+                        RoomEvent::Joined {
+                            member_id,
+                            ssrc: new_ssrc,
+                            rejoined,
+                        } => {
+                            roster.lost = false;
+                            if rejoined {
+                                roster.rejoins += 1;
+                            }
+                            if new_ssrc != ssrc {
+                                // A fresh seat after the server forgot us: its SSRC is in
+                                // the welcome, but the sender cannot change mid-stream.
+                                tracing::warn!(
+                                    "the server seated this player again with SSRC {new_ssrc:08x} instead of {ssrc:08x}; restart to be heard"
+                                );
+                            }
+                            roster.me = Some((member_id, new_ssrc));
+                        }
+                        RoomEvent::Lost => roster.lost = true,
+                        RoomEvent::Refused { reason, .. } => {
+                            tracing::warn!("the rooms server refused to seat this player again: {reason}");
+                            roster.lost = true;
+                        }
+                    }
+                }
+                while let Some(c) = extra.next(&roster) {
+                    if commands.push(c).is_err() {
+                        roster.commands_dropped += 1;
+                    }
+                }
+                if changed {
+                    if let Ok(mut s) = shared.lock() {
+                        let dropped = s.control_dropped;
+                        *s = roster.clone();
+                        s.control_dropped = dropped;
+                    }
+                }
+            }
+            client.leave(clock::now_ns());
+            while let Some(n) = client.poll_transmit(&mut buf) {
+                send(&buf[..n]);
+            }
+        })?
+    };
+    Ok(RoomLink {
+        roster: shared,
+        stop,
+        thread: Some(thread),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(kind: RosterKind, member_id: u32, name: &str, ssrc: u32) -> RosterEntry {
+        RosterEntry {
+            seq: 0,
+            kind,
+            member_id,
+            name: name.into(),
+            ssrc,
+        }
+    }
+
+    #[test]
+    fn the_roster_assigns_and_releases_exactly_the_members_it_names() {
+        let mut r = Roster::default();
+        assert_eq!(
+            r.apply(&entry(RosterKind::Joined, 2, "bo", 0xb0)),
+            Some(RoomCommand::Assign {
+                ssrc: 0xb0,
+                member: 2
+            })
+        );
+        assert_eq!(r.apply(&entry(RosterKind::Renamed, 2, "bob", 0xb0)), None);
+        assert_eq!(r.name_of_ssrc(0xb0), Some("bob"));
+        assert_eq!(
+            r.apply(&entry(RosterKind::Timeout, 2, "bob", 0xb0)),
+            Some(RoomCommand::Release { ssrc: 0xb0 })
+        );
+        // A member already gone is not released twice.
+        assert_eq!(r.apply(&entry(RosterKind::Left, 2, "bob", 0xb0)), None);
+        assert!(r.members.is_empty());
+    }
+}
