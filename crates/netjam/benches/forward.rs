@@ -10,8 +10,8 @@
 //! What decides where a packet goes is a [`ForwardCore`]. The bare forwarder's core is a
 //! static table (rooms known in advance, nothing else) and stands for the machine's limit.
 //! To measure netjam's rooms server, implement `ForwardCore` for it (seeded with the same
-//! rooms through `make_core`) and add it to `CORES` in `main`: the shell, the load and the
-//! figures stay the same, so the only difference between the rows is the core.
+//! rooms through its `make` function) and add a `measure_core` line in `main`: the shell,
+//! the load and the figures stay the same, so the only difference between rows is the core.
 //!
 //! The delay is taken inside the forwarder: from the kernel's receive stamp (so the wait
 //! in the socket's queue counts) to the moment the `sendmmsg` carrying the packet's last
@@ -504,10 +504,6 @@ fn main() {
     let flood = args.iter().any(|a| a == "--flood")
         || std::env::var("NETJAM_FWD_FLOOD").is_ok_and(|v| v != "0" && !v.is_empty());
 
-    // Every core measured with the same shell and load. netjam's rooms server goes here.
-    type Core = (&'static str, fn(&[Vec<SocketAddr>]) -> StaticRooms);
-    const CORES: &[Core] = &[("bare forwarder (static rooms)", StaticRooms::new)];
-
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!("== forwarding: {rooms} rooms × {MEMBERS_PER_ROOM} members, {PACKET_BYTES}-byte packets, 7-way fan-out, loopback ==");
     println!(
@@ -516,34 +512,55 @@ fn main() {
         load_average().map_or_else(String::new, |l| format!(" (load average at start: {l})")),
     );
     println!("delay = kernel receive stamp -> return of the sendmmsg carrying the packet's last copy; {seconds} s per run after {} s warm-up", WARMUP.as_secs());
-    for (name, make) in CORES {
-        let paced = run(*make, rooms, Load::Paced { flood: false }, seconds);
-        print_run(name, &format!("{rooms} rooms × 8 × {MEMBER_PPS} pkt/s"), &paced);
-        if flood {
-            let flooded = run(*make, rooms, Load::Paced { flood: true }, seconds);
-            print_run(
-                name,
-                &format!(
-                    "same, one member flooding at {FLOOD_FACTOR}× ({} pkt/s)",
-                    MEMBER_PPS * FLOOD_FACTOR
-                ),
-                &flooded,
-            );
-            println!(
-                "others' delay p99 (µs): {} without flood, {} with flood; p99.9 {} / {}",
-                us(paced.fwd.others.quantile(0.99)),
-                us(flooded.fwd.others.quantile(0.99)),
-                us(paced.fwd.others.quantile(0.999)),
-                us(flooded.fwd.others.quantile(0.999)),
-            );
-        }
-        let flat = run(*make, rooms, Load::Flat, seconds);
+    let opts = Options {
+        rooms,
+        seconds,
+        flood,
+    };
+    // Every core is measured with the same shell and load: netjam's rooms server gets a
+    // line here, e.g. `measure_core("netjam rooms server", RoomsCore::with_static_rooms, &opts);`
+    measure_core("bare forwarder (static rooms)", StaticRooms::new, &opts);
+}
+
+struct Options {
+    rooms: usize,
+    seconds: f64,
+    flood: bool,
+}
+
+/// All runs for one core, printed under `name`.
+fn measure_core<C: ForwardCore>(name: &str, make: fn(&[Vec<SocketAddr>]) -> C, opts: &Options) {
+    let Options {
+        rooms,
+        seconds,
+        flood,
+    } = *opts;
+    let paced = run(make, rooms, Load::Paced { flood: false }, seconds);
+    print_run(name, &format!("{rooms} rooms × 8 × {MEMBER_PPS} pkt/s"), &paced);
+    if flood {
+        let flooded = run(make, rooms, Load::Paced { flood: true }, seconds);
         print_run(
             name,
-            &format!("throughput: {rooms} rooms × 8 members sending as fast as the generator can"),
-            &flat,
+            &format!(
+                "same, one member flooding at {FLOOD_FACTOR}× ({} pkt/s)",
+                MEMBER_PPS * FLOOD_FACTOR
+            ),
+            &flooded,
+        );
+        println!(
+            "others' delay p99 (µs): {} without flood, {} with flood; p99.9 {} / {}",
+            us(paced.fwd.others.quantile(0.99)),
+            us(flooded.fwd.others.quantile(0.99)),
+            us(paced.fwd.others.quantile(0.999)),
+            us(flooded.fwd.others.quantile(0.999)),
         );
     }
+    let flat = run(make, rooms, Load::Flat, seconds);
+    print_run(
+        name,
+        &format!("throughput: {rooms} rooms × 8 members sending as fast as the generator can"),
+        &flat,
+    );
 }
 
 fn load_average() -> Option<String> {
