@@ -64,7 +64,13 @@ pub struct Roster {
     pub commands_dropped: u64,
     /// Control datagrams dropped because the control thread was behind.
     pub control_dropped: u64,
+    /// Which member sits at each control seat (`/member0` …): a member keeps its seat
+    /// while it is in the room, and a newcomer takes the lowest free one.
+    pub seats: [Option<u32>; SEATS],
 }
+
+/// Control seats (the OSC surface's `/member#16`).
+pub const SEATS: usize = 16;
 
 impl Roster {
     /// The name of the member sending with `ssrc`.
@@ -73,6 +79,20 @@ impl Roster {
             .values()
             .find(|m| m.ssrc == ssrc)
             .map(|m| m.name.as_str())
+    }
+
+    /// The seat `member_id` holds.
+    pub fn seat_of(&self, member_id: u32) -> Option<usize> {
+        self.seats.iter().position(|s| *s == Some(member_id))
+    }
+
+    /// The member at seat `seat`.
+    pub fn member_at(&self, seat: usize) -> Option<&RosterMember> {
+        self.seats
+            .get(seat)
+            .copied()
+            .flatten()
+            .and_then(|id| self.members.get(&id))
     }
 
     /// Apply one roster event; returns the command the audio thread needs, if any.
@@ -87,6 +107,11 @@ impl Roster {
                         ssrc: e.ssrc,
                     },
                 );
+                if self.seat_of(e.member_id).is_none() {
+                    if let Some(free) = self.seats.iter_mut().find(|s| s.is_none()) {
+                        *free = Some(e.member_id);
+                    }
+                }
                 if let Some(old) = replaced.filter(|old| old.ssrc != e.ssrc) {
                     tracing::debug!(
                         "member {} changed SSRC {:08x} -> {:08x}",
@@ -100,10 +125,14 @@ impl Roster {
                     member: e.member_id as _,
                 })
             }
-            RosterKind::Left | RosterKind::Timeout => self
-                .members
-                .remove(&e.member_id)
-                .map(|m| RoomCommand::Release { ssrc: m.ssrc }),
+            RosterKind::Left | RosterKind::Timeout => {
+                if let Some(seat) = self.seat_of(e.member_id) {
+                    self.seats[seat] = None;
+                }
+                self.members
+                    .remove(&e.member_id)
+                    .map(|m| RoomCommand::Release { ssrc: m.ssrc })
+            }
             RosterKind::Renamed => {
                 if let Some(m) = self.members.get_mut(&e.member_id) {
                     m.name = e.name.clone();
@@ -459,12 +488,19 @@ mod tests {
         );
         assert_eq!(r.apply(&entry(RosterKind::Renamed, 2, "bob", 0xb0)), None);
         assert_eq!(r.name_of_ssrc(0xb0), Some("bob"));
+        assert_eq!(r.seat_of(2), Some(0));
+        r.apply(&entry(RosterKind::Joined, 5, "cy", 0xc0));
+        assert_eq!(r.seat_of(5), Some(1));
         assert_eq!(
             r.apply(&entry(RosterKind::Timeout, 2, "bob", 0xb0)),
             Some(RoomCommand::Release { ssrc: 0xb0 })
         );
         // A member already gone is not released twice.
         assert_eq!(r.apply(&entry(RosterKind::Left, 2, "bob", 0xb0)), None);
-        assert!(r.members.is_empty());
+        assert_eq!(r.seat_of(2), None);
+        // The seat bob left is the next newcomer's; cy keeps hers.
+        r.apply(&entry(RosterKind::Joined, 7, "di", 0xd0));
+        assert_eq!((r.seat_of(7), r.seat_of(5)), (Some(0), Some(1)));
+        assert_eq!(r.member_at(1).map(|m| m.name.as_str()), Some("cy"));
     }
 }

@@ -604,6 +604,18 @@ impl Process for JamProcess {
     }
 }
 
+/// Frames of send scratch reserved per channel (longer periods are sent in parts).
+const SEND_SCRATCH_FRAMES: usize = 4096;
+
+/// A send gain in dB, or silence when muted.
+fn send_linear(db: f32, mute: bool) -> f32 {
+    if mute || !db.is_finite() && db < 0.0 {
+        0.0
+    } else {
+        10f32.powf(db.clamp(-120.0, 12.0) / 20.0)
+    }
+}
+
 /// The most members a room client hears at once (the size of [`RoomStats::members`]).
 pub const MAX_ROOM_MEMBERS: usize = 16;
 /// Commands that may wait for the audio thread.
@@ -648,6 +660,18 @@ pub enum RoomCommand {
     },
     MonitorMute {
         mute: bool,
+    },
+    /// Gain on what you send, in dB (ramped over the next period; −∞ is silence).
+    SendGain {
+        db: f32,
+    },
+    /// Send silence (the stream keeps flowing, so the others' buffers stay primed).
+    SendMute {
+        mute: bool,
+    },
+    /// Every member's buffer policy.
+    Latency {
+        policy: netjam_engine::delay::LatencyPolicy,
     },
 }
 
@@ -759,6 +783,13 @@ pub struct RoomProcess {
     commands_applied: u64,
     command_errors: u64,
     publisher: Publisher<RoomStats>,
+    /// Linear gain on what is sent now, and where the ramp is going.
+    send_gain: f32,
+    send_target: f32,
+    send_db: f32,
+    send_mute: bool,
+    /// What is sent when the gain is not unity (reserved at start; longer periods go in parts).
+    send_scratch: Vec<f32>,
 }
 
 impl std::fmt::Debug for RoomProcess {
@@ -784,6 +815,7 @@ impl RoomProcess {
         rtrb::Producer<RoomCommand>,
     ) {
         let rate = sender.format().rate;
+        let channels_in = sender.format().channels;
         let capacity = config.capacity.clamp(1, MAX_ROOM_MEMBERS);
         let out_channels = config.out_channels.max(1);
         let mut members = MemberReceivers::new(MembersConfig {
@@ -806,6 +838,11 @@ impl RoomProcess {
             commands_applied: 0,
             command_errors: 0,
             publisher,
+            send_gain: 1.0,
+            send_target: 1.0,
+            send_db: 0.0,
+            send_mute: false,
+            send_scratch: vec![0.0; SEND_SCRATCH_FRAMES * usize::from(channels_in.max(1))],
         };
         (p, snapshots, commands_tx)
     }
@@ -813,6 +850,37 @@ impl RoomProcess {
     /// The members' receivers (statistics, events).
     pub fn members(&self) -> &MemberReceivers {
         &self.members
+    }
+
+    /// The members' receivers, to set them up before the stream starts (buffer policy).
+    pub fn members_mut(&mut self) -> &mut MemberReceivers {
+        &mut self.members
+    }
+
+    /// Send what `input` holds through the send gain: as it is at unity, else scaled
+    /// (ramping from the last gain to the new one over the period) in reserved parts.
+    fn send_input(&mut self, now_ns: u64, input: &[f32]) {
+        if self.send_gain == 1.0 && self.send_target == 1.0 {
+            self.net.send_frames(&mut self.sender, now_ns, input);
+            return;
+        }
+        let channels = usize::from(self.sender.format().channels.max(1));
+        let frames = input.len() / channels;
+        let (from, to) = (self.send_gain, self.send_target);
+        let part = self.send_scratch.len();
+        let mut done = 0;
+        for chunk in input.chunks(part) {
+            let out = &mut self.send_scratch[..chunk.len()];
+            for (k, (o, x)) in out.iter_mut().zip(chunk).enumerate() {
+                let frame = (done + k) / channels;
+                let g = from + (to - from) * (frame + 1) as f32 / frames.max(1) as f32;
+                *o = x * g;
+            }
+            done += chunk.len();
+            self.net
+                .send_frames(&mut self.sender, now_ns, &self.send_scratch[..chunk.len()]);
+        }
+        self.send_gain = to;
     }
 
     pub fn mixer(&self) -> &Mixer {
@@ -855,6 +923,20 @@ impl RoomProcess {
             }
             RoomCommand::MonitorPan { pan } => {
                 self.mixer.set_monitor_pan(pan);
+                true
+            }
+            RoomCommand::SendGain { db } => {
+                self.send_db = db;
+                self.send_target = send_linear(db, self.send_mute);
+                true
+            }
+            RoomCommand::SendMute { mute } => {
+                self.send_mute = mute;
+                self.send_target = send_linear(self.send_db, mute);
+                true
+            }
+            RoomCommand::Latency { policy } => {
+                self.members.set_latency_policy(policy);
                 true
             }
             RoomCommand::MonitorMute { mute } => {
@@ -941,7 +1023,8 @@ impl Process for RoomProcess {
             }
             self.members.receive(at, bytes);
         }
-        net.send_frames(&mut self.sender, now_ns, input);
+        self.send_input(now_ns, input);
+        let net = &mut self.net;
         let frames = output.len() / self.out_channels;
         self.members.render(now_ns, frames);
         self.mixer.begin(output);

@@ -40,11 +40,26 @@ use card::CardMonitor;
 #[command(mut_group("source", |g| g.required(false)))]
 pub struct JamArgs {
     /// The other player (or a `netjam reflect`): HOST:PORT.
+    #[arg(long, required_unless_present = "server", conflicts_with = "server")]
+    pub peer: Option<String>,
+    /// Play in a room instead: the rooms server (`netjam server`) as HOST or HOST:PORT
+    /// (port 4464 unless given). Needs --room and --name.
+    #[arg(long, value_name = "HOST[:PORT]", requires_all = ["room", "name"])]
+    pub server: Option<String>,
+    /// The room to join on --server (created by its first player).
+    #[arg(long, value_name = "NAME", requires = "server")]
+    pub room: Option<String>,
+    /// The room's password (set by whoever opens the room; never sent, only proven).
+    #[arg(long, value_name = "TEXT", requires = "server")]
+    pub password: Option<String>,
+    /// In a room: hear your own signal through netjam too (off by default: you hear
+    /// yourself through your interface's direct monitoring).
+    #[arg(long, requires = "server")]
+    pub monitor: bool,
+    /// Local address to send from and listen on (default: port 4464 with --peer, where the
+    /// other player sends; any free port with --server).
     #[arg(long)]
-    pub peer: String,
-    /// Local address to send from and listen on; the other player sends here.
-    #[arg(long, default_value = "0.0.0.0:4464")]
-    pub listen: SocketAddr,
+    pub listen: Option<SocketAddr>,
     #[command(flatten)]
     pub source: SourceArgs,
     /// Play through the JACK server instead of a file or test signal: ports NAME:send_N
@@ -288,7 +303,6 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         (a.output.as_deref(), "--output"),
         (a.stats_json.as_deref(), "--stats-json"),
     ])?;
-    let peer = resolve(&a.peer)?;
     if !a.jack && (a.jack_name.is_some() || a.no_connect || a.jack_server.is_some()) {
         bail!("--jack-name, --jack-server and --no-connect apply to JACK: add --jack");
     }
@@ -307,8 +321,143 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     if a.outputs.is_some() && !a.jack && !a.wants_card() {
         bail!("--outputs picks channels of a device: use it with --jack or --device (a file or stdout gets every channel you hear)");
     }
-    let jack = if a.jack { Some(open_jack(&mut a)?) } else { None };
-    let card = card::open(&mut a)?;
+    let audio = open_audio(&mut a)?;
+    if a.server.is_some() {
+        return super::jam_room::run(a, audio);
+    }
+    let peer_text = a.peer.clone().unwrap_or_default();
+    let peer = resolve(&peer_text)?;
+    let Audio {
+        jack,
+        card,
+        source,
+        sender,
+        device_spec,
+    } = audio;
+    let format = sender.format();
+    let mut receiver = Receiver::new(ReceiverConfig {
+        buffer: a.buffer.mode(format.rate),
+        fixed_format: None,
+        max_channels: 64,
+        max_redundancy_wait: 8,
+        seed: fresh_seed(),
+        cname: cname(),
+        name: a.wire.name.clone(),
+        decoders: crate::opus::decoders(),
+    });
+    // What you hear plays in your own format, on as many channels as the device plays
+    // (an --outputs map can name more or fewer than --inputs sends).
+    let heard = heard_format(format, device_spec);
+    receiver.set_output_format(heard);
+    receiver.set_latency_policy(a.latency);
+    // Follow the other player's clock by resampling, and give back latency smoothly.
+    receiver.set_drift_correction(!a.no_drift_correction);
+    let listen = a.listen.unwrap_or(SocketAddr::from(([0, 0, 0, 0], 4464)));
+    let socket = bind(listen)?;
+    let (io, link) = NetIo::start(socket, Peer::Fixed(peer))?;
+    let gain = if a.mute { 0.0 } else { 10f32.powf(a.gain / 20.0) };
+    let gain = Arc::new(AtomicU32::new(gain.to_bits()));
+    let packets = packets_text(&sender);
+    let packet_ms = sender.packet_ns() as f64 / 1e6;
+    let control = a.osc.map(|port| {
+        let bind = SocketAddr::new(a.osc_bind, port);
+        JamControl::spawn(bind, gain.clone(), a.gain, a.mute, &peer_text, packet_ms)
+    });
+    let control = control.transpose()?;
+    if let Some(c) = &control {
+        eprintln!(
+            "netjam: OSC control on {} ('/_meta ,s PATH' describes an address)",
+            c.local_addr()
+        );
+    }
+    let (mut process, mut snaps) = JamProcess::new(sender, receiver, link, gain);
+    process.measure_round_trip(a.measure_roundtrip);
+    let sink = heard_sink(&a, format)?;
+    let limit = a.duration.map(|d| (d * format.rate as f64) as u64);
+    let Opened {
+        endpoint,
+        jack_info,
+        card_info,
+    } = open_endpoint(&a, jack, card, source, format, sink, limit)?;
+    eprintln!(
+        "netjam: jamming with {peer} from {} ({format}, {})",
+        io.local, packets
+    );
+    let stop = interrupt_flag();
+    let running = Running::start("netjam-audio", io, endpoint, process, stop)?;
+    let mut status = StatusLine::new();
+    let mut series = BoundedSeries::default();
+    let mut realtime_told = false;
+    running.watch(&mut snaps, |s| {
+        let mut line = jam_line(&s);
+        device_status(&mut line, &mut status, &mut realtime_told, &jack_info, &card_info);
+        status.show(&line);
+        if let Some(c) = &control {
+            c.publish(&s);
+        }
+        series.push(s);
+    });
+    status.finish();
+    let stopped = running.stop_with_bye(|p, now| p.finish(now))?;
+    let (process, periods) = (stopped.process, stopped.periods);
+    let stats = process.stats();
+    let jb = &stats.heard.jitter_buffer;
+    eprintln!(
+        "netjam: sent {} packets, heard {} (lost {}; {}); rtt {}; buffer target {:.2} ms, added latency {:.2} ms",
+        stats.sent.packets,
+        stats.heard.received,
+        stats.heard.lost,
+        crate::status::discontinuity_text(jb),
+        stats.sent.rtt_ms.map_or("not measured".into(), |r| format!("{r:.2} ms")),
+        jb.target_ms,
+        jb.added_latency_ms
+    );
+    let jack = device_report(jack_info, &periods);
+    let device = card_info.map(|monitor| monitor.report(format.rate, a.wire.frames, &periods));
+    let frames_ms = |frames: f64| frames * 1e3 / f64::from(format.rate);
+    let stages = Stages {
+        round_trip_ms: stats.round_trip_ms,
+        network_ms: stats.sent.rtt_ms,
+        packet_ms,
+        codec_ms: stats.sent.codec_delay_ms,
+        jitter_buffer_ms: stats.heard.jitter_buffer.added_latency_ms,
+        device_ms: match (&jack, &device) {
+            (Some(j), _) => Some(frames_ms(2.0 * f64::from(j.period))),
+            (None, Some(d)) => Some(frames_ms(d.device_frames() as f64)),
+            (None, None) => None,
+        },
+    };
+    eprintln!("netjam: where the time goes: {stages}");
+    if let Some(path) = &a.stats_json {
+        write_json(
+            path,
+            &JamReport {
+                stats,
+                periods,
+                discontinuities: process.receiver.recent_discontinuities().copied().collect(),
+                series,
+                jack,
+                device,
+                stages,
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// The audio side opened before the network: a device or a source, and the sender for it.
+pub(crate) struct Audio {
+    pub jack: Option<JackEndpoint>,
+    pub card: Option<card::Card>,
+    pub source: Option<Box<dyn FrameSource>>,
+    pub sender: netjam_engine::sender::Sender,
+    pub device_spec: Option<crate::endpoint::StreamSpec>,
+}
+
+/// Open JACK, a sound card or the source named by the flags, and build the sender for it.
+fn open_audio(a: &mut JamArgs) -> anyhow::Result<Audio> {
+    let jack = if a.jack { Some(open_jack(a)?) } else { None };
+    let card = card::open(a)?;
     let device_spec = jack
         .as_ref()
         .map(|j| j.spec())
@@ -328,55 +477,43 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
             (Some(source), sender)
         }
     };
-    let format = sender.format();
-    let mut receiver = Receiver::new(ReceiverConfig {
-        buffer: a.buffer.mode(format.rate),
-        fixed_format: None,
-        max_channels: 64,
-        max_redundancy_wait: 8,
-        seed: fresh_seed(),
-        cname: cname(),
-        name: a.wire.name.clone(),
-        decoders: crate::opus::decoders(),
-    });
-    // What you hear plays in your own format, on as many channels as the device plays
-    // (an --outputs map can name more or fewer than --inputs sends).
-    let heard = match device_spec {
+    Ok(Audio {
+        jack,
+        card,
+        source,
+        sender,
+        device_spec,
+    })
+}
+
+/// What you hear: your own format, on as many channels as the device plays (an --outputs
+/// map can name more or fewer than --inputs sends).
+pub(crate) fn heard_format(
+    format: netjam_engine::wire::AudioFormat,
+    device_spec: Option<crate::endpoint::StreamSpec>,
+) -> netjam_engine::wire::AudioFormat {
+    match device_spec {
         Some(spec) => netjam_engine::wire::AudioFormat {
             channels: spec.output_channels,
             ..format
         },
         None => format,
-    };
-    receiver.set_output_format(heard);
-    receiver.set_latency_policy(a.latency);
-    // Follow the other player's clock by resampling, and give back latency smoothly.
-    receiver.set_drift_correction(!a.no_drift_correction);
-    let socket = UdpTransport::bind(a.listen).with_context(|| {
-        format!(
-            "cannot listen on {}: is another program using it? Pick another with --listen",
-            a.listen
-        )
-    })?;
-    let (io, link) = NetIo::start(socket, Peer::Fixed(peer))?;
-    let gain = if a.mute { 0.0 } else { 10f32.powf(a.gain / 20.0) };
-    let gain = Arc::new(AtomicU32::new(gain.to_bits()));
-    let packets = packets_text(&sender);
-    let packet_ms = sender.packet_ns() as f64 / 1e6;
-    let control = a.osc.map(|port| {
-        let bind = SocketAddr::new(a.osc_bind, port);
-        JamControl::spawn(bind, gain.clone(), a.gain, a.mute, &a.peer, packet_ms)
-    });
-    let control = control.transpose()?;
-    if let Some(c) = &control {
-        eprintln!(
-            "netjam: OSC control on {} ('/_meta ,s PATH' describes an address)",
-            c.local_addr()
-        );
     }
-    let (mut process, mut snaps) = JamProcess::new(sender, receiver, link, gain);
-    process.measure_round_trip(a.measure_roundtrip);
-    let sink: Option<Box<dyn FrameSink>> = match (&a.output, a.stdout) {
+}
+
+/// Bind the stream's socket, saying what to do if the address is taken.
+pub(crate) fn bind(listen: SocketAddr) -> anyhow::Result<UdpTransport> {
+    UdpTransport::bind(listen).with_context(|| {
+        format!("cannot listen on {listen}: is another program using it? Pick another with --listen")
+    })
+}
+
+/// Where what you hear goes when no device plays it: --output or --stdout.
+pub(crate) fn heard_sink(
+    a: &JamArgs,
+    format: netjam_engine::wire::AudioFormat,
+) -> anyhow::Result<Option<Box<dyn FrameSink>>> {
+    Ok(match (&a.output, a.stdout) {
         (Some(path), _) => Some(Box::new(WavSink::create(
             path,
             format.rate,
@@ -385,8 +522,25 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         )?)),
         (None, true) => Some(Box::new(RawSink::new(std::io::stdout(), a.out_format))),
         (None, false) => None,
-    };
-    let limit = a.duration.map(|d| (d * format.rate as f64) as u64);
+    })
+}
+
+/// The endpoint that runs the stream, and the monitors of its device.
+pub(crate) struct Opened {
+    pub endpoint: Box<dyn Endpoint>,
+    pub jack_info: Option<(String, JackMonitor, crate::endpoint::StreamSpec)>,
+    pub card_info: Option<card::Monitor>,
+}
+
+pub(crate) fn open_endpoint(
+    a: &JamArgs,
+    jack: Option<JackEndpoint>,
+    card: Option<card::Card>,
+    source: Option<Box<dyn FrameSource>>,
+    format: netjam_engine::wire::AudioFormat,
+    sink: Option<Box<dyn FrameSink>>,
+    limit: Option<u64>,
+) -> anyhow::Result<Opened> {
     let mut jack_info = None;
     let mut card_info = None;
     let endpoint: Box<dyn Endpoint> = match (jack, card, source) {
@@ -421,56 +575,46 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         ),
         (None, None, None) => bail!("no audio source"),
     };
-    eprintln!(
-        "netjam: jamming with {peer} from {} ({format}, {})",
-        io.local, packets
-    );
-    let stop = interrupt_flag();
-    let running = Running::start("netjam-audio", io, endpoint, process, stop)?;
-    let mut status = StatusLine::new();
-    let mut series = BoundedSeries::default();
-    let mut realtime_told = false;
-    running.watch(&mut snaps, |s| {
-        let mut line = jam_line(&s);
-        if let Some((_, monitor, _)) = &jack_info {
-            if !realtime_told && monitor.realtime() != Realtime::Unknown {
+    Ok(Opened {
+        endpoint,
+        jack_info,
+        card_info,
+    })
+}
+
+/// Append the device's xruns to a status line, and say once whether it runs realtime.
+pub(crate) fn device_status(
+    line: &mut String,
+    status: &mut StatusLine,
+    realtime_told: &mut bool,
+    jack_info: &Option<(String, JackMonitor, crate::endpoint::StreamSpec)>,
+    card_info: &Option<card::Monitor>,
+) {
+    if let Some((_, monitor, _)) = jack_info {
+        if !*realtime_told && monitor.realtime() != Realtime::Unknown {
+            status.finish();
+            *realtime_told = tell_realtime(monitor);
+        }
+        line.push_str(&format!("  xruns {}", monitor.xruns()));
+    }
+    if let Some(monitor) = card_info {
+        if !*realtime_told {
+            if let Some(told) = monitor.realtime_line() {
                 status.finish();
-                realtime_told = tell_realtime(monitor);
+                eprintln!("netjam: {told}");
+                *realtime_told = true;
             }
-            line.push_str(&format!("  xruns {}", monitor.xruns()));
         }
-        if let Some(monitor) = &card_info {
-            if !realtime_told {
-                if let Some(told) = monitor.realtime_line() {
-                    status.finish();
-                    eprintln!("netjam: {told}");
-                    realtime_told = true;
-                }
-            }
-            line.push_str(&format!("  xruns {}", monitor.xruns()));
-        }
-        status.show(&line);
-        if let Some(c) = &control {
-            c.publish(&s);
-        }
-        series.push(s);
-    });
-    status.finish();
-    let stopped = running.stop_with_bye(|p, now| p.finish(now))?;
-    let (process, periods) = (stopped.process, stopped.periods);
-    let stats = process.stats();
-    let jb = &stats.heard.jitter_buffer;
-    eprintln!(
-        "netjam: sent {} packets, heard {} (lost {}; {}); rtt {}; buffer target {:.2} ms, added latency {:.2} ms",
-        stats.sent.packets,
-        stats.heard.received,
-        stats.heard.lost,
-        crate::status::discontinuity_text(jb),
-        stats.sent.rtt_ms.map_or("not measured".into(), |r| format!("{r:.2} ms")),
-        jb.target_ms,
-        jb.added_latency_ms
-    );
-    let jack = jack_info.map(|(client, monitor, spec)| {
+        line.push_str(&format!("  xruns {}", monitor.xruns()));
+    }
+}
+
+/// How JACK ran, said once at the end.
+fn device_report(
+    jack_info: Option<(String, JackMonitor, crate::endpoint::StreamSpec)>,
+    periods: &PeriodStats,
+) -> Option<JackReport> {
+    jack_info.map(|(client, monitor, spec)| {
         let realtime = monitor.realtime();
         eprintln!(
             "netjam: JACK: {} periods, {} missed deadlines ({} xruns), callback {:.1} µs mean, {:.1} µs worst; {realtime}",
@@ -491,37 +635,7 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
             },
             xruns: monitor.xruns(),
         }
-    });
-    let device = card_info.map(|monitor| monitor.report(format.rate, a.wire.frames, &periods));
-    let frames_ms = |frames: f64| frames * 1e3 / f64::from(format.rate);
-    let stages = Stages {
-        round_trip_ms: stats.round_trip_ms,
-        network_ms: stats.sent.rtt_ms,
-        packet_ms,
-        codec_ms: stats.sent.codec_delay_ms,
-        jitter_buffer_ms: stats.heard.jitter_buffer.added_latency_ms,
-        device_ms: match (&jack, &device) {
-            (Some(j), _) => Some(frames_ms(2.0 * f64::from(j.period))),
-            (None, Some(d)) => Some(frames_ms(d.device_frames() as f64)),
-            (None, None) => None,
-        },
-    };
-    eprintln!("netjam: where the time goes: {stages}");
-    if let Some(path) = &a.stats_json {
-        write_json(
-            path,
-            &JamReport {
-                stats,
-                periods,
-                discontinuities: process.receiver.recent_discontinuities().copied().collect(),
-                series,
-                jack,
-                device,
-                stages,
-            },
-        )?;
-    }
-    Ok(())
+    })
 }
 
 /// Say once whether JACK's callback runs at realtime priority; false until it is known.
@@ -635,6 +749,9 @@ mod card {
             Box::new(self.0.with_limit(limit))
         }
     }
+
+    /// The card's monitor, as the jam loop holds it.
+    pub type Monitor = CpalMonitor;
 
     /// What the jam loop shows about the card.
     pub trait CardMonitor {

@@ -6,6 +6,7 @@ pub mod common;
 pub mod demo;
 pub mod devices;
 pub mod jam;
+pub mod jam_room;
 pub mod osc;
 pub mod probe;
 pub mod reflect;

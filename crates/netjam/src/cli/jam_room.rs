@@ -1,0 +1,397 @@
+//! `netjam jam --server HOST --room NAME --name YOU`: play in a room.
+//!
+//! Takes a seat on the rooms server (before any audio runs, so the stream starts with the
+//! SSRC the room assigned), then sends what you play once, to the server, and hears every
+//! other member through a receiver of its own, mixed with per-member gain, pan and mute.
+//! You hear yourself only through the local monitor (off unless `--monitor`), never
+//! through the network. With `--osc PORT` every mix parameter is an OSC address.
+//!
+//! This module parses nothing and decides nothing about the protocol: it wires the
+//! library pieces ([`crate::room_client`], [`crate::session::RoomProcess`],
+//! [`crate::control`]) to the endpoint `jam` opened, and prints.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use netjam_engine::receiver::ReceiverConfig;
+
+use super::jam::{bind, device_status, heard_format, heard_sink, open_endpoint, Audio, JamArgs, Opened};
+use super::stream::{packets_text, write_json};
+use crate::control::{
+    command_ring, ControlCommand, ControlHandle, ControlServer, ControlState, MemberStats as OscMemberStats,
+    Surface, DEFAULT_RING,
+};
+use crate::endpoint::PeriodStats;
+use crate::lifecycle::{any_for, cname, fresh_seed, Running};
+use crate::room_client::{self, CommandSource, JoinRequest, Roster, CONTROL_QUEUE, SEATS};
+use crate::server::DEFAULT_PORT;
+use crate::session::{
+    interrupt_flag, NetIo, Peer, RoomCommand, RoomConfig, RoomProcess, RoomStats, Snapshot, MAX_ROOM_MEMBERS,
+};
+use crate::status::{meter, StatusLine};
+
+/// How long to try to take a seat before giving up.
+const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// RTCP a member sends and relays per second, on top of its audio (reports to and from
+/// every other member, with room to spare).
+const RTCP_PACKETS_PER_S: u32 = 40;
+
+/// `HOST` or `HOST:PORT` (port 4464 unless given).
+fn resolve_server(s: &str) -> anyhow::Result<SocketAddr> {
+    let with_port = if s.parse::<SocketAddr>().is_ok()
+        || s.rsplit_once(':')
+            .is_some_and(|(h, p)| !h.contains(':') && p.parse::<u16>().is_ok())
+    {
+        s.to_string()
+    } else if s.contains(':') && !s.starts_with('[') {
+        // A bare IPv6 address.
+        format!("[{s}]:{DEFAULT_PORT}")
+    } else {
+        format!("{s}:{DEFAULT_PORT}")
+    };
+    with_port
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve --server {s}: give HOST or HOST:PORT"))?
+        .next()
+        .with_context(|| format!("--server {s} resolves to no address"))
+}
+
+/// OSC commands, turned into the audio thread's by the control seat they name.
+struct OscCommands {
+    rx: crate::control::CommandRx,
+    /// Refused: no member at that seat, or a parameter rooms do not change yet.
+    unsupported: u64,
+}
+
+impl CommandSource for OscCommands {
+    fn next(&mut self, roster: &Roster) -> Option<RoomCommand> {
+        loop {
+            let c = self.rx.pop().ok()?;
+            let member = |seat: u16| roster.member_at(usize::from(seat)).map(|m| m.member_id as _);
+            let mapped = match c {
+                ControlCommand::MemberGain { member: seat, db } => {
+                    member(seat).map(|member| RoomCommand::Gain { member, db })
+                }
+                ControlCommand::MemberPan { member: seat, pan } => {
+                    member(seat).map(|member| RoomCommand::Pan { member, pan })
+                }
+                ControlCommand::MemberMute { member: seat, mute } => {
+                    member(seat).map(|member| RoomCommand::Mute { member, mute })
+                }
+                ControlCommand::SendGain(db) => Some(RoomCommand::SendGain { db }),
+                ControlCommand::SendMute(mute) => Some(RoomCommand::SendMute { mute }),
+                ControlCommand::MonitorGain(db) => Some(RoomCommand::MonitorGain { db }),
+                ControlCommand::MonitorMute(mute) => Some(RoomCommand::MonitorMute { mute }),
+                ControlCommand::Latency(policy) => Some(RoomCommand::Latency { policy }),
+                ControlCommand::Redundancy(_) | ControlCommand::Record(_) => None,
+            };
+            match mapped {
+                Some(m) => return Some(m),
+                None => {
+                    self.unsupported += 1;
+                    tracing::info!("OSC {c:?}: nothing to apply it to in this room");
+                }
+            }
+        }
+    }
+}
+
+/// One member as the status line, the summary and the JSON report show it.
+#[derive(Debug, Clone, serde::Serialize)]
+struct HeardMember {
+    name: String,
+    member_id: u32,
+    ssrc: u32,
+    /// Control seat (`/memberN`).
+    seat: Option<usize>,
+    received: u64,
+    lost: i64,
+    concealment_events: u64,
+    /// Waits (inserted stretches) and catch-ups (skipped stretches) in their playout.
+    inserted: u64,
+    skipped: u64,
+    buffer_target_ms: f64,
+    added_latency_ms: f64,
+    gain_db: f32,
+    pan: f32,
+    mute: bool,
+    peak_dbfs: f32,
+}
+
+fn heard_members(stats: &RoomStats, roster: &Roster) -> Vec<HeardMember> {
+    stats
+        .active_members()
+        .map(|m| {
+            let id = m.member as u32;
+            let jb = &m.heard.jitter_buffer;
+            HeardMember {
+                name: roster
+                    .members
+                    .get(&id)
+                    .map_or_else(|| format!("member {id}"), |r| r.name.clone()),
+                member_id: id,
+                ssrc: m.ssrc,
+                seat: roster.seat_of(id),
+                received: m.heard.received,
+                lost: m.heard.lost,
+                concealment_events: jb.concealment_events,
+                inserted: jb.discontinuities.inserted_events,
+                skipped: jb.discontinuities.skipped_events,
+                buffer_target_ms: jb.target_ms,
+                added_latency_ms: jb.added_latency_ms,
+                gain_db: 20.0 * m.mix.gain.max(1e-6).log10(),
+                pan: m.mix.pan,
+                mute: m.mix.mute,
+                peak_dbfs: m.level.peak_dbfs(),
+            }
+        })
+        .collect()
+}
+
+fn room_line(s: &Snapshot<RoomStats>, roster: &Roster) -> String {
+    let members = heard_members(&s.stats, roster);
+    let mut line = format!("{:7.1}s  room {}", s.t_s, roster.room);
+    if roster.lost {
+        line.push_str("  (server not answering)");
+    }
+    if members.is_empty() {
+        line.push_str("  nobody else yet");
+    }
+    for m in &members {
+        line.push_str(&format!(
+            "  | {} {:.1} ms lost {} {}",
+            m.name,
+            m.added_latency_ms,
+            m.lost,
+            meter(m.peak_dbfs)
+        ));
+    }
+    line
+}
+
+#[derive(Debug, serde::Serialize)]
+struct RoomReport {
+    server: SocketAddr,
+    room: String,
+    name: String,
+    member_id: u32,
+    ssrc: u32,
+    roster: Roster,
+    heard: Vec<HeardMember>,
+    stats: RoomStats,
+    periods: PeriodStats,
+}
+
+/// Publish what OSC queries answer: names at their seats, mix settings, figures.
+fn publish(control: &ControlHandle, s: &Snapshot<RoomStats>, roster: &Roster) {
+    let members = heard_members(&s.stats, roster);
+    let json = serde_json::to_string(&members).unwrap_or_default();
+    control.update(|st| {
+        for (seat, state) in st.members.iter_mut().enumerate().take(SEATS) {
+            let who = roster.member_at(seat);
+            state.name = who.map(|m| m.name.clone());
+            if let Some(m) = who.and_then(|w| members.iter().find(|m| m.member_id == w.member_id)) {
+                state.gain_db = m.gain_db;
+                state.pan = m.pan;
+                state.mute = m.mute;
+                state.stats = OscMemberStats {
+                    latency_ms: None,
+                    lost: m.lost.max(0) as u64,
+                    concealed: m.concealment_events,
+                    buffer_ms: m.added_latency_ms as f32,
+                };
+            }
+        }
+        st.stats_json = json;
+    });
+}
+
+pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
+    let server_text = a.server.clone().unwrap_or_default();
+    let server = resolve_server(&server_text)?;
+    let Some(room) = a.room.clone() else {
+        bail!("--server needs --room NAME: the room to join (its first player creates it)");
+    };
+    let Some(name) = a.wire.name.clone() else {
+        bail!("--server needs --name YOU: the name the others see");
+    };
+    if a.gain != 0.0 || a.mute {
+        bail!("--gain and --mute set the other player in a two-player jam; in a room set each member over OSC (--osc PORT, /memberN/gain)");
+    }
+    if a.measure_roundtrip {
+        bail!("--measure-roundtrip needs a player who sends you back what you play (netjam reflect): use it with --peer");
+    }
+    let Audio {
+        jack,
+        card,
+        source,
+        mut sender,
+        device_spec,
+    } = audio;
+    let format = sender.format();
+    let heard = heard_format(format, device_spec);
+    let socket = bind(a.listen.unwrap_or(any_for(server)))?;
+    let packets_per_s = format.rate.div_ceil(sender.frames_per_packet().max(1));
+    let bytes_per_s =
+        (packets_per_s as usize * (sender.max_packet_bytes() + 28)) as u32 + RTCP_PACKETS_PER_S * 1500;
+    eprintln!("netjam: joining room {room:?} on {server} as {name:?}");
+    let seated = room_client::join(
+        &socket,
+        &JoinRequest {
+            server,
+            room: room.clone(),
+            name: name.clone(),
+            password: a.password.clone().unwrap_or_default(),
+            ssrc: sender.ssrc(),
+            packets_per_s: packets_per_s + RTCP_PACKETS_PER_S,
+            bytes_per_s,
+            timeout: JOIN_TIMEOUT,
+        },
+    )?;
+    sender.set_ssrc(seated.ssrc);
+    let (member_id, ssrc) = (seated.member_id, seated.ssrc);
+    let packets = packets_text(&sender);
+    let (control_tx, control_rx) = mpsc::sync_channel(CONTROL_QUEUE);
+    let (io, link) = NetIo::start_with_control(socket, Peer::Fixed(server), Some(control_tx))?;
+    let mut config = RoomConfig::new(MAX_ROOM_MEMBERS, usize::from(heard.channels));
+    config.receiver = ReceiverConfig {
+        buffer: a.buffer.mode(format.rate),
+        fixed_format: None,
+        max_channels: 64,
+        max_redundancy_wait: 8,
+        seed: fresh_seed(),
+        cname: cname(),
+        name: Some(name.clone()),
+        decoders: crate::opus::decoders(),
+    };
+    config.drift_correction = !a.no_drift_correction;
+    let (mut process, mut snaps, mut commands) = RoomProcess::new(sender, link, config);
+    process.members_mut().set_latency_policy(a.latency);
+    // You hear yourself through your own monitoring unless you ask for netjam's.
+    let _ = commands.push(RoomCommand::MonitorMute { mute: !a.monitor });
+    let osc = match a.osc {
+        Some(port) => {
+            let bind = SocketAddr::new(a.osc_bind, port);
+            let surface = Surface::room();
+            let mut state = ControlState::new(&surface);
+            state.latency = a.latency;
+            state.monitor.mute = !a.monitor;
+            let (tx, rx) = command_ring(DEFAULT_RING);
+            let handle = ControlServer::spawn(bind, surface, state, tx)?;
+            eprintln!(
+                "netjam: OSC control on {} (/memberN/gain, /memberN/pan, /memberN/mute, /send/gain, /monitor/mute, /roster; '/_meta ,s PATH' describes an address)",
+                handle.local_addr()
+            );
+            Some((handle, rx))
+        }
+        None => None,
+    };
+    let (osc, extra) = match osc {
+        Some((handle, rx)) => (Some(handle), Some(OscCommands { rx, unsupported: 0 })),
+        None => (None, None),
+    };
+    let send = {
+        let socket = io.socket.clone();
+        move |bytes: &[u8]| {
+            if let Err(e) = socket.send_to(bytes, server) {
+                tracing::debug!("room control to {server}: {e}");
+            }
+        }
+    };
+    let room_link = match extra {
+        Some(extra) => room_client::spawn(seated, &room, send, control_rx, commands, extra)?,
+        None => room_client::spawn(seated, &room, send, control_rx, commands, ())?,
+    };
+    let sink = heard_sink(&a, heard)?;
+    let limit = a.duration.map(|d| (d * format.rate as f64) as u64);
+    let Opened {
+        endpoint,
+        jack_info,
+        card_info,
+    } = open_endpoint(&a, jack, card, source, format, sink, limit)?;
+    eprintln!(
+        "netjam: in room {room:?} as member {member_id} from {} ({format}, {packets}); you hear the others, not yourself{}",
+        io.local,
+        if a.monitor { " except through --monitor" } else { "" }
+    );
+    let stop = interrupt_flag();
+    let running = Running::start("netjam-audio", io, endpoint, process, stop)?;
+    let mut status = StatusLine::new();
+    let mut realtime_told = false;
+    let mut names = String::new();
+    // Everyone heard during the session, as last seen (members who left stay in the summary).
+    let mut everyone: std::collections::BTreeMap<u32, HeardMember> = Default::default();
+    running.watch(&mut snaps, |s| {
+        let roster = room_link.roster();
+        let now_names = roster
+            .members
+            .values()
+            .map(|m| m.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        if now_names != names {
+            status.finish();
+            eprintln!(
+                "netjam: room {room}: {}",
+                if now_names.is_empty() {
+                    "nobody else is here yet"
+                } else {
+                    &now_names
+                }
+            );
+            names = now_names;
+        }
+        for m in heard_members(&s.stats, &roster) {
+            everyone.insert(m.member_id, m);
+        }
+        let mut line = room_line(&s, &roster);
+        device_status(&mut line, &mut status, &mut realtime_told, &jack_info, &card_info);
+        status.show(&line);
+        if let Some(c) = &osc {
+            publish(c, &s, &roster);
+        }
+    });
+    status.finish();
+    let roster = room_link.roster();
+    room_link.leave();
+    let stopped = running.stop_with_bye(|p, now| p.finish(now))?;
+    let (mut process, periods) = (stopped.process, stopped.periods);
+    let stats = process.take_stats();
+    for m in heard_members(&stats, &roster) {
+        everyone.insert(m.member_id, m);
+    }
+    let heard_final: Vec<HeardMember> = everyone.into_values().collect();
+    eprintln!(
+        "netjam: sent {} packets to room {room}; heard {} member(s)",
+        stats.sent.packets,
+        heard_final.len()
+    );
+    for m in &heard_final {
+        eprintln!(
+            "netjam:   {}: {} packets, lost {}, {} concealed, {} waits, {} catch-ups; buffer {:.2} ms",
+            m.name, m.received, m.lost, m.concealment_events, m.inserted, m.skipped, m.added_latency_ms
+        );
+    }
+    if let Some(path) = &a.stats_json {
+        write_json(
+            path,
+            &RoomReport {
+                server,
+                room,
+                name,
+                member_id,
+                ssrc,
+                roster,
+                heard: heard_final,
+                stats,
+                periods,
+            },
+        )?;
+    }
+    if let Some(c) = osc {
+        c.shutdown();
+    }
+    Ok(())
+}
