@@ -141,7 +141,13 @@ pub struct Sender {
     sent_report_count: usize,
     rng: SimRng,
     stats: SenderStats,
+    /// The round trip to each receiver that reported on us: (its SSRC, ns), most recent
+    /// reporters kept (a room's members each report).
+    reporter_rtts: [(u32, u64); REPORTERS],
 }
+
+/// Receivers whose round trips are kept apart (the most members a room client hears).
+const REPORTERS: usize = 16;
 
 /// How many sent reports are remembered to recognise one coming back (a report goes out
 /// about once a second, so this covers several seconds of round trip).
@@ -209,6 +215,7 @@ impl Sender {
             sent_report_count: 0,
             rng,
             stats: SenderStats::default(),
+            reporter_rtts: [(0, 0); REPORTERS],
             config,
         })
     }
@@ -452,14 +459,45 @@ impl Sender {
             .map(|(_, at)| *at)
     }
 
+    /// The round trip to the receiver that reports as `reporter` (in a room: that member,
+    /// through the server), from its last report on us; ms.
+    pub fn rtt_to_ms(&self, reporter: u32) -> Option<f64> {
+        self.reporter_rtts
+            .iter()
+            .find(|(ssrc, rtt)| *ssrc == reporter && *rtt > 0)
+            .map(|(_, rtt)| *rtt as f64 / 1e6)
+    }
+
+    fn note_reporter_rtt(&mut self, reporter: u32, rtt_ns: u64) {
+        let rtt_ns = rtt_ns.max(1);
+        let slot = match self
+            .reporter_rtts
+            .iter()
+            .position(|(s, r)| *s == reporter && *r > 0)
+        {
+            Some(i) => i,
+            None => {
+                // A new reporter takes the place of the first empty one, else the oldest.
+                let i = self.reporter_rtts.iter().position(|(_, r)| *r == 0).unwrap_or(0);
+                if self.reporter_rtts[i].1 > 0 {
+                    self.reporter_rtts.rotate_left(1);
+                    REPORTERS - 1
+                } else {
+                    i
+                }
+            }
+        };
+        self.reporter_rtts[slot] = (reporter, rtt_ns);
+    }
+
     /// Take an RTCP packet from the receiver: report blocks about our SSRC give RTT,
     /// loss and jitter. Our own sender report coming back (a reflector) gives RTT directly.
     pub fn on_rtcp(&mut self, now_ns: u64, bytes: &[u8]) {
         self.stats.rtcp_received += 1;
         let arrival = self.ntp(now_ns).middle32();
         for packet in parse_rtcp(bytes) {
-            let reports = match packet {
-                Ok(RtcpPacket::ReceiverReport { reports, .. }) => reports,
+            let (reporter, reports) = match packet {
+                Ok(RtcpPacket::ReceiverReport { ssrc, reports }) => (ssrc, reports),
                 Ok(RtcpPacket::SenderReport { ssrc, info, reports }) => {
                     if ssrc == self.ssrc {
                         if let Some(sent) = self.sent_report(info.ntp) {
@@ -469,7 +507,7 @@ impl Sender {
                             }
                         }
                     }
-                    reports
+                    (ssrc, reports)
                 }
                 Ok(_) => continue,
                 Err(_) => {
@@ -486,6 +524,7 @@ impl Sender {
                 if self.stats.rtcp_echoes == 0 {
                     if let Some(rtt) = rtt_ns(arrival, block.lsr, block.dlsr) {
                         self.stats.rtt_ms = Some(rtt as f64 / 1e6);
+                        self.note_reporter_rtt(reporter, rtt);
                     }
                 }
                 self.stats.remote_fraction_lost = Some(block.fraction_lost as f64 / 256.0);
@@ -526,6 +565,46 @@ mod tests {
         let next = stamps(&mut s, 64);
         assert_eq!(next, [first.wrapping_add(64 + 32 + 64)]);
         assert_eq!(s.stats().skipped_frames, 96);
+    }
+
+    #[test]
+    fn each_reporter_keeps_its_own_round_trip() {
+        use crate::wire::rtcp::{write_receiver_report, ReportBlock};
+        let mut s = sender();
+        s.push_frames(0, &[0.0; 64], |_| {});
+        let mut out = [0u8; 1500];
+        let sent_at = 1_000_000_000;
+        s.poll_rtcp(sent_at, &mut out).expect("a report is due");
+        let lsr = s.ntp(sent_at).middle32();
+        // Two members answer our report: one after 20 ms, one after 50 ms, each having
+        // held it 5 ms (DLSR in 1/65536 s).
+        let report = |reporter: u32, back_ns: u64, s: &mut Sender| {
+            let block = ReportBlock {
+                ssrc: s.ssrc(),
+                fraction_lost: 0,
+                cumulative_lost: 0,
+                highest_seq: 0,
+                jitter: 0,
+                lsr,
+                dlsr: (0.005 * 65_536.0) as u32,
+            };
+            let mut rr = [0u8; 64];
+            let n = write_receiver_report(reporter, &[block], &mut rr).expect("fits");
+            s.on_rtcp(sent_at + back_ns, &rr[..n]);
+        };
+        report(0xa, 20_000_000, &mut s);
+        report(0xb, 50_000_000, &mut s);
+        let near = s.rtt_to_ms(0xa).expect("a reported");
+        let far = s.rtt_to_ms(0xb).expect("b reported");
+        assert!((near - 15.0).abs() < 0.1, "{near}");
+        assert!((far - 45.0).abs() < 0.1, "{far}");
+        assert_eq!(s.rtt_to_ms(0xc), None);
+        // More reporters than are kept: the oldest goes, the newest stays.
+        for r in 0..20u32 {
+            report(0x100 + r, 30_000_000, &mut s);
+        }
+        assert_eq!(s.rtt_to_ms(0xa), None);
+        assert!(s.rtt_to_ms(0x100 + 19).is_some());
     }
 
     #[test]

@@ -182,7 +182,7 @@ impl ServerHandle {
 
     /// Whether the forwarding thread has stopped (an error, or [`ServerHandle::stop`]).
     pub fn is_finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(|t| t.is_finished())
+        self.thread.as_ref().map_or(true, |t| t.is_finished())
     }
 
     /// Stops the thread and returns its final report.

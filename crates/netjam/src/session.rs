@@ -718,6 +718,8 @@ pub struct RoomMemberStats {
     /// What it sent since the last snapshot, before its gain.
     pub level: Level,
     pub heard: ReceiverStats,
+    /// Round trip to this member through the server, from its reports on your stream; ms.
+    pub rtt_ms: Option<f64>,
 }
 
 /// What a room's audio thread publishes: what you send, and each member you hear.
@@ -999,6 +1001,7 @@ fn room_stats(
                 mix: mixer.params(slot).unwrap_or_default(),
                 level,
                 heard,
+                rtt_ms: sender.rtt_to_ms(owner.ssrc),
             };
         }
     }

@@ -114,17 +114,22 @@ struct HeardMember {
     skipped: u64,
     buffer_target_ms: f64,
     added_latency_ms: f64,
+    /// Round trip to this member through the server (RTCP), ms.
+    rtt_ms: Option<f64>,
+    /// Estimated one-way latency from their playing to your hearing: half the round trip,
+    /// a packet of audio, your jitter buffer and the devices' periods, ms.
+    mouth_to_ear_ms: Option<f64>,
     gain_db: f32,
     pan: f32,
     mute: bool,
     peak_dbfs: f32,
 }
 
-fn heard_members(stats: &RoomStats, roster: &Roster) -> Vec<HeardMember> {
+fn heard_members(stats: &RoomStats, roster: &Roster, fixed_ms: f64) -> Vec<HeardMember> {
     stats
         .active_members()
         .map(|m| {
-            let id = m.member as u32;
+            let id = m.member;
             let jb = &m.heard.jitter_buffer;
             HeardMember {
                 name: roster
@@ -141,6 +146,8 @@ fn heard_members(stats: &RoomStats, roster: &Roster) -> Vec<HeardMember> {
                 skipped: jb.discontinuities.skipped_events,
                 buffer_target_ms: jb.target_ms,
                 added_latency_ms: jb.added_latency_ms,
+                rtt_ms: m.rtt_ms,
+                mouth_to_ear_ms: m.rtt_ms.map(|rtt| rtt / 2.0 + fixed_ms + jb.added_latency_ms),
                 gain_db: 20.0 * m.mix.gain.max(1e-6).log10(),
                 pan: m.mix.pan,
                 mute: m.mix.mute,
@@ -150,8 +157,8 @@ fn heard_members(stats: &RoomStats, roster: &Roster) -> Vec<HeardMember> {
         .collect()
 }
 
-fn room_line(s: &Snapshot<RoomStats>, roster: &Roster) -> String {
-    let members = heard_members(&s.stats, roster);
+fn room_line(s: &Snapshot<RoomStats>, roster: &Roster, fixed_ms: f64) -> String {
+    let members = heard_members(&s.stats, roster, fixed_ms);
     let mut line = format!("{:7.1}s  room {}", s.t_s, roster.room);
     if roster.lost {
         line.push_str("  (server not answering)");
@@ -160,8 +167,9 @@ fn room_line(s: &Snapshot<RoomStats>, roster: &Roster) -> String {
         line.push_str("  nobody else yet");
     }
     for m in &members {
+        let ear = m.mouth_to_ear_ms.map_or("-".to_string(), |x| format!("{x:.1}"));
         line.push_str(&format!(
-            "  | {} {:.1} ms lost {} {}",
+            "  | {} {ear} ms (buffer {:.1}) lost {} {}",
             m.name,
             m.added_latency_ms,
             m.lost,
@@ -169,6 +177,19 @@ fn room_line(s: &Snapshot<RoomStats>, roster: &Roster) -> String {
         ));
     }
     line
+}
+
+/// Keep the latest figures of everyone heard, and the name they had while in the room.
+fn remember(everyone: &mut std::collections::BTreeMap<u32, HeardMember>, now: Vec<HeardMember>) {
+    for mut m in now {
+        if let Some(old) = everyone.get(&m.member_id) {
+            if m.seat.is_none() {
+                m.name.clone_from(&old.name);
+                m.seat = old.seat;
+            }
+        }
+        everyone.insert(m.member_id, m);
+    }
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -185,8 +206,8 @@ struct RoomReport {
 }
 
 /// Publish what OSC queries answer: names at their seats, mix settings, figures.
-fn publish(control: &ControlHandle, s: &Snapshot<RoomStats>, roster: &Roster) {
-    let members = heard_members(&s.stats, roster);
+fn publish(control: &ControlHandle, s: &Snapshot<RoomStats>, roster: &Roster, fixed_ms: f64) {
+    let members = heard_members(&s.stats, roster, fixed_ms);
     let json = serde_json::to_string(&members).unwrap_or_default();
     control.update(|st| {
         for (seat, state) in st.members.iter_mut().enumerate().take(SEATS) {
@@ -197,7 +218,7 @@ fn publish(control: &ControlHandle, s: &Snapshot<RoomStats>, roster: &Roster) {
                 state.pan = m.pan;
                 state.mute = m.mute;
                 state.stats = OscMemberStats {
-                    latency_ms: None,
+                    latency_ms: m.mouth_to_ear_ms.map(|x| x as f32),
                     lost: m.lost.max(0) as u64,
                     concealed: m.concealment_events,
                     buffer_ms: m.added_latency_ms as f32,
@@ -253,6 +274,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     sender.set_ssrc(seated.ssrc);
     let (member_id, ssrc) = (seated.member_id, seated.ssrc);
     let packets = packets_text(&sender);
+    let packet_ms = sender.packet_ns() as f64 / 1e6;
     let (control_tx, control_rx) = mpsc::sync_channel(CONTROL_QUEUE);
     let (io, link) = NetIo::start_with_control(socket, Peer::Fixed(server), Some(control_tx))?;
     let mut config = RoomConfig::new(MAX_ROOM_MEMBERS, usize::from(heard.channels));
@@ -311,6 +333,12 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         jack_info,
         card_info,
     } = open_endpoint(&a, jack, card, source, format, sink, limit)?;
+    // What every member's path has besides the network and your buffer: a packet of audio,
+    // and a device period at each end (theirs taken to be like yours).
+    let device_ms = jack_info.as_ref().map_or(0.0, |(_, _, spec)| {
+        2.0 * f64::from(spec.period) * 1e3 / f64::from(format.rate)
+    });
+    let fixed_ms = packet_ms + device_ms;
     eprintln!(
         "netjam: in room {room:?} as member {member_id} from {} ({format}, {packets}); you hear the others, not yourself{}",
         io.local,
@@ -343,14 +371,12 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             );
             names = now_names;
         }
-        for m in heard_members(&s.stats, &roster) {
-            everyone.insert(m.member_id, m);
-        }
-        let mut line = room_line(&s, &roster);
+        remember(&mut everyone, heard_members(&s.stats, &roster, fixed_ms));
+        let mut line = room_line(&s, &roster, fixed_ms);
         device_status(&mut line, &mut status, &mut realtime_told, &jack_info, &card_info);
         status.show(&line);
         if let Some(c) = &osc {
-            publish(c, &s, &roster);
+            publish(c, &s, &roster, fixed_ms);
         }
     });
     status.finish();
@@ -359,9 +385,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let stopped = running.stop_with_bye(|p, now| p.finish(now))?;
     let (mut process, periods) = (stopped.process, stopped.periods);
     let stats = process.take_stats();
-    for m in heard_members(&stats, &roster) {
-        everyone.insert(m.member_id, m);
-    }
+    remember(&mut everyone, heard_members(&stats, &roster, fixed_ms));
     let heard_final: Vec<HeardMember> = everyone.into_values().collect();
     eprintln!(
         "netjam: sent {} packets to room {room}; heard {} member(s)",
@@ -370,8 +394,16 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     );
     for m in &heard_final {
         eprintln!(
-            "netjam:   {}: {} packets, lost {}, {} concealed, {} waits, {} catch-ups; buffer {:.2} ms",
-            m.name, m.received, m.lost, m.concealment_events, m.inserted, m.skipped, m.added_latency_ms
+            "netjam:   {}: {} packets, lost {}, {} concealed, {} waits, {} catch-ups; buffer {:.2} ms; round trip {}; mouth to ear about {}",
+            m.name,
+            m.received,
+            m.lost,
+            m.concealment_events,
+            m.inserted,
+            m.skipped,
+            m.added_latency_ms,
+            m.rtt_ms.map_or("not measured".into(), |r| format!("{r:.2} ms")),
+            m.mouth_to_ear_ms.map_or("-".into(), |r| format!("{r:.1} ms"))
         );
     }
     if let Some(path) = &a.stats_json {
