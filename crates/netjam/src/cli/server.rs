@@ -85,7 +85,7 @@ pub fn run(a: ServerArgs) -> anyhow::Result<()> {
     let mut roster = String::new();
     while !stop.load(std::sync::atomic::Ordering::Relaxed)
         && !handle.is_finished()
-        && deadline.is_none_or(|d| std::time::Instant::now() < d)
+        && deadline.map_or(true, |d| std::time::Instant::now() < d)
     {
         std::thread::sleep(Duration::from_millis(500));
         let r = handle.report();
