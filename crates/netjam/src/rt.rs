@@ -111,3 +111,48 @@ pub fn lock_memory() -> Result<(), String> {
         Err("memory locking is only requested on Linux".into())
     }
 }
+
+/// Pin the calling thread to CPU `cpu` (Linux; e.g. to keep a forwarding thread off the
+/// core that takes the network card's interrupts, or to measure one core). Returns
+/// whether the system allowed it; elsewhere it does nothing and returns false.
+pub fn pin_current_thread(cpu: usize) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return false;
+        }
+        // SAFETY: `set` is a zeroed cpu_set_t (a valid empty set) that CPU_SET fills
+        // within its bounds (`cpu` is checked against CPU_SETSIZE above);
+        // sched_setaffinity(0, …) applies it to the calling thread and only reads `set`,
+        // which outlives the call.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = cpu;
+        false
+    }
+}
+
+/// CPU time the calling thread has used so far, in ns (`None` where the system does not
+/// say). One `clock_gettime`: cheap enough for a report, not for every packet.
+pub fn thread_cpu_ns() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid timespec that outlives the call, which only writes it.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
