@@ -265,7 +265,13 @@ pub fn join(socket: &UdpTransport, r: &JoinRequest) -> anyhow::Result<Seated> {
     }
 }
 
-/// Takes whatever the server already sent after the welcome, without waiting.
+/// How long to collect the roster events that follow a welcome before the audio starts
+/// (the rest arrive through the control thread).
+const EARLY_ROSTER: Duration = Duration::from_millis(20);
+
+/// Takes what the server sent right after the welcome, for at most [`EARLY_ROSTER`]: the
+/// other members' audio already flows to the new seat, so waiting for a quiet socket
+/// would wait for ever (and the seat, sending no keep-alive, would time out).
 fn drain_early(
     socket: &UdpTransport,
     server: SocketAddr,
@@ -273,15 +279,18 @@ fn drain_early(
     early: &mut Vec<RosterEntry>,
 ) {
     let mut buf = vec![0u8; MAX_CONTROL_LEN.max(2048)];
-    if socket.set_read_timeout(Some(Duration::from_millis(20))).is_err() {
-        return;
-    }
-    while let Ok(Some(got)) = socket.recv(&mut buf) {
-        if got.from == server && buf.first() == Some(&b'/') {
-            client.handle_datagram(got.at_ns, &buf[..got.len]);
-        }
-        if socket.set_read_timeout(Some(Duration::from_millis(2))).is_err() {
+    let deadline = Instant::now() + EARLY_ROSTER;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || socket.set_read_timeout(Some(left)).is_err() {
             break;
+        }
+        match socket.recv(&mut buf) {
+            Ok(Some(got)) if got.from == server && buf.first() == Some(&b'/') => {
+                client.handle_datagram(got.at_ns, &buf[..got.len]);
+            }
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => break,
         }
     }
     while let Some(n) = client.poll_transmit(&mut buf) {

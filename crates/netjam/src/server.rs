@@ -427,7 +427,11 @@ fn forward(
                 shell.truncated += 1;
                 continue;
             }
-            if let Verdict::Forward(dests) = core.handle_datagram(d.at_ns, d.from, d.bytes) {
+            let verdict = core.handle_datagram(d.at_ns, d.from, d.bytes);
+            if let Verdict::Drop(why) = verdict {
+                tracing::trace!("dropped {} bytes from {}: {why:?}", d.bytes.len(), d.from);
+            }
+            if let Verdict::Forward(dests) = verdict {
                 if dests.is_empty() {
                     continue;
                 }

@@ -1,0 +1,238 @@
+//! Every player's own mix, set over OSC by implementations nobody here wrote: a server and
+//! three `jam --server` clients on loopback (sines at 220, 330 and 440 Hz); ana finds her
+//! seats through `/roster`, mutes bo with liblo's `oscsend` and turns cy down 12 dB with
+//! python-osc. Her output then holds no bo and cy 12 dB below what bo hears of cy, while
+//! bo's own mix is untouched. Loopback only, ephemeral ports, every wait bounded.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::net::{SocketAddr, UdpSocket};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::signal::{goertzel, read_channel0};
+use common::{address_in, free_udp_port, read_json, require, tmp, Proc, BIN};
+use netjam_osc::{encode_message, Arg, Packet};
+
+const WAIT: Duration = Duration::from_secs(15);
+
+fn player(server: SocketAddr, name: &str, hz: &str, seconds: &str, extra: &[&str]) -> Proc {
+    let out = tmp("room-osc", &format!("{name}.wav"));
+    let json = tmp("room-osc", &format!("{name}.json"));
+    Proc::spawn_lines(
+        Command::new(BIN)
+            .args([
+                "jam",
+                "--server",
+                &server.to_string(),
+                "--room",
+                "band",
+                "--name",
+                name,
+            ])
+            .args(["--sine", hz, "--duration", seconds, "--channels", "1"])
+            .arg("--output")
+            .arg(&out)
+            .arg("--stats-json")
+            .arg(&json)
+            .args(extra),
+        "jam --server",
+    )
+}
+
+/// Waits for a line of `p` containing `needle`; returns it.
+fn line_with(p: &Proc, needle: &str, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match p.line_within(left) {
+            Some(l) if l.contains(needle) => return l,
+            Some(_) => {}
+            None => panic!("no line with {needle:?} within {within:?}"),
+        }
+    }
+}
+
+/// The seats `/roster` names: (seat, name).
+fn roster(osc: SocketAddr) -> Vec<(i32, String)> {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let mut buf = [0u8; 256];
+    let n = encode_message(&mut buf, "/roster", &[]).unwrap();
+    socket.send_to(&buf[..n], osc).unwrap();
+    let mut seats = Vec::new();
+    let mut reply = [0u8; 2048];
+    while let Ok((n, _)) = socket.recv_from(&mut reply) {
+        let Ok(Packet::Message(m)) = Packet::decode(&reply[..n]) else {
+            continue;
+        };
+        match m.address() {
+            "/roster" => {
+                let args: Vec<Arg> = m.args().collect();
+                if let [Arg::Int(seat), Arg::Str(name)] = args[..] {
+                    seats.push((seat, name.to_string()));
+                }
+            }
+            "/roster/end" => break,
+            _ => {}
+        }
+    }
+    seats
+}
+
+/// Tone power in dB of the last `seconds` of a mono WAV (Goertzel, relative to full scale).
+fn tone_db(path: &std::path::Path, hz: f64, seconds: f64) -> f64 {
+    let x = read_channel0(path);
+    let n = (seconds * 48_000.0) as usize;
+    assert!(
+        x.len() > n + 48_000,
+        "{} is only {} frames",
+        path.display(),
+        x.len()
+    );
+    // Leave the last 0.2 s out: a player that stopped first may have faded out there.
+    let end = x.len() - 9_600;
+    10.0 * goertzel(&x[end - n..end], hz).max(1e-12).log10()
+}
+
+#[test]
+fn each_player_sets_their_own_mix_over_osc() {
+    require("oscsend", "liblo-tools");
+    let python_osc = Command::new("python3")
+        .args(["-c", "import pythonosc.udp_client"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        python_osc,
+        "python3 with the pythonosc module (python-osc) is not installed: run scripts/deps"
+    );
+
+    let port = free_udp_port();
+    let server_addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut server = Proc::spawn_lines(
+        Command::new(BIN).args(["server", "--listen", &server_addr.to_string(), "--duration", "40"]),
+        "netjam server",
+    );
+    line_with(&server, "serving rooms", WAIT);
+
+    let mut bo = player(server_addr, "bo", "330", "10", &[]);
+    line_with(&bo, "in room", WAIT);
+    let mut cy = player(server_addr, "cy", "440", "10", &[]);
+    line_with(&cy, "in room", WAIT);
+    let mut ana = player(server_addr, "ana", "220", "7", &["--osc", "0"]);
+    let osc = address_in(&line_with(&ana, "OSC control on", WAIT));
+
+    // Ana's seats, once the roster has both others.
+    let deadline = Instant::now() + WAIT;
+    let seats = loop {
+        let seats = roster(osc);
+        if seats.len() == 2 {
+            break seats;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "ana's roster never held bo and cy: {seats:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let seat_of = |name: &str| {
+        seats
+            .iter()
+            .find(|(_, n)| n == name)
+            .map(|(s, _)| *s)
+            .expect(name)
+    };
+    let (bo_seat, cy_seat) = (seat_of("bo"), seat_of("cy"));
+
+    let mute = Command::new("oscsend")
+        .args([
+            "127.0.0.1",
+            &osc.port().to_string(),
+            &format!("/member{bo_seat}/mute"),
+            "i",
+            "1",
+        ])
+        .status()
+        .unwrap();
+    assert!(mute.success(), "oscsend failed");
+    let gain = Command::new("python3")
+        .args([
+            "-c",
+            &format!(
+                "from pythonosc import udp_client; udp_client.SimpleUDPClient('127.0.0.1', {}).send_message('/member{cy_seat}/gain', -12.0)",
+                osc.port()
+            ),
+        ])
+        .status()
+        .unwrap();
+    assert!(gain.success(), "python-osc failed");
+    // The settings reached the mix: the queries answer them.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        let mut buf = [0u8; 128];
+        let n = encode_message(&mut buf, &format!("/member{bo_seat}/mute"), &[]).unwrap();
+        socket.send_to(&buf[..n], osc).unwrap();
+        let mut reply = [0u8; 256];
+        let muted = socket.recv_from(&mut reply).ok().is_some_and(|(n, _)| {
+            matches!(Packet::decode(&reply[..n]), Ok(Packet::Message(m))
+                if m.args().next().is_some_and(|a| matches!(a, Arg::Int(1) | Arg::True)))
+        });
+        if muted {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the mute never showed in /member{bo_seat}/mute"
+        );
+    }
+
+    let (status, said) = ana.finish(WAIT);
+    assert!(status.success(), "ana failed: {said:#?}");
+    assert!(bo.wait_for(WAIT).success());
+    assert!(cy.wait_for(WAIT).success());
+    server.interrupt();
+
+    // Ana heard both (their streams arrived), and in her last two seconds bo is silent and cy
+    // is 12 dB below what bo hears of cy.
+    let report = read_json(&tmp("room-osc", "ana.json"));
+    let heard: Vec<(String, u64)> = report["heard"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["name"].as_str().unwrap().to_string(),
+                h["received"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    for who in ["bo", "cy"] {
+        assert!(
+            heard.iter().any(|(n, r)| n == who && *r > 1000),
+            "ana did not receive {who}: {heard:?}"
+        );
+    }
+    let ana_wav = tmp("room-osc", "ana.wav");
+    let bo_wav = tmp("room-osc", "bo.wav");
+    let bo_in_ana = tone_db(&ana_wav, 330.0, 2.0);
+    let cy_in_ana = tone_db(&ana_wav, 440.0, 2.0);
+    let cy_in_bo = tone_db(&bo_wav, 440.0, 2.0);
+    let own_in_ana = tone_db(&ana_wav, 220.0, 2.0);
+    eprintln!("ana hears bo {bo_in_ana:.1} dB, cy {cy_in_ana:.1} dB, herself {own_in_ana:.1} dB; bo hears cy {cy_in_bo:.1} dB");
+    assert!(
+        cy_in_bo - bo_in_ana > 40.0,
+        "muted bo is still in ana's mix: {bo_in_ana:.1} dB against an unmuted tone at {cy_in_bo:.1} dB"
+    );
+    let drop = cy_in_bo - cy_in_ana;
+    assert!(
+        (10.5..=13.5).contains(&drop),
+        "cy should be 12 dB down in ana's mix, is {drop:.1} dB"
+    );
+    assert!(
+        cy_in_bo - own_in_ana > 40.0,
+        "ana hears herself through the network: {own_in_ana:.1} dB"
+    );
+}
