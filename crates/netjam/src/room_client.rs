@@ -265,7 +265,13 @@ pub fn join(socket: &UdpTransport, r: &JoinRequest) -> anyhow::Result<Seated> {
     }
 }
 
-/// Takes whatever the server already sent after the welcome, without waiting.
+/// How long a new member listens for the roster events sent with its welcome.
+const EARLY_ROSTER_WAIT: Duration = Duration::from_millis(20);
+
+/// Takes whatever the server already sent after the welcome, for at most
+/// [`EARLY_ROSTER_WAIT`]: in a room that is playing, the others' audio arrives without a
+/// pause from the moment of the welcome, so waiting for a quiet moment could wait for ever
+/// (and the server times out a member that sends nothing meanwhile).
 fn drain_early(
     socket: &UdpTransport,
     server: SocketAddr,
@@ -273,15 +279,19 @@ fn drain_early(
     early: &mut Vec<RosterEntry>,
 ) {
     let mut buf = vec![0u8; MAX_CONTROL_LEN.max(2048)];
-    if socket.set_read_timeout(Some(Duration::from_millis(20))).is_err() {
-        return;
-    }
-    while let Ok(Some(got)) = socket.recv(&mut buf) {
-        if got.from == server && buf.first() == Some(&b'/') {
-            client.handle_datagram(got.at_ns, &buf[..got.len]);
-        }
-        if socket.set_read_timeout(Some(Duration::from_millis(2))).is_err() {
+    let deadline = Instant::now() + EARLY_ROSTER_WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || socket.set_read_timeout(Some(left)).is_err() {
             break;
+        }
+        match socket.recv(&mut buf) {
+            Ok(Some(got)) => {
+                if got.from == server && buf.first() == Some(&b'/') {
+                    client.handle_datagram(got.at_ns, &buf[..got.len]);
+                }
+            }
+            Ok(None) | Err(_) => break,
         }
     }
     while let Some(n) = client.poll_transmit(&mut buf) {
