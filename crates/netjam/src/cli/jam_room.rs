@@ -150,6 +150,16 @@ fn heard_members(stats: &RoomStats, roster: &Roster) -> Vec<HeardMember> {
         .collect()
 }
 
+/// Keeps `m` as the latest figures of its member, under the name it had while in the
+/// roster: a member who left is no longer there, and must not end the report as "member N".
+fn remember(everyone: &mut std::collections::BTreeMap<u32, HeardMember>, m: HeardMember, roster: &Roster) {
+    let name = match everyone.get(&m.member_id) {
+        Some(old) if !roster.members.contains_key(&m.member_id) => old.name.clone(),
+        _ => m.name.clone(),
+    };
+    everyone.insert(m.member_id, HeardMember { name, ..m });
+}
+
 fn room_line(s: &Snapshot<RoomStats>, roster: &Roster) -> String {
     let members = heard_members(&s.stats, roster);
     let mut line = format!("{:7.1}s  room {}", s.t_s, roster.room);
@@ -344,7 +354,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             names = now_names;
         }
         for m in heard_members(&s.stats, &roster) {
-            everyone.insert(m.member_id, m);
+            remember(&mut everyone, m, &roster);
         }
         let mut line = room_line(&s, &roster);
         device_status(&mut line, &mut status, &mut realtime_told, &jack_info, &card_info);
@@ -360,7 +370,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let (mut process, periods) = (stopped.process, stopped.periods);
     let stats = process.take_stats();
     for m in heard_members(&stats, &roster) {
-        everyone.insert(m.member_id, m);
+        remember(&mut everyone, m, &roster);
     }
     let heard_final: Vec<HeardMember> = everyone.into_values().collect();
     eprintln!(
