@@ -14,6 +14,7 @@ pub mod link_emulator;
 pub mod loopback;
 pub mod opus;
 pub mod probe;
+pub mod record;
 pub mod ring;
 pub mod room_client;
 pub mod rt;

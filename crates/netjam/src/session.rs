@@ -673,6 +673,10 @@ pub enum RoomCommand {
     Latency {
         policy: netjam_engine::delay::LatencyPolicy,
     },
+    /// Pause (`false`) or resume the recording set with [`RoomProcess::set_recorder`].
+    Record {
+        on: bool,
+    },
 }
 
 /// How a [`RoomProcess`] is set up.
@@ -792,6 +796,8 @@ pub struct RoomProcess {
     send_mute: bool,
     /// What is sent when the gain is not unity (reserved at start; longer periods go in parts).
     send_scratch: Vec<f32>,
+    /// The multitrack recording's audio-thread half, if recording.
+    record: Option<crate::record::RecordTap>,
 }
 
 impl std::fmt::Debug for RoomProcess {
@@ -845,6 +851,7 @@ impl RoomProcess {
             send_db: 0.0,
             send_mute: false,
             send_scratch: vec![0.0; SEND_SCRATCH_FRAMES * usize::from(channels_in.max(1))],
+            record: None,
         };
         (p, snapshots, commands_tx)
     }
@@ -887,6 +894,22 @@ impl RoomProcess {
 
     pub fn mixer(&self) -> &Mixer {
         &self.mixer
+    }
+
+    /// Record every member, the mix and your input from the next period on (see
+    /// [`crate::record`]); set before the stream starts.
+    pub fn set_recorder(&mut self, tap: crate::record::RecordTap) {
+        self.record = Some(tap);
+    }
+
+    /// Stop recording: the writer writes what was queued and sees the end.
+    pub fn take_recorder(&mut self) -> Option<crate::record::RecordTap> {
+        self.record.take()
+    }
+
+    /// The recording's audio-thread half, if recording.
+    pub fn recorder(&self) -> Option<&crate::record::RecordTap> {
+        self.record.as_ref()
     }
 
     /// Send a final report and BYE.
@@ -945,6 +968,13 @@ impl RoomProcess {
                 self.mixer.set_monitor_mute(mute);
                 true
             }
+            RoomCommand::Record { on } => match &mut self.record {
+                Some(tap) => {
+                    tap.set_armed(on);
+                    true
+                }
+                None => false,
+            },
         };
         if ok {
             self.commands_applied += 1;
@@ -1011,6 +1041,9 @@ fn room_stats(
 impl Process for RoomProcess {
     fn skipped(&mut self, frames: u64) {
         self.sender.skip_frames(frames);
+        if let Some(tap) = &mut self.record {
+            tap.skipped(frames);
+        }
     }
 
     fn process(&mut self, now_ns: u64, input: &[f32], output: &mut [f32]) {
@@ -1038,6 +1071,9 @@ impl Process for RoomProcess {
         }
         let in_channels = self.sender.format().channels as usize;
         self.mixer.add_monitor(input, in_channels, output);
+        if let Some(tap) = &mut self.record {
+            tap.record(frames, input, output, &self.members);
+        }
         while let Some(n) = self.members.poll_rtcp(now_ns, &mut net.rtcp) {
             net.send_rtcp(now_ns, n);
         }

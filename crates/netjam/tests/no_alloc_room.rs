@@ -1,6 +1,7 @@
 //! A room client's audio callback — `RoomProcess::process`, with its lock-free rings to real
 //! network threads on loopback — allocates nothing per period in steady state while it
-//! hears four members, drops a stranger, and takes mix commands from another thread.
+//! hears four members, drops a stranger, takes mix commands from another thread, and
+//! records every member, the mix and its input (`--record`) through its rings to a writer.
 //! Counted with a per-thread counting allocator on the thread that runs the callback, as
 //! the audio thread would.
 
@@ -49,6 +50,17 @@ fn room_callback_with_four_members_does_not_allocate() {
     let (io, link) = NetIo::start(socket, Peer::Fixed(sink.local_addr().expect("addr"))).expect("io");
     let (mut room, mut snapshots, mut commands) =
         RoomProcess::new(sender(2, 1), link, RoomConfig::new(MEMBERS as usize, 2));
+    let take = std::env::temp_dir().join(format!("netjam-no-alloc-record-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&take);
+    let (tap, writer) = netjam::record::start(netjam::record::RecordConfig {
+        dir: take.clone(),
+        rate: 48_000,
+        mix_channels: 2,
+        you_channels: 2,
+        names: Box::new(|id| Some(format!("player {id}"))),
+    })
+    .expect("recording");
+    room.set_recorder(tap);
     // Members 1..=4 (mono and stereo), and a stranger (seed 9) who holds no slot.
     let mut players: Vec<(Sender, Synth)> = (1..=MEMBERS as u64 + 1)
         .map(|i| {
@@ -112,6 +124,8 @@ fn room_callback_with_four_members_does_not_allocate() {
                         mute: k % 300 == 0,
                     });
                     let _ = commands.push(RoomCommand::MonitorGain { db: -(step % 6.0) });
+                    // Pause the recording for a while now and then (silence in its files).
+                    let _ = commands.push(RoomCommand::Record { on: k % 500 != 0 });
                 }
             }
         })
@@ -145,7 +159,24 @@ fn room_callback_with_four_members_does_not_allocate() {
         .expect("room snapshots")
         .stats;
     let stats = room.take_stats();
+    drop(room.take_recorder());
+    let recorded = writer.finish().expect("recording");
     io.shutdown();
+    let _ = std::fs::remove_dir_all(&take);
+    println!(
+        "recorded {} frames into {} files; {} periods dropped, {} frames padded",
+        recorded.frames,
+        recorded.files.len(),
+        recorded.dropped_blocks,
+        recorded.padded_frames
+    );
+    assert_eq!(recorded.files.len(), 2 + MEMBERS as usize, "{recorded:?}");
+    assert!(recorded.error.is_none(), "{recorded:?}");
+    assert!(
+        recorded.frames + 100 * PERIOD as u64 >= periods * PERIOD as u64,
+        "{recorded:?}"
+    );
+    assert!(recorded.padded_frames > 0, "the pauses are silence: {recorded:?}");
     println!(
         "room snapshot: {} bytes; routing {:?}; commands {} applied, {} refused",
         std::mem::size_of::<RoomStats>(),

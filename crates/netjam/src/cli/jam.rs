@@ -56,6 +56,15 @@ pub struct JamArgs {
     /// yourself through your interface's direct monitoring).
     #[arg(long, requires = "server")]
     pub monitor: bool,
+    /// In a room: record the session as a multitrack into DIR (created if missing; must
+    /// not hold an earlier recording): `NN-name.wav` per member heard (as its receiver
+    /// played it, before your gain, pan and mute), `mix.wav` (what you hear) and `you.wav`
+    /// (your input), 32-bit float WAV at the stream's rate, all sample-aligned to the
+    /// frames played: frame n of every file is the same instant. A member who joins late
+    /// starts with silence, one who leaves goes on as silence, so every file has the same
+    /// length. OSC `/record 0|1` pauses and resumes (a pause is silence in every file).
+    #[arg(long, value_name = "DIR", requires = "server")]
+    pub record: Option<PathBuf>,
     /// Local address to send from and listen on (default: port 4464 with --peer, where the
     /// other player sends; any free port with --server).
     #[arg(long)]

@@ -25,6 +25,7 @@ use crate::control::{
 };
 use crate::endpoint::PeriodStats;
 use crate::lifecycle::{any_for, cname, fresh_seed, Running};
+use crate::record::{self, RecordConfig, RecordSummary};
 use crate::room_client::{self, CommandSource, JoinRequest, Roster, CONTROL_QUEUE, SEATS};
 use crate::server::DEFAULT_PORT;
 use crate::session::{
@@ -61,6 +62,8 @@ fn resolve_server(s: &str) -> anyhow::Result<SocketAddr> {
 /// OSC commands, turned into the audio thread's by the control seat they name.
 struct OscCommands {
     rx: crate::control::CommandRx,
+    /// `/record` pauses and resumes a recording (`--record`); without one it is refused.
+    recording: bool,
     /// Refused: no member at that seat, or a parameter rooms do not change yet.
     unsupported: u64,
 }
@@ -85,6 +88,7 @@ impl CommandSource for OscCommands {
                 ControlCommand::MonitorGain(db) => Some(RoomCommand::MonitorGain { db }),
                 ControlCommand::MonitorMute(mute) => Some(RoomCommand::MonitorMute { mute }),
                 ControlCommand::Latency(policy) => Some(RoomCommand::Latency { policy }),
+                ControlCommand::Record(on) if self.recording => Some(RoomCommand::Record { on }),
                 ControlCommand::Redundancy(_) | ControlCommand::Record(_) => None,
             };
             match mapped {
@@ -203,6 +207,7 @@ struct RoomReport {
     heard: Vec<HeardMember>,
     stats: RoomStats,
     periods: PeriodStats,
+    record: Option<RecordSummary>,
 }
 
 /// Publish what OSC queries answer: names at their seats, mix settings, figures.
@@ -243,6 +248,10 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     }
     if a.measure_roundtrip {
         bail!("--measure-roundtrip needs a player who sends you back what you play (netjam reflect): use it with --peer");
+    }
+    if let Some(dir) = &a.record {
+        // Before anything runs: a recording that cannot be written is said now.
+        record::prepare_dir(dir)?;
     }
     let Audio {
         jack,
@@ -300,6 +309,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             let mut state = ControlState::new(&surface);
             state.latency = a.latency;
             state.monitor.mute = !a.monitor;
+            state.record = a.record.is_some();
             let (tx, rx) = command_ring(DEFAULT_RING);
             let handle = ControlServer::spawn(bind, surface, state, tx)?;
             eprintln!(
@@ -311,7 +321,14 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         None => None,
     };
     let (osc, extra) = match osc {
-        Some((handle, rx)) => (Some(handle), Some(OscCommands { rx, unsupported: 0 })),
+        Some((handle, rx)) => (
+            Some(handle),
+            Some(OscCommands {
+                rx,
+                recording: a.record.is_some(),
+                unsupported: 0,
+            }),
+        ),
         None => (None, None),
     };
     let send = {
@@ -325,6 +342,30 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let room_link = match extra {
         Some(extra) => room_client::spawn(seated, &room, send, control_rx, commands, extra)?,
         None => room_client::spawn(seated, &room, send, control_rx, commands, ())?,
+    };
+    let recorder = match &a.record {
+        Some(dir) => {
+            let roster = room_link.roster.clone();
+            let (tap, writer) = record::start(RecordConfig {
+                dir: dir.clone(),
+                rate: format.rate,
+                mix_channels: heard.channels,
+                you_channels: format.channels,
+                names: Box::new(move |id| {
+                    roster
+                        .lock()
+                        .ok()
+                        .and_then(|r| r.members.get(&id).map(|m| m.name.clone()))
+                }),
+            })?;
+            process.set_recorder(tap);
+            eprintln!(
+                "netjam: recording into {}: mix.wav, you.wav and NN-name.wav per member (32-bit float, sample-aligned)",
+                dir.display()
+            );
+            Some(writer)
+        }
+        None => None,
     };
     let sink = heard_sink(&a, heard)?;
     let limit = a.duration.map(|d| (d * format.rate as f64) as u64);
@@ -373,6 +414,15 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         }
         remember(&mut everyone, heard_members(&s.stats, &roster, fixed_ms));
         let mut line = room_line(&s, &roster, fixed_ms);
+        if let Some(w) = &recorder {
+            line.push_str(&format!(
+                "  rec {:.0}s",
+                w.written_frames() as f64 / format.rate as f64
+            ));
+            if w.dropped_blocks() > 0 {
+                line.push_str(&format!(" ({} periods dropped)", w.dropped_blocks()));
+            }
+        }
         device_status(&mut line, &mut status, &mut realtime_told, &jack_info, &card_info);
         status.show(&line);
         if let Some(c) = &osc {
@@ -387,6 +437,38 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let stats = process.take_stats();
     remember(&mut everyone, heard_members(&stats, &roster, fixed_ms));
     let heard_final: Vec<HeardMember> = everyone.into_values().collect();
+    // The audio thread has stopped: what it queued is written, then the files are closed.
+    drop(process.take_recorder());
+    let recorded = match recorder {
+        Some(w) => {
+            let r = w.finish()?;
+            eprintln!(
+                "netjam: recorded {:.2} s ({} frames) into {}: {}",
+                r.seconds(),
+                r.frames,
+                r.dir.display(),
+                r.files
+                    .iter()
+                    .map(|f| f
+                        .path
+                        .file_name()
+                        .map_or_else(String::new, |n| n.to_string_lossy().into_owned()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            if r.dropped_blocks > 0 {
+                eprintln!(
+                    "netjam: the recording fell behind: {} periods ({} frames) dropped, silence in their place in every file",
+                    r.dropped_blocks, r.dropped_frames
+                );
+            }
+            if let Some(e) = &r.error {
+                eprintln!("netjam: the recording stopped early: {e}");
+            }
+            Some(r)
+        }
+        None => None,
+    };
     eprintln!(
         "netjam: sent {} packets to room {room}; heard {} member(s)",
         stats.sent.packets,
@@ -419,6 +501,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
                 heard: heard_final,
                 stats,
                 periods,
+                record: recorded,
             },
         )?;
     }
