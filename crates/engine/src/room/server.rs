@@ -51,8 +51,12 @@ pub struct ServerConfig {
     pub max_bytes_per_s: u32,
     /// A member's token bucket refills at its declared rate times this.
     pub rate_headroom: f64,
-    /// Packets a member may send back to back above its rate.
+    /// Packets a member may send back to back above its rate, at least.
     pub burst_packets: u32,
+    /// The burst also covers this much of the member's declared rate (ms): a player whose
+    /// computer held its audio for a moment sends it late in one go, and that catch-up must
+    /// pass, while a flood (many times the rate, for longer) does not.
+    pub burst_ms: u32,
     /// Packets handed to the shell for one destination and not yet returned through
     /// [`Server::sent`]; more are dropped and counted against that destination.
     pub dest_queue: u32,
@@ -83,6 +87,7 @@ impl Default for ServerConfig {
             max_bytes_per_s: 8_000_000,
             rate_headroom: 1.5,
             burst_packets: 20,
+            burst_ms: 100,
             dest_queue: 256,
             retransmit_initial_ns: 100_000_000,
             retransmit_max_ns: 1_000_000_000,
@@ -247,7 +252,7 @@ impl Bucket {
     fn new(cfg: &ServerConfig, pps: u32, bps: u32, now: u64) -> Self {
         let h = cfg.rate_headroom.max(1.0);
         let avg = f64::from(bps) / f64::from(pps.max(1));
-        let pkt_cap = f64::from(cfg.burst_packets.max(1));
+        let pkt_cap = f64::from(cfg.burst_packets.max(1)).max(f64::from(pps) * f64::from(cfg.burst_ms) / 1e3);
         let byte_cap = (pkt_cap * avg * h).max(2.0 * 9_000.0);
         Self {
             pkt_per_ns: f64::from(pps) * h / 1e9,
