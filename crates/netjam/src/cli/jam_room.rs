@@ -305,7 +305,13 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let osc = match a.osc {
         Some(port) => {
             let bind = SocketAddr::new(a.osc_bind, port);
-            let surface = Surface::room();
+            // Redundancy cannot change while a room's stream runs: its address is left out,
+            // so a set is answered with an error instead of being taken and ignored.
+            let surface = Surface {
+                redundancy: false,
+                record: a.record.is_some(),
+                ..Surface::room()
+            };
             let mut state = ControlState::new(&surface);
             state.latency = a.latency;
             state.monitor.mute = !a.monitor;
