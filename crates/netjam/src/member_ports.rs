@@ -98,10 +98,11 @@ impl MemberPorts {
 
     /// Follow the roster: rename the ports of every seat whose label changed (ports that
     /// give a name back first, so a name freed and taken at once is free when taken).
-    /// Returns whether anyone moved (then [`Self::describe`] says who is where).
+    /// Returns whether anyone moved or was renamed (then [`Self::describe`] says who is
+    /// where).
     pub fn update(&mut self, roster: &Roster) -> bool {
         let labels = seat_labels(roster, self.renamer.is_some());
-        let moved = (0..SEATS).any(|s| self.seen[s].0 != roster.seats[s]);
+        let moved = (0..SEATS).any(|s| self.seen[s].0 != roster.seats[s] || self.seen[s].1 != labels[s]);
         if let Some(renamer) = &self.renamer {
             let mut changed: Vec<usize> = (0..SEATS).filter(|&s| self.seen[s].1 != labels[s]).collect();
             changed.sort_by_key(|&s| roster.seats[s].is_some());
@@ -198,8 +199,11 @@ mod tests {
             p.describe(&roster(&[(1, 8, "bo")])),
             "seat 2 bo: nj:from_bo_1, nj:from_bo_2"
         );
-        p.update(&roster(&[(1, 8, "bo")]));
+        assert!(!p.update(&roster(&[(1, 8, "bo")])));
         assert!(asked().is_empty(), "nothing changed");
+        // A member renamed in the room: its ports follow.
+        assert!(p.update(&roster(&[(1, 8, "bob")])));
+        assert_eq!(asked(), [(2, "from_bob_1".into()), (3, "from_bob_2".into())]);
         // bo leaves seat 2 as another bo takes seat 1: seat 2 gives the name back first.
         p.update(&roster(&[(0, 9, "bo")]));
         assert_eq!(
