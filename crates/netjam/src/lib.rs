@@ -12,6 +12,7 @@ pub mod endpoint;
 pub mod lifecycle;
 pub mod link_emulator;
 pub mod loopback;
+pub mod member_ports;
 pub mod opus;
 pub mod probe;
 pub mod record;

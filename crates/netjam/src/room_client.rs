@@ -5,7 +5,7 @@
 //!   join(): hello -> challenge -> join -> welcome, on the stream's own socket, before any audio
 //!   control thread:  OSC from the server (handed over by the receive thread)
 //!                      -> RoomClient -> replies to the server, roster events
-//!                      -> RoomCommand::Assign/Release on the audio thread's ring
+//!                      -> RoomCommand::Assign/Seat/Release on the audio thread's ring
 //!                    OSC control surface commands -> the same ring (one producer)
 //! ```
 //!
@@ -93,6 +93,20 @@ impl Roster {
             .copied()
             .flatten()
             .and_then(|id| self.members.get(&id))
+    }
+
+    /// The commands the audio thread needs for roster event `e`: [`Roster::apply`]'s, and
+    /// after an `Assign` the seat of that member (for its per-member ports).
+    pub fn commands_for(&mut self, e: &RosterEntry) -> impl Iterator<Item = RoomCommand> {
+        let first = self.apply(e);
+        let seat = match first {
+            Some(RoomCommand::Assign { member, .. }) => self.seat_of(member).map(|seat| RoomCommand::Seat {
+                member,
+                seat: seat as u16,
+            }),
+            _ => None,
+        };
+        first.into_iter().chain(seat)
     }
 
     /// Apply one roster event; returns the command the audio thread needs, if any.
@@ -370,7 +384,7 @@ pub fn spawn(
         ..Roster::default()
     };
     for e in &early {
-        if let Some(c) = roster.apply(e) {
+        for c in roster.commands_for(e) {
             if commands.push(c).is_err() {
                 roster.commands_dropped += 1;
             }
@@ -413,7 +427,7 @@ pub fn spawn(
                     changed = true;
                     match e {
                         RoomEvent::Roster(entry) => {
-                            if let Some(c) = roster.apply(&entry) {
+                            for c in roster.commands_for(&entry) {
                                 if commands.push(c).is_err() {
                                     roster.commands_dropped += 1;
                                 }
@@ -511,5 +525,38 @@ mod tests {
         r.apply(&entry(RosterKind::Joined, 7, "di", 0xd0));
         assert_eq!((r.seat_of(7), r.seat_of(5)), (Some(0), Some(1)));
         assert_eq!(r.member_at(1).map(|m| m.name.as_str()), Some("cy"));
+    }
+
+    #[test]
+    fn each_assign_is_followed_by_the_members_seat() {
+        let mut r = Roster::default();
+        let c: Vec<_> = r
+            .commands_for(&entry(RosterKind::Joined, 2, "bo", 0xb0))
+            .collect();
+        assert_eq!(
+            c,
+            [
+                RoomCommand::Assign {
+                    ssrc: 0xb0,
+                    member: 2
+                },
+                RoomCommand::Seat { member: 2, seat: 0 }
+            ]
+        );
+        let c: Vec<_> = r
+            .commands_for(&entry(RosterKind::Joined, 5, "cy", 0xc0))
+            .collect();
+        assert_eq!(c[1], RoomCommand::Seat { member: 5, seat: 1 });
+        // A rejoin with a new SSRC keeps the seat.
+        let c: Vec<_> = r
+            .commands_for(&entry(RosterKind::Joined, 2, "bo", 0xb1))
+            .collect();
+        assert_eq!(c[1], RoomCommand::Seat { member: 2, seat: 0 });
+        let c: Vec<_> = r.commands_for(&entry(RosterKind::Left, 2, "bo", 0xb1)).collect();
+        assert_eq!(c, [RoomCommand::Release { ssrc: 0xb1 }]);
+        assert!(r
+            .commands_for(&entry(RosterKind::Renamed, 5, "cyd", 0xc0))
+            .next()
+            .is_none());
     }
 }

@@ -604,6 +604,31 @@ impl Process for JamProcess {
     }
 }
 
+/// Port `c` of `per_seat` for one seat: what the member there rendered (interleaved, its
+/// own channel count), or silence (see [`RoomProcess::set_member_ports`]).
+fn member_port(heard: Option<(&[f32], usize)>, per_seat: usize, c: usize, port: &mut [f32]) {
+    let Some((audio, channels)) = heard.filter(|(_, ch)| *ch > 0) else {
+        port.fill(0.0);
+        return;
+    };
+    let frames = port.len().min(audio.len() / channels);
+    if channels == 1 {
+        port[..frames].copy_from_slice(&audio[..frames]);
+    } else if per_seat == 1 {
+        let scale = 1.0 / channels as f32;
+        for (x, frame) in port.iter_mut().zip(audio.chunks_exact(channels)) {
+            *x = frame.iter().sum::<f32>() * scale;
+        }
+    } else if c < channels {
+        for (x, frame) in port.iter_mut().zip(audio.chunks_exact(channels)) {
+            *x = frame[c];
+        }
+    } else {
+        port[..frames].fill(0.0);
+    }
+    port[frames..].fill(0.0);
+}
+
 /// Frames of send scratch reserved per channel (longer periods are sent in parts).
 const SEND_SCRATCH_FRAMES: usize = 4096;
 
@@ -676,6 +701,13 @@ pub enum RoomCommand {
     /// Pause (`false`) or resume the recording set with [`RoomProcess::set_recorder`].
     Record {
         on: bool,
+    },
+    /// `member` sits at control seat `seat` (0..[`MAX_ROOM_MEMBERS`]), whose per-member
+    /// ports carry its audio (see [`RoomProcess::set_member_ports`]); a member has one seat,
+    /// a seat one member. Send after its `Assign`; a `Release` frees the seat.
+    Seat {
+        member: MemberId,
+        seat: u16,
     },
 }
 
@@ -798,6 +830,10 @@ pub struct RoomProcess {
     send_scratch: Vec<f32>,
     /// The multitrack recording's audio-thread half, if recording.
     record: Option<crate::record::RecordTap>,
+    /// Who sits at each control seat (from [`RoomCommand::Seat`]).
+    seats: [Option<MemberId>; MAX_ROOM_MEMBERS],
+    /// Ports per seat that [`Process::extra_outputs`] fills (0: none).
+    member_ports: usize,
 }
 
 impl std::fmt::Debug for RoomProcess {
@@ -852,6 +888,8 @@ impl RoomProcess {
             send_mute: false,
             send_scratch: vec![0.0; SEND_SCRATCH_FRAMES * usize::from(channels_in.max(1))],
             record: None,
+            seats: [None; MAX_ROOM_MEMBERS],
+            member_ports: 0,
         };
         (p, snapshots, commands_tx)
     }
@@ -922,6 +960,21 @@ impl RoomProcess {
         self.net.tx_overflow
     }
 
+    /// Fill `channels` extra output ports per control seat ([`MAX_ROOM_MEMBERS`] seats,
+    /// seat by seat: seat s, channel c is port `s × channels + c`) through
+    /// [`Process::extra_outputs`]: the member at the seat as its receiver rendered it (before
+    /// your gain, pan and mute, like the recording), silence where nobody sits. A mono
+    /// member is on every port of its seat, a stereo one on a single port as the mean of
+    /// its channels; otherwise port c carries channel c (silence past its last).
+    pub fn set_member_ports(&mut self, channels: usize) {
+        self.member_ports = channels;
+    }
+
+    /// The member at each control seat, as the audio thread knows it.
+    pub fn seats(&self) -> &[Option<MemberId>; MAX_ROOM_MEMBERS] {
+        &self.seats
+    }
+
     /// Apply one command (what [`Process::process`] does with each it finds on the ring).
     pub fn apply(&mut self, command: RoomCommand) {
         let ok = match command {
@@ -938,7 +991,28 @@ impl RoomProcess {
                     Err(_) => false,
                 }
             }
-            RoomCommand::Release { ssrc } => self.members.release(ssrc).is_some(),
+            RoomCommand::Release { ssrc } => {
+                if let Some(owner) = self.members.slot_of(ssrc).and_then(|s| self.members.owner(s)) {
+                    for seat in &mut self.seats {
+                        if *seat == Some(owner.member) {
+                            *seat = None;
+                        }
+                    }
+                }
+                self.members.release(ssrc).is_some()
+            }
+            RoomCommand::Seat { member, seat } => match self.seats.get_mut(usize::from(seat)) {
+                Some(at) => {
+                    *at = Some(member);
+                    for (s, other) in self.seats.iter_mut().enumerate() {
+                        if s != usize::from(seat) && *other == Some(member) {
+                            *other = None;
+                        }
+                    }
+                    true
+                }
+                None => false,
+            },
             RoomCommand::Gain { member, db } => self.with_member(member, |m, s| m.set_gain_db(s, db)),
             RoomCommand::Pan { member, pan } => self.with_member(member, |m, s| m.set_pan(s, pan)),
             RoomCommand::Mute { member, mute } => self.with_member(member, |m, s| m.set_mute(s, mute)),
@@ -1046,6 +1120,27 @@ impl Process for RoomProcess {
         }
     }
 
+    fn extra_outputs(&mut self, frames: usize, outputs: &mut [f32]) {
+        let per_seat = self.member_ports;
+        if per_seat == 0 || frames == 0 {
+            outputs.fill(0.0);
+            return;
+        }
+        let mut ports = outputs.chunks_exact_mut(frames);
+        for seat in 0..MAX_ROOM_MEMBERS {
+            let heard = self.seats[seat]
+                .and_then(|m| self.members.slot_of_member(m))
+                .and_then(|slot| self.members.output(slot));
+            for c in 0..per_seat {
+                let Some(port) = ports.next() else { return };
+                member_port(heard, per_seat, c, port);
+            }
+        }
+        for port in ports {
+            port.fill(0.0);
+        }
+    }
+
     fn process(&mut self, now_ns: u64, input: &[f32], output: &mut [f32]) {
         // Commands first: a member assigned now is heard from this period's packets on.
         while let Ok(command) = self.commands.pop() {
@@ -1086,5 +1181,33 @@ impl Process for RoomProcess {
         self.publisher.tick(frames, output, || {
             room_stats(sender, members, mixer, applied, errors)
         });
+    }
+}
+
+#[cfg(test)]
+mod member_port_tests {
+    use super::member_port;
+
+    #[test]
+    fn a_seats_ports_carry_its_members_channels() {
+        let mut port = [9.0f32; 3];
+        // Nobody: silence.
+        member_port(None, 2, 0, &mut port);
+        assert_eq!(port, [0.0; 3]);
+        // Mono on every port of the seat.
+        member_port(Some((&[0.1, 0.2, 0.3], 1)), 2, 1, &mut port);
+        assert_eq!(port, [0.1, 0.2, 0.3]);
+        let stereo: &[f32] = &[0.1, -0.1, 0.2, -0.2, 0.3, -0.3];
+        member_port(Some((stereo, 2)), 2, 1, &mut port);
+        assert_eq!(port, [-0.1, -0.2, -0.3]);
+        // Stereo on a single port: the mean of its channels.
+        member_port(Some((&[0.5, 0.1, 0.2, 0.2, 0.0, 1.0], 2)), 1, 0, &mut port);
+        assert_eq!(port, [0.3, 0.2, 0.5]);
+        // Stereo on a seat of three ports: the third is silent.
+        member_port(Some((stereo, 2)), 3, 2, &mut port);
+        assert_eq!(port, [0.0; 3]);
+        // A short block is padded with silence.
+        member_port(Some((&[0.7], 1)), 1, 0, &mut port);
+        assert_eq!(port, [0.7, 0.0, 0.0]);
     }
 }

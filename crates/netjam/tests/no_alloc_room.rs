@@ -1,7 +1,9 @@
 //! A room client's audio callback — `RoomProcess::process`, with its lock-free rings to real
 //! network threads on loopback — allocates nothing per period in steady state while it
 //! hears four members, drops a stranger, takes mix commands from another thread, and
-//! records every member, the mix and its input (`--record`) through its rings to a writer.
+//! records every member, the mix and its input (`--record`) through its rings to a writer,
+//! and fills one set of ports per control seat with the member sitting there
+//! (`--member-ports`), while a member moves between seats.
 //! Counted with a per-thread counting allocator on the thread that runs the callback, as
 //! the audio thread would.
 
@@ -22,6 +24,11 @@ alloc_count::install!();
 
 const MEMBERS: u32 = 4;
 const PERIOD: usize = 64;
+/// The control seats members 1..=4 take; member 4 moves to [`MOVED_TO`] and back.
+const SEATS: [u16; 4] = [3, 0, 5, 1];
+const MOVED_TO: u16 = 9;
+/// Per-member ports per seat.
+const PER_SEAT: usize = 2;
 
 fn sender(channels: u16, seed: u64) -> Sender {
     let format = AudioFormat::new(Codec::L16, 48_000, channels).expect("format");
@@ -61,6 +68,7 @@ fn room_callback_with_four_members_does_not_allocate() {
     })
     .expect("recording");
     room.set_recorder(tap);
+    room.set_member_ports(PER_SEAT);
     // Members 1..=4 (mono and stereo), and a stranger (seed 9) who holds no slot.
     let mut players: Vec<(Sender, Synth)> = (1..=MEMBERS as u64 + 1)
         .map(|i| {
@@ -78,6 +86,12 @@ fn room_callback_with_four_members_does_not_allocate() {
             .push(RoomCommand::Assign {
                 ssrc: s.ssrc(),
                 member,
+            })
+            .expect("command ring");
+        commands
+            .push(RoomCommand::Seat {
+                member,
+                seat: SEATS[i],
             })
             .expect("command ring");
     }
@@ -126,6 +140,10 @@ fn room_callback_with_four_members_does_not_allocate() {
                     let _ = commands.push(RoomCommand::MonitorGain { db: -(step % 6.0) });
                     // Pause the recording for a while now and then (silence in its files).
                     let _ = commands.push(RoomCommand::Record { on: k % 500 != 0 });
+                    let _ = commands.push(RoomCommand::Seat {
+                        member: MEMBERS,
+                        seat: if k % 200 == 0 { MOVED_TO } else { SEATS[3] },
+                    });
                 }
             }
         })
@@ -135,6 +153,9 @@ fn room_callback_with_four_members_does_not_allocate() {
     // from 1 s on (every member's stream has started, RTCP goes both ways).
     let mut input = vec![0.0f32; PERIOD * 2];
     let mut output = vec![0.0f32; PERIOD * 2];
+    let seats = netjam::session::MAX_ROOM_MEMBERS;
+    let mut ports = vec![0.0f32; seats * PER_SEAT * PERIOD];
+    let mut port_energy = vec![0.0f64; seats * PER_SEAT];
     let mut own = Synth::new(SynthKind::Music { bpm: 100.0 }, 48_000, 2, 3);
     let period = frames_to_ns(PERIOD as u64, 48_000);
     let (periods, from) = (3750u64, 750u64);
@@ -150,6 +171,12 @@ fn room_callback_with_four_members_does_not_allocate() {
         netjam::clock::sleep_until_ns(deadline);
         own.fill(&mut input);
         room.process(deadline, &input, &mut output);
+        room.extra_outputs(PERIOD, &mut ports);
+        if k >= from {
+            for (e, port) in port_energy.iter_mut().zip(ports.chunks_exact(PERIOD)) {
+                *e += port.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>();
+            }
+        }
     }
     let during = alloc_count::allocations() - measured;
     stop.store(true, Ordering::Relaxed);
@@ -185,6 +212,32 @@ fn room_callback_with_four_members_does_not_allocate() {
         stats.command_errors
     );
     assert_eq!(last.active_members().count(), MEMBERS as usize, "{last:?}");
+    // Every port of a seat a member sat at carried sound; every other seat was silent.
+    for (port, e) in port_energy.iter().enumerate() {
+        let seat = (port / PER_SEAT) as u16;
+        let rms = (e / ((periods - from) as f64 * PERIOD as f64)).sqrt();
+        if SEATS.contains(&seat) || seat == MOVED_TO {
+            assert!(rms > 0.01, "seat {seat} port {port}: rms {rms}");
+        } else {
+            assert_eq!(*e, 0.0, "seat {seat} port {port} has no member");
+        }
+    }
+    println!(
+        "member ports: rms by seat {:?}",
+        port_energy
+            .chunks(PER_SEAT)
+            .map(|e| (e[0] / ((periods - from) as f64 * PERIOD as f64)).sqrt())
+            .collect::<Vec<_>>()
+    );
+    let seated = room.seats();
+    for member in 1..=MEMBERS {
+        assert_eq!(
+            seated.iter().filter(|s| **s == Some(member)).count(),
+            1,
+            "member {member} has one seat: {seated:?}"
+        );
+    }
+    assert_eq!(seated.iter().flatten().count(), MEMBERS as usize, "{seated:?}");
     for m in stats.active_members() {
         println!(
             "member {}: received {}, concealed {} frames, target {:.2} ms",

@@ -65,6 +65,13 @@ pub struct JamArgs {
     /// length. OSC `/record 0|1` pauses and resumes (a pause is silence in every file).
     #[arg(long, value_name = "DIR", requires = "server")]
     pub record: Option<PathBuf>,
+    /// In a room with --jack: one set of output ports per member, so a DAW records each
+    /// player on a track of its own: `NAME:from_<seat>_<channel>` for the 16 control seats
+    /// (`/memberN`), renamed `NAME:from_<member>_<channel>` while a member sits there where
+    /// libjack can rename ports. Each carries the member as heard, before your gain, pan
+    /// and mute; empty seats are silent.
+    #[arg(long, requires_all = ["server", "jack"])]
+    pub member_ports: bool,
     /// Local address to send from and listen on (default: port 4464 with --peer, where the
     /// other player sends; any free port with --server).
     #[arg(long)]

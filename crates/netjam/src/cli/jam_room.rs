@@ -25,6 +25,7 @@ use crate::control::{
 };
 use crate::endpoint::PeriodStats;
 use crate::lifecycle::{any_for, cname, fresh_seed, Running};
+use crate::member_ports::{self, MemberPorts};
 use crate::record::{self, RecordConfig, RecordSummary};
 use crate::room_client::{self, CommandSource, JoinRequest, Roster, CONTROL_QUEUE, SEATS};
 use crate::server::DEFAULT_PORT;
@@ -254,7 +255,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         record::prepare_dir(dir)?;
     }
     let Audio {
-        jack,
+        mut jack,
         card,
         source,
         mut sender,
@@ -373,6 +374,28 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let mut member_ports = match (a.member_ports, jack.as_mut()) {
+        (false, _) => None,
+        (true, None) => bail!("--member-ports gives each member JACK ports of its own: add --jack"),
+        (true, Some(j)) => {
+            let per_seat = usize::from(heard.channels);
+            j.register_extra_outputs(&member_ports::registered_names(per_seat))
+                .context("cannot register the per-member JACK ports (--member-ports): the JACK server may be out of ports (jackd -p sets its limit)")?;
+            process.set_member_ports(per_seat);
+            let renamer = j.port_renamer();
+            let ports = MemberPorts::new(j.client_name(), per_seat, renamer);
+            eprintln!(
+                "netjam: member ports {name}:from_1_1 .. {name}:from_{SEATS}_{per_seat}, one set per seat (/memberN){}",
+                if ports.renaming() {
+                    ", renamed from_<member>_N while a member sits there"
+                } else {
+                    "; this libjack cannot rename ports (JACK >= 0.125 or jack2 >= 1.9.11 can), so they keep their seat numbers"
+                },
+                name = j.client_name(),
+            );
+            Some(ports)
+        }
+    };
     let sink = heard_sink(&a, heard)?;
     let limit = a.duration.map(|d| (d * format.rate as f64) as u64);
     let Opened {
@@ -418,6 +441,12 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             );
             names = now_names;
         }
+        if let Some(ports) = &mut member_ports {
+            if ports.update(&roster) {
+                status.finish();
+                eprintln!("netjam: member ports: {}", ports.describe(&roster));
+            }
+        }
         remember(&mut everyone, heard_members(&s.stats, &roster, fixed_ms));
         let mut line = room_line(&s, &roster, fixed_ms);
         if let Some(w) = &recorder {
@@ -436,6 +465,13 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         }
     });
     status.finish();
+    if let Some(failed) = member_ports
+        .as_ref()
+        .map(MemberPorts::rename_failures)
+        .filter(|&n| n > 0)
+    {
+        eprintln!("netjam: the JACK server refused {failed} member port rename(s); those ports kept their earlier names");
+    }
     let roster = room_link.roster();
     room_link.leave();
     let stopped = running.stop_with_bye(|p, now| p.finish(now))?;

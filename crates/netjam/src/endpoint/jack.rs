@@ -8,6 +8,12 @@
 //! ports. The callback never allocates, locks, blocks or logs: its statistics are atomics
 //! that [`Endpoint::run`] reads after the client is deactivated.
 //!
+//! On request ([`JackEndpoint::register_extra_outputs`]) the client has more output ports,
+//! registered before it starts (registering is not realtime-safe), which the [`Process`]
+//! fills through [`Process::extra_outputs`]; a room client uses them for one set of ports per
+//! member. Where libjack has `jack_port_rename` (JACK ≥ 0.125, jack2 ≥ 1.9.11) they can be
+//! renamed while the stream runs, on the endpoint's own thread, never the process callback.
+//!
 //! libjack is opened at run time with `dlopen`, so netjam builds without JACK's headers and
 //! runs without libjack; only this endpoint and `netjam devices` need it. The bindings cover
 //! the few functions netjam calls and nothing else.
@@ -15,7 +21,7 @@
 use std::ffi::{c_char, c_int, c_ulong, c_void, CStr, CString};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{mpsc, Arc, OnceLock};
 use std::time::Duration;
 
 use super::channels::{ChannelMap, ChannelMapError, MapSide};
@@ -84,6 +90,8 @@ struct JackApi {
     get_time: unsafe extern "C" fn() -> u64,
     get_cycle_times:
         Option<unsafe extern "C" fn(*const Client, *mut u32, *mut u64, *mut u64, *mut f32) -> c_int>,
+    /// Missing before JACK 0.125 / jack2 1.9.11: ports then keep the names they were given.
+    port_rename: Option<unsafe extern "C" fn(*mut Client, *mut Port, *const c_char) -> c_int>,
     set_error_function: unsafe extern "C" fn(MessageFunction),
     set_info_function: unsafe extern "C" fn(MessageFunction),
 }
@@ -131,6 +139,11 @@ impl JackApi {
             get_cycle_times: sym(c"jack_get_cycle_times").ok().map(|p| {
                 // SAFETY: as for `f!`: jack_get_cycle_times(const jack_client_t*, jack_nframes_t*,
                 // jack_time_t*, jack_time_t*, float*) -> int.
+                unsafe { std::mem::transmute::<*mut c_void, _>(p) }
+            }),
+            port_rename: sym(c"jack_port_rename").ok().map(|p| {
+                // SAFETY: as for `f!`: jack_port_rename(jack_client_t*, jack_port_t*,
+                // const char* port_name) -> int.
                 unsafe { std::mem::transmute::<*mut c_void, _>(p) }
             }),
             set_error_function: f!(c"jack_set_error_function"),
@@ -303,6 +316,9 @@ struct CallbackState {
     process: *mut dyn Process,
     send: Vec<*mut Port>,
     receive: Vec<*mut Port>,
+    /// The extra output ports, and `period` samples for each, one port after the other.
+    extra: Vec<*mut Port>,
+    extra_out: Vec<f32>,
     input: Vec<f32>,
     output: Vec<f32>,
     period: u32,
@@ -416,6 +432,17 @@ impl CallbackState {
                 *x = self.output[f * chans_out + c];
             }
         }
+        if !self.extra.is_empty() {
+            process.extra_outputs(n, &mut self.extra_out);
+            for (&port, block) in self.extra.iter().zip(self.extra_out.chunks_exact(n)) {
+                // SAFETY: an output port of this client, as for `receive` above.
+                let buf = unsafe { (self.api.port_get_buffer)(port, nframes) }.cast::<f32>();
+                if !buf.is_null() {
+                    // SAFETY: as above; `block` holds exactly `n` samples.
+                    unsafe { std::slice::from_raw_parts_mut(buf, n) }.copy_from_slice(block);
+                }
+            }
+        }
         let done = clock::now_ns();
         let took = done.saturating_sub(woke);
         let late = woke.saturating_sub(nominal);
@@ -423,9 +450,9 @@ impl CallbackState {
         self.stats.frames.fetch_add(nframes as u64, Ordering::Relaxed);
     }
 
-    /// Write `nframes` of silence to every playback port.
+    /// Write `nframes` of silence to every playback and extra port.
     fn silence(&self, nframes: u32) {
-        for &port in &self.receive {
+        for &port in self.receive.iter().chain(&self.extra) {
             // SAFETY: an output port of this client; its buffer holds `nframes` floats.
             let buf = unsafe { (self.api.port_get_buffer)(port, nframes) }.cast::<f32>();
             if !buf.is_null() {
@@ -542,6 +569,55 @@ pub struct JackEndpoint {
     outputs: ChannelMap,
     stats: Arc<CallbackStats>,
     limit_frames: Option<u64>,
+    /// Extra output ports ([`JackEndpoint::register_extra_outputs`]).
+    extra: Vec<*mut Port>,
+    /// Renames of extra ports asked for through [`PortRenamer`]s, done by `run`'s thread.
+    renames: Option<(mpsc::Sender<PortRename>, mpsc::Receiver<PortRename>)>,
+    rename_failures: Arc<AtomicU64>,
+}
+
+/// Give extra port `index` the short name `name`.
+#[derive(Debug, Clone)]
+struct PortRename {
+    index: usize,
+    name: String,
+}
+
+/// Asks a running [`JackEndpoint`] to rename its extra ports; usable from any thread. The
+/// endpoint's own thread renames them within about 10 ms (never the process callback).
+#[derive(Debug, Clone)]
+pub struct PortRenamer {
+    tx: mpsc::Sender<PortRename>,
+    failures: Arc<AtomicU64>,
+}
+
+impl PortRenamer {
+    /// Give extra port `index` (in the order registered) the short name `name`
+    /// (`CLIENT:name` in full). Ignored once the endpoint has stopped.
+    pub fn rename(&self, index: usize, name: &str) {
+        let _ = self.tx.send(PortRename {
+            index,
+            name: name.to_owned(),
+        });
+    }
+
+    /// Renames the server refused (a name taken, too long, or not a valid port name).
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
+    /// A renamer without a JACK client, and what it asks for: (port index, name).
+    #[cfg(test)]
+    pub(crate) fn detached() -> (Self, impl Fn() -> Vec<(usize, String)>) {
+        let (tx, rx) = mpsc::channel();
+        let renamer = Self {
+            tx,
+            failures: Arc::new(AtomicU64::new(0)),
+        };
+        (renamer, move || {
+            rx.try_iter().map(|r: PortRename| (r.index, r.name)).collect()
+        })
+    }
 }
 
 // SAFETY: the port pointers are handles owned by the client; they are used only by the
@@ -621,7 +697,77 @@ impl JackEndpoint {
             outputs,
             stats,
             limit_frames: None,
+            extra: Vec::new(),
+            renames: None,
+            rename_failures: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// Register more output ports, with these short names (`CLIENT:NAME`), which the
+    /// [`Process`] fills through [`Process::extra_outputs`] in this order. Call before
+    /// [`Endpoint::run`]: registering a port is not realtime-safe.
+    pub fn register_extra_outputs(&mut self, names: &[String]) -> Result<(), JackError> {
+        self.extra.reserve(names.len());
+        for short in names {
+            let c = CString::new(short.as_str())?;
+            // SAFETY: as for the ports registered in `open`.
+            let port = unsafe {
+                (self.client.api.port_register)(
+                    self.client.raw,
+                    c.as_ptr(),
+                    AUDIO_TYPE.as_ptr(),
+                    PORT_IS_OUTPUT,
+                    0,
+                )
+            };
+            if port.is_null() {
+                return Err(JackError::PortRegister(format!("{}:{short}", self.name)));
+            }
+            self.extra.push(port);
+        }
+        Ok(())
+    }
+
+    /// Whether this libjack can rename ports (`jack_port_rename`).
+    pub fn can_rename_ports(&self) -> bool {
+        self.client.api.port_rename.is_some()
+    }
+
+    /// A handle that renames the extra ports while the stream runs; None when libjack
+    /// cannot rename ports.
+    pub fn port_renamer(&mut self) -> Option<PortRenamer> {
+        self.client.api.port_rename?;
+        let tx = self.renames.get_or_insert_with(mpsc::channel).0.clone();
+        Some(PortRenamer {
+            tx,
+            failures: self.rename_failures.clone(),
+        })
+    }
+
+    /// Do the renames asked for so far (on the thread that owns the client).
+    fn apply_renames(&self) {
+        let (Some((_, rx)), Some(rename)) = (&self.renames, self.client.api.port_rename) else {
+            return;
+        };
+        while let Ok(r) = rx.try_recv() {
+            let Some(&port) = self.extra.get(r.index) else {
+                continue;
+            };
+            let ok = CString::new(r.name.as_str()).is_ok_and(|c| {
+                // SAFETY: the client is open, `port` is one of its ports and `c` is
+                // NUL-terminated; this is not a JACK callback.
+                unsafe { rename(self.client.raw, port, c.as_ptr()) == 0 }
+            });
+            if !ok {
+                self.rename_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    "the JACK server refused to rename port {} of {} to {:?}",
+                    r.index + 1,
+                    self.name,
+                    r.name
+                );
+            }
+        }
     }
 
     /// The client's name as JACK registered it (its ports are `NAME:send_N`, `NAME:receive_N`).
@@ -716,6 +862,8 @@ impl Endpoint for JackEndpoint {
             process,
             send: self.send.clone(),
             receive: self.receive.clone(),
+            extra: self.extra.clone(),
+            extra_out: vec![0.0; period * self.extra.len()],
             input: vec![0.0; period * s.input_channels as usize],
             output: vec![0.0; period * s.output_channels as usize],
             period: s.period,
@@ -783,6 +931,7 @@ impl Endpoint for JackEndpoint {
             if self.limit_frames.is_some_and(|l| frames >= l) {
                 break Ok(StopReason::Stopped);
             }
+            self.apply_renames();
             std::thread::sleep(Duration::from_millis(10));
         };
         // SAFETY: the client is active; jack_deactivate returns after the process callback

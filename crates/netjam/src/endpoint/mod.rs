@@ -46,6 +46,16 @@ pub trait Process: Send {
     fn skipped(&mut self, frames: u64) {
         let _ = frames;
     }
+
+    /// Fill the extra output ports the endpoint offers besides `output` (JACK's per-member
+    /// ports), called right after [`Self::process`] in the same period: `outputs` holds
+    /// `outputs.len() / frames` ports of `frames` samples each, one port after the other.
+    /// Only endpoints that registered such ports call it. The default plays silence. The
+    /// same realtime rules apply.
+    fn extra_outputs(&mut self, frames: usize, outputs: &mut [f32]) {
+        let _ = frames;
+        outputs.fill(0.0);
+    }
 }
 
 /// Why an endpoint stopped.
