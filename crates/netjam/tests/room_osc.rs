@@ -110,7 +110,7 @@ fn each_player_sets_their_own_mix_over_osc() {
 
     let port = free_udp_port();
     let server_addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let mut server = Proc::spawn_lines(
+    let server = Proc::spawn_lines(
         Command::new(BIN).args(["server", "--listen", &server_addr.to_string(), "--duration", "40"]),
         "netjam server",
     );
