@@ -27,6 +27,7 @@
 //! the control thread and the owner's non-realtime thread only.
 
 pub mod jam;
+pub mod server;
 mod tree;
 
 use std::net::{SocketAddr, UdpSocket};
@@ -274,6 +275,23 @@ struct Shared {
     stop: AtomicBool,
 }
 
+/// What a serving loop shares with the owner of its control thread: the counters and the
+/// stop flag. Each surface (a room client's, jam's, the rooms server's) keeps them beside
+/// whatever its queries answer from.
+trait Served: Send + Sync + 'static {
+    fn counters(&self) -> &Counters;
+    fn stopped(&self) -> bool;
+}
+
+impl Served for Shared {
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
 impl Shared {
     fn state(&self) -> MutexGuard<'_, ControlState> {
         // A panic while holding the lock leaves plain values behind: keep answering.
@@ -305,13 +323,7 @@ impl ControlServer {
             "the control surface needs 1 to {MAX_MEMBERS} seats, and one member state per seat"
         );
         let tree = tree::build(&surface).context("the OSC control tree is malformed")?;
-        let socket = UdpSocket::bind(bind).with_context(|| {
-            format!("cannot listen for OSC on {bind}: is another program (or another netjam) using that port? Pick another with --osc PORT")
-        })?;
-        socket
-            .set_read_timeout(Some(POLL))
-            .context("cannot set the OSC socket's timeout")?;
-        let local = socket.local_addr().context("the OSC socket has no address")?;
+        let (socket, local) = listen(bind)?;
         let shared = Arc::new(Shared {
             state: Mutex::new(initial),
             counters: Counters::default(),
@@ -321,9 +333,10 @@ impl ControlServer {
             shared: shared.clone(),
             sink: Box::new(sink),
         };
+        let shared_loop = shared.clone();
         let thread = std::thread::Builder::new()
             .name("netjam-osc".into())
-            .spawn(move || serve(socket, tree, ctx))
+            .spawn(move || serve(socket, tree, ctx, shared_loop))
             .context("cannot start the OSC control thread")?;
         Ok(ControlHandle {
             shared,
@@ -382,12 +395,23 @@ impl Drop for ControlHandle {
     }
 }
 
+/// The control thread's socket, bound to `bind`, and the address it got.
+fn listen(bind: SocketAddr) -> anyhow::Result<(UdpSocket, SocketAddr)> {
+    let socket = UdpSocket::bind(bind).with_context(|| {
+        format!("cannot listen for OSC on {bind}: is another program (or another netjam) using that port? Pick another with --osc PORT")
+    })?;
+    socket
+        .set_read_timeout(Some(POLL))
+        .context("cannot set the OSC socket's timeout")?;
+    let local = socket.local_addr().context("the OSC socket has no address")?;
+    Ok((socket, local))
+}
+
 /// The control thread: one datagram at a time until told to stop.
-fn serve(socket: UdpSocket, tree: Tree<Ctx>, mut ctx: Ctx) {
+fn serve<C, S: Served>(socket: UdpSocket, tree: Tree<C>, mut ctx: C, shared: Arc<S>) {
     let mut packet = vec![0u8; DATAGRAM];
     let mut scratch = vec![0u8; DATAGRAM];
-    let shared = ctx.shared.clone();
-    while !shared.stop.load(Ordering::Relaxed) {
+    while !shared.stopped() {
         let (n, from) = match socket.recv_from(&mut packet) {
             Ok(r) => r,
             Err(e)
@@ -404,24 +428,28 @@ fn serve(socket: UdpSocket, tree: Tree<Ctx>, mut ctx: Ctx) {
                 continue;
             }
         };
-        respond(&tree, &mut ctx, &packet[..n], &mut scratch, |reply| {
-            socket.send_to(reply, from).is_ok()
-        });
+        respond(
+            &tree,
+            &mut ctx,
+            shared.counters(),
+            &packet[..n],
+            &mut scratch,
+            |reply| socket.send_to(reply, from).is_ok(),
+        );
     }
 }
 
 /// Dispatches one datagram and hands each reply to `send` (false: it could not be sent).
 /// A message that reached no port, or none with its argument types, and a datagram that
 /// is not OSC get one `/error ,ss ADDRESS REASON`.
-fn respond(
-    tree: &Tree<Ctx>,
-    ctx: &mut Ctx,
+fn respond<C>(
+    tree: &Tree<C>,
+    ctx: &mut C,
+    counters: &Counters,
     packet: &[u8],
     scratch: &mut [u8],
     mut send: impl FnMut(&[u8]) -> bool,
 ) {
-    let shared = ctx.shared.clone();
-    let counters = &shared.counters;
     bump(&counters.datagrams);
     let mut out = Outbox::new(scratch);
     let problem = match tree.dispatch(ctx, packet, &mut out) {

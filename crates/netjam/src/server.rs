@@ -173,20 +173,47 @@ impl DelayHistogram {
     }
 }
 
+/// Where the forwarding thread publishes its report: an `Arc` swapped under a lock that
+/// readers hold only long enough to clone the `Arc`, and that the forwarding thread only
+/// ever tries (a busy lock postpones its publication to its next pass; it never waits).
+type Published = Arc<Mutex<Arc<ServerReport>>>;
+
+/// A reader of a running server's latest report, for another thread (the OSC control
+/// thread): cheap to clone, and reading never makes the forwarding thread wait.
+#[derive(Debug, Clone)]
+pub struct ReportReader(Published);
+
+impl ReportReader {
+    /// The report as of the last refresh (at most a quarter of a second old, a little more
+    /// while readers keep the lock busy).
+    pub fn latest(&self) -> Arc<ServerReport> {
+        match self.0.lock() {
+            Ok(r) => r.clone(),
+            // A panic while holding the lock leaves a whole report behind: keep reading it.
+            Err(e) => e.into_inner().clone(),
+        }
+    }
+}
+
 /// A running server: its thread and the latest report.
 #[derive(Debug)]
 pub struct ServerHandle {
     pub local: SocketAddr,
     stop: Arc<AtomicBool>,
     restart: Arc<AtomicBool>,
-    report: Arc<Mutex<ServerReport>>,
+    report: Published,
     thread: Option<JoinHandle<anyhow::Result<ServerReport>>>,
 }
 
 impl ServerHandle {
     /// The report as of the last refresh (at most a quarter of a second old).
     pub fn report(&self) -> ServerReport {
-        self.report.lock().map(|r| r.clone()).unwrap_or_default()
+        ServerReport::clone(&self.reader().latest())
+    }
+
+    /// A reader of the latest report for another thread.
+    pub fn reader(&self) -> ReportReader {
+        ReportReader(self.report.clone())
     }
 
     /// Starts the time-inside-the-server figures afresh (from the forwarding thread's next
@@ -293,10 +320,10 @@ pub fn spawn_with(
     let core = Server::new(config, fresh_secret()?);
     let stop = Arc::new(AtomicBool::new(false));
     let restart = Arc::new(AtomicBool::new(false));
-    let report = Arc::new(Mutex::new(ServerReport {
+    let report = Arc::new(Mutex::new(Arc::new(ServerReport {
         listen: Some(local),
         ..ServerReport::default()
-    }));
+    })));
     let thread = {
         let (stop, restart, report) = (stop.clone(), restart.clone(), report.clone());
         std::thread::Builder::new()
@@ -366,7 +393,7 @@ fn forward(
     cfg: &ShellConfig,
     stop: &AtomicBool,
     restart: &AtomicBool,
-    published: &Mutex<ServerReport>,
+    published: &Mutex<Arc<ServerReport>>,
 ) -> anyhow::Result<ServerReport> {
     let mut shell = ShellStats {
         pinned_cpu: cfg.cpu.filter(|&c| crate::rt::pin_current_thread(c)),
@@ -463,15 +490,17 @@ fn forward(
             }
         }
         if now >= next_publish {
-            next_publish = now + PUBLISH_NS;
-            if let Ok(mut r) = published.lock() {
-                *r = report(&core, &shell, &delays);
+            // A lock a reader holds is tried again on the next pass (within the idle
+            // wake), never waited for.
+            if let Ok(mut r) = published.try_lock() {
+                *r = Arc::new(report(&core, &shell, &delays));
+                next_publish = now + PUBLISH_NS;
             }
         }
     }
     let last = report(&core, &shell, &delays);
     if let Ok(mut r) = published.lock() {
-        *r = last.clone();
+        *r = Arc::new(last.clone());
     }
     Ok(last)
 }

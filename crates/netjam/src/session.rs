@@ -771,6 +771,12 @@ pub struct RoomStats {
     /// Commands applied, and those refused (no free slot, or no such member or SSRC).
     pub commands: u64,
     pub command_errors: u64,
+    /// The in-band mouth-to-ear round trip through the room when measuring (see
+    /// [`RoomProcess::measure_round_trip`]), ms.
+    pub round_trip_ms: Option<f64>,
+    /// Bursts the round-trip meter found, and lost.
+    pub round_trip_found: u64,
+    pub round_trip_lost: u64,
 }
 
 impl RoomStats {
@@ -834,6 +840,10 @@ pub struct RoomProcess {
     seats: [Option<MemberId>; MAX_ROOM_MEMBERS],
     /// Ports per seat that [`Process::extra_outputs`] fills (0: none).
     member_ports: usize,
+    meter: RoundTripMeter,
+    measuring: bool,
+    /// What is sent while measuring: the input plus the meter's burst (reserved at start).
+    measure_scratch: Vec<f32>,
 }
 
 impl std::fmt::Debug for RoomProcess {
@@ -890,8 +900,21 @@ impl RoomProcess {
             record: None,
             seats: [None; MAX_ROOM_MEMBERS],
             member_ports: 0,
+            meter: RoundTripMeter::new(u64::from(rate), u64::from(rate) / 2),
+            measuring: false,
+            measure_scratch: vec![0.0; netjam_engine::jitter::MAX_PERIOD * usize::from(channels_in.max(1))],
         };
         (p, snapshots, commands_tx)
+    }
+
+    /// Measure the mouth-to-ear round trip through the room in band: once a second a short
+    /// quiet burst goes out on the first channel of what you send and is looked for in the
+    /// first channel of the members' mix (before your own monitor is added). It comes back
+    /// when another member sends you what they hear (a player monitoring through): the
+    /// figure is then your device, the server both ways, their jitter buffer and device,
+    /// and yours. A member muted in your mix blinds it.
+    pub fn measure_round_trip(&mut self, on: bool) {
+        self.measuring = on;
     }
 
     /// The members' receivers (statistics, events).
@@ -1073,6 +1096,7 @@ impl RoomProcess {
             &self.sender,
             &self.members,
             &mut self.mixer,
+            &self.meter,
             self.commands_applied,
             self.command_errors,
         )
@@ -1083,9 +1107,12 @@ fn room_stats(
     sender: &Sender,
     members: &MemberReceivers,
     mixer: &mut Mixer,
+    meter: &RoundTripMeter,
     commands: u64,
     command_errors: u64,
 ) -> RoomStats {
+    let (found, lost) = meter.counts();
+    let rate = f64::from(sender.format().rate);
     let mut s = RoomStats {
         sent: sender.stats(),
         routing: members.stats(),
@@ -1093,6 +1120,9 @@ fn room_stats(
         monitor_mix: mixer.monitor_params(),
         commands,
         command_errors,
+        round_trip_ms: meter.last_rtt_frames().map(|f| f as f64 * 1000.0 / rate),
+        round_trip_found: found,
+        round_trip_lost: lost,
         ..RoomStats::default()
     };
     for (slot, m) in s.members.iter_mut().enumerate().take(members.capacity()) {
@@ -1154,7 +1184,18 @@ impl Process for RoomProcess {
             }
             self.members.receive(at, bytes);
         }
-        self.send_input(now_ns, input);
+        let in_channels = self.sender.format().channels as usize;
+        if self.measuring && input.len() <= self.measure_scratch.len() {
+            // Taken and put back: no allocation.
+            let mut scratch = std::mem::take(&mut self.measure_scratch);
+            let outgoing = &mut scratch[..input.len()];
+            outgoing.copy_from_slice(input);
+            self.meter.on_outgoing(outgoing, in_channels);
+            self.send_input(now_ns, outgoing);
+            self.measure_scratch = scratch;
+        } else {
+            self.send_input(now_ns, input);
+        }
         let net = &mut self.net;
         let frames = output.len() / self.out_channels;
         self.members.render(now_ns, frames);
@@ -1164,7 +1205,10 @@ impl Process for RoomProcess {
                 self.mixer.add(slot, heard, channels, output);
             }
         }
-        let in_channels = self.sender.format().channels as usize;
+        if self.measuring {
+            // The members' mix, before your own monitor is added.
+            self.meter.on_incoming(output, self.out_channels);
+        }
         self.mixer.add_monitor(input, in_channels, output);
         if let Some(tap) = &mut self.record {
             tap.record(frames, input, output, &self.members);
@@ -1176,10 +1220,10 @@ impl Process for RoomProcess {
         // media, decides who is in the room.
         while self.members.poll_event().is_some() {}
         net.waker.unpark();
-        let (sender, members, mixer) = (&self.sender, &self.members, &mut self.mixer);
+        let (sender, members, mixer, meter) = (&self.sender, &self.members, &mut self.mixer, &self.meter);
         let (applied, errors) = (self.commands_applied, self.command_errors);
         self.publisher.tick(frames, output, || {
-            room_stats(sender, members, mixer, applied, errors)
+            room_stats(sender, members, mixer, meter, applied, errors)
         });
     }
 }

@@ -81,7 +81,9 @@ fn roster(osc: SocketAddr) -> Vec<(i32, String)> {
     seats
 }
 
-/// Tone power in dB of the last `seconds` of a mono WAV (Goertzel, relative to full scale).
+/// Tone power in dB of the last `seconds` of a mono WAV, summed over ±5 Hz of `hz` in a
+/// Hann-windowed block: drift correction moves a tone by a fraction of a hertz, which a
+/// single exact-frequency bin would read as a level change.
 fn tone_db(path: &std::path::Path, hz: f64, seconds: f64) -> f64 {
     let x = read_channel0(path);
     let n = (seconds * 48_000.0) as usize;
@@ -93,7 +95,16 @@ fn tone_db(path: &std::path::Path, hz: f64, seconds: f64) -> f64 {
     );
     // Leave the last 0.2 s out: a player that stopped first may have faded out there.
     let end = x.len() - 9_600;
-    10.0 * goertzel(&x[end - n..end], hz).max(1e-12).log10()
+    let block: Vec<f64> = x[end - n..end]
+        .iter()
+        .enumerate()
+        .map(|(i, v)| v * (0.5 - 0.5 * (2.0 * std::f64::consts::PI * i as f64 / n as f64).cos()))
+        .collect();
+    let step = 1.0 / seconds;
+    let power: f64 = (-10..=10)
+        .map(|k| goertzel(&block, hz + f64::from(k) * step))
+        .sum();
+    10.0 * power.max(1e-12).log10()
 }
 
 #[test]

@@ -28,6 +28,7 @@ use crate::lifecycle::{any_for, cname, fresh_seed, Running};
 use crate::member_ports::{self, MemberPorts};
 use crate::record::{self, RecordConfig, RecordSummary};
 use crate::room_client::{self, CommandSource, JoinRequest, Roster, CONTROL_QUEUE, SEATS};
+use crate::series::BoundedSeries;
 use crate::server::DEFAULT_PORT;
 use crate::session::{
     interrupt_flag, NetIo, Peer, RoomCommand, RoomConfig, RoomProcess, RoomStats, Snapshot, MAX_ROOM_MEMBERS,
@@ -209,6 +210,54 @@ struct RoomReport {
     stats: RoomStats,
     periods: PeriodStats,
     record: Option<RecordSummary>,
+    /// With `--measure-roundtrip`: every round trip found in band.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    round_trip: Option<RoundTrips>,
+}
+
+/// One round trip found in band: when (seconds into the session) and how long, ms.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+struct RoundTrip {
+    t_s: f64,
+    ms: f64,
+}
+
+/// The in-band round trips through the room (`--measure-roundtrip`).
+#[derive(Debug, serde::Serialize)]
+struct RoundTrips {
+    /// Each one found, spread evenly over the session when it ran long.
+    readings: BoundedSeries<RoundTrip>,
+    /// Bursts found and bursts that never came back.
+    found: u64,
+    lost: u64,
+}
+
+impl RoundTrips {
+    /// Takes the reading of `s` if the meter found a burst since the last snapshot.
+    fn offer(&mut self, s: &Snapshot<RoomStats>) {
+        if s.stats.round_trip_found > self.found {
+            if let Some(ms) = s.stats.round_trip_ms {
+                self.readings.push(RoundTrip { t_s: s.t_s, ms });
+            }
+        }
+        self.found = s.stats.round_trip_found;
+        self.lost = s.stats.round_trip_lost;
+    }
+
+    fn summary(&self) -> String {
+        let mut v: Vec<f64> = self.readings.iter().map(|r| r.ms).collect();
+        v.sort_by(f64::total_cmp);
+        match (v.get(v.len() / 2), v.last()) {
+            (Some(median), Some(worst)) => format!(
+                "round trip through the room measured in band: median {median:.2} ms, worst {worst:.2} ms ({} found, {} lost)",
+                self.found, self.lost
+            ),
+            _ => format!(
+                "round trip through the room: no burst came back ({} lost); does a member monitor through (send you what they hear)?",
+                self.lost
+            ),
+        }
+    }
 }
 
 /// Publish what OSC queries answer: names at their seats, mix settings, figures.
@@ -246,9 +295,6 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     };
     if a.gain != 0.0 || a.mute {
         bail!("--gain and --mute set the other player in a two-player jam; in a room set each member over OSC (--osc PORT, /memberN/gain)");
-    }
-    if a.measure_roundtrip {
-        bail!("--measure-roundtrip needs a player who sends you back what you play (netjam reflect): use it with --peer");
     }
     if let Some(dir) = &a.record {
         // Before anything runs: a recording that cannot be written is said now.
@@ -301,6 +347,12 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     config.drift_correction = !a.no_drift_correction;
     let (mut process, mut snaps, mut commands) = RoomProcess::new(sender, link, config);
     process.members_mut().set_latency_policy(a.latency);
+    process.measure_round_trip(a.measure_roundtrip);
+    let mut round_trips = a.measure_roundtrip.then(|| RoundTrips {
+        readings: BoundedSeries::default(),
+        found: 0,
+        lost: 0,
+    });
     // You hear yourself through your own monitoring unless you ask for netjam's.
     let _ = commands.push(RoomCommand::MonitorMute { mute: !a.monitor });
     let osc = match a.osc {
@@ -449,6 +501,12 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         }
         remember(&mut everyone, heard_members(&s.stats, &roster, fixed_ms));
         let mut line = room_line(&s, &roster, fixed_ms);
+        if let Some(rt) = &mut round_trips {
+            rt.offer(&s);
+            if let Some(ms) = s.stats.round_trip_ms {
+                line.push_str(&format!("  round trip {ms:.1} ms"));
+            }
+        }
         if let Some(w) = &recorder {
             line.push_str(&format!(
                 "  rec {:.0}s",
@@ -530,6 +588,9 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             m.mouth_to_ear_ms.map_or("-".into(), |r| format!("{r:.1} ms"))
         );
     }
+    if let Some(rt) = &round_trips {
+        eprintln!("netjam: {}", rt.summary());
+    }
     if let Some(path) = &a.stats_json {
         write_json(
             path,
@@ -544,6 +605,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
                 stats,
                 periods,
                 record: recorded,
+                round_trip: round_trips,
             },
         )?;
     }

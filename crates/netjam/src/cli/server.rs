@@ -10,6 +10,7 @@ use netjam_engine::room::ServerConfig;
 
 use crate::cli::common::check_outputs;
 use crate::cli::stream::write_json;
+use crate::control::server::ServerControl;
 use crate::server::{self, ServerReport, DEFAULT_PORT};
 use crate::session::interrupt_flag;
 use crate::status::StatusLine;
@@ -34,6 +35,13 @@ pub struct ServerArgs {
     /// Write the final report (server, members, time inside the server) as JSON.
     #[arg(long)]
     pub stats_json: Option<PathBuf>,
+    /// Answer OSC queries on this UDP port (0: any free port): /stats (JSON), /rooms,
+    /// /members, /delay; `/_meta ,s PATH` describes each address. Read-only.
+    #[arg(long, value_name = "PORT")]
+    pub osc: Option<u16>,
+    /// The address OSC queries are answered on (default: this machine only).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1", requires = "osc")]
+    pub osc_bind: std::net::IpAddr,
 }
 
 fn line(r: &ServerReport, last: &ServerReport) -> String {
@@ -76,6 +84,17 @@ pub fn run(a: ServerArgs) -> anyhow::Result<()> {
         handle.local,
         handle.local.port()
     );
+    let osc = match a.osc {
+        Some(port) => {
+            let control = ServerControl::spawn(SocketAddr::new(a.osc_bind, port), handle.reader())?;
+            eprintln!(
+                "netjam: OSC queries on {} (/stats, /rooms, /members, /delay; '/_meta ,s PATH' describes an address)",
+                control.local_addr()
+            );
+            Some(control)
+        }
+        None => None,
+    };
     let stop = interrupt_flag();
     let deadline = a
         .duration
@@ -99,6 +118,9 @@ pub fn run(a: ServerArgs) -> anyhow::Result<()> {
         last = r;
     }
     status.finish();
+    if let Some(c) = osc {
+        c.shutdown();
+    }
     let r = handle.stop()?;
     eprintln!(
         "netjam: forwarded {} copies of {} datagrams; {} joins, {} rejoins, {} refused, {} timed out; time inside the server p50 {:.0} µs, p99 {:.0} µs, p99.9 {:.0} µs",

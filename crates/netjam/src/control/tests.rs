@@ -59,11 +59,19 @@ impl Rig {
 
     fn packet(&mut self, bytes: &[u8]) -> Vec<Reply> {
         let mut replies = Vec::new();
-        respond(&self.tree, &mut self.ctx, bytes, &mut self.scratch, |b| {
-            let m = Message::decode(b).unwrap();
-            replies.push((m.address().to_owned(), m.args().map(owned).collect()));
-            true
-        });
+        let shared = self.ctx.shared.clone();
+        respond(
+            &self.tree,
+            &mut self.ctx,
+            &shared.counters,
+            bytes,
+            &mut self.scratch,
+            |b| {
+                let m = Message::decode(b).unwrap();
+                replies.push((m.address().to_owned(), m.args().map(owned).collect()));
+                true
+            },
+        );
         replies
     }
 
