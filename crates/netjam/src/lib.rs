@@ -15,6 +15,7 @@ pub mod loopback;
 pub mod opus;
 pub mod probe;
 pub mod record;
+pub mod reflexive;
 pub mod ring;
 pub mod room_client;
 pub mod rt;
