@@ -23,9 +23,11 @@
 
 mod common;
 
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::mpsc;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -170,10 +172,12 @@ impl Servers {
     }
 }
 
-/// A `netjam jam --server` player inside a namespace.
+/// A `netjam jam --server` player inside a namespace, its stderr read line by line with
+/// the instant each line arrived (the test reads several players' lines in turn).
 struct Player {
     name: String,
     proc: Proc,
+    lines: mpsc::Receiver<(Instant, String)>,
     output: PathBuf,
     json: PathBuf,
     said: Vec<String>,
@@ -199,9 +203,18 @@ impl Player {
             cmd.args(["--stun", &format!("{}:{STUN_PORT}", lab.stun_ip)]);
         }
         let spawned = Instant::now();
+        let mut proc = Proc::spawn(cmd.stderr(Stdio::piped()), "netjam jam");
+        let stderr = proc.child.stderr.take().expect("stderr");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send((Instant::now(), line));
+            }
+        });
         Self {
             name: name.to_string(),
-            proc: Proc::spawn_lines(&mut cmd, "netjam jam"),
+            proc,
+            lines,
             output,
             json,
             said: Vec::new(),
@@ -212,20 +225,25 @@ impl Player {
 
     /// Reads its lines until one satisfies `want`, within [`STEP`].
     fn wait_line(&mut self, what: &str, want: impl Fn(&str) -> bool) -> String {
+        self.wait_stamped(what, want).1
+    }
+
+    /// [`Player::wait_line`], with when the line arrived.
+    fn wait_stamped(&mut self, what: &str, want: impl Fn(&str) -> bool) -> (Instant, String) {
         let deadline = Instant::now() + STEP;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.proc.line_within(left.min(Duration::from_millis(200))) {
-                Some(line) => {
+            match self.lines.recv_timeout(left.min(Duration::from_millis(200))) {
+                Ok((at, line)) => {
                     self.said.push(line.clone());
                     if want(&line) {
-                        return line;
+                        return (at, line);
                     }
                 }
-                None => {
+                Err(_) => {
                     let exited = !self.proc.running();
                     if exited || left.is_zero() {
-                        self.said.extend(self.proc.drain_lines());
+                        self.said.extend(self.lines.try_iter().map(|l| l.1));
                         panic!(
                             "{}: no {what} within {STEP:?}{}; it said: {:#?}",
                             self.name,
@@ -246,14 +264,17 @@ impl Player {
     }
 
     fn wait_seated(&mut self) {
-        self.wait_line("seat", |l| l.starts_with("netjam: in room"));
-        self.seated = Some(Instant::now());
+        let (at, _) = self.wait_stamped("seat", |l| l.starts_with("netjam: in room"));
+        self.seated = Some(at);
     }
 
     /// Waits for it to end on its own; its report.
     fn finish(&mut self) -> serde_json::Value {
-        let (status, rest) = self.proc.finish(STEP + Duration::from_secs(15));
-        self.said.extend(rest);
+        let status = self.proc.wait_for(STEP + Duration::from_secs(15));
+        // The reader thread ends with the pipe.
+        while let Ok((_, l)) = self.lines.recv_timeout(Duration::from_secs(2)) {
+            self.said.push(l);
+        }
         assert!(status.success(), "{} failed: {:#?}", self.name, self.said);
         read_json(&self.json)
     }
