@@ -17,6 +17,7 @@ pub mod jitter;
 pub mod link;
 pub mod members;
 pub mod mixer;
+pub mod nat;
 pub mod probe;
 pub mod receiver;
 pub mod rng;

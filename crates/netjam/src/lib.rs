@@ -16,6 +16,7 @@ pub mod member_ports;
 pub mod opus;
 pub mod probe;
 pub mod record;
+pub mod reflexive;
 pub mod ring;
 pub mod room_client;
 pub mod rt;

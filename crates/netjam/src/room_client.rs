@@ -32,6 +32,7 @@ use netjam_engine::room::msg::MAX_CONTROL_LEN;
 use netjam_engine::room::{ClientConfig, RefuseCode, RoomClient, RoomEvent, RosterEntry, RosterKind};
 
 use crate::clock;
+use crate::reflexive::ReflexiveQuery;
 use crate::session::RoomCommand;
 use crate::transport::UdpTransport;
 
@@ -215,6 +216,17 @@ fn refusal_text(code: Option<RefuseCode>, reason: &str, r: &JoinRequest) -> Stri
 /// Takes a seat on `socket` (the one the stream will use, so the server learns the
 /// address media will come from). Blocks until seated, refused or `r.timeout`.
 pub fn join(socket: &UdpTransport, r: &JoinRequest) -> anyhow::Result<Seated> {
+    join_asking(socket, r, None)
+}
+
+/// [`join`], asking `ask`'s STUN questions on the same socket meanwhile (their answers
+/// are taken out of the join's traffic; those still missing when seated are left to
+/// [`ReflexiveQuery::finish`]).
+pub fn join_asking(
+    socket: &UdpTransport,
+    r: &JoinRequest,
+    mut ask: Option<&mut ReflexiveQuery>,
+) -> anyhow::Result<Seated> {
     let mut config = ClientConfig::new(&r.room, &r.name, &r.password, r.ssrc);
     config.packets_per_s = r.packets_per_s.max(1);
     config.bytes_per_s = r.bytes_per_s.max(1);
@@ -225,6 +237,13 @@ pub fn join(socket: &UdpTransport, r: &JoinRequest) -> anyhow::Result<Seated> {
     let mut early = Vec::new();
     let mut others = 0u64;
     loop {
+        if let Some(q) = ask.as_deref_mut() {
+            while let Some((to, n)) = q.poll_transmit(clock::now_ns(), &mut buf) {
+                if let Err(e) = socket.send_to(&buf[..n], to) {
+                    tracing::debug!("join: STUN request to {to}: {e}");
+                }
+            }
+        }
         while let Some(n) = client.poll_transmit(&mut buf) {
             if let Err(e) = socket.send_to(&buf[..n], r.server) {
                 tracing::debug!("join: send to {}: {e}", r.server);
@@ -234,7 +253,7 @@ pub fn join(socket: &UdpTransport, r: &JoinRequest) -> anyhow::Result<Seated> {
             match e {
                 RoomEvent::Joined { member_id, ssrc, .. } => {
                     // Roster events sent together with the welcome may already be queued.
-                    drain_early(socket, r.server, &mut client, &mut early);
+                    drain_early(socket, r.server, &mut client, &mut early, ask);
                     return Ok(Seated {
                         client,
                         member_id,
@@ -258,8 +277,12 @@ pub fn join(socket: &UdpTransport, r: &JoinRequest) -> anyhow::Result<Seated> {
             );
         }
         let now_ns = clock::now_ns();
+        let stun_at = ask.as_deref().and_then(|q| q.poll_timeout(now_ns));
         let wait_ns = client
             .poll_timeout()
+            .into_iter()
+            .chain(stun_at)
+            .min()
             .map_or(50_000_000, |t| t.saturating_sub(now_ns))
             .clamp(1_000_000, 50_000_000);
         let wait = Duration::from_nanos(wait_ns).min(deadline - now);
@@ -268,6 +291,10 @@ pub fn join(socket: &UdpTransport, r: &JoinRequest) -> anyhow::Result<Seated> {
             Ok(Some(got)) if got.from == r.server && buf.first() == Some(&b'/') => {
                 client.handle_datagram(got.at_ns, &buf[..got.len]);
             }
+            Ok(Some(got))
+                if ask
+                    .as_deref_mut()
+                    .is_some_and(|q| q.handle_datagram(got.at_ns, got.from, &buf[..got.len])) => {}
             Ok(Some(_)) => others += 1,
             Ok(None) => {}
             Err(e) => tracing::debug!("join: receive: {e}"),
@@ -291,6 +318,7 @@ fn drain_early(
     server: SocketAddr,
     client: &mut RoomClient,
     early: &mut Vec<RosterEntry>,
+    mut ask: Option<&mut ReflexiveQuery>,
 ) {
     let mut buf = vec![0u8; MAX_CONTROL_LEN.max(2048)];
     let deadline = Instant::now() + EARLY_ROSTER;
@@ -303,7 +331,11 @@ fn drain_early(
             Ok(Some(got)) if got.from == server && buf.first() == Some(&b'/') => {
                 client.handle_datagram(got.at_ns, &buf[..got.len]);
             }
-            Ok(Some(_)) => {}
+            Ok(Some(got)) => {
+                if let Some(q) = ask.as_deref_mut() {
+                    q.handle_datagram(got.at_ns, got.from, &buf[..got.len]);
+                }
+            }
             Ok(None) | Err(_) => break,
         }
     }

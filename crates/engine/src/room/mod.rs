@@ -8,7 +8,7 @@
 //!   acknowledgements and rejoin after an address change.
 //! * [`directory`]: [`RoomDirectory`], which server hosts a room.
 //!
-//! One UDP port carries control and media; [`demux`] tells them apart by the first byte.
+//! One UDP port carries control, media and STUN Binding requests; [`demux`] tells them apart by the first byte.
 //! The protocol, with byte layouts, is specified in `docs/protocol.md`.
 //!
 //! Nothing here opens a socket, starts a thread or reads a clock: callers pass the time
@@ -37,6 +37,8 @@ pub enum Demux {
     Rtp,
     /// RTCP (version 2, packet type 200..=207).
     Rtcp,
+    /// A STUN message (first byte `0x00` or `0x01`, the magic cookie at bytes 4..8).
+    Stun,
     /// Anything else.
     Junk,
 }
@@ -49,6 +51,7 @@ pub fn demux(bytes: &[u8]) -> Demux {
         [b'#', ..] => Demux::Bundle,
         [0x80..=0xBF, 200..=207, ..] => Demux::Rtcp,
         [0x80..=0xBF, ..] => Demux::Rtp,
+        [0x00 | 0x01, ..] if crate::nat::stun::is_stun(bytes) => Demux::Stun,
         _ => Demux::Junk,
     }
 }

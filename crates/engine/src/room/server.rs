@@ -21,6 +21,13 @@
 //! Replies to addresses that have not proven themselves (a challenge, a refusal of a bad
 //! cookie or version, a rebind hint) are never longer than the datagram that caused them,
 //! and all but the challenge come out of a small global budget.
+//!
+//! STUN Binding requests (RFC 8489) on the same port are answered with the address the
+//! request came from (XOR-MAPPED-ADDRESS), so a player learns the public address and port
+//! its router gave the socket its audio uses. Anyone may ask, so an answer comes out of
+//! the same global budget and is never more than 12 bytes longer than its request (an
+//! IPv4 answer to a bare 20-byte request; an IPv6 answer needs a request of 32 bytes,
+//! which netjam's clients send).
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -31,6 +38,7 @@ use super::msg::{
     valid_name, Control, Join, RefuseCode, Rejoin, Roster, RosterKind, Welcome, CHALLENGE_LEN,
     MAX_CONTROL_LEN, ROOM_KEY_LEN, TOKEN_LEN,
 };
+use crate::nat::stun;
 
 /// Limits and timers of a [`Server`].
 #[derive(Debug, Clone, serde::Serialize)]
@@ -133,6 +141,8 @@ pub enum DropReason {
     Malformed,
     /// Over the member's rate.
     Policed,
+    /// A STUN message that is not a Binding request this server answers.
+    Stun,
 }
 
 /// What became of a datagram.
@@ -184,7 +194,19 @@ pub struct ServerStats {
     pub members: u64,
     /// Rooms now.
     pub rooms: u64,
+    /// STUN Binding requests answered with the address they came from.
+    pub stun_answered: u64,
+    /// STUN Binding requests not answered: over the unproven-reply budget, or an answer
+    /// that would have been more than [`STUN_GROWTH`] bytes longer than the request.
+    pub stun_suppressed: u64,
+    /// STUN messages that are not a Binding request this server answers (responses,
+    /// indications, unknown comprehension-required attributes), dropped.
+    pub stun_dropped: u64,
 }
+
+/// How many bytes longer than its request a STUN answer may be (an IPv4
+/// XOR-MAPPED-ADDRESS attribute): the most an unproven source can amplify through it.
+pub const STUN_GROWTH: usize = 12;
 
 /// One member's counters, as [`Server::member_stats`] reports them.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -442,12 +464,14 @@ impl Server {
     /// as [`Verdict::Forward`]; control is answered through [`Server::poll_transmit`].
     ///
     /// Demultiplexing by first byte: `/` is an OSC control message, `#` an OSC bundle
-    /// (dropped), `0x80..=0xBF` RTP or RTCP (version 2), anything else junk.
+    /// (dropped), `0x80..=0xBF` RTP or RTCP (version 2), `0x00`/`0x01` with the magic
+    /// cookie STUN, anything else junk.
     #[inline]
     pub fn handle_datagram(&mut self, now_ns: u64, src: SocketAddr, bytes: &[u8]) -> Verdict<'_> {
         match bytes.first() {
             Some(0x80..=0xBF) => self.media(now_ns, src, bytes),
             Some(b'/') => self.control(now_ns, src, bytes),
+            Some(0x00 | 0x01) if stun::is_stun(bytes) => self.stun(now_ns, src, bytes),
             Some(b'#') => {
                 self.stats.bundles += 1;
                 Verdict::Drop(DropReason::Bundle)
@@ -468,6 +492,27 @@ impl Server {
                 m.inflight = m.inflight.saturating_sub(1);
             }
         }
+    }
+
+    /// Answers a STUN Binding request with the address it came from, within the
+    /// unproven-reply budget and never more than [`STUN_GROWTH`] bytes longer than it.
+    fn stun(&mut self, now: u64, src: SocketAddr, bytes: &[u8]) -> Verdict<'static> {
+        let Ok(txid) = stun::parse_binding_request(bytes) else {
+            self.stats.stun_dropped += 1;
+            return Verdict::Drop(DropReason::Stun);
+        };
+        let mut buf = [0u8; stun::MAX_SUCCESS_LEN];
+        let Ok(n) = stun::write_binding_success(&txid, src, &mut buf) else {
+            self.stats.stun_dropped += 1;
+            return Verdict::Drop(DropReason::Stun);
+        };
+        if n > bytes.len() + STUN_GROWTH || !self.unproven_budget(now) {
+            self.stats.stun_suppressed += 1;
+            return Verdict::Control;
+        }
+        self.stats.stun_answered += 1;
+        self.queue_bytes(src, buf[..n].to_vec());
+        Verdict::Control
     }
 
     fn media(&mut self, now: u64, src: SocketAddr, bytes: &[u8]) -> Verdict<'_> {
@@ -1081,19 +1126,27 @@ impl Server {
     fn unproven_reply(&mut self, now: u64, dst: SocketAddr, cause_len: usize, msg: &Control<'_>) {
         let mut buf = [0u8; MAX_CONTROL_LEN];
         let Ok(n) = msg.encode(&mut buf) else { return };
-        let rate = f64::from(self.cfg.unproven_replies_per_s);
-        let dt = now.saturating_sub(self.unproven_last) as f64 / 1e9;
-        self.unproven_last = self.unproven_last.max(now);
-        self.unproven_tokens = (self.unproven_tokens + dt * rate).min(rate);
-        if n > cause_len || self.unproven_tokens < 1.0 {
+        if n > cause_len || !self.unproven_budget(now) {
             self.stats.unproven_suppressed += 1;
             return;
         }
-        self.unproven_tokens -= 1.0;
         if matches!(msg, Control::Refused { .. }) {
             self.stats.refused += 1;
         }
         self.queue_bytes(dst, buf[..n].to_vec());
+    }
+
+    /// Takes one reply from the global budget for unproven addresses, if one is left.
+    fn unproven_budget(&mut self, now: u64) -> bool {
+        let rate = f64::from(self.cfg.unproven_replies_per_s);
+        let dt = now.saturating_sub(self.unproven_last) as f64 / 1e9;
+        self.unproven_last = self.unproven_last.max(now);
+        self.unproven_tokens = (self.unproven_tokens + dt * rate).min(rate);
+        if self.unproven_tokens < 1.0 {
+            return false;
+        }
+        self.unproven_tokens -= 1.0;
+        true
     }
 
     /// A "who are you" to an address that sent member traffic but is no member (its NAT

@@ -72,6 +72,11 @@ pub struct JamArgs {
     /// and mute; empty seats are silent.
     #[arg(long, requires_all = ["server", "jack"])]
     pub member_ports: bool,
+    /// In a room: also ask this STUN server (HOST[:PORT], port 3478 unless given) where it
+    /// sees you, and say whether your router shows the same public port to it as to the
+    /// rooms server (endpoint-independent mapping) or another one (port-randomising NAT).
+    #[arg(long, value_name = "HOST[:PORT]", requires = "server")]
+    pub stun: Option<String>,
     /// Local address to send from and listen on (default: port 4464 with --peer, where the
     /// other player sends; any free port with --server).
     #[arg(long)]

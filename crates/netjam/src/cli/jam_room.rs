@@ -27,6 +27,7 @@ use crate::endpoint::PeriodStats;
 use crate::lifecycle::{any_for, cname, fresh_seed, Running};
 use crate::member_ports::{self, MemberPorts};
 use crate::record::{self, RecordConfig, RecordSummary};
+use crate::reflexive::{Mapping, Reflexive, ReflexiveQuery};
 use crate::room_client::{self, CommandSource, JoinRequest, Roster, CONTROL_QUEUE, SEATS};
 use crate::series::BoundedSeries;
 use crate::server::DEFAULT_PORT;
@@ -41,8 +42,18 @@ const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// every other member, with room to spare).
 const RTCP_PACKETS_PER_S: u32 = 40;
 
+/// How long to wait, once seated, for STUN answers still missing (the audio waits).
+const STUN_WAIT: Duration = Duration::from_millis(1000);
+/// The standard STUN port.
+const STUN_PORT: u16 = 3478;
+
 /// `HOST` or `HOST:PORT` (port 4464 unless given).
 fn resolve_server(s: &str) -> anyhow::Result<SocketAddr> {
+    resolve(s, DEFAULT_PORT, "--server")
+}
+
+/// `HOST` or `HOST:PORT` (`default_port` unless given), for the flag `flag`.
+fn resolve(s: &str, default_port: u16, flag: &str) -> anyhow::Result<SocketAddr> {
     let with_port = if s.parse::<SocketAddr>().is_ok()
         || s.rsplit_once(':')
             .is_some_and(|(h, p)| !h.contains(':') && p.parse::<u16>().is_ok())
@@ -50,15 +61,36 @@ fn resolve_server(s: &str) -> anyhow::Result<SocketAddr> {
         s.to_string()
     } else if s.contains(':') && !s.starts_with('[') {
         // A bare IPv6 address.
-        format!("[{s}]:{DEFAULT_PORT}")
+        format!("[{s}]:{default_port}")
     } else {
-        format!("{s}:{DEFAULT_PORT}")
+        format!("{s}:{default_port}")
     };
     with_port
         .to_socket_addrs()
-        .with_context(|| format!("cannot resolve --server {s}: give HOST or HOST:PORT"))?
+        .with_context(|| format!("cannot resolve {flag} {s}: give HOST or HOST:PORT"))?
         .next()
-        .with_context(|| format!("--server {s} resolves to no address"))
+        .with_context(|| format!("{flag} {s} resolves to no address"))
+}
+
+/// Says where the servers see this player, and what that tells of its router.
+fn say_reflexive(r: &Reflexive, server: SocketAddr) {
+    match r.server_sees {
+        Some(a) => eprintln!("netjam: the server sees you at {a}"),
+        None => eprintln!(
+            "netjam: the server at {server} did not answer STUN (an older netjam server?): your public address is unknown"
+        ),
+    }
+    let Some(stun) = r.stun_server else { return };
+    match (r.stun_sees, r.mapping) {
+        (None, _) => eprintln!("netjam: no answer from the STUN server {stun}: is it a STUN server, and is UDP to it open?"),
+        (Some(a), Mapping::EndpointIndependent) => eprintln!(
+            "netjam: the STUN server {stun} sees you at {a} too: your router keeps one public port per socket (endpoint-independent mapping)"
+        ),
+        (Some(a), Mapping::EndpointDependent) => eprintln!(
+            "netjam: the STUN server {stun} sees you at {a}, not where the rooms server does: your router gives each destination its own port (a port-randomising or symmetric NAT)"
+        ),
+        (Some(a), Mapping::Unknown) => eprintln!("netjam: the STUN server {stun} sees you at {a}"),
+    }
 }
 
 /// OSC commands, turned into the audio thread's by the control seat they name.
@@ -213,6 +245,8 @@ struct RoomReport {
     /// With `--measure-roundtrip`: every round trip found in band.
     #[serde(skip_serializing_if = "Option::is_none")]
     round_trip: Option<RoundTrips>,
+    /// Where the rooms server (and `--stun`) saw this player.
+    reflexive: Reflexive,
 }
 
 /// One round trip found in band: when (seconds into the session) and how long, ms.
@@ -309,12 +343,18 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     } = audio;
     let format = sender.format();
     let heard = heard_format(format, device_spec);
+    let stun = a
+        .stun
+        .as_deref()
+        .map(|s| resolve(s, STUN_PORT, "--stun"))
+        .transpose()?;
     let socket = bind(a.listen.unwrap_or(any_for(server)))?;
     let packets_per_s = format.rate.div_ceil(sender.frames_per_packet().max(1));
     let bytes_per_s =
         (packets_per_s as usize * (sender.max_packet_bytes() + 28)) as u32 + RTCP_PACKETS_PER_S * 1500;
     eprintln!("netjam: joining room {room:?} on {server} as {name:?}");
-    let seated = room_client::join(
+    let mut ask = ReflexiveQuery::new(server, stun, crate::clock::now_ns());
+    let seated = room_client::join_asking(
         &socket,
         &JoinRequest {
             server,
@@ -326,7 +366,13 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             bytes_per_s,
             timeout: JOIN_TIMEOUT,
         },
+        Some(&mut ask),
     )?;
+    if !ask.done(crate::clock::now_ns()) {
+        ask.finish(&socket, STUN_WAIT);
+    }
+    let reflexive = ask.report();
+    say_reflexive(&reflexive, server);
     sender.set_ssrc(seated.ssrc);
     let (member_id, ssrc) = (seated.member_id, seated.ssrc);
     let packets = packets_text(&sender);
@@ -606,6 +652,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
                 periods,
                 record: recorded,
                 round_trip: round_trips,
+                reflexive,
             },
         )?;
     }

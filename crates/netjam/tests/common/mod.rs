@@ -8,6 +8,7 @@
 
 pub mod echo;
 pub mod jackd;
+pub mod natlab;
 pub mod signal;
 
 use std::io::{BufRead, BufReader};

@@ -1,0 +1,334 @@
+//! A NAT lab: Linux network namespaces joined by veth pairs, routers doing what home
+//! routers do with nftables, for tests that run real netjam processes behind them.
+//!
+//! ```text
+//!   home0 (10.98.0.2) -- router0 (wan 10.99.0.10) --+
+//!   home1 (10.98.1.2) -- router1 (wan 10.99.0.11) --+-- br0 in "public": 10.99.0.1 (rooms server)
+//!   home2 (10.98.2.2) -- router2 (wan 10.99.0.12) --+                    10.99.0.2 (another STUN server)
+//! ```
+//!
+//! Router kinds: [`RouterKind::Cone`] (`masquerade`: one public port per socket whatever
+//! the destination), [`RouterKind::Symmetric`] (`masquerade random`: a port per
+//! destination) and [`RouterKind::Firewall`] (no translation — the home's address is routed
+//! — but a stateful filter that drops everything inbound the home did not ask for).
+//!
+//! Namespace names carry the test process id and a counter, so runs never collide; the
+//! [`NatLab`] deletes every namespace it made when dropped, on success, failure or panic.
+//! Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN); [`NatLab::build`] returns why not
+//! otherwise, and the caller skips.
+
+use std::net::Ipv4Addr;
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// What a home's router does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouterKind {
+    /// NAT with endpoint-independent mapping (nftables `masquerade`).
+    Cone,
+    /// NAT that picks a random port per destination (`masquerade random`).
+    Symmetric,
+    /// No NAT; drops inbound packets that do not belong to a flow the home started.
+    Firewall,
+}
+
+impl RouterKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            RouterKind::Cone => "cone",
+            RouterKind::Symmetric => "symmetric",
+            RouterKind::Firewall => "firewall",
+        }
+    }
+}
+
+/// One home behind its router.
+#[derive(Debug, Clone)]
+pub struct Home {
+    pub kind: RouterKind,
+    /// The home's namespace (where the player runs).
+    pub ns: String,
+    /// The router's namespace.
+    pub router: String,
+    /// The home's own address.
+    pub ip: Ipv4Addr,
+    /// The router's public (wan) address.
+    pub wan: Ipv4Addr,
+}
+
+impl Home {
+    /// The address the internet sees this home's sockets at: the router's for a NAT,
+    /// the home's own behind a plain firewall.
+    pub fn public_ip(&self) -> Ipv4Addr {
+        match self.kind {
+            RouterKind::Firewall => self.ip,
+            _ => self.wan,
+        }
+    }
+}
+
+/// Why there is no lab.
+#[derive(Debug)]
+pub enum LabError {
+    /// This process may not make network namespaces (not root, no CAP_NET_ADMIN /
+    /// CAP_SYS_ADMIN, a container without them): tests skip.
+    NotAllowed(String),
+    /// Namespaces could be made, but building the topology failed: a bug or a tool missing.
+    Failed(String),
+}
+
+/// The lab; its namespaces go when it is dropped.
+#[derive(Debug)]
+pub struct NatLab {
+    /// The public namespace (servers run here, and players with no router).
+    pub public: String,
+    /// The rooms server's address in it.
+    pub server_ip: Ipv4Addr,
+    /// A second public address, for another STUN server.
+    pub stun_ip: Ipv4Addr,
+    pub homes: Vec<Home>,
+    made: Vec<String>,
+}
+
+static LABS: AtomicU32 = AtomicU32::new(0);
+
+fn ip_cmd() -> Command {
+    let mut c = Command::new("ip");
+    c.stdin(Stdio::null());
+    c
+}
+
+fn output(cmd: &mut Command) -> Result<Output, String> {
+    let what = format!("{cmd:?}");
+    let out = cmd.output().map_err(|e| format!("{what}: {e}"))?;
+    if out.status.success() {
+        Ok(out)
+    } else {
+        Err(format!(
+            "{what} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Runs `ip ARGS`.
+fn ip(args: &[&str]) -> Result<(), String> {
+    output(ip_cmd().args(args)).map(drop)
+}
+
+/// Runs `PROGRAM ARGS` inside namespace `ns`.
+pub fn in_ns(ns: &str, program: &str, args: &[&str]) -> Result<String, String> {
+    output(ip_cmd().args(["netns", "exec", ns, program]).args(args))
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// Loads nftables rules (one statement a line, as `nft -f` reads them) inside `ns`.
+fn nft(ns: &str, rules: &str) -> Result<(), String> {
+    use std::io::Write;
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("nft in {ns}: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(rules.as_bytes())
+            .map_err(|e| format!("nft in {ns}: {e}"))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("nft in {ns}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "nft in {ns} refused\n{rules}\n{}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+impl NatLab {
+    /// Builds the public network and one home per entry of `kinds`, or says why it cannot
+    /// (not root, no network namespaces, a tool missing).
+    pub fn build(kinds: &[RouterKind]) -> Result<Self, LabError> {
+        let tag = format!(
+            "nj{}x{}",
+            std::process::id(),
+            LABS.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut lab = NatLab {
+            public: format!("{tag}p"),
+            server_ip: Ipv4Addr::new(10, 99, 0, 1),
+            stun_ip: Ipv4Addr::new(10, 99, 0, 2),
+            homes: Vec::new(),
+            made: Vec::new(),
+        };
+        lab.add_ns(&lab.public.clone()).map_err(LabError::NotAllowed)?;
+        lab.topology(kinds).map_err(LabError::Failed)?;
+        Ok(lab)
+    }
+
+    fn topology(&mut self, kinds: &[RouterKind]) -> Result<(), String> {
+        let tag = self.public.trim_end_matches('p').to_string();
+        let p = self.public.clone();
+        ip(&["-n", &p, "link", "add", "br0", "type", "bridge"])?;
+        ip(&["-n", &p, "addr", "add", "10.99.0.1/24", "dev", "br0"])?;
+        ip(&["-n", &p, "addr", "add", "10.99.0.2/24", "dev", "br0"])?;
+        ip(&["-n", &p, "link", "set", "br0", "up"])?;
+        in_ns(&p, "sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
+        for (i, &kind) in kinds.iter().enumerate() {
+            let home = Home {
+                kind,
+                ns: format!("{tag}h{i}"),
+                router: format!("{tag}r{i}"),
+                ip: Ipv4Addr::new(10, 98, i as u8, 2),
+                wan: Ipv4Addr::new(10, 99, 0, 10 + i as u8),
+            };
+            self.add_home(&home)?;
+            self.homes.push(home);
+        }
+        Ok(())
+    }
+
+    fn add_ns(&mut self, ns: &str) -> Result<(), String> {
+        ip(&["netns", "add", ns])?;
+        self.made.push(ns.to_string());
+        ip(&["-n", ns, "link", "set", "lo", "up"])
+    }
+
+    fn add_home(&mut self, h: &Home) -> Result<(), String> {
+        let (p, r, n) = (self.public.clone(), h.router.clone(), h.ns.clone());
+        self.add_ns(&r)?;
+        self.add_ns(&n)?;
+        let port = format!("to{}", h.wan.octets()[3]);
+        // router wan <-> a port on the public bridge
+        ip(&[
+            "-n", &r, "link", "add", "wan", "type", "veth", "peer", "name", &port, "netns", &p,
+        ])?;
+        ip(&["-n", &p, "link", "set", &port, "master", "br0", "up"])?;
+        ip(&["-n", &r, "addr", "add", &format!("{}/24", h.wan), "dev", "wan"])?;
+        ip(&["-n", &r, "link", "set", "wan", "up"])?;
+        ip(&["-n", &r, "route", "add", "default", "via", "10.99.0.1"])?;
+        // home eth0 <-> router lan
+        let lan_net = format!("10.98.{}", h.ip.octets()[2]);
+        ip(&[
+            "-n", &n, "link", "add", "eth0", "type", "veth", "peer", "name", "lan", "netns", &r,
+        ])?;
+        ip(&["-n", &r, "addr", "add", &format!("{lan_net}.1/24"), "dev", "lan"])?;
+        ip(&["-n", &r, "link", "set", "lan", "up"])?;
+        ip(&["-n", &n, "addr", "add", &format!("{}/24", h.ip), "dev", "eth0"])?;
+        ip(&["-n", &n, "link", "set", "eth0", "up"])?;
+        ip(&[
+            "-n",
+            &n,
+            "route",
+            "add",
+            "default",
+            "via",
+            &format!("{lan_net}.1"),
+        ])?;
+        in_ns(&r, "sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
+        match h.kind {
+            RouterKind::Cone => nft(&r, &nat_rules("masquerade"))?,
+            RouterKind::Symmetric => nft(&r, &nat_rules("masquerade random"))?,
+            RouterKind::Firewall => {
+                // The home's address is routed to it through its router.
+                ip(&[
+                    "-n",
+                    &p,
+                    "route",
+                    "add",
+                    &format!("{lan_net}.0/24"),
+                    "via",
+                    &h.wan.to_string(),
+                ])?;
+                nft(
+                    &r,
+                    "table inet fw {\n chain inbound {\n  type filter hook forward priority filter; policy accept;\n  \
+                     iifname \"wan\" ct state established,related accept\n  iifname \"wan\" counter drop\n }\n}\n",
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives the NAT router of `home` a new mapping for every flow: new rules whose ports
+    /// (20000–20999) lie outside the ephemeral range its first mappings came from, and an
+    /// emptied connection-tracking table, as a router that rebooted or a mobile network
+    /// that moved the player would.
+    pub fn remap(&self, home: &Home) -> Result<(), String> {
+        nft(
+            &home.router,
+            "flush chain ip nat post\n\
+             add rule ip nat post oifname \"wan\" meta l4proto udp masquerade to :20000-20999\n\
+             add rule ip nat post oifname \"wan\" masquerade\n",
+        )?;
+        in_ns(&home.router, "conntrack", &["-F"]).map(drop)
+    }
+
+    /// Waits (up to `timeout`) until the router of `home` has a UDP mapping for a flow to
+    /// `server`, and returns its public port.
+    pub fn wait_mapping(&self, home: &Home, server: Ipv4Addr, timeout: std::time::Duration) -> u16 {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            // "udp 17 29 src=10.98.0.2 dst=10.99.0.1 sport=5 dport=4464 ... src=10.99.0.1 dst=10.99.0.10 sport=4464 dport=20007 ..."
+            let table = in_ns(&home.router, "conntrack", &["-L", "-p", "udp"]).unwrap_or_default();
+            let port = table.lines().find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let dst = format!("dst={server}");
+                let orig = f.iter().position(|w| *w == dst)?;
+                // The reply direction's destination port is the public one.
+                let reply_dport = f[orig + 1..].iter().filter(|w| w.starts_with("dport=")).nth(1)?;
+                reply_dport.trim_start_matches("dport=").parse().ok()
+            });
+            if let Some(p) = port {
+                return p;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no mapping to {server} in {}'s connection table: {table}",
+                home.router
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Packets the firewall router of `home` dropped as unsolicited.
+    pub fn firewall_drops(&self, home: &Home) -> Option<u64> {
+        let rules = in_ns(&home.router, "nft", &["list", "table", "inet", "fw"]).ok()?;
+        rules
+            .split("counter packets ")
+            .nth(1)?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    }
+
+    /// `PROGRAM` to run inside namespace `ns` (the caller adds arguments).
+    pub fn command(&self, ns: &str, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns, program]);
+        c
+    }
+}
+
+fn nat_rules(masquerade: &str) -> String {
+    format!(
+        "table ip nat {{\n chain post {{\n  type nat hook postrouting priority srcnat;\n  oifname \"wan\" {masquerade}\n }}\n}}\n"
+    )
+}
+
+impl Drop for NatLab {
+    fn drop(&mut self) {
+        // Deleting a namespace deletes its end of every veth pair, and with it the peer.
+        for ns in self.made.iter().rev() {
+            if let Err(e) = ip(&["netns", "del", ns]) {
+                eprintln!("NAT lab: could not delete namespace {ns}: {e}");
+            }
+        }
+    }
+}

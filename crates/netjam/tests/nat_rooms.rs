@@ -1,0 +1,554 @@
+//! Rooms through home routers, for real: network namespaces, veth pairs and nftables
+//! routers (see `common/natlab.rs`), with `netjam server` in a "public" namespace and
+//! `netjam jam --server` players at home behind a cone NAT (`masquerade`), a
+//! port-randomising NAT (`masquerade random`) and a firewall that drops unsolicited
+//! inbound packets, plus one player in the public namespace who is already playing.
+//!
+//! * coturn's `turnutils_stunclient`, run behind each router, gets the router's public
+//!   address from the rooms server's port (STUN interop);
+//! * each player says where the server sees it — its router's public address — and,
+//!   asking a second STUN server, whether its router's mapping is endpoint-independent
+//!   (cone, firewall) or not (port-randomising);
+//! * everyone hears everyone else's tone through the server, and never their own;
+//! * a router whose mappings all change mid-session (new port range, connection tracking
+//!   flushed): the player keeps its seat (same member id in the others' report, one seat,
+//!   a rejoin counted by server and client) and the others hear it again within a bound.
+//!
+//! Printed for the benchmarks: the time from `jam` start to first audio heard
+//! through each kind of router, and the outage a changed mapping costs.
+//!
+//! Needs root for the namespaces; without it each test says why and returns (skips).
+//! Every wait is for something a process prints, with a timeout, except the seconds of
+//! music before the mapping changes, whose presence the WAV then proves.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use common::natlab::{in_ns, LabError, NatLab, RouterKind};
+use common::signal::{goertzel, read_channel0, RATE};
+use common::{address_in, read_json, require, tmp_dir, Proc, BIN};
+
+/// Tone amplitude: four summed stay far from clipping.
+const AMP: f64 = 0.2;
+/// Analysis block: 20 ms (the Hann window's main lobe is ±100 Hz; tones are 600 Hz apart).
+const BLOCK: usize = 960;
+/// Where the level beside a tone is read: past the main lobe, far from the next tone.
+const SIDE_HZ: f64 = 200.0;
+/// A tone is heard in a block at more than −12 dB of what was sent...
+const PRESENT: f64 = AMP / 4.0;
+/// ... and absent when it stands out of its sides by less than −30 dB of it.
+const ABSENT: f64 = AMP / 30.0;
+/// How long any one step may take on a loaded machine.
+const STEP: Duration = Duration::from_secs(15);
+const ROOM: &str = "natlab";
+const ROOM_PORT: u16 = 4464;
+const STUN_PORT: u16 = 3478;
+/// The player in the public namespace, and its tone.
+const ANCHOR: (&str, f64) = ("pub", 350.0);
+
+/// One lab at a time: players on a 2-core machine are enough load without two rooms.
+static ONE_LAB: Mutex<()> = Mutex::new(());
+
+fn one_lab() -> MutexGuard<'static, ()> {
+    ONE_LAB.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The lab, or `None` (with the reason printed) where namespaces cannot be made.
+fn lab_or_skip(kinds: &[RouterKind]) -> Option<NatLab> {
+    require("nft", "nftables");
+    require("conntrack", "conntrack");
+    match NatLab::build(kinds) {
+        Ok(lab) => Some(lab),
+        Err(LabError::NotAllowed(why)) => {
+            eprintln!(
+                "SKIPPED: this process cannot create network namespaces ({why}); the NAT lab needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN)"
+            );
+            None
+        }
+        Err(LabError::Failed(why)) => panic!("building the NAT lab failed: {why}"),
+    }
+}
+
+fn tone_of(kind: RouterKind) -> f64 {
+    match kind {
+        RouterKind::Cone => 950.0,
+        RouterKind::Symmetric => 1550.0,
+        RouterKind::Firewall => 2150.0,
+    }
+}
+
+/// A mono 16-bit WAV of a sine at `hz` and [`AMP`], `seconds` long.
+fn write_tone(path: &Path, hz: f64, seconds: f64) {
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: RATE as u32,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(path, spec).expect("create wav");
+    for n in 0..(seconds * RATE) as usize {
+        let v = AMP * (2.0 * std::f64::consts::PI * hz * n as f64 / RATE).sin();
+        w.write_sample((v * 32767.0).round() as i16).expect("write wav");
+    }
+    w.finalize().expect("finalize wav");
+}
+
+/// The amplitude of the sine at `hz` in `block` (Hann window; a sine of amplitude A reads A).
+fn tone_amp(block: &[f64], hz: f64) -> f64 {
+    let n = block.len();
+    let w = |i: usize| 0.5 - 0.5 * (2.0 * std::f64::consts::PI * i as f64 / (n - 1) as f64).cos();
+    let windowed: Vec<f64> = block.iter().enumerate().map(|(i, v)| v * w(i)).collect();
+    let sum_w: f64 = (0..n).map(w).sum();
+    2.0 * goertzel(&windowed, hz).max(0.0).sqrt() / sum_w
+}
+
+/// Per 20 ms block of a WAV: (level of `hz`, level beside it).
+fn levels(path: &Path, hz: f64) -> Vec<(f64, f64)> {
+    read_channel0(path)
+        .chunks_exact(BLOCK)
+        .map(|b| {
+            (
+                tone_amp(b, hz),
+                tone_amp(b, hz - SIDE_HZ).max(tone_amp(b, hz + SIDE_HZ)),
+            )
+        })
+        .collect()
+}
+
+fn block_s(blocks: usize) -> f64 {
+    (blocks * BLOCK) as f64 / RATE
+}
+
+/// Both servers in the public namespace: the rooms server, and another one that only
+/// answers STUN for the players' `--stun` (a rooms server nobody joins).
+struct Servers {
+    room: Proc,
+    _stun: Proc,
+    json: PathBuf,
+}
+
+impl Servers {
+    fn start(lab: &NatLab, dir: &Path) -> Self {
+        let json = dir.join("server.json");
+        let start = |addr: String, json: &Path| {
+            let p = Proc::spawn_lines(
+                lab.command(&lab.public, BIN)
+                    .args(["server", "--listen", &addr, "--stats-json"])
+                    .arg(json)
+                    .stdout(Stdio::null()),
+                "netjam server",
+            );
+            let said = address_in(&p.next_line(STEP));
+            assert_eq!(said.to_string(), addr);
+            p
+        };
+        let room = start(format!("{}:{ROOM_PORT}", lab.server_ip), &json);
+        let stun = start(format!("{}:{STUN_PORT}", lab.stun_ip), &dir.join("stun.json"));
+        Self {
+            room,
+            _stun: stun,
+            json,
+        }
+    }
+
+    /// Interrupts the rooms server and returns its report.
+    fn stop(mut self) -> serde_json::Value {
+        assert!(
+            self.room.running(),
+            "the server died: {:?}",
+            self.room.drain_lines()
+        );
+        self.room.interrupt();
+        let (status, said) = self.room.finish(STEP);
+        assert!(status.success(), "the server failed: {said:?}");
+        read_json(&self.json)
+    }
+}
+
+/// A `netjam jam --server` player inside a namespace, its stderr read line by line with
+/// the instant each line arrived (the test reads several players' lines in turn).
+struct Player {
+    name: String,
+    proc: Proc,
+    lines: mpsc::Receiver<(Instant, String)>,
+    output: PathBuf,
+    json: PathBuf,
+    said: Vec<String>,
+    spawned: Instant,
+    seated: Option<Instant>,
+}
+
+impl Player {
+    fn start(lab: &NatLab, ns: &str, name: &str, input: &Path, dir: &Path, seconds: f64, stun: bool) -> Self {
+        let output = dir.join(format!("{name}.heard.wav"));
+        let json = dir.join(format!("{name}.json"));
+        let mut cmd = lab.command(ns, BIN);
+        cmd.args(["jam", "--server", &format!("{}:{ROOM_PORT}", lab.server_ip)])
+            .args(["--room", ROOM, "--name", name, "--input"])
+            .arg(input)
+            .args(["--duration", &seconds.to_string(), "--output"])
+            .arg(&output)
+            .arg("--stats-json")
+            .arg(&json)
+            .env("NETJAM_NO_REALTIME", "1")
+            .stdout(Stdio::null());
+        if stun {
+            cmd.args(["--stun", &format!("{}:{STUN_PORT}", lab.stun_ip)]);
+        }
+        let spawned = Instant::now();
+        let mut proc = Proc::spawn(cmd.stderr(Stdio::piped()), "netjam jam");
+        let stderr = proc.child.stderr.take().expect("stderr");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send((Instant::now(), line));
+            }
+        });
+        Self {
+            name: name.to_string(),
+            proc,
+            lines,
+            output,
+            json,
+            said: Vec::new(),
+            spawned,
+            seated: None,
+        }
+    }
+
+    /// Reads its lines until one satisfies `want`, within [`STEP`].
+    fn wait_line(&mut self, what: &str, want: impl Fn(&str) -> bool) -> String {
+        self.wait_stamped(what, want).1
+    }
+
+    /// [`Player::wait_line`], with when the line arrived.
+    fn wait_stamped(&mut self, what: &str, want: impl Fn(&str) -> bool) -> (Instant, String) {
+        let deadline = Instant::now() + STEP;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left.min(Duration::from_millis(200))) {
+                Ok((at, line)) => {
+                    self.said.push(line.clone());
+                    if want(&line) {
+                        return (at, line);
+                    }
+                }
+                Err(_) => {
+                    let exited = !self.proc.running();
+                    if exited || left.is_zero() {
+                        self.said.extend(self.lines.try_iter().map(|l| l.1));
+                        panic!(
+                            "{}: no {what} within {STEP:?}{}; it said: {:#?}",
+                            self.name,
+                            if exited { " (it exited)" } else { "" },
+                            self.said
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The address it says the rooms server sees it at (printed before it is seated).
+    fn server_sees(&mut self) -> SocketAddr {
+        address_in(&self.wait_line("reflexive address", |l| {
+            l.starts_with("netjam: the server sees you at")
+        }))
+    }
+
+    fn wait_seated(&mut self) {
+        let (at, _) = self.wait_stamped("seat", |l| l.starts_with("netjam: in room"));
+        self.seated = Some(at);
+    }
+
+    /// Waits for it to end on its own; its report.
+    fn finish(&mut self) -> serde_json::Value {
+        let status = self.proc.wait_for(STEP + Duration::from_secs(15));
+        // The reader thread ends with the pipe.
+        while let Ok((_, l)) = self.lines.recv_timeout(Duration::from_secs(2)) {
+            self.said.push(l);
+        }
+        assert!(status.success(), "{} failed: {:#?}", self.name, self.said);
+        read_json(&self.json)
+    }
+
+    /// Where `at` falls in its output WAV, in blocks (the audio starts when it is seated).
+    fn block_at(&self, at: Instant) -> usize {
+        let seated = self.seated.expect("seated");
+        (at.saturating_duration_since(seated).as_secs_f64() * RATE) as usize / BLOCK
+    }
+}
+
+/// `name`'s entries in a player's report (`heard`).
+fn heard_entries<'a>(report: &'a serde_json::Value, name: &str) -> Vec<&'a serde_json::Value> {
+    report["heard"]
+        .as_array()
+        .map(|a| a.iter().filter(|m| m["name"] == name).collect())
+        .unwrap_or_default()
+}
+
+/// What coturn's STUN client says the rooms server sees, run inside `ns`.
+fn turnutils_mapped(lab: &NatLab, ns: &str) -> SocketAddr {
+    let out = in_ns(
+        ns,
+        "turnutils_stunclient",
+        &["-p", &ROOM_PORT.to_string(), &lab.server_ip.to_string()],
+    )
+    .unwrap_or_else(|e| panic!("turnutils_stunclient: {e}"));
+    // "UDP reflexive addr: 10.99.0.10:40123"
+    out.lines()
+        .find(|l| l.contains("reflexive addr"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|a| a.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no reflexive address in turnutils_stunclient's output: {out}"))
+}
+
+#[test]
+fn players_behind_three_kinds_of_router_share_a_room() {
+    let _one = one_lab();
+    require("turnutils_stunclient", "coturn");
+    let kinds = [RouterKind::Cone, RouterKind::Symmetric, RouterKind::Firewall];
+    let Some(lab) = lab_or_skip(&kinds) else { return };
+    let dir = tmp_dir("nat-rooms-three");
+    let servers = Servers::start(&lab, &dir);
+
+    // A STUN client nobody here wrote, behind each router, asks the rooms server's port.
+    for home in &lab.homes {
+        let mapped = turnutils_mapped(&lab, &home.ns);
+        assert_eq!(
+            mapped.ip(),
+            home.public_ip(),
+            "turnutils_stunclient behind the {} router",
+            home.kind.label()
+        );
+    }
+
+    let anchor_in = dir.join("pub.wav");
+    write_tone(&anchor_in, ANCHOR.1, 20.0);
+    let mut anchor = Player::start(&lab, &lab.public, ANCHOR.0, &anchor_in, &dir, 9.0, false);
+    anchor.wait_seated();
+    let mut players: Vec<Player> = lab
+        .homes
+        .iter()
+        .map(|h| {
+            let input = dir.join(format!("{}.wav", h.kind.label()));
+            write_tone(&input, tone_of(h.kind), 20.0);
+            Player::start(&lab, &h.ns, h.kind.label(), &input, &dir, 6.0, true)
+        })
+        .collect();
+    for (p, home) in players.iter_mut().zip(&lab.homes) {
+        let seen = p.server_sees();
+        assert_eq!(
+            seen.ip(),
+            home.public_ip(),
+            "{}: the server sees it at {seen}",
+            p.name
+        );
+        let line = p.wait_line("the STUN server's view", |l| {
+            l.starts_with("netjam: the STUN server")
+        });
+        let same = line.contains(" too: ");
+        let differs = line.contains("not where the rooms server does");
+        match home.kind {
+            RouterKind::Cone | RouterKind::Firewall => assert!(same, "{}: {line}", p.name),
+            RouterKind::Symmetric => assert!(differs, "{}: {line}", p.name),
+        }
+        p.wait_seated();
+    }
+    let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
+    let anchor_report = anchor.finish();
+    let server = servers.stop();
+
+    // The reports carry the reflexive address too.
+    for ((p, r), home) in players.iter().zip(&reports).zip(&lab.homes) {
+        let sees: SocketAddr = r["reflexive"]["server_sees"]
+            .as_str()
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("{}: no reflexive address in {}", p.name, r["reflexive"]));
+        assert_eq!(sees.ip(), home.public_ip());
+    }
+    let st = &server["server"];
+    assert!(
+        st["stun_answered"].as_u64().unwrap_or_default() >= 6,
+        "three turnutils and three players asked: {st}"
+    );
+
+    // Everyone hears everyone else, never themselves.
+    let everyone: Vec<(&str, f64)> = std::iter::once(ANCHOR)
+        .chain(lab.homes.iter().map(|h| (h.kind.label(), tone_of(h.kind))))
+        .collect();
+    let outputs: Vec<(&Player, &serde_json::Value)> = std::iter::once((&anchor, &anchor_report))
+        .chain(players.iter().zip(&reports))
+        .collect();
+    for (who, _) in &outputs {
+        for &(name, hz) in &everyone {
+            let l = levels(&who.output, hz);
+            if name == who.name {
+                let loudest = l.iter().fold(0.0f64, |m, b| m.max(b.0 - b.1));
+                assert!(
+                    loudest < ABSENT,
+                    "{} heard itself ({hz} Hz at {loudest:.4})",
+                    who.name
+                );
+            } else {
+                let s = block_s(l.iter().filter(|b| b.0 > PRESENT).count());
+                assert!(s >= 3.5, "{} heard {name} ({hz} Hz) for only {s:.2} s", who.name);
+            }
+        }
+    }
+
+    // Time from `jam` start to the first audio heard: the player in the public namespace
+    // was playing before each of them started.
+    for (p, home) in players.iter().zip(&lab.homes) {
+        // 10 ms blocks (a ±200 Hz main lobe, 600 Hz from the next tone) for a finer onset.
+        let x = read_channel0(&p.output);
+        let first = x
+            .chunks_exact(BLOCK / 2)
+            .position(|b| tone_amp(b, ANCHOR.1) > PRESENT)
+            .expect("heard the anchor");
+        let seat = p.seated.expect("seated").duration_since(p.spawned).as_secs_f64();
+        let total = seat + block_s(first) / 2.0;
+        eprintln!(
+            "through the {} router: seated {:.0} ms after `jam` started, first audio heard {:.0} ms after (its output's first 10 ms block with the tone)",
+            home.kind.label(),
+            seat * 1e3,
+            total * 1e3
+        );
+        assert!(total < 5.0, "{}: first audio after {total:.2} s", p.name);
+    }
+    // The firewall does drop what the home did not ask for.
+    let fw = lab
+        .homes
+        .iter()
+        .find(|h| h.kind == RouterKind::Firewall)
+        .expect("firewall home");
+    let before = lab.firewall_drops(fw).expect("the firewall's counter");
+    in_ns(
+        &lab.public,
+        "bash",
+        &["-c", &format!("echo unsolicited > /dev/udp/{}/9", fw.ip)],
+    )
+    .expect("send an unsolicited datagram");
+    let after = lab.firewall_drops(fw).expect("the firewall's counter");
+    assert!(
+        after > before,
+        "the firewall let an unsolicited datagram in ({before} -> {after} drops)"
+    );
+}
+
+#[test]
+fn a_mapping_that_changes_keeps_the_seat_and_the_audio_returns() {
+    let _one = one_lab();
+    let Some(lab) = lab_or_skip(&[RouterKind::Cone]) else {
+        return;
+    };
+    let home = lab.homes[0].clone();
+    let dir = tmp_dir("nat-rooms-remap");
+    let servers = Servers::start(&lab, &dir);
+    let (anchor_in, home_in) = (dir.join("pub.wav"), dir.join("cone.wav"));
+    write_tone(&anchor_in, ANCHOR.1, 20.0);
+    write_tone(&home_in, tone_of(home.kind), 20.0);
+    let mut anchor = Player::start(&lab, &lab.public, ANCHOR.0, &anchor_in, &dir, 9.0, false);
+    anchor.wait_seated();
+    let mut player = Player::start(&lab, &home.ns, "cone", &home_in, &dir, 7.0, false);
+    let before = player.server_sees();
+    player.wait_seated();
+    anchor.wait_line("cone in the roster", |l| {
+        l == format!("netjam: room {ROOM}: cone")
+    });
+    // Two seconds of music through the first mapping (the WAV proves they were heard).
+    std::thread::sleep(Duration::from_secs(2));
+    let remapped_at = Instant::now();
+    lab.remap(&home).expect("remap");
+    // The router maps the player's flow to the server anew, from the new port range.
+    let mapped = lab.wait_mapping(&home, lab.server_ip, STEP);
+    assert!(
+        (20_000..=20_999).contains(&mapped),
+        "new mapping port {mapped} (was {before})"
+    );
+    let player_report = player.finish();
+    let anchor_report = anchor.finish();
+    let server = servers.stop();
+
+    // The seat is kept: one entry for the player in the other's report, with its id.
+    let id = player_report["member_id"].as_u64().expect("member id");
+    let entries = heard_entries(&anchor_report, "cone");
+    assert_eq!(entries.len(), 1, "one seat for the player: {entries:?}");
+    assert_eq!(entries[0]["member_id"].as_u64(), Some(id), "the same member id");
+    let client_rejoins = player_report["roster"]["rejoins"].as_u64().unwrap_or_default();
+    let server_rejoins = server["server"]["rejoins"].as_u64().unwrap_or_default();
+    assert!(
+        client_rejoins >= 1 && server_rejoins >= 1,
+        "rejoins: client {client_rejoins}, server {server_rejoins}"
+    );
+    assert_eq!(server["server"]["timeouts"].as_u64(), Some(0), "nobody timed out");
+
+    // What the other player heard around the change.
+    let l = levels(&anchor.output, tone_of(home.kind));
+    let at = anchor.block_at(remapped_at);
+    let present = |b: &(f64, f64)| b.0 > PRESENT;
+    let window = |from: usize, to: usize| &l[from.min(l.len())..to.min(l.len())];
+    // Heard before (the second before the change, allowing for the timing of the seat line).
+    let before_s = block_s(
+        window(at.saturating_sub(50), at.saturating_sub(10))
+            .iter()
+            .filter(|b| present(b))
+            .count(),
+    );
+    assert!(
+        before_s >= 0.6,
+        "heard the player for {before_s:.2} s of the 0.8 s before the change"
+    );
+    // The outage: the longest run without the tone from shortly before the change on.
+    let around = window(at.saturating_sub(10), at + 150);
+    let (mut run, mut longest, mut back_at) = (0usize, 0usize, None);
+    for (i, b) in around.iter().enumerate() {
+        if present(b) {
+            if run > 0 && run >= longest {
+                back_at = Some(i);
+            }
+            run = 0;
+        } else {
+            run += 1;
+            longest = longest.max(run);
+        }
+    }
+    let outage_s = block_s(longest);
+    let after = back_at.map_or(at + 150, |b| at.saturating_sub(10) + b);
+    let after_s = block_s(window(after, after + 100).iter().filter(|b| present(b)).count());
+    let lost = entries[0]["lost"].as_i64().unwrap_or_default();
+    let sent = player_report["stats"]["sent"]["packets"]
+        .as_f64()
+        .unwrap_or_default();
+    let packet_ms = if sent > 0.0 { 7000.0 / sent } else { 0.0 };
+    eprintln!(
+        "mapping changed: the other player lost {lost} packets (about {:.0} ms of audio) and heard a gap of {:.0} ms (to the 20 ms block); seat kept (member {id}, {client_rejoins} rejoin)",
+        lost as f64 * packet_ms,
+        outage_s * 1e3
+    );
+    assert!(outage_s <= 1.5, "the audio took {outage_s:.2} s to come back");
+    assert!(
+        after_s >= 1.6,
+        "after the change the player was heard for only {after_s:.2} s of 2 s"
+    );
+    // And the player hears the other again.
+    let back = levels(&player.output, ANCHOR.1);
+    let player_at = player.block_at(remapped_at);
+    let heard_back = block_s(
+        back[(player_at + 75).min(back.len())..(player_at + 175).min(back.len())]
+            .iter()
+            .filter(|b| present(b))
+            .count(),
+    );
+    assert!(
+        heard_back >= 1.6,
+        "the player heard the other for {heard_back:.2} s of the 2 s after the change"
+    );
+}
