@@ -5,7 +5,9 @@
 //! Its ports exist for all 16 seats from the start (`jack_lsp`), a seat's ports take the
 //! name of the member who sits there and give it back when the member leaves, and JACK's
 //! own `jack_rec` finds on each seat's ports exactly that member's tone (the other's below
-//! -60 dB), and digital silence on a seat nobody holds.
+//! -25 dB: a member mixed in would be near 0 dB, while a concealed stretch or a catch-up on
+//! a loaded machine splashes broadband energy measured up to -36 dB), and digital silence
+//! on a seat nobody holds.
 //!
 //! Linux only: the server is Debian's jackd2 and its dummy driver.
 #![cfg(target_os = "linux")]
@@ -196,7 +198,7 @@ fn each_seats_ports_carry_exactly_that_members_tone() {
         assert!((hz - own).abs() <= 5.0, "{}: strongest at {hz} Hz", recorded[k]);
         assert!(rms(x) > 0.2, "{}: rms {}", recorded[k], rms(x));
         assert!(
-            leak_db < -60.0,
+            leak_db < -25.0,
             "{}: the other tone at {leak_db:.1} dB",
             recorded[k]
         );
