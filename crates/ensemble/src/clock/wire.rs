@@ -52,7 +52,9 @@ pub struct ProbeReply {
 }
 
 fn long(ns: u64) -> Result<Arg<'static>, ProbeError> {
-    i64::try_from(ns).map(Arg::Long).map_err(|_| ProbeError::TimeOutOfRange)
+    i64::try_from(ns)
+        .map(Arg::Long)
+        .map_err(|_| ProbeError::TimeOutOfRange)
 }
 
 fn time_arg(a: Option<Arg<'_>>) -> Option<u64> {
@@ -62,7 +64,11 @@ fn time_arg(a: Option<Arg<'_>>) -> Option<u64> {
     }
 }
 
-fn message<'a>(bytes: &'a [u8], address: &'static str, tags: &'static str) -> Result<Message<'a>, ProbeError> {
+fn message<'a>(
+    bytes: &'a [u8],
+    address: &'static str,
+    tags: &'static str,
+) -> Result<Message<'a>, ProbeError> {
     let Packet::Message(m) = Packet::decode(bytes)? else {
         return Err(ProbeError::WrongAddress(address));
     };
@@ -135,18 +141,29 @@ mod tests {
     #[test]
     fn probes_round_trip_at_their_fixed_lengths() {
         let mut buf = [0u8; 64];
-        let req = ProbeRequest { id: u32::MAX, t1_ns: 123_456_789_012 };
+        let req = ProbeRequest {
+            id: u32::MAX,
+            t1_ns: 123_456_789_012,
+        };
         let n = req.encode(&mut buf).unwrap();
         assert_eq!(n, PING_LEN);
         assert_eq!(ProbeRequest::decode(&buf[..n]).unwrap(), req);
-        let rep = ProbeReply { id: 7, t1_ns: 1, t2_ns: i64::MAX as u64, t3_ns: 0 };
+        let rep = ProbeReply {
+            id: 7,
+            t1_ns: 1,
+            t2_ns: i64::MAX as u64,
+            t3_ns: 0,
+        };
         let n = rep.encode(&mut buf).unwrap();
         assert_eq!(n, PONG_LEN);
         assert_eq!(ProbeReply::decode(&buf[..n]).unwrap(), rep);
         // A ping is not a pong and the other way round.
         let mut ping = [0u8; PING_LEN];
         req.encode(&mut ping).unwrap();
-        assert_eq!(ProbeReply::decode(&ping), Err(ProbeError::WrongAddress(PONG_ADDRESS)));
+        assert_eq!(
+            ProbeReply::decode(&ping),
+            Err(ProbeError::WrongAddress(PONG_ADDRESS))
+        );
         assert_eq!(
             ProbeRequest::decode(&buf[..n]),
             Err(ProbeError::WrongAddress(PING_ADDRESS))
@@ -156,13 +173,34 @@ mod tests {
     #[test]
     fn bad_probes_are_errors_not_panics() {
         let mut buf = [0u8; 64];
-        let too_late = ProbeRequest { id: 1, t1_ns: u64::MAX };
+        let too_late = ProbeRequest {
+            id: 1,
+            t1_ns: u64::MAX,
+        };
         assert_eq!(too_late.encode(&mut buf), Err(ProbeError::TimeOutOfRange));
-        let n = encode_message(&mut buf, PONG_ADDRESS, &[Arg::Int(1), Arg::Long(-5), Arg::Long(1), Arg::Long(1)]).unwrap();
-        assert_eq!(ProbeReply::decode(&buf[..n]), Err(ProbeError::WrongArguments("ihhh")));
+        let n = encode_message(
+            &mut buf,
+            PONG_ADDRESS,
+            &[Arg::Int(1), Arg::Long(-5), Arg::Long(1), Arg::Long(1)],
+        )
+        .unwrap();
+        assert_eq!(
+            ProbeReply::decode(&buf[..n]),
+            Err(ProbeError::WrongArguments("ihhh"))
+        );
         let n = encode_message(&mut buf, PING_ADDRESS, &[Arg::Float(1.0), Arg::Long(1)]).unwrap();
-        assert_eq!(ProbeRequest::decode(&buf[..n]), Err(ProbeError::WrongArguments("ih")));
-        let n = ProbeReply { id: 1, t1_ns: 2, t2_ns: 3, t3_ns: 4 }.encode(&mut buf).unwrap();
+        assert_eq!(
+            ProbeRequest::decode(&buf[..n]),
+            Err(ProbeError::WrongArguments("ih"))
+        );
+        let n = ProbeReply {
+            id: 1,
+            t1_ns: 2,
+            t2_ns: 3,
+            t3_ns: 4,
+        }
+        .encode(&mut buf)
+        .unwrap();
         for cut in 0..n {
             assert!(ProbeReply::decode(&buf[..cut]).is_err(), "cut at {cut}");
         }
