@@ -1,0 +1,73 @@
+//! Zero heap allocations on the audio thread's side of the ensemble clock, proven with the
+//! counting allocator: reading the shared segment and mapping local to ensemble time,
+//! while the clock keeps publishing; and none per exchange in the client once built.
+
+use netjam_ensemble::clock::{clock_share, ClockClient, ClockConfig, ClockSegment, ClockServer};
+
+alloc_count::install!();
+
+#[test]
+fn reading_ensemble_time_does_not_allocate() {
+    let (mut publisher, reader) = clock_share();
+    publisher.publish(ClockSegment {
+        local_origin_ns: 1_000,
+        ensemble_origin_ns: 5_000_000_000,
+        rate: -150e-6,
+    });
+    let audio = std::thread::spawn(move || {
+        let before = alloc_count::allocations();
+        alloc_count::prove_counting();
+        let mut last = 0u64;
+        let mut read = 0u64;
+        for k in 0..200_000u64 {
+            // Stand-in for one audio period's local time.
+            if let Some(e) = reader.ensemble_ns(1_000 + k * 1_333_333) {
+                assert!(e >= last, "ensemble time went back");
+                last = e;
+                read += 1;
+            }
+        }
+        (alloc_count::allocations() - before - 1, read)
+    });
+    for k in 0..2_000u64 {
+        publisher.publish(ClockSegment {
+            local_origin_ns: 1_000,
+            ensemble_origin_ns: 5_000_000_000,
+            rate: -150e-6 + k as f64 * 1e-9,
+        });
+    }
+    let (allocs, read) = audio.join().expect("audio thread");
+    assert_eq!(allocs, 0, "the audio thread allocated");
+    assert!(read > 0);
+}
+
+#[test]
+fn the_client_does_not_allocate_per_exchange() {
+    let mut client = ClockClient::new(ClockConfig::default());
+    let mut server = ClockServer::new();
+    let mut buf = [0u8; 64];
+    let ms = 1_000_000u64;
+    let mut measured = None;
+    for k in 0..3_000u64 {
+        let now = k * 100 * ms;
+        if k == 1_000 {
+            // The window (512 exchanges) is full by now.
+            measured = Some(alloc_count::allocations());
+            alloc_count::prove_counting();
+        }
+        let req = client.poll_transmit(now).expect("a probe every interval");
+        let n = req.encode(&mut buf).expect("encode");
+        let req = netjam_ensemble::clock::ProbeRequest::decode(&buf[..n]).expect("decode");
+        let rep = server.answer(7_000 * ms + now + 19 * ms + (k % 7) * ms, &req);
+        let n = rep.encode(&mut buf).expect("encode");
+        let rep = netjam_ensemble::clock::ProbeReply::decode(&buf[..n]).expect("decode");
+        assert!(client.handle_reply(now + 38 * ms + (k % 5) * ms, &rep));
+        assert_eq!(client.ensemble_time(now + 40 * ms).is_some(), k >= 4);
+    }
+    let before = measured.expect("measured");
+    assert_eq!(
+        alloc_count::allocations() - before - 1,
+        0,
+        "the client allocated per exchange"
+    );
+}
