@@ -187,7 +187,17 @@ fn each_seats_ports_carry_exactly_that_members_tone() {
         .enumerate()
     {
         let w = hann(x);
-        let (p_own, p_other) = (goertzel(&w, own), goertzel(&w, other));
+        // The dummy driver's periods come from sleeps, so on a busy machine its sample clock
+        // runs up to about 1 % off the players' real-time clocks; playout follows each
+        // member's clock by resampling, so in JACK's samples a tone sits up to 1 % off its
+        // pitch (measured: 445 Hz for 440, 1010 for 1000). It is looked for within 1.5 %.
+        let near = |hz: f64| {
+            let span = (hz * 0.015).ceil() as i32;
+            (-span..=span)
+                .map(|d| goertzel(&w, hz + f64::from(d)))
+                .fold(0.0, f64::max)
+        };
+        let (p_own, p_other) = (near(own), near(other));
         let leak_db = 10.0 * (p_other / p_own).log10();
         let hz = dominant_hz(x);
         println!(
@@ -195,7 +205,11 @@ fn each_seats_ports_carry_exactly_that_members_tone() {
             recorded[k],
             rms(x)
         );
-        assert!((hz - own).abs() <= 5.0, "{}: strongest at {hz} Hz", recorded[k]);
+        assert!(
+            (hz - own).abs() <= own * 0.015 + 5.0,
+            "{}: strongest at {hz} Hz",
+            recorded[k]
+        );
         assert!(rms(x) > 0.2, "{}: rms {}", recorded[k], rms(x));
         assert!(
             leak_db < -25.0,
