@@ -187,10 +187,10 @@ fn each_seats_ports_carry_exactly_that_members_tone() {
         .enumerate()
     {
         let w = hann(x);
-        // The dummy driver's periods come from sleeps, so on a busy machine its sample clock
-        // runs up to about 1 % off the players' real-time clocks; playout follows each
-        // member's clock by resampling, so in JACK's samples a tone sits up to 1 % off its
-        // pitch (measured: 445 Hz for 440, 1010 for 1000). It is looked for within 1.5 %.
+        // In JACK's samples a member's tone was measured up to 1 % off its pitch (445 Hz for
+        // 440, 1010 for 1000): playout follows each member's clock by resampling, and the
+        // dummy driver's sleep-paced sample clock is the likely other side of that ratio on a
+        // busy machine. It is looked for within 1.5 %.
         let near = |hz: f64| {
             let span = (hz * 0.015).ceil() as i32;
             (-span..=span)
