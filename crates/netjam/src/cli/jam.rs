@@ -40,21 +40,24 @@ use card::CardMonitor;
 #[command(mut_group("source", |g| g.required(false)))]
 pub struct JamArgs {
     /// The other player (or a `netjam reflect`): HOST:PORT.
-    #[arg(long, required_unless_present = "server", conflicts_with = "server")]
+    #[arg(long, required_unless_present = "room", conflicts_with_all = ["room", "server"])]
     pub peer: Option<String>,
-    /// Play in a room instead: the rooms server (`netjam server`) as HOST or HOST:PORT
-    /// (port 4464 unless given). Needs --room and --name.
-    #[arg(long, value_name = "HOST[:PORT]", requires_all = ["room", "name"])]
+    /// The rooms server (`netjam server`) as HOST or HOST:PORT (port 4464 unless given);
+    /// default: `server` in the settings file (see `--room`).
+    #[arg(long, value_name = "HOST[:PORT]", requires = "room")]
     pub server: Option<String>,
-    /// The room to join on --server (created by its first player).
-    #[arg(long, value_name = "NAME", requires = "server")]
+    /// Play in a room instead: join room NAME on the rooms server (its first player
+    /// creates it). --server and --name default to `server = "HOST"` and `name = "YOU"` in
+    /// the settings file ($NETJAM_CONFIG, else netjam/config.toml in your configuration
+    /// directory, e.g. ~/.config/netjam/config.toml).
+    #[arg(long, value_name = "NAME")]
     pub room: Option<String>,
     /// The room's password (set by whoever opens the room; never sent, only proven).
-    #[arg(long, value_name = "TEXT", requires = "server")]
+    #[arg(long, value_name = "TEXT", requires = "room")]
     pub password: Option<String>,
     /// In a room: hear your own signal through netjam too (off by default: you hear
     /// yourself through your interface's direct monitoring).
-    #[arg(long, requires = "server")]
+    #[arg(long, requires = "room")]
     pub monitor: bool,
     /// In a room: record the session as a multitrack into DIR (created if missing; must
     /// not hold an earlier recording): `NN-name.wav` per member heard (as its receiver
@@ -63,19 +66,19 @@ pub struct JamArgs {
     /// frames played: frame n of every file is the same instant. A member who joins late
     /// starts with silence, one who leaves goes on as silence, so every file has the same
     /// length. OSC `/record 0|1` pauses and resumes (a pause is silence in every file).
-    #[arg(long, value_name = "DIR", requires = "server")]
+    #[arg(long, value_name = "DIR", requires = "room")]
     pub record: Option<PathBuf>,
     /// In a room with --jack: one set of output ports per member, so a DAW records each
     /// player on a track of its own: `NAME:from_<seat>_<channel>` for the 16 control seats
     /// (`/memberN`), renamed `NAME:from_<member>_<channel>` while a member sits there where
     /// libjack can rename ports. Each carries the member as heard, before your gain, pan
     /// and mute; empty seats are silent.
-    #[arg(long, requires_all = ["server", "jack"])]
+    #[arg(long, requires_all = ["room", "jack"])]
     pub member_ports: bool,
     /// In a room: also ask this STUN server (HOST[:PORT], port 3478 unless given) where it
     /// sees you, and say whether your router shows the same public port to it as to the
     /// rooms server (endpoint-independent mapping) or another one (port-randomising NAT).
-    #[arg(long, value_name = "HOST[:PORT]", requires = "server")]
+    #[arg(long, value_name = "HOST[:PORT]", requires = "room")]
     pub stun: Option<String>,
     /// Local address to send from and listen on (default: port 4464 with --peer, where the
     /// other player sends; any free port with --server).
@@ -320,6 +323,9 @@ fn jam_line(s: &Snapshot<JamStats>) -> String {
 }
 
 pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
+    if a.room.is_some() {
+        fill_room_defaults(&mut a)?;
+    }
     check_outputs([
         (a.output.as_deref(), "--output"),
         (a.stats_json.as_deref(), "--stats-json"),
@@ -462,6 +468,28 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
                 stages,
             },
         )?;
+    }
+    Ok(())
+}
+
+/// A room needs a server and a name: from the flags, else from the settings file.
+fn fill_room_defaults(a: &mut JamArgs) -> anyhow::Result<()> {
+    if a.server.is_some() && a.wire.name.is_some() {
+        return Ok(());
+    }
+    let (config, path) = crate::config::load()?;
+    let file = path.map_or_else(|| "a settings file".to_string(), |p| p.display().to_string());
+    if a.server.is_none() {
+        a.server = config.server;
+    }
+    if a.wire.name.is_none() {
+        a.wire.name = config.name;
+    }
+    if a.server.is_none() {
+        bail!("--room needs a rooms server: give --server HOST[:PORT], or put server = \"HOST\" in {file}");
+    }
+    if a.wire.name.is_none() {
+        bail!("--room needs your name as the others will see it: give --name YOU, or put name = \"YOU\" in {file}");
     }
     Ok(())
 }

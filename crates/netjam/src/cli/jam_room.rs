@@ -322,10 +322,10 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let server_text = a.server.clone().unwrap_or_default();
     let server = resolve_server(&server_text)?;
     let Some(room) = a.room.clone() else {
-        bail!("--server needs --room NAME: the room to join (its first player creates it)");
+        bail!("a room needs --room NAME: the room to join (its first player creates it)");
     };
     let Some(name) = a.wire.name.clone() else {
-        bail!("--server needs --name YOU: the name the others see");
+        bail!("a room needs --name YOU: the name the others see");
     };
     if a.gain != 0.0 || a.mute {
         bail!("--gain and --mute set the other player in a two-player jam; in a room set each member over OSC (--osc PORT, /memberN/gain)");
