@@ -454,11 +454,9 @@ fn forward(
                 shell.truncated += 1;
                 continue;
             }
-            let verdict = core.handle_datagram(d.at_ns, d.from, d.bytes);
-            if let Verdict::Drop(why) = verdict {
-                tracing::trace!("dropped {} bytes from {}: {why:?}", d.bytes.len(), d.from);
-            }
-            if let Verdict::Forward(dests) = verdict {
+            // Drops are counted by the core, per member and per cause; nothing is logged per
+            // packet (a flood must not turn into a flood of log lines).
+            if let Verdict::Forward(dests) = core.handle_datagram(d.at_ns, d.from, d.bytes) {
                 if dests.is_empty() {
                     continue;
                 }

@@ -32,7 +32,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::natlab::{in_ns, LabError, NatLab, RouterKind};
-use common::signal::{goertzel, read_channel0, RATE};
+use common::signal::{read_channel0, tone_amp, write_tone, RATE};
 use common::{address_in, read_json, require, tmp_dir, Proc, BIN};
 
 /// Tone amplitude: four summed stay far from clipping.
@@ -82,31 +82,6 @@ fn tone_of(kind: RouterKind) -> f64 {
         RouterKind::Symmetric => 1550.0,
         RouterKind::Firewall => 2150.0,
     }
-}
-
-/// A mono 16-bit WAV of a sine at `hz` and [`AMP`], `seconds` long.
-fn write_tone(path: &Path, hz: f64, seconds: f64) {
-    let spec = hound::WavSpec {
-        channels: 1,
-        sample_rate: RATE as u32,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut w = hound::WavWriter::create(path, spec).expect("create wav");
-    for n in 0..(seconds * RATE) as usize {
-        let v = AMP * (2.0 * std::f64::consts::PI * hz * n as f64 / RATE).sin();
-        w.write_sample((v * 32767.0).round() as i16).expect("write wav");
-    }
-    w.finalize().expect("finalize wav");
-}
-
-/// The amplitude of the sine at `hz` in `block` (Hann window; a sine of amplitude A reads A).
-fn tone_amp(block: &[f64], hz: f64) -> f64 {
-    let n = block.len();
-    let w = |i: usize| 0.5 - 0.5 * (2.0 * std::f64::consts::PI * i as f64 / (n - 1) as f64).cos();
-    let windowed: Vec<f64> = block.iter().enumerate().map(|(i, v)| v * w(i)).collect();
-    let sum_w: f64 = (0..n).map(w).sum();
-    2.0 * goertzel(&windowed, hz).max(0.0).sqrt() / sum_w
 }
 
 /// Per 20 ms block of a WAV: (level of `hz`, level beside it).
@@ -331,7 +306,7 @@ fn players_behind_three_kinds_of_router_share_a_room() {
     }
 
     let anchor_in = dir.join("pub.wav");
-    write_tone(&anchor_in, ANCHOR.1, 20.0);
+    write_tone(&anchor_in, ANCHOR.1, AMP, 20.0);
     let mut anchor = Player::start(&lab, &lab.public, ANCHOR.0, &anchor_in, &dir, 9.0, false);
     anchor.wait_seated();
     let mut players: Vec<Player> = lab
@@ -339,7 +314,7 @@ fn players_behind_three_kinds_of_router_share_a_room() {
         .iter()
         .map(|h| {
             let input = dir.join(format!("{}.wav", h.kind.label()));
-            write_tone(&input, tone_of(h.kind), 20.0);
+            write_tone(&input, tone_of(h.kind), AMP, 20.0);
             Player::start(&lab, &h.ns, h.kind.label(), &input, &dir, 6.0, true)
         })
         .collect();
@@ -453,8 +428,8 @@ fn a_mapping_that_changes_keeps_the_seat_and_the_audio_returns() {
     let dir = tmp_dir("nat-rooms-remap");
     let servers = Servers::start(&lab, &dir);
     let (anchor_in, home_in) = (dir.join("pub.wav"), dir.join("cone.wav"));
-    write_tone(&anchor_in, ANCHOR.1, 20.0);
-    write_tone(&home_in, tone_of(home.kind), 20.0);
+    write_tone(&anchor_in, ANCHOR.1, AMP, 20.0);
+    write_tone(&home_in, tone_of(home.kind), AMP, 20.0);
     let mut anchor = Player::start(&lab, &lab.public, ANCHOR.0, &anchor_in, &dir, 9.0, false);
     anchor.wait_seated();
     let mut player = Player::start(&lab, &home.ns, "cone", &home_in, &dir, 7.0, false);

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use common::signal::{goertzel, read_channel0, RATE};
+use common::signal::{read_channel0, tone_amp, write_tone, RATE};
 use common::{address_in, read_json, Proc, BIN};
 use netjam_engine::room::msg::MAX_CONTROL_LEN;
 use netjam_engine::room::{ClientConfig, RoomClient, RoomEvent, RosterKind};
@@ -73,31 +73,6 @@ fn names_except(i: usize) -> Vec<&'static str> {
 }
 
 // ---- audio ---------------------------------------------------------------------------
-
-/// A mono 16-bit WAV of a sine at `hz` and [`AMP`], `seconds` long.
-fn write_tone(path: &Path, hz: f64, seconds: f64) {
-    let spec = hound::WavSpec {
-        channels: 1,
-        sample_rate: RATE as u32,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut w = hound::WavWriter::create(path, spec).expect("create wav");
-    for n in 0..(seconds * RATE) as usize {
-        let v = AMP * (2.0 * std::f64::consts::PI * hz * n as f64 / RATE).sin();
-        w.write_sample((v * 32767.0).round() as i16).expect("write wav");
-    }
-    w.finalize().expect("finalize wav");
-}
-
-/// The amplitude of the sine at `hz` in `block` (a full-scale sine of amplitude A reads A).
-fn tone_amp(block: &[f64], hz: f64) -> f64 {
-    let n = block.len();
-    let w = |i: usize| 0.5 - 0.5 * (2.0 * std::f64::consts::PI * i as f64 / (n - 1) as f64).cos();
-    let windowed: Vec<f64> = block.iter().enumerate().map(|(i, v)| v * w(i)).collect();
-    let sum_w: f64 = (0..n).map(w).sum();
-    2.0 * goertzel(&windowed, hz).max(0.0).sqrt() / sum_w
-}
 
 /// What one player heard: per 200 ms block, the level of each tone of interest and the
 /// level beside it (the louder of ±[`SIDE_HZ`]), which tells a tone from the broadband
@@ -423,7 +398,7 @@ fn tones(dir: &Path) -> Vec<PathBuf> {
         .iter()
         .map(|&(name, hz)| {
             let p = dir.join(format!("{name}.wav"));
-            write_tone(&p, hz, 20.0);
+            write_tone(&p, hz, AMP, 20.0);
             p
         })
         .collect()
@@ -950,7 +925,7 @@ fn a_wrong_password_is_refused_within_seconds() {
     let dir = common::tmp_dir("room-password");
     let server = RoomServer::start(&dir);
     let input = dir.join("tone.wav");
-    write_tone(&input, PLAYERS[0].1, 10.0);
+    write_tone(&input, PLAYERS[0].1, AMP, 10.0);
     let args = PlayerArgs {
         server: server.addr,
         room: "band",

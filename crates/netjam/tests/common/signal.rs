@@ -89,3 +89,30 @@ pub fn quietest(rms: &[f64]) -> (f64, usize) {
         .map(|(i, &r)| (r, i))
         .fold((f64::INFINITY, 0), |m, w| if w.0 < m.0 { w } else { m })
 }
+
+/// Writes a mono 16-bit WAV of a sine at `hz` and amplitude `amp` (0..1), `seconds` long, at
+/// [`RATE`].
+pub fn write_tone(path: &Path, hz: f64, amp: f64, seconds: f64) {
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: RATE as u32,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(path, spec).expect("create wav");
+    for n in 0..(seconds * RATE) as usize {
+        let v = amp * (2.0 * std::f64::consts::PI * hz * n as f64 / RATE).sin();
+        w.write_sample((v * 32767.0).round() as i16).expect("write wav");
+    }
+    w.finalize().expect("finalize wav");
+}
+
+/// The amplitude of the sine at `hz` in `block`, through a Hann window (a sine of
+/// amplitude A reads A).
+pub fn tone_amp(block: &[f64], hz: f64) -> f64 {
+    let n = block.len();
+    let w = |i: usize| 0.5 - 0.5 * (2.0 * std::f64::consts::PI * i as f64 / (n - 1) as f64).cos();
+    let windowed: Vec<f64> = block.iter().enumerate().map(|(i, v)| v * w(i)).collect();
+    let sum_w: f64 = (0..n).map(w).sum();
+    2.0 * goertzel(&windowed, hz).max(0.0).sqrt() / sum_w
+}
