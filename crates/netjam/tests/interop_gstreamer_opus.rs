@@ -246,8 +246,10 @@ fn gstreamer_to_netjam(tag: &str, enc: GstEncoding, format_args: &[&str]) {
     let d = &s["decoder"];
     let n = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
     let context = format!("recv said {recv_said:?}\nstats {s}");
+    let pdv_p99_ms = n(&s["jitter_buffer"]["pdv_p99_ms"]);
     eprintln!(
-        "{tag}: decoder {d}; received {}; jitter buffer skipped {} and inserted {} frames",
+        "{tag}: decoder {d}; received {}; jitter buffer skipped {} and inserted {} frames; \
+         arrival variation p99 {pdv_p99_ms} ms",
         s["received"], s["jitter_buffer"]["skipped_frames"], s["jitter_buffer"]["inserted_frames"]
     );
     assert_eq!(s["format"]["codec"], "opus", "{context}");
@@ -268,10 +270,15 @@ fn gstreamer_to_netjam(tag: &str, enc: GstEncoding, format_args: &[&str]) {
     );
     // Nothing was lost on loopback. GStreamer's first two packets overlap by the encoder's
     // look-ahead (it shifts every timestamp after the first back by it), so one packet may
-    // be late and one gap concealed, no more.
-    assert!(n(&d["late_packets"]) <= 1.0, "late packets; {context}");
+    // be late and one gap concealed, no more -- unless GStreamer itself stalled (it is no
+    // realtime sender: on a busy machine its pipeline can pause for tens of milliseconds and
+    // then burst). The receiver measures that as arrival variation; a stall reaching a third
+    // of the 30 ms buffer may cost up to three more packets, and each must be counted.
+    let sender_stalled = pdv_p99_ms > 10.0;
+    let late_allowed = if sender_stalled { 4.0 } else { 1.0 };
+    assert!(n(&d["late_packets"]) <= late_allowed, "late packets; {context}");
     assert!(
-        n(&d["concealed_frames"]) <= packet_frames,
+        n(&d["concealed_frames"]) <= late_allowed * packet_frames,
         "the decoder concealed {} frames of a loss-free stream; {context}",
         d["concealed_frames"]
     );
