@@ -12,8 +12,9 @@
 //! A *delay peak* — a packet far later than the recent jitter (a stalled route, a Wi-Fi
 //! retry storm), and the burst of packets that drains right behind it — is kept out of the
 //! histograms and remembered as an event instead. How peaks count is the
-//! [`LatencyPolicy`]: `Tight` covers a peak only when peaks recur and forgets them within
-//! seconds, so one stall costs a dropout but no lasting latency; `Safe` covers every peak
+//! [`LatencyPolicy`]: `Tight` covers a peak only when peaks recur and forgets them a
+//! quarter second after the last one, so one stall costs a dropout but no lasting latency
+//! and a burst of jitter costs its latency back within a second of its end; `Safe` covers every peak
 //! up to [`SAFE_PEAK_MAX_NS`] for ten seconds and gives latency back slowly.
 //!
 //! Realtime: fixed-size arrays only; no allocation after construction.
@@ -35,7 +36,11 @@ const PEAKS: usize = 16;
 const PEAK_WARMUP: u64 = 50;
 /// Under `Tight` the target never exceeds the largest PDV of the last one to two blocks of
 /// this length: once a burst of jitter is over, latency comes back within a second.
-const RECENT_BLOCK_NS: u64 = 500_000_000;
+const RECENT_BLOCK_NS: u64 = 250_000_000;
+/// Under `Tight`, recurring peaks stay covered this long after the last one, and the target
+/// then falls this fast: a burst of jitter costs its latency back within a second of its end.
+const TIGHT_PEAK_HOLD_NS: u64 = 250_000_000;
+const TIGHT_SHRINK_NS_PER_S: u64 = 1_000_000_000;
 /// The largest peak `Safe` covers; anything later is a stall, left to concealment.
 pub const SAFE_PEAK_MAX_NS: u64 = 60_000_000;
 
@@ -43,9 +48,10 @@ pub const SAFE_PEAK_MAX_NS: u64 = 60_000_000;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LatencyPolicy {
-    /// Cover the jitter of the last second at most (the histograms' quantile, but never more
-    /// than the largest delay variation of the last 0.5–1 s); cover delay peaks only when they
-    /// recur (two within 1.5 s); give latency back within a second of a transient.
+    /// Cover the recent jitter at most (the histograms' quantile, but never more than the
+    /// largest delay variation of the last 0.25–0.5 s); cover delay peaks only when they
+    /// recur (two within 1.5 s), and only until a quarter second after the last one; give
+    /// latency back within a second of a transient.
     #[default]
     Tight,
     /// Cover every delay peak up to 60 ms for ten seconds after it and give latency back at
@@ -55,11 +61,18 @@ pub enum LatencyPolicy {
 
 impl LatencyPolicy {
     /// How long a peak event counts, how many must be remembered before they are covered,
-    /// how high a peak may be to be covered, and how fast the target falls (ns per s).
-    fn rules(self) -> (u64, usize, u64, u64) {
+    /// how high a peak may be to be covered, how fast the target falls (ns per s), and how
+    /// long the cover is held after the last peak.
+    fn rules(self) -> (u64, usize, u64, u64, u64) {
         match self {
-            LatencyPolicy::Tight => (1_500_000_000, 2, u64::MAX, 50_000_000),
-            LatencyPolicy::Safe => (10_000_000_000, 1, SAFE_PEAK_MAX_NS, 2_000_000),
+            LatencyPolicy::Tight => (
+                1_500_000_000,
+                2,
+                u64::MAX,
+                TIGHT_SHRINK_NS_PER_S,
+                TIGHT_PEAK_HOLD_NS,
+            ),
+            LatencyPolicy::Safe => (10_000_000_000, 1, SAFE_PEAK_MAX_NS, 2_000_000, u64::MAX),
         }
     }
 }
@@ -403,12 +416,14 @@ impl DelayEstimator {
 
     /// The peak height the policy covers now (0 when none).
     fn peak_cover_ns(&self, now_ns: u64) -> u64 {
-        let (memory_ns, count, max_height, _) = self.policy.rules();
+        let (memory_ns, count, max_height, _, hold_ns) = self.policy.rules();
         let recent = self.peaks[..self.peaks_n.min(PEAKS as u64) as usize]
             .iter()
             .filter(|p| now_ns.saturating_sub(p.last_ns) < memory_ns && p.height_ns <= max_height);
-        let (n, height) = recent.fold((0, 0), |(n, h), p| (n + 1, h.max(p.height_ns)));
-        if n >= count {
+        let (n, height, last) = recent.fold((0, 0, 0), |(n, h, l), p| {
+            (n + 1, h.max(p.height_ns), l.max(p.last_ns))
+        });
+        if n >= count && now_ns.saturating_sub(last) < hold_ns {
             height
         } else {
             0

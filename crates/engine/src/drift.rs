@@ -21,6 +21,10 @@
 //!   (it cannot exploit the floor of a one-sided delay) and must trade lock time against
 //!   noise through one bandwidth, while the fit needs no tuning: after 10 s of 1 ms jitter
 //!   its error is a few ppm (figures in the scenario tests), and it keeps refining to 32 s.
+//!   Both fits use only the windows near the floor of the window minimums (the edge of
+//!   their lower convex hull under the mean media time): a burst of queueing lifts a few
+//!   windows far above it, and left in a least-squares fit they would tilt it for the whole
+//!   32 s memory. A fit beyond ±0.1 % is discarded as a transient, not a clock.
 //!   A jump of the timeline (a new stream) restarts a clock's fit; a step of the path delay
 //!   larger than 2 ms restarts it too, keeping the last slope until the new fit has 1.5 s.
 //!   The sender's lower envelope is also offered as a base transit
@@ -84,6 +88,12 @@ const POINTS: usize = 128;
 const MIN_POINTS: usize = 6;
 /// A window minimum this far off the fitted line, twice in a row, is a step of the path.
 const STEP_NS: f64 = 2_000_000.0;
+/// The largest rate error a fit may report: sound cards run within ±200 ppm of nominal, so
+/// a slope beyond ±0.1 % comes from a transient, not a clock.
+const MAX_CLOCK_DEVIATION: f64 = 0.001;
+/// A window this close above the floor of the window minimums always takes part in the
+/// fits (see `ClockFit::trim`).
+const TRIM_FLOOR_NS: f64 = 1_000_000.0;
 /// A sample whose media time or offset jumps this far is a new timeline.
 const JUMP_NS: f64 = 100_000_000.0;
 
@@ -128,6 +138,9 @@ struct ClockFit {
     win_sum_x: f64,
     win_sum_m: f64,
     points: [WindowPoint; POINTS],
+    /// Whether each stored window (same index as `points`) lies near the lower envelope
+    /// and takes part in the fits; a window well above it (a burst of queueing) does not.
+    kept: [bool; POINTS],
     len: usize,
     head: usize,
     fitted: Option<Slope>,
@@ -156,6 +169,7 @@ impl ClockFit {
             win_sum_x: 0.0,
             win_sum_m: 0.0,
             points: [WindowPoint::default(); POINTS],
+            kept: [true; POINTS],
             len: 0,
             head: 0,
             fitted: None,
@@ -285,15 +299,35 @@ impl ClockFit {
         self.points[self.head] = p;
         self.head = (self.head + 1) % POINTS;
         self.len = (self.len + 1).min(POINTS);
-        self.fitted = self.fit();
+        self.trim();
+        // A clock more than 0.1 % off is not a clock but a fit through a transient (the
+        // windows of a delay burst after a re-lock): keep what was held, or nothing.
+        self.fitted = self
+            .fit()
+            .filter(|s| (s.ns_per_frame / self.ns_per_frame).abs() < MAX_CLOCK_DEVIATION);
         // Until a new fit exists, the slope held from before a restart places the envelope
         // through the windows seen since: a path step is followed within two windows.
-        self.envelope = self.fitted.or(self.held).map(|s| {
-            let n = self.len as f64;
-            let mean_m = self.iter().map(|p| p.min_m).sum::<f64>() / n;
-            let mean_x = self.iter().map(|p| p.min_x).sum::<f64>() / n;
-            (mean_x - s.ns_per_frame * mean_m, s.ns_per_frame)
-        });
+        //
+        // With a fit, the line passes through the mean of the windows near the floor. With
+        // only the held slope (a few windows since a step or a re-lock, which may still hold
+        // the tail of the transient that caused it), through the lowest of them: delay only
+        // ever adds, so the lowest window is the nearest to the new floor.
+        self.envelope = match (self.fitted, self.held) {
+            (Some(s), _) => {
+                let n = self.kept_iter().count().max(1) as f64;
+                let mean_m = self.kept_iter().map(|p| p.min_m).sum::<f64>() / n;
+                let mean_x = self.kept_iter().map(|p| p.min_x).sum::<f64>() / n;
+                Some((mean_x - s.ns_per_frame * mean_m, s.ns_per_frame))
+            }
+            (None, Some(s)) => {
+                let a = self
+                    .iter()
+                    .map(|p| p.min_x - s.ns_per_frame * p.min_m)
+                    .fold(f64::INFINITY, f64::min);
+                a.is_finite().then_some((a, s.ns_per_frame))
+            }
+            (None, None) => None,
+        };
         if self.fitted.is_some() {
             self.held = None;
         }
@@ -304,12 +338,83 @@ impl ClockFit {
         (0..self.len).map(move |i| &self.points[(start + i) % POINTS])
     }
 
+    /// The stored windows that take part in the fits (see [`Self::trim`]).
+    fn kept_iter(&self) -> impl Iterator<Item = &WindowPoint> + Clone {
+        let start = (self.head + POINTS - self.len) % POINTS;
+        (0..self.len)
+            .map(move |i| (start + i) % POINTS)
+            .filter(move |&k| self.kept[k])
+            .map(move |k| &self.points[k])
+    }
+
+    /// Mark the windows that lie near the lower envelope. Delay only ever adds, so the
+    /// floor of the window minimums is the line under them all: the edge of their lower
+    /// convex hull that spans their mean media time (the line below every point with the
+    /// least summed distance to them). A burst of queueing lifts a few windows far above it
+    /// and can never pull it up, where it would tilt a least-squares line for the whole
+    /// 32 s memory — after a re-lock in the middle of a burst, by hundreds of ppm. Windows
+    /// more than three times the median distance above the floor (at least
+    /// [`TRIM_FLOOR_NS`]) are left out of both fits.
+    fn trim(&mut self) {
+        self.kept = [true; POINTS];
+        if self.len < MIN_POINTS {
+            return;
+        }
+        let start = (self.head + POINTS - self.len) % POINTS;
+        let at = |i: usize| {
+            let p = &self.points[(start + i) % POINTS];
+            (p.min_m, p.min_x)
+        };
+        // Lower hull by the monotone chain; media time only grows within one fit.
+        let mut hull = [0usize; POINTS];
+        let mut h = 0usize;
+        for i in 0..self.len {
+            let (xi, yi) = at(i);
+            while h >= 2 {
+                let (xa, ya) = at(hull[h - 2]);
+                let (xb, yb) = at(hull[h - 1]);
+                // Drop b when it lies on or above the segment from a to i.
+                if (xb - xa) * (yi - ya) - (yb - ya) * (xi - xa) <= 0.0 {
+                    h -= 1;
+                } else {
+                    break;
+                }
+            }
+            hull[h] = i;
+            h += 1;
+        }
+        if h < 2 {
+            return;
+        }
+        let mean_m = (0..self.len).map(|i| at(i).0).sum::<f64>() / self.len as f64;
+        let mut e = 0;
+        while e + 2 < h && at(hull[e + 1]).0 < mean_m {
+            e += 1;
+        }
+        let ((xa, ya), (xb, yb)) = (at(hull[e]), at(hull[e + 1]));
+        if !(xb > xa) {
+            return;
+        }
+        let slope = (yb - ya) / (xb - xa);
+        let mut above = [0.0f64; POINTS];
+        for (i, a) in above.iter_mut().enumerate().take(self.len) {
+            let (x, y) = at(i);
+            *a = y - (ya + slope * (x - xa));
+        }
+        let sorted = &mut above.clone()[..self.len];
+        sorted.sort_unstable_by(f64::total_cmp);
+        let limit = (3.0 * sorted[self.len / 2]).max(TRIM_FLOOR_NS);
+        for (i, a) in above.iter().enumerate().take(self.len) {
+            self.kept[(start + i) % POINTS] = !a.is_finite() || *a <= limit;
+        }
+    }
+
     /// Intercept and slope of the minimum series, when there are enough points.
     fn line_min(&self) -> Option<(f64, f64)> {
         if self.len < MIN_POINTS {
             return None;
         }
-        let (a, b, _) = least_squares(self.iter().map(|p| (p.min_m, p.min_x)))?;
+        let (a, b, _) = least_squares(self.kept_iter().map(|p| (p.min_m, p.min_x)))?;
         Some((a, b))
     }
 
@@ -317,8 +422,8 @@ impl ClockFit {
         if self.len < MIN_POINTS {
             return None;
         }
-        let (_, b_min, se_min) = least_squares(self.iter().map(|p| (p.min_m, p.min_x)))?;
-        let (_, b_mean, se_mean) = least_squares(self.iter().map(|p| (p.mean_m, p.mean_x)))?;
+        let (_, b_min, se_min) = least_squares(self.kept_iter().map(|p| (p.min_m, p.min_x)))?;
+        let (_, b_mean, se_mean) = least_squares(self.kept_iter().map(|p| (p.mean_m, p.mean_x)))?;
         // Inverse-variance weights; a floor keeps a noiseless series from dividing by zero.
         let floor = 1e-12;
         let w_min = 1.0 / (se_min * se_min).max(floor);
@@ -794,6 +899,8 @@ pub struct DriftCorrector {
     correction: f64,
     /// Depth error low-passed over [`CATCH_UP_SMOOTHING_S`] (s), for the catch-up term.
     fast_error_s: f64,
+    /// Start both low-passes from the next error (see [`Self::playout_jumped`]).
+    reinit_error: bool,
     frames_played: u64,
 }
 
@@ -820,6 +927,7 @@ impl DriftCorrector {
             last_ns: None,
             correction: 0.0,
             fast_error_s: 0.0,
+            reinit_error: false,
             frames_played: 0,
         }
     }
@@ -871,6 +979,10 @@ impl DriftCorrector {
         } else {
             1.0
         };
+        if std::mem::take(&mut self.reinit_error) {
+            self.error_s = e;
+            self.fast_error_s = e;
+        }
         self.error_s += (e - self.error_s) * alpha;
         self.fast_error_s += (e - self.fast_error_s) * (dt / CATCH_UP_SMOOTHING_S).min(1.0);
         let limit = self.config.limit_ppm.max(0.0) * 1e-6;
@@ -887,6 +999,15 @@ impl DriftCorrector {
         let estimate = self.estimator.ratio().unwrap_or(1.0);
         self.resampler.set_ratio(estimate * (1.0 + self.correction));
         self.resampler.input_frames_needed(out_frames)
+    }
+
+    /// The buffer moved its read point by itself (a catch-up skipped frames, or a wait
+    /// inserted them): the depth error stepped. The low-passed errors start again from the
+    /// next period's error, so the loop neither keeps correcting an error that is gone (after
+    /// a 100 ms catch-up it would run the ratio at its limit for a second and play ahead of
+    /// the audio that has arrived) nor one the step made up from a history that lagged.
+    pub fn playout_jumped(&mut self) {
+        self.reinit_error = true;
     }
 
     /// Resample this period's input (see [`AdaptiveResampler::process`]).
@@ -1236,5 +1357,68 @@ mod tests {
             }
         }
         assert!(est.stats().sender_restarts >= 1);
+    }
+
+    /// Packets from a sender `sender_ppm` fast, 20 ms away with up to 0.3 ms of jitter,
+    /// from `from_s` to `to_s` (seconds); between `burst.0` and `burst.1` a FIFO queue holds
+    /// them up to 38 ms (a burst of queueing: delay that only adds).
+    fn feed(est: &mut DriftEstimator, sender_ppm: f64, from_s: f64, to_s: f64, burst: (f64, f64), seed: u64) {
+        let mut rng = SimRng::new(seed);
+        let pkt_s = 64.0 / (RATE as f64 * (1.0 + sender_ppm * 1e-6));
+        let mut last = 0.0f64;
+        let first = (from_s / pkt_s) as u64;
+        for k in first.. {
+            let sent = k as f64 * pkt_s;
+            if sent > to_s {
+                break;
+            }
+            let mut delay = 20e-3 + rng.uniform(0.0, 0.3e-3);
+            if sent >= burst.0 && sent < burst.1 {
+                // Its floor falls from 8 ms to nothing as the queue drains.
+                let left = (burst.1 - sent) / (burst.1 - burst.0);
+                delay += 8e-3 * left + 30e-3 * rng.unit().powi(2);
+            }
+            let arrival = (1.0 + sent + delay).max(last);
+            last = arrival;
+            est.on_packet((arrival * 1e9) as u64, k * 64);
+        }
+    }
+
+    #[test]
+    fn a_burst_of_queueing_after_a_relock_does_not_tilt_the_fit() {
+        for seed in 1..=4 {
+            let mut est = DriftEstimator::new(RATE);
+            feed(&mut est, 50.0, 0.0, 6.0, (5.0, 6.0), seed);
+            // The buffer re-locks in the middle of the burst; the burst goes on for a second.
+            est.restart_sender();
+            feed(&mut est, 50.0, 6.0, 12.0, (6.0, 7.0), seed + 10);
+            let st = est.stats();
+            let ppm = st.sender_ppm.expect("a fit after 5 s");
+            assert!(
+                (ppm - 50.0).abs() < 20.0,
+                "seed {seed}: sender {ppm:.1} ppm {st:?}"
+            );
+            // The lower envelope is the path's floor (20 ms), not the burst's.
+            let k = (11.5 * RATE as f64) as u64;
+            let floor_ns = 1e9 * (1.0 + k as f64 / (RATE as f64 * (1.0 + 50e-6)) + 20e-3);
+            let env = est.earliest_arrival_ns(k * 1).expect("an envelope") as f64;
+            assert!(
+                (env - floor_ns).abs() < 0.5e6,
+                "seed {seed}: envelope {:.3} ms off",
+                (env - floor_ns) / 1e6
+            );
+        }
+    }
+
+    #[test]
+    fn a_fit_beyond_a_tenth_of_a_percent_is_not_a_clock() {
+        // 3 s of packets whose delay rises by 30 ms: a slope of 1 %.
+        let mut est = DriftEstimator::new(RATE);
+        for k in 0..(3 * RATE / 64) as u64 {
+            let sent = k as f64 * 64.0 / RATE as f64;
+            let arrival = 1.0 + sent + 0.02 + 0.01 * sent;
+            est.on_packet((arrival * 1e9) as u64, k * 64);
+        }
+        assert_eq!(est.stats().sender_ppm, None, "{:?}", est.stats());
     }
 }

@@ -747,6 +747,9 @@ impl JitterBuffer {
         let skip = skip.min(self.highest_end.saturating_sub(play_ts + frames + keep));
         if skip > 0 && self.skip_with_crossfade(play_ts, skip, block) {
             self.stats.skipped_frames += skip;
+            if self.drift_enabled {
+                self.drift.playout_jumped();
+            }
             self.log.record(
                 DiscontinuityKind::Skipped,
                 DiscontinuityCause::Shrink,
@@ -804,6 +807,9 @@ impl JitterBuffer {
         }
         self.concealer.conceal(out);
         self.stats.inserted_frames += frames;
+        if self.drift_enabled {
+            self.drift.playout_jumped();
+        }
         self.stats.underrun_periods += 1;
         self.log.record(
             DiscontinuityKind::Inserted,

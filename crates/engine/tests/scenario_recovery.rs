@@ -358,10 +358,20 @@ fn a_loss_burst_costs_no_lasting_latency_bit_exact() {
     check(LOSS, &[false], &BOTH, 16);
 }
 
+/// A 10 ms Pareto burst holds packets back up to 120-180 ms. Under the tight policy its
+/// peaks stay covered a quarter second after the last one and the largest recent variation
+/// is remembered for 0.25-0.5 s, so latency is back within a second of the burst's end.
 #[test]
-#[ignore = "not met: a 10 ms Pareto burst holds packets back up to 120-180 ms; tight brings latency back 5-7 s after it (its delay peaks recur, and the 4 s histogram keeps the rest), safe keeps 45-96 ms"]
-fn recovers_from_a_jitter_burst_within_a_second() {
-    check(JITTER, &[false, true], &BOTH, 14);
+fn recovers_from_a_jitter_burst_within_a_second_under_the_tight_policy() {
+    for seed in [14, 24, 34, 44] {
+        check(JITTER, &[false, true], &[LatencyPolicy::Tight], seed);
+    }
+}
+
+#[test]
+#[ignore = "design: the safe policy covers every peak up to 60 ms for ten seconds after it (here it keeps 43-48 ms)"]
+fn recovers_from_a_jitter_burst_within_a_second_under_the_safe_policy() {
+    check(JITTER, &[false, true], &[LatencyPolicy::Safe], 14);
 }
 
 #[test]
