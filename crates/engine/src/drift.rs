@@ -392,7 +392,7 @@ impl ClockFit {
             e += 1;
         }
         let ((xa, ya), (xb, yb)) = (at(hull[e]), at(hull[e + 1]));
-        if !(xb > xa) {
+        if xb.partial_cmp(&xa) != Some(std::cmp::Ordering::Greater) {
             return;
         }
         let slope = (yb - ya) / (xb - xa);
@@ -401,7 +401,8 @@ impl ClockFit {
             let (x, y) = at(i);
             *a = y - (ya + slope * (x - xa));
         }
-        let sorted = &mut above.clone()[..self.len];
+        let mut copy = above;
+        let sorted = &mut copy[..self.len];
         sorted.sort_unstable_by(f64::total_cmp);
         let limit = (3.0 * sorted[self.len / 2]).max(TRIM_FLOOR_NS);
         for (i, a) in above.iter().enumerate().take(self.len) {
@@ -1401,7 +1402,7 @@ mod tests {
             // The lower envelope is the path's floor (20 ms), not the burst's.
             let k = (11.5 * RATE as f64) as u64;
             let floor_ns = 1e9 * (1.0 + k as f64 / (RATE as f64 * (1.0 + 50e-6)) + 20e-3);
-            let env = est.earliest_arrival_ns(k * 1).expect("an envelope") as f64;
+            let env = est.earliest_arrival_ns(k).expect("an envelope") as f64;
             assert!(
                 (env - floor_ns).abs() < 0.5e6,
                 "seed {seed}: envelope {:.3} ms off",
