@@ -12,9 +12,9 @@
 //! A *delay peak* — a packet far later than the recent jitter (a stalled route, a Wi-Fi
 //! retry storm), and the burst of packets that drains right behind it — is kept out of the
 //! histograms and remembered as an event instead. How peaks count is the
-//! [`LatencyPolicy`]: `Tight` covers a peak only when peaks recur and forgets them a
-//! quarter second after the last one, so one stall costs a dropout but no lasting latency
-//! and a burst of jitter costs its latency back within a second of its end; `Safe` covers every peak
+//! [`LatencyPolicy`]: `Tight` covers a peak only when peaks recur and forgets them soon
+//! after the last one (twice their spacing), so one stall costs a dropout but no lasting
+//! latency and a burst of jitter gives its latency back about a second after its end; `Safe` covers every peak
 //! up to [`SAFE_PEAK_MAX_NS`] for ten seconds and gives latency back slowly.
 //!
 //! Realtime: fixed-size arrays only; no allocation after construction.
@@ -36,9 +36,12 @@ const PEAKS: usize = 16;
 const PEAK_WARMUP: u64 = 50;
 /// Under `Tight` the target never exceeds the largest PDV of the last one to two blocks of
 /// this length: once a burst of jitter is over, latency comes back within a second.
-const RECENT_BLOCK_NS: u64 = 250_000_000;
-/// Under `Tight`, recurring peaks stay covered this long after the last one, and the target
-/// then falls this fast: a burst of jitter costs its latency back within a second of its end.
+const RECENT_BLOCK_NS: u64 = 500_000_000;
+/// Under `Tight`, recurring peaks stay covered twice their mean spacing after the last one,
+/// at least this long (and at most the policy's memory), and the target then falls this
+/// fast: a burst of jitter, whose peaks come tens of milliseconds apart, costs its latency
+/// back within a second of its end, while peaks that recur every second or so (a busy
+/// machine, a periodic Wi-Fi scan) stay covered instead of being met by a shrunk buffer.
 const TIGHT_PEAK_HOLD_NS: u64 = 250_000_000;
 const TIGHT_SHRINK_NS_PER_S: u64 = 1_000_000_000;
 /// The largest peak `Safe` covers; anything later is a stall, left to concealment.
@@ -49,9 +52,9 @@ pub const SAFE_PEAK_MAX_NS: u64 = 60_000_000;
 #[serde(rename_all = "lowercase")]
 pub enum LatencyPolicy {
     /// Cover the recent jitter at most (the histograms' quantile, but never more than the
-    /// largest delay variation of the last 0.25–0.5 s); cover delay peaks only when they
-    /// recur (two within 1.5 s), and only until a quarter second after the last one; give
-    /// latency back within a second of a transient.
+    /// largest delay variation of the last 0.5–1 s); cover delay peaks only when they
+    /// recur (two within 1.5 s), and only for twice their spacing after the last one (a
+    /// quarter second to 1.5 s); give latency back within about a second of a transient.
     #[default]
     Tight,
     /// Cover every delay peak up to 60 ms for ten seconds after it and give latency back at
@@ -416,18 +419,38 @@ impl DelayEstimator {
 
     /// The peak height the policy covers now (0 when none).
     fn peak_cover_ns(&self, now_ns: u64) -> u64 {
-        let (memory_ns, count, max_height, _, hold_ns) = self.policy.rules();
-        let recent = self.peaks[..self.peaks_n.min(PEAKS as u64) as usize]
-            .iter()
-            .filter(|p| now_ns.saturating_sub(p.last_ns) < memory_ns && p.height_ns <= max_height);
-        let (n, height, last) = recent.fold((0, 0, 0), |(n, h, l), p| {
-            (n + 1, h.max(p.height_ns), l.max(p.last_ns))
-        });
-        if n >= count && now_ns.saturating_sub(last) < hold_ns {
-            height
-        } else {
-            0
+        let (memory_ns, count, max_height, _, hold_min_ns) = self.policy.rules();
+        let live = || {
+            self.peaks[..self.peaks_n.min(PEAKS as u64) as usize]
+                .iter()
+                .filter(move |p| p.height_ns <= max_height)
+        };
+        let Some(last) = live().map(|p| p.last_ns).max() else {
+            return 0;
+        };
+        // Whether the last peak was a recurrence: `count` peaks within the memory before it.
+        let series = live().filter(|p| p.last_ns + memory_ns > last);
+        let (n, first) = series.fold((0usize, u64::MAX), |(n, f), p| (n + 1, f.min(p.last_ns)));
+        if n < count {
+            return 0;
         }
+        // Covered for twice their mean spacing after the last one (see TIGHT_PEAK_HOLD_NS).
+        let spacing = if n >= 2 {
+            (last - first) / (n as u64 - 1)
+        } else {
+            memory_ns
+        };
+        let hold_ns = spacing
+            .saturating_mul(2)
+            .clamp(hold_min_ns.min(memory_ns), memory_ns);
+        if now_ns.saturating_sub(last) >= hold_ns {
+            return 0;
+        }
+        live()
+            .filter(|p| now_ns.saturating_sub(p.last_ns) < memory_ns)
+            .map(|p| p.height_ns)
+            .max()
+            .unwrap_or(0)
     }
 
     fn update_target(&mut self, now_ns: u64) {
@@ -646,5 +669,71 @@ mod tests {
             d.on_packet(i * 10 * MS, 8 * MS as i64);
         }
         assert_eq!(d.base_transit_ns(), Some(8 * MS as i64));
+    }
+
+    /// 750 packets/s on a quiet path (PDV under 0.1 ms) for `seconds`, with a 7 ms late
+    /// packet wherever `peak(t)` says; returns the target at each packet.
+    fn tight_run(seconds: u64, peak: impl Fn(u64) -> bool) -> Vec<(u64, u64)> {
+        let mut d = DelayEstimator::new(auto(), 750.0);
+        let step = 1_333_333;
+        let mut r = SimRng::new(9);
+        (0..seconds * 750)
+            .map(|i| {
+                let t = i * step;
+                let pdv = if peak(t) {
+                    7 * MS
+                } else {
+                    (r.unit() * 0.1 * MS as f64) as u64
+                };
+                d.on_packet(t, 10 * MS as i64 + pdv as i64);
+                (t, d.target_ns())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn tight_keeps_covering_peaks_that_recur_every_second() {
+        // A peak packet every 0.9 s from 2 s on: once two have come, the buffer covers them
+        // through every gap, rather than shrinking and meeting the next one too shallow.
+        let at = |t: u64| t >= 2_000_000_000 && (t - 2_000_000_000) % 900_000_000 < 1_333_333;
+        let targets = tight_run(12, at);
+        let low = targets
+            .iter()
+            .filter(|(t, _)| *t > 3_000_000_000)
+            .map(|&(_, target)| target)
+            .min()
+            .unwrap_or(0);
+        assert!(
+            low >= 7 * MS,
+            "the target fell to {low} ns between recurring peaks"
+        );
+    }
+
+    #[test]
+    fn tight_gives_a_burst_of_peaks_back_within_half_a_second() {
+        // Peaks 120 ms apart for a second, then none: covered during the burst, back to
+        // the quiet level within 0.5 s of the last one.
+        let at = |t: u64| (2_000_000_000..3_000_000_000).contains(&t) && t % 120_000_000 < 1_333_333;
+        let targets = tight_run(6, at);
+        let during = targets
+            .iter()
+            .find(|(t, _)| *t == 2_800_000_000 / 1_333_333 * 1_333_333);
+        assert!(
+            during.is_some_and(|&(_, x)| x >= 7 * MS),
+            "not covered in the burst: {during:?}"
+        );
+        let last_peak = (2_000_000_000..3_000_000_000u64)
+            .step_by(1_333_333)
+            .filter(|&t| at(t))
+            .max()
+            .expect("peaks");
+        let back = targets
+            .iter()
+            .find(|(t, x)| *t > last_peak && *x < MS)
+            .map(|(t, _)| t - last_peak);
+        assert!(
+            back.is_some_and(|ns| ns <= 500_000_000),
+            "back to the quiet target {back:?} ns after the last peak"
+        );
     }
 }
