@@ -327,6 +327,11 @@ impl Member {
         }
     }
 
+    /// Reliable messages sent and not yet acknowledged, to every member.
+    pub fn unacked(&self) -> usize {
+        self.out_streams.values().map(OutStream::in_flight).sum()
+    }
+
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.transmits.pop_front()
     }
