@@ -140,6 +140,10 @@ pub enum Event {
     ClockReference {
         id: Option<u64>,
     },
+    /// This member's clock locked onto the reference's (first estimate after a change).
+    ClockLocked {
+        reference: u64,
+    },
     Message(Delivery),
 }
 
@@ -180,6 +184,7 @@ enum Role {
     Following {
         reference: u64,
         client: Box<ClockClient>,
+        locked: bool,
     },
 }
 
@@ -404,7 +409,10 @@ impl Member {
             self.drop_member(id, true);
         }
         self.choose_reference(now_ns);
-        if let Role::Following { reference, client } = &mut self.role {
+        if let Role::Following {
+            reference, client, ..
+        } = &mut self.role
+        {
             if let Some(addr) = self.table.member(*reference).and_then(|m| m.addr) {
                 let mut buf = [0u8; 64];
                 while let Some(p) = client.poll_transmit(now_ns) {
@@ -450,8 +458,12 @@ impl Member {
             return;
         }
         if bytes.starts_with(PONG_ADDRESS.as_bytes()) {
-            if let (Ok(rep), Role::Following { client, reference }) =
-                (ProbeReply::decode(bytes), &mut self.role)
+            if let (
+                Ok(rep),
+                Role::Following {
+                    client, reference, ..
+                },
+            ) = (ProbeReply::decode(bytes), &mut self.role)
             {
                 let r = *reference;
                 if self.table.member(r).and_then(|m| m.addr) == Some(from)
@@ -862,6 +874,7 @@ impl Member {
             Some(id) => Role::Following {
                 reference: id,
                 client: Box::new(ClockClient::new(self.config.clock.clone())),
+                locked: false,
             },
         };
         self.events.push_back(Event::ClockReference { id: next });
@@ -869,9 +882,20 @@ impl Member {
 
     /// While following, export the client's time once it has locked.
     fn follow_segment(&mut self) {
-        if let Role::Following { client, .. } = &self.role {
+        if let Role::Following {
+            client,
+            reference,
+            locked,
+        } = &mut self.role
+        {
             if let Some(seg) = client.segment() {
                 self.segment = Some(seg);
+                if !*locked {
+                    *locked = true;
+                    self.events.push_back(Event::ClockLocked {
+                        reference: *reference,
+                    });
+                }
             }
         }
         self.publish();

@@ -232,6 +232,7 @@ fn print_event(node: &Node, ev: &Event) {
                 .collect();
             out(format_args!("services {}", list.join(" ")));
         }
+        Event::ClockLocked { reference } => out(format_args!("clock-locked {reference:016x}")),
         Event::ClockReference { id } => match id {
             Some(id) => out(format_args!("clock-reference {id:016x}")),
             None => out(format_args!("clock-reference none")),
