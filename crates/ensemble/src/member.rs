@@ -558,7 +558,7 @@ impl Member {
                 held.extend_from_slice(&d.time_ns.to_be_bytes());
                 held.extend_from_slice(d.payload);
                 let stream = self.in_streams.entry(d.from).or_default();
-                let arrival = stream.arrive(d.seq, &held);
+                let arrival = stream.arrive(d.seq, d.base, &held);
                 let ack = stream.ack();
                 if let Ok(b) = (Wire::Ack {
                     from: self.config.id,
@@ -642,6 +642,7 @@ impl Member {
             from: self.config.id,
             to: provider,
             seq: 0,
+            base: 0,
             flags,
             time_ns,
             payload: message,
@@ -650,6 +651,7 @@ impl Member {
             let stream = self.out_streams.entry(provider).or_default();
             let seq = stream.next_seq().ok_or(SendError::Backlogged(provider))?;
             data.seq = seq as u32;
+            data.base = stream.base() as u32;
             let bytes = Wire::Data(data).encode()?;
             stream.sent(now_ns, self.config.retransmit_ns, bytes.clone());
             bytes

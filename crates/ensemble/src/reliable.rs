@@ -54,6 +54,11 @@ impl OutStream {
         (self.unacked.len() < RELIABLE_WINDOW).then_some(self.next_seq)
     }
 
+    /// The oldest sequence number not yet acknowledged (the next one if none is).
+    pub fn base(&self) -> u64 {
+        self.unacked.front().map_or(self.next_seq, |p| p.seq)
+    }
+
     /// Records a message sent at `now` under [`OutStream::next_seq`].
     pub fn sent(&mut self, now_ns: u64, rto_ns: u64, bytes: Vec<u8>) {
         self.unacked.push_back(Pending {
@@ -140,8 +145,15 @@ impl Default for InStream {
 }
 
 impl InStream {
-    /// Takes message `seq` (wire form) with `payload`; see [`Arrival`].
-    pub fn arrive(&mut self, seq: u32, payload: &[u8]) -> Arrival {
+    /// Takes message `seq` with `payload`, the sender's oldest unacknowledged being `base`
+    /// (wire forms); see [`Arrival`]. A base beyond what this end expects means it lost
+    /// the stream's state (or the sender gave up on earlier messages): it moves up to it.
+    pub fn arrive(&mut self, seq: u32, base: u32, payload: &[u8]) -> Arrival {
+        let base = widen(base, self.expected);
+        if base > self.expected {
+            self.early = self.early.split_off(&base);
+            self.expected = base;
+        }
         let seq = widen(seq, self.expected);
         if seq < self.expected || self.early.contains_key(&seq) {
             self.duplicates += 1;
@@ -186,14 +198,20 @@ mod tests {
     #[test]
     fn out_of_order_duplicates_and_gaps() {
         let mut r = InStream::default();
-        assert_eq!(r.arrive(2, b"b"), Arrival::Held);
-        assert_eq!(r.arrive(2, b"b"), Arrival::Dropped);
-        assert_eq!(r.arrive(1, b"a"), Arrival::Deliver);
+        assert_eq!(r.arrive(2, 1, b"b"), Arrival::Held);
+        assert_eq!(r.arrive(2, 1, b"b"), Arrival::Dropped);
+        assert_eq!(r.arrive(1, 1, b"a"), Arrival::Deliver);
         assert_eq!(r.pop_ready().as_deref(), Some(&b"b"[..]));
         assert_eq!(r.pop_ready(), None);
-        assert_eq!(r.arrive(1, b"a"), Arrival::Dropped);
+        assert_eq!(r.arrive(1, 1, b"a"), Arrival::Dropped);
         assert_eq!(r.ack(), 3);
         assert_eq!(r.duplicates, 2);
+        // A receiver that forgot the stream picks it up at the sender's base.
+        let mut fresh = InStream::default();
+        assert_eq!(fresh.arrive(41, 40, b"y"), Arrival::Held);
+        assert_eq!(fresh.arrive(40, 40, b"x"), Arrival::Deliver);
+        assert_eq!(fresh.pop_ready().as_deref(), Some(&b"y"[..]));
+        assert_eq!(fresh.ack(), 42);
 
         let mut s = OutStream::default();
         for k in 0..3 {
@@ -207,5 +225,6 @@ mod tests {
         s.due(10, 10, |b| again.push(b[0]));
         assert_eq!(again, vec![1]);
         assert_eq!(s.next_due(), Some(30));
+        assert_eq!(s.base(), 2);
     }
 }

@@ -10,8 +10,10 @@
 //! * `/_ens/svc ,hii s… s…` — id, version, number of services, the services, then
 //!   (tappee, tapper) pairs.
 //! * `/_ens/bye ,h` — a member leaving.
-//! * `/_ens/msg ,hhiihb` — from, to, sequence (0: best effort; reliable streams count
-//!   from 1 per sender and receiver, low 32 bits), flags ([`MSG_RELIABLE`],
+//! * `/_ens/msg ,hhiiihb` — from, to, sequence (0: best effort; reliable streams count
+//!   from 1 per sender and receiver, low 32 bits), base (the sender's oldest
+//!   unacknowledged sequence: a receiver that lost the stream's state, e.g. after
+//!   dropping the sender for silence, restarts there instead of waiting for ever), flags ([`MSG_RELIABLE`],
 //!   [`MSG_TAP_COPY`]), ensemble time, the user's OSC message.
 //! * `/_ens/ack ,hhii` — from (the receiver), to (the sender), next sequence expected,
 //!   sequence just received.
@@ -92,6 +94,7 @@ pub struct Data<'a> {
     pub from: u64,
     pub to: u64,
     pub seq: u32,
+    pub base: u32,
     pub flags: u32,
     pub time_ns: u64,
     pub payload: &'a [u8],
@@ -179,19 +182,20 @@ impl<'a> Wire<'a> {
             BYE if tags == "h" => Ok(Wire::Bye {
                 id: id(a(0)).ok_or(WireError::BadArguments(BYE))?,
             }),
-            MSG if tags == "hhiihb" => {
+            MSG if tags == "hhiiihb" => {
                 let bad = WireError::BadArguments(MSG);
-                let Some(Arg::Long(t)) = a(4) else {
+                let Some(Arg::Long(t)) = a(5) else {
                     return Err(bad);
                 };
-                let Some(Arg::Blob(payload)) = a(5) else {
+                let Some(Arg::Blob(payload)) = a(6) else {
                     return Err(bad);
                 };
                 Ok(Wire::Data(Data {
                     from: id(a(0)).ok_or(bad.clone())?,
                     to: id(a(1)).ok_or(bad.clone())?,
                     seq: int(a(2)).ok_or(bad.clone())?,
-                    flags: int(a(3)).ok_or(bad)?,
+                    base: int(a(3)).ok_or(bad.clone())?,
+                    flags: int(a(4)).ok_or(bad)?,
                     time_ns: t.max(0) as u64,
                     payload,
                 }))
@@ -246,6 +250,7 @@ impl<'a> Wire<'a> {
                     Arg::Long(d.from as i64),
                     Arg::Long(d.to as i64),
                     Arg::Int(d.seq as i32),
+                    Arg::Int(d.base as i32),
                     Arg::Int(d.flags as i32),
                     Arg::Long(d.time_ns.min(i64::MAX as u64) as i64),
                     Arg::Blob(d.payload),
@@ -297,6 +302,7 @@ mod tests {
                 from: 1,
                 to: 2,
                 seq: u32::MAX,
+                base: 3,
                 flags: MSG_RELIABLE,
                 time_ns: 123_456_789,
                 payload: &payload,

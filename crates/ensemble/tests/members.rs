@@ -32,6 +32,8 @@ struct Sim {
     links: HashMap<(usize, usize), LinkModel<Vec<u8>>>,
     link: LinkConfig,
     seed: u64,
+    /// Directions cut: nothing sent from the first to the second arrives.
+    cut: std::collections::HashSet<(usize, usize)>,
 }
 
 impl Sim {
@@ -43,6 +45,7 @@ impl Sim {
             links: HashMap::new(),
             link,
             seed,
+            cut: Default::default(),
         }
     }
 
@@ -110,7 +113,7 @@ impl Sim {
                 Dest::Discovery => addrs.iter().map(|(j, _)| *j).collect(),
                 Dest::Peer(a) => addrs.iter().filter(|(_, x)| *x == a).map(|(j, _)| *j).collect(),
             };
-            for j in to {
+            for j in to.into_iter().filter(|j| !self.cut.contains(&(k, *j))) {
                 let (cfg, seed) = (self.link.clone(), self.seed);
                 let link = self
                     .links
@@ -526,4 +529,43 @@ fn a_tap_copies_every_message_of_a_service_to_another() {
     let d = d.unwrap();
     assert!(d.tap_copy);
     assert_eq!(Message::decode(&d.bytes).unwrap().address(), "/log/cutoff");
+}
+
+#[test]
+fn a_reliable_stream_resumes_after_the_receiver_dropped_its_sender() {
+    // b stops hearing a for longer than the timeout (a still hears b), drops it and its
+    // stream state; a keeps retransmitting. When the path heals, b picks the stream up
+    // at a's oldest unacknowledged message instead of waiting for ever for number 1.
+    let mut sim = Sim::new(lossy_link(5, 0.5, 0.0, 0.0), 9);
+    let a = sim.join(0xA, &["src"]);
+    let b = sim.join(0xB, &["sink"]);
+    sim.converge(&[("sink", 0xB), ("src", 0xA)], 10 * S);
+    let send = |sim: &mut Sim, k: i32| {
+        let l = sim.local(a);
+        sim.node(a)
+            .member
+            .send_args(l, "/sink/n", &[Arg::Int(k)], 0, true)
+            .unwrap();
+        sim.flush(a);
+    };
+    for k in 0..5 {
+        send(&mut sim, k);
+    }
+    sim.run_until(sim.now + S);
+    sim.cut.insert((a, b));
+    for k in 5..10 {
+        send(&mut sim, k);
+    }
+    sim.run_until(sim.now + 5 * S);
+    assert!(sim.nodes[b]
+        .as_ref()
+        .unwrap()
+        .events
+        .iter()
+        .any(|(_, e)| matches!(e, Event::MemberLeft { id: 0xA, .. })));
+    sim.cut.clear();
+    sim.run_until(sim.now + 5 * S);
+    let got: Vec<i32> = received(&sim, b, "sink").iter().map(|g| g.1).collect();
+    assert_eq!(got, (0..10).collect::<Vec<_>>());
+    assert_eq!(sim.node(a).member.unacked(), 0);
 }
