@@ -65,7 +65,8 @@ pub struct MemberConfig {
     pub member_timeout_ns: u64,
     /// With no member with a valid ensemble time heard for this long, start the time here.
     pub alone_wait_ns: u64,
-    /// First retransmission of an unacknowledged reliable message (doubling up to 8×).
+    /// Least wait before retransmitting an unacknowledged reliable message; the wait
+    /// follows the measured round trip above it (doubling on each retry, up to 8×).
     pub retransmit_ns: u64,
     pub clock: ClockConfig,
     /// Timed messages held for the network thread: how many, and how large.
@@ -538,7 +539,14 @@ impl Member {
                 if to == self.config.id {
                     self.table.insert(who, Some(from), now_ns);
                     if let Some(o) = self.out_streams.get_mut(&who) {
-                        o.ack(next, got);
+                        o.ack(now_ns, next, got);
+                        // Room in the send window: queued messages go now.
+                        o.due(now_ns, self.config.retransmit_ns, |b| {
+                            self.transmits.push_back(Transmit {
+                                to: Dest::Peer(from),
+                                bytes: b.to_vec(),
+                            })
+                        });
                     }
                 }
             }
@@ -653,7 +661,11 @@ impl Member {
             data.seq = seq as u32;
             data.base = stream.base() as u32;
             let bytes = Wire::Data(data).encode()?;
-            stream.sent(now_ns, self.config.retransmit_ns, bytes.clone());
+            if !stream.sent(now_ns, self.config.retransmit_ns, bytes.clone()) {
+                // Queued behind the send window; sent as acknowledgements come back.
+                self.stats.sent += 1;
+                return Ok(provider);
+            }
             bytes
         } else {
             Wire::Data(data).encode()?

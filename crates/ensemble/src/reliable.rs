@@ -10,8 +10,12 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-/// Messages in flight per stream (sender) and held out of order (receiver).
+/// Messages queued or in flight per stream (sender) and held out of order (receiver).
 pub const RELIABLE_WINDOW: usize = 4096;
+/// Messages sent and not yet acknowledged per stream; the rest of the window waits its
+/// turn. A burst larger than the receiver's socket buffer (a few hundred datagrams by
+/// default on Linux) would otherwise be lost whole and sent again and again.
+pub const SEND_WINDOW: usize = 128;
 
 /// Widens a 32-bit wire sequence number to the 64-bit one nearest `reference`.
 pub fn widen(wire: u32, reference: u64) -> u64 {
@@ -24,6 +28,7 @@ struct Pending {
     seq: u64,
     /// The whole encoded envelope, ready to send again.
     bytes: Vec<u8>,
+    first_sent_ns: u64,
     next_send_ns: u64,
     tries: u32,
     /// Acknowledged on its own while an earlier one is missing: not sent again.
@@ -36,7 +41,16 @@ pub struct OutStream {
     next_seq: u64,
     unacked: VecDeque<Pending>,
     pub retransmits: u64,
+    /// Smoothed round trip and its variation (RFC 6298), from messages acknowledged
+    /// without a retransmission (Karn); 0 until the first sample.
+    srtt_ns: u64,
+    rttvar_ns: u64,
+    /// Entries sent and neither acknowledged nor released.
+    outstanding: usize,
 }
+
+/// Longest wait before a retransmission.
+const MAX_RTO_NS: u64 = 2_000_000_000;
 
 impl Default for OutStream {
     fn default() -> Self {
@@ -44,6 +58,9 @@ impl Default for OutStream {
             next_seq: 1,
             unacked: VecDeque::new(),
             retransmits: 0,
+            srtt_ns: 0,
+            rttvar_ns: 0,
+            outstanding: 0,
         }
     }
 }
@@ -59,24 +76,58 @@ impl OutStream {
         self.unacked.front().map_or(self.next_seq, |p| p.seq)
     }
 
-    /// Records a message sent at `now` under [`OutStream::next_seq`].
-    pub fn sent(&mut self, now_ns: u64, rto_ns: u64, bytes: Vec<u8>) {
+    /// The wait before a retransmission: the smoothed round trip plus four times its
+    /// variation, never less than `min_rto` nor more than 2 s.
+    pub fn rto(&self, min_rto_ns: u64) -> u64 {
+        (self.srtt_ns + 4 * self.rttvar_ns).clamp(min_rto_ns.min(MAX_RTO_NS), MAX_RTO_NS)
+    }
+
+    fn sample(&mut self, rtt: u64) {
+        if self.srtt_ns == 0 {
+            self.srtt_ns = rtt.max(1);
+            self.rttvar_ns = rtt / 2;
+        } else {
+            let dev = self.srtt_ns.abs_diff(rtt);
+            self.rttvar_ns = (3 * self.rttvar_ns + dev) / 4;
+            self.srtt_ns = (7 * self.srtt_ns + rtt) / 8;
+        }
+    }
+
+    /// Queues a message under [`OutStream::next_seq`] at `now`; returns whether to send it
+    /// now (the send window has room) — otherwise [`OutStream::due`] hands it out when
+    /// acknowledgements make room.
+    pub fn sent(&mut self, now_ns: u64, min_rto_ns: u64, bytes: Vec<u8>) -> bool {
+        let rto = self.rto(min_rto_ns);
+        let now = self.outstanding < SEND_WINDOW;
         self.unacked.push_back(Pending {
             seq: self.next_seq,
             bytes,
-            next_send_ns: now_ns + rto_ns,
-            tries: 1,
+            first_sent_ns: now_ns,
+            next_send_ns: now_ns + rto,
+            tries: u32::from(now),
             acked: false,
         });
+        self.outstanding += usize::from(now);
         self.next_seq += 1;
+        now
     }
 
-    /// The receiver expects `next` (everything before it arrived) and has just received
-    /// `got` (both wire form).
-    pub fn ack(&mut self, next: u32, got: u32) {
+    /// At `now`, the receiver expects `next` (everything before it arrived) and has just
+    /// received `got` (both wire form).
+    pub fn ack(&mut self, now_ns: u64, next: u32, got: u32) {
         let next = widen(next, self.next_seq);
         let got = widen(got, self.next_seq);
-        while self.unacked.front().is_some_and(|p| p.seq < next) {
+        let mut rtt = None;
+        while let Some(p) = self.unacked.front() {
+            if p.seq >= next {
+                break;
+            }
+            if p.seq == got && p.tries == 1 {
+                rtt = Some(now_ns.saturating_sub(p.first_sent_ns));
+            }
+            if p.tries > 0 && !p.acked {
+                self.outstanding -= 1;
+            }
             self.unacked.pop_front();
         }
         if let Some(first) = self.unacked.front().map(|p| p.seq) {
@@ -84,15 +135,35 @@ impl OutStream {
                 .checked_sub(first)
                 .and_then(|i| self.unacked.get_mut(i as usize))
             {
-                p.acked = true;
+                if !p.acked && p.tries == 1 {
+                    rtt = Some(now_ns.saturating_sub(p.first_sent_ns));
+                }
+                if !p.acked && p.tries > 0 {
+                    p.acked = true;
+                    self.outstanding -= 1;
+                }
             }
+        }
+        if let Some(r) = rtt {
+            self.sample(r);
         }
     }
 
-    /// Messages due again at `now`, each pushed to `out`; backoff doubles the wait up to 8×.
-    pub fn due(&mut self, now_ns: u64, rto_ns: u64, mut out: impl FnMut(&[u8])) {
+    /// Messages to send at `now`, each pushed to `out`: those due again (backoff doubles
+    /// the wait up to 8×), then queued ones while the send window has room.
+    pub fn due(&mut self, now_ns: u64, min_rto_ns: u64, mut out: impl FnMut(&[u8])) {
+        let rto_ns = self.rto(min_rto_ns);
         for p in self.unacked.iter_mut().filter(|p| !p.acked) {
-            if p.next_send_ns <= now_ns {
+            if p.tries == 0 {
+                if self.outstanding >= SEND_WINDOW {
+                    break;
+                }
+                self.outstanding += 1;
+                p.tries = 1;
+                p.first_sent_ns = now_ns;
+                p.next_send_ns = now_ns + rto_ns;
+                out(&p.bytes);
+            } else if p.next_send_ns <= now_ns {
                 out(&p.bytes);
                 self.retransmits += 1;
                 p.tries += 1;
@@ -101,13 +172,20 @@ impl OutStream {
         }
     }
 
-    /// When [`OutStream::due`] has something next.
+    /// When [`OutStream::due`] has something next: a retransmission, or at once when
+    /// queued messages fit the send window.
     pub fn next_due(&self) -> Option<u64> {
-        self.unacked
-            .iter()
-            .filter(|p| !p.acked)
-            .map(|p| p.next_send_ns)
-            .min()
+        let mut t = None;
+        for p in self.unacked.iter().filter(|p| !p.acked) {
+            if p.tries == 0 {
+                if self.outstanding < SEND_WINDOW {
+                    return Some(0);
+                }
+                break;
+            }
+            t = Some(t.map_or(p.next_send_ns, |x: u64| x.min(p.next_send_ns)));
+        }
+        t
     }
 
     pub fn in_flight(&self) -> usize {
@@ -188,6 +266,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn beyond_the_send_window_messages_wait_for_acknowledgements() {
+        let mut s = OutStream::default();
+        for k in 0..SEND_WINDOW + 2 {
+            assert_eq!(s.sent(0, 10, vec![k as u8]), k < SEND_WINDOW);
+        }
+        let mut out = Vec::new();
+        s.due(1, 10, |b| out.push(b[0]));
+        assert!(out.is_empty());
+        assert_eq!(s.next_due(), Some(10));
+        s.ack(2, 3, 2);
+        assert_eq!(s.next_due(), Some(0));
+        s.due(2, 10, |b| out.push(b[0]));
+        assert_eq!(out, vec![SEND_WINDOW as u8, SEND_WINDOW as u8 + 1]);
+    }
+
+    #[test]
     fn widening_follows_the_reference_across_the_wrap() {
         assert_eq!(widen(5, 3), 5);
         assert_eq!(widen(2, (1 << 32) + 1), (1 << 32) + 2);
@@ -216,15 +310,19 @@ mod tests {
         let mut s = OutStream::default();
         for k in 0..3 {
             assert_eq!(s.next_seq(), Some(k + 1));
-            s.sent(0, 10, vec![k as u8]);
+            assert!(s.sent(0, 10, vec![k as u8]));
         }
-        s.ack(2, 1);
-        s.ack(2, 3);
+        s.ack(4, 2, 1);
+        s.ack(4, 2, 3);
         assert_eq!(s.in_flight(), 2);
         let mut again = Vec::new();
         s.due(10, 10, |b| again.push(b[0]));
         assert_eq!(again, vec![1]);
         assert_eq!(s.next_due(), Some(30));
         assert_eq!(s.base(), 2);
+        // Two samples of 4 ns: srtt 4, variation 2 then 1: 4 + 4, or the minimum.
+        assert_eq!(s.rto(1), 8);
+        assert_eq!(s.rto(10), 10);
+        assert_eq!(s.rto(1 << 40), MAX_RTO_NS);
     }
 }
