@@ -21,7 +21,9 @@
 //! * **Clock.** Every member whose ensemble time is valid says so in its hellos; the one
 //!   with the smallest id among them is the reference, and the others follow it with a
 //!   [`ClockClient`]. A member that hears of nobody valid for
-//!   [`MemberConfig::alone_wait_ns`] starts the ensemble time from its own clock. A
+//!   [`MemberConfig::alone_wait_ns`] starts the ensemble time from its own clock if no
+//!   member with a smaller id is known (members starting together thus agree on who
+//!   starts it, and nobody has to re-lock). A
 //!   reference answers probes with its *ensemble* time, so when the reference changes
 //!   (it left, or a smaller id became valid) the new one continues the same time line
 //!   and followers move by no more than its error.
@@ -193,7 +195,8 @@ enum Role {
 #[derive(Debug)]
 pub struct Member {
     config: MemberConfig,
-    started_ns: u64,
+    /// When an unsynced member next checks whether to start the ensemble time.
+    next_alone_ns: u64,
     table: ServiceTable,
     services: Vec<String>,
     taps: Vec<(String, String)>,
@@ -223,7 +226,7 @@ impl Member {
         table.insert(config.id, None, now_ns);
         table.set_services(config.id, 0, ServiceList::default());
         Self {
-            started_ns: now_ns,
+            next_alone_ns: now_ns + config.alone_wait_ns,
             table,
             services: Vec::new(),
             taps: Vec::new(),
@@ -371,7 +374,7 @@ impl Member {
             t = t.min(e);
         }
         match &self.role {
-            Role::Unsynced => t = t.min(self.started_ns + self.config.alone_wait_ns),
+            Role::Unsynced => t = t.min(self.next_alone_ns),
             Role::Following { client, .. } => {
                 if let Some(c) = client.poll_timeout() {
                     t = t.min(c);
@@ -480,6 +483,16 @@ impl Member {
             self.stats.rejected += 1;
             return;
         };
+        // Nobody else may speak with this member's id (it would take over its own entry).
+        let claimed = match &w {
+            Wire::ServicesQuery { from, .. } | Wire::Ack { from, .. } => Some(*from),
+            Wire::Data(d) => Some(d.from),
+            _ => None,
+        };
+        if claimed == Some(self.config.id) {
+            self.stats.rejected += 1;
+            return;
+        }
         match w {
             Wire::Hello {
                 ensemble,
@@ -867,8 +880,13 @@ impl Member {
         let current = self.reference();
         let next = match best {
             Some(id) => Some(id),
-            None if now_ns >= self.started_ns + self.config.alone_wait_ns => {
-                // Nobody has a time: start one from this member's clock.
+            None if now_ns >= self.next_alone_ns && self.table.members().any(|m| m.id < me) => {
+                // A smaller id will start the time: look again later.
+                self.next_alone_ns = now_ns + self.config.hello_interval_ns;
+                None
+            }
+            None if now_ns >= self.next_alone_ns => {
+                // Nobody has a time and no smaller id could start one: start it here.
                 self.segment = Some(ClockSegment {
                     local_origin_ns: now_ns,
                     ensemble_origin_ns: now_ns,

@@ -207,6 +207,8 @@ pub enum Arrival {
 /// The receiving end of one stream.
 #[derive(Debug)]
 pub struct InStream {
+    /// Whether anything arrived yet (a fresh end takes the sender's base as it is).
+    started: bool,
     expected: u64,
     early: BTreeMap<u64, Vec<u8>>,
     pub duplicates: u64,
@@ -215,6 +217,7 @@ pub struct InStream {
 impl Default for InStream {
     fn default() -> Self {
         Self {
+            started: false,
             expected: 1,
             early: BTreeMap::new(),
             duplicates: 0,
@@ -228,7 +231,12 @@ impl InStream {
     /// the stream's state (or the sender gave up on earlier messages): it moves up to it.
     pub fn arrive(&mut self, seq: u32, base: u32, payload: &[u8]) -> Arrival {
         let base = widen(base, self.expected);
-        if base > self.expected {
+        let seq_w = widen(seq, self.expected);
+        // A base must not lie beyond its own message, and a running stream moves at most
+        // a window at a time (a forged base cannot throw it far ahead).
+        let plausible = base <= seq_w && (!self.started || base - self.expected <= RELIABLE_WINDOW as u64);
+        self.started = true;
+        if base > self.expected && plausible {
             self.early = self.early.split_off(&base);
             self.expected = base;
         }

@@ -78,6 +78,24 @@ impl Proc {
         }
     }
 
+    /// Waits until this member has an ensemble time: it is the reference, or it locked
+    /// onto the reference it follows now.
+    fn wait_clock(&self) {
+        let id = self.id();
+        let start = Instant::now();
+        loop {
+            let l = self.lines();
+            if let Some(r) = l.iter().rposition(|x| x.starts_with("clock-reference ")) {
+                let reference = &l[r][16..];
+                if reference == id || l[r..].iter().any(|x| *x == format!("clock-locked {reference}")) {
+                    return;
+                }
+            }
+            assert!(start.elapsed() < WAIT, "no ensemble time: {l:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// This member's id, from its first line.
     fn id(&self) -> String {
         let l = self.wait_for("member line", |l| l.starts_with("member "));
@@ -327,6 +345,7 @@ fn python_osc_and_liblo_reach_services_through_the_osc_bridge() {
     let line = bridge.wait_for("bridge address", |l| l.starts_with("osc-bridge "));
     let port = line.rsplit(':').next().unwrap().to_string();
     for m in [&bridge, &synth] {
+        m.wait_clock();
         m.wait_for("both services", |l| {
             l.starts_with("services ") && l.contains(" desk@") && l.contains(" synth@")
         });
@@ -347,6 +366,14 @@ print("sent", flush=True)
 d, _ = s.recvfrom(65536)
 m = OscMessage(d)
 print("got", m.address, m.params, flush=True)
+# A bundle time-tagged 0.3 s ahead: delivered then, in ensemble time.
+import time
+from pythonosc.osc_bundle_builder import OscBundleBuilder
+bb = OscBundleBuilder(time.time() + 0.3)
+mb = OscMessageBuilder("/synth/timed"); mb.add_arg(9)
+bb.add_content(mb.build())
+s.sendto(bb.build().dgram, ("127.0.0.1", {port}))
+print("bundle", flush=True)
 "#
     );
     let py = spawn(Command::new("python3").args(["-c", &script]));
@@ -357,6 +384,11 @@ print("got", m.address, m.params, flush=True)
     band.send(&["/desk/fader", "0.75"]);
     let back = py.wait_for("the message back", |l| l.starts_with("got "));
     assert!(back.contains("/desk/fader") && back.contains("0.75"), "{back}");
+    py.wait_for("python's bundle", |l| l == "bundle");
+    let timed = synth.wait_for("the timed bundle", |l| l.contains("/synth/timed"));
+    let at = field(&timed, "at=");
+    assert_ne!(at, "now", "{timed}");
+    assert!(ens_ns(&field(&timed, "ens=")) >= ens_ns(&at), "{timed}");
     // liblo.
     let st = Command::new("oscsend")
         .args(["127.0.0.1", &port, "/synth/from_liblo", "if", "5", "1.5"])
