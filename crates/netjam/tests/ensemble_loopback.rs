@@ -275,10 +275,18 @@ fn a_timed_message_fires_on_every_member_together() {
             let fired = ens_ns(&field(&l, "ens="));
             // By its own ensemble clock a member never fires early.
             assert!(fired >= at, "fired early: {l}");
+            if fired - at > 1_000_000 {
+                println!(
+                    "round {round}: fired {:.3} ms after its time: {l}",
+                    (fired - at) as f64 / 1e6
+                );
+            }
             worst_late = worst_late.max(fired - at);
             monos.push(field(&l, "mono=").parse::<u64>().unwrap());
         }
-        spreads.push(monos.iter().max().unwrap() - monos.iter().min().unwrap());
+        let spread = monos.iter().max().unwrap() - monos.iter().min().unwrap();
+        println!("round {round}: spread {:.3} ms", spread as f64 / 1e6);
+        spreads.push(spread);
     }
     spreads.sort();
     let ms = |ns: u64| ns as f64 / 1e6;
