@@ -19,8 +19,10 @@
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
-/// First port of the default list.
-pub const DEFAULT_BASE_PORT: u16 = 44640;
+/// First port of the default list: below the ephemeral range Linux hands out to client
+/// sockets (32768–60999), so a member neither loses its port to an outgoing connection
+/// nor sends hellos to one.
+pub const DEFAULT_BASE_PORT: u16 = 14640;
 /// Ports in the default list (members per machine).
 pub const DEFAULT_PORTS: u16 = 16;
 
@@ -83,8 +85,8 @@ mod tests {
         let d = Discovery::default();
         let t = d.targets();
         assert_eq!(t.len(), 2 * DEFAULT_PORTS as usize);
-        assert!(t.contains(&"127.0.0.1:44640".parse().unwrap()));
-        assert!(t.contains(&"255.255.255.255:44655".parse().unwrap()));
+        assert!(t.contains(&"127.0.0.1:14640".parse().unwrap()));
+        assert!(t.contains(&"255.255.255.255:14655".parse().unwrap()));
         let l = Discovery::local(65530);
         assert_eq!(l.port_list().count(), 6);
         assert!(l.targets().iter().all(|a| a.ip().is_loopback()));

@@ -57,7 +57,7 @@ impl Sim {
         for s in services {
             member.offer(s).unwrap();
         }
-        let addr: SocketAddr = format!("127.0.0.{}:44640", k + 1).parse().unwrap();
+        let addr: SocketAddr = format!("127.0.0.{}:14640", k + 1).parse().unwrap();
         self.addrs.push(addr);
         self.nodes.push(Some(Node {
             member,
