@@ -1,16 +1,32 @@
-//! netjam's ensemble messaging core (sans-IO): what a networked band shares beside audio.
+//! netjam's ensemble messaging core (sans-IO): what a networked band shares beside audio,
+//! after O2 — named services, discovery, one clock, and best-effort, reliable and timed
+//! delivery with taps.
 //!
+//! * [`member`]: one member of an ensemble as a state machine — membership, the service
+//!   table, choosing and following the clock reference, delivery. Start here.
 //! * [`clock`]: one clock for the whole ensemble. A member estimates the reference's
 //!   offset and rate from probe round trips with minimum-RTT filtering and slews its
 //!   exported ensemble time instead of jumping; [`clock::ClockReader`] hands that time to
 //!   the audio thread without locks or allocation.
-//!
-//! Planned here (see the README): named services and their tables, discovery, best-effort,
-//! reliable and timed delivery, taps and bridges, a shared beat.
+//! * [`table`]: who is in the ensemble and who provides which service.
+//! * [`address`]: services from addresses (`/synth1/...`, literal `!synth1/...`).
+//! * [`reliable`]: acknowledged, retransmitted, ordered streams per sender.
+//! * [`inbox`]: timed messages taken by the audio thread in the period they fall in.
+//! * [`discovery`]: where hellos go on a local network with no configuration.
+//! * [`wire`]: the ensemble's own OSC messages.
 //!
 //! Nothing in this crate touches a socket, a thread or the system clock: callers pass the
 //! time in, as a monotonic nanosecond count, and carry the bytes.
 #![forbid(unsafe_code)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod address;
 pub mod clock;
+pub mod discovery;
+pub mod inbox;
+pub mod member;
+pub mod reliable;
+pub mod table;
+pub mod wire;
+
+pub use member::{Delivery, Dest, Event, Member, MemberConfig, SendError, Transmit};

@@ -1,6 +1,8 @@
 //! Zero heap allocations on the audio thread's side of the ensemble clock, proven with the
 //! counting allocator: reading the shared segment and mapping local to ensemble time,
-//! while the clock keeps publishing; and none per exchange in the client once built.
+//! while the clock keeps publishing; taking due timed messages from an audio inbox while
+//! the network thread keeps handing them over; and none per exchange in the client once
+//! built.
 
 use netjam_ensemble::clock::{clock_share, ClockClient, ClockConfig, ClockSegment, ClockServer};
 
@@ -70,4 +72,47 @@ fn the_client_does_not_allocate_per_exchange() {
         0,
         "the client allocated per exchange"
     );
+}
+
+#[test]
+fn taking_due_timed_messages_does_not_allocate() {
+    use netjam_ensemble::inbox::audio_inbox;
+    const N: u64 = 5_000;
+    let (mut tx, mut rx) = audio_inbox(N as usize, 64);
+    let period = 1_333_333u64;
+    let audio = std::thread::spawn(move || {
+        let before = alloc_count::allocations();
+        alloc_count::prove_counting();
+        let mut taken = 0u64;
+        let mut late = 0u64;
+        let mut start = 0u64;
+        // Stand-in audio periods in ensemble time, until every message was taken.
+        for _ in 0..2_000_000u64 {
+            rx.take_period(start, period, 64, |frame, t, m| {
+                taken += 1;
+                if t > start + period || frame >= 64 || m.is_empty() {
+                    late += 1;
+                }
+            });
+            if taken == N {
+                break;
+            }
+            start += period / 8;
+        }
+        (alloc_count::allocations() - before - 1, taken, late)
+    });
+    let mut msg = [0u8; 16];
+    let n = netjam_osc::encode_message(&mut msg, "/s/go", &[netjam_osc::Arg::Int(1)]).expect("encode");
+    let mut sent = 0u64;
+    while sent < N {
+        // Times spread over the next few hundred periods; a full queue is retried.
+        if tx.send(1 + sent * 50_000, &msg[..n]).is_ok() {
+            sent += 1;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    let (allocs, taken, late) = audio.join().expect("audio thread");
+    assert_eq!(allocs, 0, "the audio thread allocated");
+    assert_eq!((taken, late), (N, 0));
 }

@@ -10,6 +10,7 @@ pub mod config;
 pub mod control;
 pub mod dl;
 pub mod endpoint;
+pub mod ensemble;
 pub mod lifecycle;
 pub mod link_emulator;
 pub mod loopback;

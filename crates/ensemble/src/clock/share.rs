@@ -172,6 +172,11 @@ mod tests {
                     seen += 1;
                 }
                 if r.published() >= 200_000 {
+                    // The writer is done: this read cannot be overtaken, so a reader that
+                    // was starved of every consistent read while it ran still checks one.
+                    let s = r.segment().expect("a segment once the writer stopped");
+                    assert_eq!(s.ensemble_origin_ns, 3 * s.local_origin_ns, "{s:?}");
+                    seen += 1;
                     break;
                 }
             }

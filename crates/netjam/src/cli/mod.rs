@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 pub mod common;
 pub mod demo;
 pub mod devices;
+pub mod ensemble;
 pub mod jam;
 pub mod jam_room;
 pub mod osc;
@@ -51,6 +52,9 @@ pub enum Command {
     /// Open Sound Control tools.
     #[command(subcommand)]
     Osc(osc::OscCommand),
+    /// Ensemble messaging: named services, one clock, timed and reliable messages (after O2).
+    #[command(subcommand)]
+    Ensemble(ensemble::EnsembleCommand),
 }
 
 impl Cli {
@@ -68,6 +72,7 @@ impl Cli {
             Command::Devices(a) => devices::run(a),
             Command::Server(a) => server::run(a),
             Command::Osc(c) => osc::run(c),
+            Command::Ensemble(c) => ensemble::run(c),
         }
     }
 }

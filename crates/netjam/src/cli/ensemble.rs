@@ -1,0 +1,533 @@
+//! `netjam ensemble`: join an ensemble and print what its services receive, list its
+//! members and services, send a message to a service (now or at an ensemble time), and
+//! show the clock. Every command is a member while it runs, found and finding others
+//! with no configuration. This module only parses flags, calls the shell
+//! ([`crate::ensemble`]) and prints, one line per thing, flushed, so other programs can
+//! read the output live.
+
+use std::io::Write;
+use std::net::SocketAddr;
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use netjam_ensemble::address::service_of;
+use netjam_ensemble::discovery::{Discovery, DEFAULT_BASE_PORT, DEFAULT_PORTS};
+use netjam_ensemble::{Event, Member};
+use netjam_osc::{encode_message, message_len, Arg, Message};
+
+use crate::ensemble::{bind_ip, mono_ns, random_id, Node, NodeConfig};
+
+const MS: u64 = 1_000_000;
+const S: u64 = 1_000 * MS;
+
+#[derive(Debug, Subcommand)]
+pub enum EnsembleCommand {
+    /// Join as a member offering services; print every message they receive, one per line.
+    Join(JoinArgs),
+    /// List the ensemble's members and services.
+    List(ListArgs),
+    /// Send one message to a service, e.g. `send band /synth1/cutoff 440 --at +0.5s`.
+    Send(SendArgs),
+    /// Show the ensemble clock: the reference, this member's offset and error bound.
+    Clock(ClockArgs),
+}
+
+/// Where members look for each other.
+#[derive(Debug, Clone, Args)]
+pub struct NetArgs {
+    /// Stay on this machine: bind 127.0.0.1 and send no broadcast.
+    #[arg(long)]
+    pub local: bool,
+    /// First UDP port of the discovery list (members bind the first free one).
+    #[arg(long, default_value_t = DEFAULT_BASE_PORT)]
+    pub discovery_port: u16,
+    /// Ports in the discovery list (members per machine).
+    #[arg(long, default_value_t = DEFAULT_PORTS)]
+    pub discovery_ports: u16,
+    /// This member's id in hex (default: random).
+    #[arg(long, value_name = "HEX")]
+    pub id: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct JoinArgs {
+    /// Ensemble name.
+    pub name: String,
+    /// A service to offer (repeat for more).
+    #[arg(long = "service", value_name = "NAME")]
+    pub services: Vec<String>,
+    /// Copy every message of service A to service B (`A:B`; repeat for more).
+    #[arg(long = "tap", value_name = "A:B")]
+    pub taps: Vec<String>,
+    /// A plain OSC UDP port: messages sent there go to the services their addresses name;
+    /// messages this member's services receive go back to whoever sent there.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub osc_bridge: Option<SocketAddr>,
+    /// Leave after this many seconds.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    #[command(flatten)]
+    pub net: NetArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    pub name: String,
+    /// How long to listen before printing, in seconds.
+    #[arg(long, default_value_t = 2.0)]
+    pub wait: f64,
+    #[command(flatten)]
+    pub net: NetArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    pub name: String,
+    /// Address: /service/... (or !service/... for a literal address).
+    pub address: String,
+    /// Values: typed as i:5 f:0.5 s:text h:5 d:0.5 T F N, or untyped (an integer, a
+    /// number, else a string). Flags go before the address or after the values.
+    #[arg(allow_negative_numbers = true)]
+    pub values: Vec<String>,
+    /// Send the same message to these addresses too (same values, same time).
+    #[arg(long = "also", value_name = "ADDRESS")]
+    pub also: Vec<String>,
+    /// When to deliver it: +0.5s / +500ms from now, or an ensemble time in seconds.
+    #[arg(long)]
+    pub at: Option<String>,
+    /// Send best effort instead of reliably.
+    #[arg(long)]
+    pub best_effort: bool,
+    /// Give up when the services are not found (or not acknowledged) within this many seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub wait: f64,
+    #[command(flatten)]
+    pub net: NetArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ClockArgs {
+    pub name: String,
+    /// Print this many lines, one per --interval, then leave (default: until stopped).
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Seconds between lines.
+    #[arg(long, default_value_t = 1.0)]
+    pub interval: f64,
+    #[command(flatten)]
+    pub net: NetArgs,
+}
+
+pub fn run(cmd: EnsembleCommand) -> anyhow::Result<()> {
+    match cmd {
+        EnsembleCommand::Join(a) => join(a),
+        EnsembleCommand::List(a) => list(a),
+        EnsembleCommand::Send(a) => send(a),
+        EnsembleCommand::Clock(a) => clock(a),
+    }
+}
+
+fn secs(s: f64, what: &str) -> anyhow::Result<u64> {
+    if !(s.is_finite() && s >= 0.0) {
+        bail!("{what} must be a number of seconds, not {s}");
+    }
+    Ok((s * S as f64) as u64)
+}
+
+fn start(
+    name: &str,
+    net: &NetArgs,
+    services: Vec<String>,
+    taps: Vec<(String, String)>,
+    bridge: Option<SocketAddr>,
+) -> anyhow::Result<Node> {
+    let id = match &net.id {
+        Some(h) => u64::from_str_radix(h.trim_start_matches("0x"), 16)
+            .with_context(|| format!("--id {h:?} is not a hex number"))?,
+        None => random_id()?,
+    };
+    let discovery = Discovery {
+        base_port: net.discovery_port,
+        ports: net.discovery_ports.max(1),
+        broadcast: !net.local,
+    };
+    Node::start(NodeConfig {
+        ensemble: name.to_string(),
+        id,
+        services,
+        taps,
+        discovery,
+        bind_ip: bind_ip(net.local),
+        osc_bridge: bridge,
+    })
+}
+
+fn out(line: std::fmt::Arguments<'_>) {
+    let mut o = std::io::stdout().lock();
+    let _ = o.write_fmt(line);
+    let _ = o.write_all(b"\n");
+    let _ = o.flush();
+}
+
+fn ens_s(ns: u64) -> String {
+    format!("{}.{:09}", ns / S, ns % S)
+}
+
+fn format_args_of(m: &Message<'_>) -> String {
+    let mut s = String::new();
+    for a in m.args() {
+        if !s.is_empty() {
+            s.push(' ');
+        }
+        match a {
+            Arg::Int(v) => s += &format!("i:{v}"),
+            Arg::Float(v) => s += &format!("f:{v}"),
+            Arg::Str(v) | Arg::Symbol(v) => s += &format!("s:{v}"),
+            Arg::Long(v) => s += &format!("h:{v}"),
+            Arg::Double(v) => s += &format!("d:{v}"),
+            Arg::True => s += "T",
+            Arg::False => s += "F",
+            Arg::Nil => s += "N",
+            other => s += &format!("{other:?}"),
+        }
+    }
+    s
+}
+
+fn print_event(node: &Node, ev: &Event) {
+    match ev {
+        Event::Message(d) => {
+            let mono = mono_ns();
+            let Ok(m) = Message::decode(&d.bytes) else { return };
+            let at = if d.time_ns == 0 {
+                "now".to_string()
+            } else {
+                ens_s(d.time_ns)
+            };
+            let ens = d.delivered_ns.map(ens_s).unwrap_or_else(|| "-".into());
+            out(format_args!(
+                "msg ens={ens} at={at} mono={mono} from={:016x} service={} {} {}{}",
+                d.from,
+                d.service,
+                m.address(),
+                format_args_of(&m),
+                if d.tap_copy { " (tap)" } else { "" }
+            ));
+        }
+        Event::MemberJoined { id } => out(format_args!("joined {id:016x}")),
+        Event::MemberLeft {
+            id,
+            services,
+            timed_out,
+        } => out(format_args!(
+            "left {id:016x} {} services={}",
+            if *timed_out { "timed-out" } else { "bye" },
+            services.join(",")
+        )),
+        Event::ServicesChanged => {
+            let rows = node.member_ref().table().services();
+            let list: Vec<String> = rows
+                .iter()
+                .map(|r| format!("{}@{:016x}", r.service, r.provider))
+                .collect();
+            out(format_args!("services {}", list.join(" ")));
+        }
+        Event::ClockLocked { reference } => out(format_args!("clock-locked {reference:016x}")),
+        Event::ClockReference { id } => match id {
+            Some(id) => out(format_args!("clock-reference {id:016x}")),
+            None => out(format_args!("clock-reference none")),
+        },
+    }
+}
+
+fn stop_flag() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = stop.clone();
+    let _ = ctrlc::set_handler(move || s.store(true, std::sync::atomic::Ordering::Relaxed));
+    stop
+}
+
+fn join(a: JoinArgs) -> anyhow::Result<()> {
+    let mut taps = Vec::new();
+    for t in &a.taps {
+        let Some((x, y)) = t.split_once(':') else {
+            bail!("--tap {t:?}: give it as TAPPEE:TAPPER, e.g. synth1:log");
+        };
+        taps.push((x.to_string(), y.to_string()));
+    }
+    let mut node = start(&a.name, &a.net, a.services.clone(), taps, a.osc_bridge)?;
+    out(format_args!(
+        "member {:016x} on {} in ensemble {} services={}",
+        node.member_ref().id(),
+        node.local_addr(),
+        a.name,
+        a.services.join(",")
+    ));
+    if let Some(b) = node.bridge_addr() {
+        out(format_args!("osc-bridge {b}"));
+    }
+    let deadline = a
+        .duration
+        .map(|d| secs(d, "--duration"))
+        .transpose()?
+        .map(|d| mono_ns() + d);
+    let stop = stop_flag();
+    // Wake at least every 200 ms to notice Ctrl-C.
+    loop {
+        let slice = mono_ns() + 200 * MS;
+        let until = deadline.map_or(slice, |d| d.min(slice));
+        node.run(Some(until), |n, ev| {
+            print_event(n, &ev);
+            true
+        });
+        if stop.load(std::sync::atomic::Ordering::Relaxed) || deadline.is_some_and(|d| mono_ns() >= d) {
+            break;
+        }
+    }
+    node.leave();
+    Ok(())
+}
+
+fn list(a: ListArgs) -> anyhow::Result<()> {
+    let mut node = start(&a.name, &a.net, Vec::new(), Vec::new(), None)?;
+    let me = node.member_ref().id();
+    let until = mono_ns() + secs(a.wait, "--wait")?;
+    node.run(Some(until), |_, _| true);
+    let m = node.member_ref();
+    let reference = m.reference();
+    let mut members: Vec<_> = m.table().members().filter(|x| x.id != me).collect();
+    members.sort_by_key(|x| x.id);
+    out(format_args!("members {}", members.len()));
+    for x in members {
+        out(format_args!(
+            "member {:016x} {} services={}{}",
+            x.id,
+            x.addr.map(|a| a.to_string()).unwrap_or_default(),
+            x.list.services.join(","),
+            if reference == Some(x.id) {
+                " clock-reference"
+            } else {
+                ""
+            }
+        ));
+    }
+    for r in m.table().services() {
+        let others: Vec<String> = r
+            .offered_by
+            .iter()
+            .filter(|i| **i != r.provider)
+            .map(|i| format!("{i:016x}"))
+            .collect();
+        out(format_args!(
+            "service {} provider={:016x}{}{}",
+            r.service,
+            r.provider,
+            if others.is_empty() {
+                String::new()
+            } else {
+                format!(" also={}", others.join(","))
+            },
+            if r.tapped_by.is_empty() {
+                String::new()
+            } else {
+                format!(" tapped-by={}", r.tapped_by.join(","))
+            }
+        ));
+    }
+    node.leave();
+    Ok(())
+}
+
+fn parse_value(v: &str) -> Arg<'_> {
+    if let Some((t, x)) = v.split_once(':') {
+        match t {
+            "i" => {
+                if let Ok(n) = x.parse() {
+                    return Arg::Int(n);
+                }
+            }
+            "f" => {
+                if let Ok(n) = x.parse() {
+                    return Arg::Float(n);
+                }
+            }
+            "h" => {
+                if let Ok(n) = x.parse() {
+                    return Arg::Long(n);
+                }
+            }
+            "d" => {
+                if let Ok(n) = x.parse() {
+                    return Arg::Double(n);
+                }
+            }
+            "s" => return Arg::Str(x),
+            _ => {}
+        }
+    }
+    match v {
+        "T" => Arg::True,
+        "F" => Arg::False,
+        "N" => Arg::Nil,
+        _ => {
+            if let Ok(n) = v.parse::<i32>() {
+                Arg::Int(n)
+            } else if let Ok(f) = v.parse::<f32>() {
+                Arg::Float(f)
+            } else {
+                Arg::Str(v)
+            }
+        }
+    }
+}
+
+/// `+0.5s`, `+500ms`, `+0.5` (relative, seconds) or `12.5` (absolute ensemble seconds).
+fn parse_at(at: &str, ens_now: u64) -> anyhow::Result<u64> {
+    let bad = || format!("--at {at:?}: give +0.5s, +500ms or an ensemble time in seconds");
+    if let Some(rel) = at.strip_prefix('+') {
+        let (num, scale) = if let Some(x) = rel.strip_suffix("ms") {
+            (x, 1e-3)
+        } else if let Some(x) = rel.strip_suffix('s') {
+            (x, 1.0)
+        } else {
+            (rel, 1.0)
+        };
+        let v: f64 = num.parse().with_context(bad)?;
+        return Ok(ens_now + secs(v * scale, "--at")?);
+    }
+    let v: f64 = at.parse().with_context(bad)?;
+    secs(v, "--at")
+}
+
+fn ready(m: &Member, services: &[String]) -> bool {
+    services.iter().all(|s| m.table().provider(s).is_some())
+}
+
+fn synced(m: &Member) -> bool {
+    match (m.reference(), m.clock_stats()) {
+        (Some(r), _) if r == m.id() => true,
+        (Some(_), Some(st)) => st.locked,
+        _ => false,
+    }
+}
+
+fn send(a: SendArgs) -> anyhow::Result<()> {
+    let mut addresses = vec![a.address.clone()];
+    addresses.extend(a.also.iter().cloned());
+    let mut services = Vec::new();
+    for addr in &addresses {
+        let (s, _) = service_of(addr).with_context(|| format!("cannot send to {addr:?}"))?;
+        services.push(s.to_string());
+    }
+    let args: Vec<Arg<'_>> = a.values.iter().map(|v| parse_value(v)).collect();
+    let mut messages = Vec::new();
+    for addr in &addresses {
+        let mut buf = vec![0u8; message_len(addr, &args)];
+        let n = encode_message(&mut buf, addr, &args)
+            .with_context(|| format!("cannot encode a message to {addr:?}"))?;
+        buf.truncate(n);
+        messages.push(buf);
+    }
+    let mut node = start(&a.name, &a.net, Vec::new(), Vec::new(), None)?;
+    let give_up = mono_ns() + secs(a.wait, "--wait")?;
+    let need_clock = a.at.is_some();
+    node.run(Some(give_up), |n, _| {
+        let m = n.member_ref();
+        !(ready(m, &services) && (!need_clock || synced(m)))
+    });
+    // Also check before the first event (the table may be complete already).
+    if !ready(node.member_ref(), &services) {
+        let missing: Vec<&String> = services
+            .iter()
+            .filter(|s| node.member_ref().table().provider(s).is_none())
+            .collect();
+        bail!(
+            "no member of ensemble {:?} offers {:?} (waited {} s): is a member running with --service, on this network and discovery ports?",
+            a.name,
+            missing,
+            a.wait
+        );
+    }
+    if need_clock {
+        while !synced(node.member_ref()) && mono_ns() < give_up {
+            let t = mono_ns() + 20 * MS;
+            node.run(Some(t), |_, _| true);
+        }
+        if !synced(node.member_ref()) {
+            bail!(
+                "the ensemble clock did not lock within {} s; try a longer --wait",
+                a.wait
+            );
+        }
+    }
+    let now = mono_ns();
+    let time = match &a.at {
+        Some(at) => {
+            let ens = node
+                .member_ref()
+                .ensemble_time(now)
+                .context("no ensemble time yet")?;
+            parse_at(at, ens)?
+        }
+        None => 0,
+    };
+    for (addr, m) in addresses.iter().zip(&messages) {
+        let to = node
+            .member()
+            .send(now, m, time, !a.best_effort)
+            .with_context(|| format!("cannot send to {addr}"))?;
+        out(format_args!(
+            "sent {addr} to={to:016x} at={}",
+            if time == 0 { "now".to_string() } else { ens_s(time) }
+        ));
+    }
+    node.flush();
+    let until = mono_ns() + secs(a.wait, "--wait")?;
+    while node.member_ref().unacked() > 0 && mono_ns() < until {
+        let t = mono_ns() + 10 * MS;
+        node.run(Some(t), |_, _| true);
+    }
+    if node.member_ref().unacked() > 0 {
+        bail!(
+            "{} message(s) not acknowledged within {} s",
+            node.member_ref().unacked(),
+            a.wait
+        );
+    }
+    node.leave();
+    Ok(())
+}
+
+fn clock(a: ClockArgs) -> anyhow::Result<()> {
+    let mut node = start(&a.name, &a.net, Vec::new(), Vec::new(), None)?;
+    let step = secs(a.interval, "--interval")?.max(MS);
+    let stop = stop_flag();
+    let mut next = mono_ns() + step;
+    let mut printed = 0u64;
+    while a.count.map_or(true, |c| printed < c) && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        node.run(Some(next), |_, _| true);
+        next += step;
+        let now = mono_ns();
+        let m = node.member_ref();
+        let ens = m.ensemble_time(now).map(ens_s).unwrap_or_else(|| "-".into());
+        let reference = m
+            .reference()
+            .map(|r| format!("{r:016x}"))
+            .unwrap_or_else(|| "none".into());
+        match m.clock_stats() {
+            Some(st) if m.reference() != Some(m.id()) => out(format_args!(
+                "clock reference={reference} ensemble={ens} offset_ms={:.3} error_bound_ms={:.3} min_rtt_ms={:.3} rate_ppm={:.1} locked={} exchanges={}",
+                st.offset_ns as f64 / 1e6,
+                st.error_bound_ns as f64 / 1e6,
+                st.min_rtt_ns as f64 / 1e6,
+                st.rate_ppm,
+                st.locked,
+                st.exchanges
+            )),
+            _ => out(format_args!("clock reference={reference} ensemble={ens} (this member)")),
+        }
+        printed += 1;
+    }
+    node.leave();
+    Ok(())
+}

@@ -1,0 +1,325 @@
+//! The I/O shell around `netjam-ensemble`'s [`Member`]: one UDP socket on the first free
+//! port of the discovery list, a thread per socket that timestamps what arrives, and a
+//! loop that feeds the member, sends what it asks and sleeps until its next timeout.
+//! Optionally an OSC bridge: a plain OSC UDP port whose messages are routed to services
+//! (bundles at their time tags), and to whose senders the messages this member's
+//! services receive are forwarded.
+//!
+//! Local time is the machine's `CLOCK_MONOTONIC` in nanoseconds, shared by every process
+//! on the machine (so a test can compare when members on one machine acted). This module
+//! holds no protocol logic: membership, clock and delivery live in the library.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{bail, Context};
+use netjam_ensemble::discovery::Discovery;
+use netjam_ensemble::{Dest, Event, Member, MemberConfig};
+use netjam_osc::{Packet, TimeTag};
+
+/// The machine-wide monotonic clock, in nanoseconds.
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on the
+    // platforms netjam builds for, and clock_gettime writes only into `ts`.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        return crate::clock::now_ns();
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A random member id (never 0).
+pub fn random_id() -> anyhow::Result<u64> {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).map_err(|e| anyhow::anyhow!("cannot draw a random member id: {e}"))?;
+    Ok(u64::from_le_bytes(b).max(1))
+}
+
+/// How a node joins.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub ensemble: String,
+    pub id: u64,
+    pub services: Vec<String>,
+    /// (tappee, tapper) pairs.
+    pub taps: Vec<(String, String)>,
+    pub discovery: Discovery,
+    /// Address the member socket binds (0.0.0.0 on a LAN, 127.0.0.1 for this machine).
+    pub bind_ip: IpAddr,
+    pub osc_bridge: Option<SocketAddr>,
+}
+
+enum Input {
+    Packet {
+        now: u64,
+        from: SocketAddr,
+        bytes: Vec<u8>,
+        bridge: bool,
+    },
+}
+
+/// A running member with its sockets.
+#[derive(Debug)]
+pub struct Node {
+    member: Member,
+    socket: UdpSocket,
+    local: SocketAddr,
+    bridge: Option<(UdpSocket, SocketAddr)>,
+    bridge_clients: Vec<SocketAddr>,
+    targets: Vec<SocketAddr>,
+    rx: Receiver<Input>,
+    /// Datagrams that could not be sent (counted; the protocol recovers).
+    pub send_errors: u64,
+}
+
+impl std::fmt::Debug for Input {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Input")
+    }
+}
+
+fn spawn_receiver(socket: &UdpSocket, bridge: bool, tx: Sender<Input>) -> anyhow::Result<()> {
+    let s = socket.try_clone().context("cannot clone the ensemble socket")?;
+    std::thread::Builder::new()
+        .name(if bridge { "ens-bridge" } else { "ens-recv" }.into())
+        .spawn(move || {
+            let mut buf = vec![0u8; 65_536];
+            loop {
+                match s.recv_from(&mut buf) {
+                    Ok((n, from)) => {
+                        let input = Input::Packet {
+                            now: mono_ns(),
+                            from,
+                            bytes: buf[..n].to_vec(),
+                            bridge,
+                        };
+                        if tx.send(input).is_err() {
+                            return;
+                        }
+                    }
+                    // ICMP errors from a closed discovery port surface here on Linux.
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        })
+        .context("cannot start the ensemble receive thread")?;
+    Ok(())
+}
+
+impl Node {
+    /// Binds the first free discovery port, offers the services and starts listening.
+    pub fn start(cfg: NodeConfig) -> anyhow::Result<Node> {
+        let mut bound = None;
+        for port in cfg.discovery.port_list() {
+            if let Ok(s) = UdpSocket::bind(SocketAddr::new(cfg.bind_ip, port)) {
+                bound = Some(s);
+                break;
+            }
+        }
+        let Some(socket) = bound else {
+            bail!(
+                "every ensemble discovery port ({}–{}) on {} is taken: stop a member on this machine, or use --discovery-port to pick another list",
+                cfg.discovery.base_port,
+                cfg.discovery.base_port as u32 + cfg.discovery.ports as u32 - 1,
+                cfg.bind_ip
+            );
+        };
+        if cfg.discovery.broadcast {
+            socket.set_broadcast(true).context(
+                "cannot enable broadcast on the ensemble socket (use --local to stay on this machine)",
+            )?;
+        }
+        let local = socket.local_addr().context("ensemble socket address")?;
+        let (tx, rx) = channel();
+        spawn_receiver(&socket, false, tx.clone())?;
+        let bridge = match cfg.osc_bridge {
+            Some(addr) => {
+                let b = UdpSocket::bind(addr)
+                    .with_context(|| format!("cannot open the OSC bridge on {addr}: is the port free?"))?;
+                let at = b.local_addr().context("OSC bridge address")?;
+                spawn_receiver(&b, true, tx)?;
+                Some((b, at))
+            }
+            None => None,
+        };
+        let now = mono_ns();
+        let mut member = Member::new(MemberConfig::new(&cfg.ensemble, cfg.id), now);
+        for s in &cfg.services {
+            member
+                .offer(s)
+                .with_context(|| format!("cannot offer service {s:?}"))?;
+        }
+        for (a, b) in &cfg.taps {
+            member
+                .tap(a, b)
+                .with_context(|| format!("cannot tap {a:?} into {b:?}"))?;
+        }
+        let mut node = Node {
+            member,
+            socket,
+            local,
+            bridge,
+            bridge_clients: Vec::new(),
+            targets: cfg.discovery.targets(),
+            rx,
+            send_errors: 0,
+        };
+        node.member.handle_timeout(now);
+        node.flush();
+        Ok(node)
+    }
+
+    pub fn member(&mut self) -> &mut Member {
+        &mut self.member
+    }
+
+    pub fn member_ref(&self) -> &Member {
+        &self.member
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    pub fn bridge_addr(&self) -> Option<SocketAddr> {
+        self.bridge.as_ref().map(|b| b.1)
+    }
+
+    /// Sends everything the member has to send.
+    pub fn flush(&mut self) {
+        while let Some(t) = self.member.poll_transmit() {
+            match t.to {
+                Dest::Peer(a) => {
+                    if self.socket.send_to(&t.bytes, a).is_err() {
+                        self.send_errors += 1;
+                    }
+                }
+                Dest::Discovery => {
+                    for a in &self.targets {
+                        if *a != self.local && self.socket.send_to(&t.bytes, a).is_err() {
+                            self.send_errors += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs until local time `deadline` (or for ever), handing each event to `on_event`;
+    /// stops early when `on_event` returns `false`.
+    pub fn run(&mut self, deadline: Option<u64>, mut on_event: impl FnMut(&mut Node, Event) -> bool) {
+        loop {
+            let now = mono_ns();
+            if deadline.is_some_and(|d| now >= d) {
+                return;
+            }
+            let wake = self.member.poll_timeout().min(deadline.unwrap_or(u64::MAX));
+            // Sleep on the channel; spin the last 200 µs so timed messages fire on time.
+            let wait = wake.saturating_sub(now);
+            let mut input = None;
+            if wait > 200_000 {
+                match self.rx.recv_timeout(Duration::from_nanos(wait - 200_000)) {
+                    Ok(i) => input = Some(i),
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+            } else {
+                while input.is_none() && mono_ns() < wake {
+                    input = self.rx.try_recv().ok();
+                    std::hint::spin_loop();
+                }
+            }
+            match input {
+                Some(Input::Packet {
+                    now,
+                    from,
+                    bytes,
+                    bridge: false,
+                }) => self.member.handle(now, from, &bytes),
+                Some(Input::Packet {
+                    from,
+                    bytes,
+                    bridge: true,
+                    ..
+                }) => self.bridge_in(from, &bytes),
+                None => {}
+            }
+            let now = mono_ns();
+            if self.member.poll_timeout() <= now {
+                self.member.handle_timeout(now);
+            }
+            self.flush();
+            while let Some(ev) = self.member.poll_event() {
+                if let Event::Message(d) = &ev {
+                    self.bridge_out(&d.bytes);
+                }
+                if !on_event(self, ev) {
+                    self.flush();
+                    return;
+                }
+            }
+            self.flush();
+        }
+    }
+
+    /// A plain OSC packet arrived on the bridge: route each message to its service.
+    fn bridge_in(&mut self, from: SocketAddr, bytes: &[u8]) {
+        if !self.bridge_clients.contains(&from) {
+            if self.bridge_clients.len() >= 16 {
+                self.bridge_clients.remove(0);
+            }
+            self.bridge_clients.push(from);
+        }
+        let Ok(p) = Packet::decode(bytes) else {
+            tracing::warn!("OSC bridge: a malformed packet from {from} was dropped");
+            return;
+        };
+        let now = mono_ns();
+        let ens = self.member.ensemble_time(now);
+        let mut out = Vec::new();
+        p.for_each_message(|t, m| out.push((t, m.as_bytes().to_vec())));
+        for (tag, m) in out {
+            let time = match (tag, ens) {
+                (t, Some(e)) if !t.is_immediate() && t != TimeTag(0) => {
+                    // A time tag is wall time: the same distance ahead in ensemble time.
+                    let wall_now = SystemTime::now();
+                    let ahead = t.to_system_time().duration_since(wall_now).unwrap_or_default();
+                    e + ahead.as_nanos() as u64
+                }
+                _ => 0,
+            };
+            if let Err(e) = self.member.send(now, &m, time, true) {
+                tracing::warn!("OSC bridge: message from {from} not routed: {e}");
+            }
+        }
+    }
+
+    fn bridge_out(&mut self, bytes: &[u8]) {
+        if let Some((b, _)) = &self.bridge {
+            for c in &self.bridge_clients {
+                let _ = b.send_to(bytes, c);
+            }
+        }
+    }
+
+    /// Says bye and sends it.
+    pub fn leave(&mut self) {
+        self.member.leave();
+        self.flush();
+    }
+}
+
+/// The address to bind for a member: this machine only, or every interface.
+pub fn bind_ip(local_only: bool) -> IpAddr {
+    if local_only {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    } else {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    }
+}
