@@ -335,7 +335,10 @@ impl DirectPaths {
             return;
         }
         let mut cands = [None; MAX_CANDIDATES];
-        for (c, a) in cands.iter_mut().zip(core::iter::once(e.observed).chain(e.hosts).flatten()) {
+        for (c, a) in cands
+            .iter_mut()
+            .zip(core::iter::once(e.observed).chain(e.hosts).flatten())
+        {
             *c = Some(a);
         }
         let idx = match self.peers.iter().position(|p| p.member_id == e.member_id) {
@@ -574,7 +577,7 @@ impl DirectPaths {
         p.rtt_ns = Some(rtt);
         p.last_ack_at = now;
         if p.state == PathState::Punching {
-            let fast_enough = relay.is_none_or(|r| rtt <= r + self.cfg.rtt_slack_ns);
+            let fast_enough = relay.map_or(true, |r| rtt <= r + self.cfg.rtt_slack_ns);
             if fast_enough {
                 p.addr = Some(from);
                 self.set_state(now, i, PathState::Direct, false);
@@ -592,7 +595,8 @@ impl DirectPaths {
                     self.set_state(now_ns, i, PathState::Relayed, false);
                 }
                 PathState::Direct => {
-                    let grace = p.rtt_ns.unwrap_or(0) + u64::from(self.cfg.missed_limit) * self.cfg.keep_interval_ns;
+                    let grace =
+                        p.rtt_ns.unwrap_or(0) + u64::from(self.cfg.missed_limit) * self.cfg.keep_interval_ns;
                     if now_ns > p.last_ack_at.saturating_add(grace) {
                         self.set_state(now_ns, i, PathState::Relayed, true);
                         continue;
@@ -622,7 +626,8 @@ impl DirectPaths {
             match p.state {
                 PathState::Punching => t = t.min(p.punch_until),
                 PathState::Direct => {
-                    let grace = p.rtt_ns.unwrap_or(0) + u64::from(self.cfg.missed_limit) * self.cfg.keep_interval_ns;
+                    let grace =
+                        p.rtt_ns.unwrap_or(0) + u64::from(self.cfg.missed_limit) * self.cfg.keep_interval_ns;
                     t = t.min(p.last_ack_at.saturating_add(grace) + 1);
                 }
                 PathState::Relayed => t = t.min(p.retry_at),

@@ -826,7 +826,13 @@ mod tests {
             hosts: &[],
         }));
         let mut hosts = [0u8; MAX_ADDRS_LEN];
-        let hn = encode_addrs(&["192.168.1.2:4464".parse().unwrap(), "[fe80::1]:9".parse().unwrap()], &mut hosts);
+        let hn = encode_addrs(
+            &[
+                "192.168.1.2:4464".parse().unwrap(),
+                "[fe80::1]:9".parse().unwrap(),
+            ],
+            &mut hosts,
+        );
         roundtrip(Control::Join(Join {
             cookie: &c,
             room: "band",
@@ -1003,7 +1009,13 @@ mod tests {
             token: &[0; PAIR_TOKEN_LEN],
         });
         assert_eq!(len(peer), 80);
-        assert_eq!(len(Control::Route { seq: 1, direct: &[0; 8] }), 44);
+        assert_eq!(
+            len(Control::Route {
+                seq: 1,
+                direct: &[0; 8]
+            }),
+            44
+        );
         assert_eq!(len(Control::Routed { seq: 1 }), 28);
         let probe = Control::Probe(Probe {
             from: 1,

@@ -1339,4 +1339,3 @@ fn encode_roster(e: &OutEvent) -> Vec<u8> {
     buf.truncate(n);
     buf
 }
-
