@@ -199,7 +199,7 @@ impl World {
                 if let Some(r) = rtt {
                     p.set_server_rtt(r);
                 }
-                while let Some((t, n)) = p.poll_transmit(&mut buf) {
+                while let Some((t, n)) = p.poll_transmit(now, &mut buf) {
                     out.push((t, buf[..n].to_vec()));
                 }
                 while let Some(e) = p.poll_event() {
@@ -541,6 +541,7 @@ fn forged_probes_and_acks_never_open_a_path() {
                 seq: k % 40 + 1,
                 kind,
                 server_rtt_us: 1,
+                hold_us: 0,
                 mac: &mac,
             })
             .encode(&mut buf)
@@ -598,12 +599,12 @@ fn per_packet_work_does_not_allocate() {
         }
         a.handle_timeout(now);
         b.handle_timeout(now);
-        while let Some((t, n)) = a.poll_transmit(&mut buf) {
+        while let Some((t, n)) = a.poll_transmit(now, &mut buf) {
             if t == Target::Addr(b_addr) {
                 b.handle_probe(now + MS, a_addr, &buf[..n]);
             }
         }
-        while let Some((t, n)) = b.poll_transmit(&mut buf) {
+        while let Some((t, n)) = b.poll_transmit(now + MS, &mut buf) {
             if t == Target::Addr(a_addr) {
                 a.handle_probe(now + 2 * MS, b_addr, &buf[..n]);
             }

@@ -220,6 +220,8 @@ enum Out {
         to: SocketAddr,
         seq: u32,
         kind: ProbeKind,
+        /// When the probe an ack answers arrived.
+        arrived: u64,
     },
     Route,
 }
@@ -500,6 +502,7 @@ impl DirectPaths {
             to,
             seq,
             kind: ProbeKind::Probe,
+            arrived: now,
         });
     }
 
@@ -520,11 +523,14 @@ impl DirectPaths {
         };
         let expect = auth::probe_mac(
             &self.peers[i].token,
-            pr.from,
-            pr.to,
-            pr.seq,
-            pr.kind as u32,
-            pr.server_rtt_us,
+            [
+                pr.from,
+                pr.to,
+                pr.seq,
+                pr.kind as u32,
+                pr.server_rtt_us,
+                pr.hold_us,
+            ],
         );
         if !auth::ct_eq(&expect, pr.mac) {
             self.stats.rejected += 1;
@@ -541,6 +547,7 @@ impl DirectPaths {
                     to: from,
                     seq: pr.seq,
                     kind: ProbeKind::Ack,
+                    arrived: now_ns,
                 });
                 let p = &mut self.peers[i];
                 if !p.candidates.contains(&Some(from)) {
@@ -557,12 +564,12 @@ impl DirectPaths {
                     self.start_punching(now_ns, i);
                 }
             }
-            ProbeKind::Ack => self.ack(now_ns, i, from, pr.seq),
+            ProbeKind::Ack => self.ack(now_ns, i, from, pr.seq, u64::from(pr.hold_us) * 1_000),
         }
         true
     }
 
-    fn ack(&mut self, now: u64, i: usize, from: SocketAddr, seq: u32) {
+    fn ack(&mut self, now: u64, i: usize, from: SocketAddr, seq: u32, hold_ns: u64) {
         let slot = seq as usize % SENT_RING;
         let (sseq, at) = self.peers[i].sent[slot];
         if sseq != seq || seq == 0 || at > now {
@@ -571,7 +578,8 @@ impl DirectPaths {
         }
         self.stats.acks_received += 1;
         self.peers[i].sent[slot] = (0, 0);
-        let rtt = now - at;
+        // The other side's own delay in answering is not the path's.
+        let rtt = (now - at).saturating_sub(hold_ns).max(1);
         let relay = self.relay_rtt(&self.peers[i]);
         let p = &mut self.peers[i];
         p.rtt_ns = Some(rtt);
@@ -636,9 +644,11 @@ impl DirectPaths {
         (t != u64::MAX).then_some(t)
     }
 
-    /// The next datagram to send: written into `buf` (256 bytes always suffice), with
-    /// where it goes. Route lists go to the server before any probe queued after them.
-    pub fn poll_transmit(&mut self, buf: &mut [u8]) -> Option<(Target, usize)> {
+    /// The next datagram to send at `now_ns`: written into `buf` (256 bytes always
+    /// suffice), with where it goes. Call it right before sending: an ack says how long
+    /// its probe waited here. Route lists go to the server before any probe queued after
+    /// them.
+    pub fn poll_transmit(&mut self, now_ns: u64, buf: &mut [u8]) -> Option<(Target, usize)> {
         loop {
             let o = self.out.pop_front()?;
             match o {
@@ -667,6 +677,7 @@ impl DirectPaths {
                     to,
                     seq,
                     kind,
+                    arrived,
                 } => {
                     let Some(p) = self.peers.iter().find(|p| p.member_id == member_id) else {
                         continue;
@@ -674,13 +685,21 @@ impl DirectPaths {
                     let rtt_us = self
                         .server_rtt_ns
                         .map_or(0, |r| u32::try_from(r / 1_000).unwrap_or(u32::MAX).max(1));
-                    let mac = auth::probe_mac(&p.token, self.me, member_id, seq, kind as u32, rtt_us);
+                    let hold_us = match kind {
+                        ProbeKind::Ack => {
+                            u32::try_from(now_ns.saturating_sub(arrived) / 1_000).unwrap_or(u32::MAX)
+                        }
+                        ProbeKind::Probe => 0,
+                    };
+                    let mac =
+                        auth::probe_mac(&p.token, [self.me, member_id, seq, kind as u32, rtt_us, hold_us]);
                     let msg = Control::Probe(Probe {
                         from: self.me,
                         to: member_id,
                         seq,
                         kind,
                         server_rtt_us: rtt_us,
+                        hold_us,
                         mac: &mac,
                     });
                     if let Ok(len) = msg.encode(buf) {
@@ -716,12 +735,12 @@ mod tests {
     fn exchange(a: &mut DirectPaths, b: &mut DirectPaths, now: u64, a_addr: SocketAddr, b_addr: SocketAddr) {
         let mut buf = [0u8; 256];
         for _ in 0..8 {
-            while let Some((t, n)) = a.poll_transmit(&mut buf) {
+            while let Some((t, n)) = a.poll_transmit(now, &mut buf) {
                 if t == Target::Addr(b_addr) {
                     b.handle_probe(now, a_addr, &buf[..n]);
                 }
             }
-            while let Some((t, n)) = b.poll_transmit(&mut buf) {
+            while let Some((t, n)) = b.poll_transmit(now, &mut buf) {
                 if t == Target::Addr(a_addr) {
                     a.handle_probe(now + 1_000, b_addr, &buf[..n]);
                 }

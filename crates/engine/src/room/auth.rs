@@ -150,18 +150,12 @@ pub fn pair_token(secret: &[u8; 32], a: u32, b: u32, serial: u64) -> [u8; PAIR_T
 }
 
 /// A probe's authenticator: the first 16 bytes of HMAC-SHA256(pair token, "netjam-probe-v1"
-/// ‖ from BE32 ‖ to BE32 ‖ seq BE32 ‖ kind BE32 ‖ server round trip µs BE32). Never allocates.
-pub fn probe_mac(
-    token: &[u8; PAIR_TOKEN_LEN],
-    from: u32,
-    to: u32,
-    seq: u32,
-    kind: u32,
-    server_rtt_us: u32,
-) -> [u8; PROBE_MAC_LEN] {
+/// ‖ from BE32 ‖ to BE32 ‖ seq BE32 ‖ kind BE32 ‖ server round trip µs BE32 ‖ hold µs
+/// BE32), `fields` in that order after the token. Never allocates.
+pub fn probe_mac(token: &[u8; PAIR_TOKEN_LEN], fields: [u32; 6]) -> [u8; PROBE_MAC_LEN] {
     let mut m = mac(token);
     m.update(b"netjam-probe-v1");
-    for w in [from, to, seq, kind, server_rtt_us] {
+    for w in fields {
         m.update(&w.to_be_bytes());
     }
     let full = m.finalize().into_bytes();

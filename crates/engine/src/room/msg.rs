@@ -239,6 +239,9 @@ pub struct Probe<'a> {
     pub kind: ProbeKind,
     /// The sender's round trip to the server, microseconds (0: not measured).
     pub server_rtt_us: u32,
+    /// In an ack: how long the probe waited at the acking side between arriving and the
+    /// ack leaving, microseconds (taken off the measured round trip); 0 in a probe.
+    pub hold_us: u32,
     /// HMAC-SHA256(pair token, the fields above), first 16 bytes.
     pub mac: &'a [u8; PROBE_MAC_LEN],
 }
@@ -555,7 +558,7 @@ impl<'a> Control<'a> {
                 Control::Routed { seq: i!() as u32 }
             }
             PROBE => {
-                expect(b"iiiiiib")?;
+                expect(b"iiiiiiib")?;
                 let (from, to, seq) = (i!() as u32, i!() as u32, i!() as u32);
                 let kind = match i!() {
                     1 => ProbeKind::Probe,
@@ -568,6 +571,7 @@ impl<'a> Control<'a> {
                     seq,
                     kind,
                     server_rtt_us: i!() as u32,
+                    hold_us: i!() as u32,
                     mac: fixed!(PROBE_MAC_LEN),
                 })
             }
@@ -709,6 +713,7 @@ impl<'a> Control<'a> {
                     u(p.seq),
                     Arg::Int(p.kind as i32),
                     u(p.server_rtt_us),
+                    u(p.hold_us),
                     Arg::Blob(p.mac),
                 ],
             ),
@@ -873,6 +878,7 @@ mod tests {
             seq: 77,
             kind: ProbeKind::Ack,
             server_rtt_us: 1234,
+            hold_us: 56,
             mac: &[6; PROBE_MAC_LEN],
         }));
         roundtrip(Control::Rejoin(Rejoin {
@@ -1023,9 +1029,10 @@ mod tests {
             seq: 3,
             kind: ProbeKind::Probe,
             server_rtt_us: 0,
+            hold_us: 0,
             mac: &[0; PROBE_MAC_LEN],
         });
-        assert_eq!(len(probe), 72);
+        assert_eq!(len(probe), 76);
     }
 
     #[test]
