@@ -87,6 +87,9 @@ pub struct Roster {
     pub server_rtt_ms: Option<f64>,
     /// Probe counters of the direct paths.
     pub direct: DirectStats,
+    /// Where the server sees you, as it answered STUN after the last rejoin (a rejoin
+    /// follows a changed mapping; the first answer is in the join's report).
+    pub server_sees: Option<SocketAddr>,
 }
 
 /// Control seats (the OSC surface's `/member#16`).
@@ -493,11 +496,20 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
             let mut changed;
             let mut table = RouteTable::default();
             let mut refreshed = clock::now_ns();
-            let take = |paths: &mut DirectPaths, client: &mut RoomClient, at: u64, from: SocketAddr, bytes: &[u8]| {
-                if from == server {
-                    client.handle_datagram(at, bytes);
-                } else {
+            // Asked again after a rejoin: where the server sees us now.
+            let mut stun: Option<ReflexiveQuery> = None;
+            let take = |paths: &mut DirectPaths,
+                        client: &mut RoomClient,
+                        stun: &mut Option<ReflexiveQuery>,
+                        at: u64,
+                        from: SocketAddr,
+                        bytes: &[u8]| {
+                if from != server {
                     paths.handle_probe(at, from, bytes);
+                } else if bytes.first() == Some(&b'/') {
+                    client.handle_datagram(at, bytes);
+                } else if let Some(q) = stun {
+                    q.handle_datagram(at, from, bytes);
                 }
             };
             while !stop.load(Ordering::Relaxed) {
@@ -509,14 +521,15 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                     .poll_timeout()
                     .into_iter()
                     .chain(paths.poll_timeout())
+                    .chain(stun.as_ref().and_then(|q| q.poll_timeout(now)))
                     .min()
                     .map_or(5_000_000, |t| t.saturating_sub(now))
                     .min(5_000_000);
                 match control.recv_timeout(Duration::from_nanos(wait)) {
                     Ok((at, from, bytes)) => {
-                        take(&mut paths, &mut client, at, from, &bytes);
+                        take(&mut paths, &mut client, &mut stun, at, from, &bytes);
                         while let Ok((at, from, bytes)) = control.try_recv() {
-                            take(&mut paths, &mut client, at, from, &bytes);
+                            take(&mut paths, &mut client, &mut stun, at, from, &bytes);
                         }
                     }
                     Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -564,6 +577,7 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                             }
                             roster.me = Some((member_id, new_ssrc));
                             paths.set_me(clock::now_ns(), member_id);
+                            stun = Some(ReflexiveQuery::new(server, None, clock::now_ns()));
                         }
                         RoomEvent::Lost => roster.lost = true,
                         RoomEvent::Refused { reason, .. } => {
@@ -573,6 +587,18 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                     }
                 }
                 let now = clock::now_ns();
+                if let Some(q) = &mut stun {
+                    while let Some((to, n)) = q.poll_transmit(now, &mut buf) {
+                        send(&buf[..n], to);
+                    }
+                    if q.done(now) {
+                        if let Some(a) = q.report().server_sees {
+                            roster.server_sees = Some(a);
+                            changed = true;
+                        }
+                        stun = None;
+                    }
+                }
                 if let Some(rtt) = client.server_rtt_ns() {
                     paths.set_server_rtt(rtt);
                 }

@@ -128,6 +128,20 @@ impl NetIo {
                     match socket.recv(&mut buf) {
                         Ok(Some(r)) => {
                             if let Some(control) = &control {
+                                // STUN answers from the server (asked again after a
+                                // rejoin) go to the control thread too.
+                                if Some(r.from) == control_from
+                                    && netjam_engine::room::demux(&buf[..r.len])
+                                        == netjam_engine::room::Demux::Stun
+                                {
+                                    if control
+                                        .try_send((r.at_ns, r.from, buf[..r.len].to_vec()))
+                                        .is_err()
+                                    {
+                                        control_dropped.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                    continue;
+                                }
                                 if buf[..r.len].first() == Some(&b'/') {
                                     let wanted = Some(r.from) == control_from
                                         || buf[..r.len].starts_with(crate::room_client::PROBE_PREFIX);

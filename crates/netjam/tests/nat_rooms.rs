@@ -476,6 +476,15 @@ fn a_mapping_that_changes_keeps_the_seat_and_the_audio_returns() {
         (20_000..=20_999).contains(&mapped),
         "new mapping port {mapped} (was {before})"
     );
+    // Once its seat is back, the player asks where the server sees it now.
+    let now_sees = address_in(&player.wait_line("the new reflexive address", |l| {
+        l.starts_with("netjam: the server now sees you at")
+    }));
+    assert_eq!(
+        now_sees.port(),
+        mapped,
+        "the player's new reflexive address {now_sees}"
+    );
     let player_report = player.finish();
     let anchor_report = anchor.finish();
     let server = servers.stop();

@@ -265,6 +265,8 @@ fn remember(everyone: &mut std::collections::BTreeMap<u32, HeardMember>, now: Ve
             if m.seat.is_none() {
                 m.name.clone_from(&old.name);
                 m.seat = old.seat;
+                // Its path as it was while it was here.
+                m.path.clone_from(&old.path);
             }
         }
         everyone.insert(m.member_id, m);
@@ -566,8 +568,17 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     // Everyone heard during the session, as last seen (members who left stay in the summary).
     let mut everyone: std::collections::BTreeMap<u32, HeardMember> = Default::default();
     let mut path_states: std::collections::BTreeMap<u32, PathState> = Default::default();
+    let mut sees = reflexive.server_sees;
     running.watch(&mut snaps, |s| {
         let roster = room_link.roster();
+        if roster.server_sees.is_some() && roster.server_sees != sees {
+            sees = roster.server_sees;
+            status.finish();
+            eprintln!(
+                "netjam: the server now sees you at {}",
+                sees.map_or("-".into(), |a| a.to_string())
+            );
+        }
         for (id, p) in &roster.paths {
             if path_states.get(id) == Some(&p.state) {
                 continue;
