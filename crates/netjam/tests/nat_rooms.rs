@@ -639,21 +639,24 @@ fn players_behind_cone_routers_go_direct_and_the_server_forwards_none_of_their_m
     }
     let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
     let server = servers.stop();
-    // The server forwarded (almost) none of their media: only what went before the path
-    // was confirmed and the server had their route lists (a few packets).
+    // The server forwarded none of their media once the path was direct: at most what
+    // they sent in the second it may take to confirm it (measured: tens of milliseconds).
     let forwarded = count(&server["shell"], "sent");
-    let sent: u64 = reports
+    let sent: Vec<u64> = reports
         .iter()
         .map(|r| r["stats"]["sent"]["packets"].as_u64().unwrap_or(0))
-        .sum();
+        .collect();
+    let total: u64 = sent.iter().sum();
+    let per_second = sent[0] as f64 / 6.0 + sent[1] as f64 / 5.0;
     eprintln!(
-        "server: forwarded {forwarded} copies while ana and bo sent {sent} packets (direct: {:.1} % through the server)",
-        100.0 * forwarded as f64 / sent.max(1) as f64
+        "server: forwarded {forwarded} copies while ana and bo sent {total} packets ({:.1} % through the server, {:.0} ms of their audio)",
+        100.0 * forwarded as f64 / total.max(1) as f64,
+        1e3 * forwarded as f64 / per_second.max(1.0)
     );
-    assert!(sent > 1000, "{sent}");
+    assert!(total > 1000, "{total}");
     assert!(
-        forwarded * 50 <= sent,
-        "{forwarded} of {sent} went through the server"
+        forwarded as f64 <= per_second,
+        "{forwarded} of {total} went through the server: more than a second's worth"
     );
     // Each hears the other; the report says which path.
     for (i, (me, other)) in [(0, 1), (1, 0)]
@@ -717,9 +720,10 @@ fn router_kinds_success_matrix_and_the_music_never_stops() {
                 "{} -> {}: {:#?}",
                 names[a], names[b], players[a].said
             );
-            // Relayed within 1 s of punching (and a status tick to say so).
+            // Media is relayed from the start; punching gives up after its 1 s (the line
+            // comes at the next status tick), or a cone pair is direct well before.
             assert!(
-                after <= 1.5,
+                after <= 2.0,
                 "{} -> {}: decided after {after:.2} s",
                 names[a],
                 names[b]
