@@ -642,3 +642,58 @@ mod arrayish {
         }
     }
 }
+
+#[test]
+fn a_member_whose_mapping_changes_is_paired_anew_and_goes_direct_again() {
+    let mut w = pair(10 * MS, 4 * MS);
+    w.run_for(1_500 * MS);
+    assert_eq!(w.state(0, 1), Some(PathState::Direct));
+    let token_events = |w: &World, i: usize| {
+        w.members[i]
+            .path_events
+            .iter()
+            .filter(|(_, e)| matches!(e, PathEvent::Direct { .. }))
+            .count()
+    };
+    let before = (token_events(&w, 0), token_events(&w, 1));
+    // Bo's router maps his socket to a new public port: whatever went to the old one is
+    // lost, and the server does not know the new one until he takes his seat back.
+    let changed = w.now;
+    w.members[1].addr = home(12);
+    w.members[1].opened.clear();
+    w.run_for(3_000 * MS);
+    assert!(w.members[1].client.seat().is_some());
+    for (i, of) in [(0, 1), (1, 0)] {
+        assert_eq!(w.state(i, of), Some(PathState::Direct), "{i}");
+    }
+    // Ana's path points at bo's new address.
+    let path = w.members[0]
+        .paths
+        .as_ref()
+        .and_then(|p| p.path(w.member_id(1)))
+        .expect("path");
+    assert_eq!(path.addr, Some(home(12)));
+    assert!(token_events(&w, 0) > before.0 && token_events(&w, 1) > before.1);
+    for (from, to) in [(0, 1), (1, 0)] {
+        let ssrc = w.members[from].ssrc;
+        let back = w.members[from]
+            .sent_at
+            .iter()
+            .filter(|&(_, &at)| at > changed)
+            .find(|(seq, _)| w.members[to].heard.contains_key(&(ssrc, **seq)))
+            .map(|(_, &at)| at - changed)
+            .expect("heard again");
+        println!(
+            "mapping changed: {from}->{to} heard again from packets sent {:.1} ms after",
+            back as f64 / 1e6
+        );
+        assert!(back <= 1_000 * MS);
+    }
+    // The music came back: everything ana sent from 1 s after the change on arrived.
+    let (n, _, _, miss) = w.heard_between(0, 1, changed + 1_000 * MS, w.now - 50 * MS);
+    assert!(n > 700);
+    assert_eq!(miss, 0);
+    let (n, _, _, miss) = w.heard_between(1, 0, changed + 1_000 * MS, w.now - 50 * MS);
+    assert!(n > 700);
+    assert_eq!(miss, 0);
+}
