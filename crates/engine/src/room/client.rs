@@ -6,6 +6,11 @@
 //! address changed or the server sends a rebind hint. Every request is retried with
 //! backoff until answered.
 //!
+//! It hands on `/netjam/peer` (how to reach another member directly) in roster order, and
+//! the server's `/netjam/routed`; it declares the caller's host addresses in the join, and
+//! measures the round trip to the server (hello → challenge, join → welcome, keep-alive →
+//! echo) for the direct paths' comparison.
+//!
 //! Calling loop (like [`Server`](super::Server)): feed every datagram that came from the
 //! server and starts with `/` to [`RoomClient::handle_datagram`]; call
 //! [`RoomClient::handle_timeout`] at [`RoomClient::poll_timeout`]; after each call drain

@@ -22,6 +22,12 @@
 //! cookie or version, a rebind hint) are never longer than the datagram that caused them,
 //! and all but the challenge come out of a small global budget.
 //!
+//! Direct paths: when a member joins (and when it takes its seat back from a new address)
+//! the server pairs it with every other member of its room — `/netjam/peer` both ways, with
+//! a fresh token per pair, reliable and ordered like roster events. A member's
+//! `/netjam/route` names the members it reaches directly; the forwarding path skips their
+//! copies of its media (counted as `direct_skipped`) until a newer list leaves them out.
+//!
 //! STUN Binding requests (RFC 8489) on the same port are answered with the address the
 //! request came from (XOR-MAPPED-ADDRESS), so a player learns the public address and port
 //! its router gave the socket its audio uses. Anyone may ask, so an answer comes out of
