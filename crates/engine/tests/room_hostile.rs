@@ -56,6 +56,7 @@ fn valid_messages() -> Vec<Vec<u8>> {
             bytes_per_s: 200_000,
             create_key: &c,
             key_agreement: &[],
+            hosts: &[],
         }),
         Control::Rejoin(Rejoin {
             cookie: &c,
@@ -64,6 +65,7 @@ fn valid_messages() -> Vec<Vec<u8>> {
             client_nonce: &n,
             authenticator: &c,
             key_agreement: &[],
+            hosts: &[],
         }),
         Control::Welcome(Welcome {
             member_id: 1,

@@ -471,6 +471,7 @@ fn a_spoofed_source_gets_nothing_more_than_it_sent() {
         bytes_per_s: 200_000,
         create_key: &[],
         key_agreement: &[],
+        hosts: &[],
     });
     let mut jb = [0u8; MAX_CONTROL_LEN];
     let n = join.encode(&mut jb).expect("join");
@@ -636,13 +637,15 @@ fn roster_events_survive_half_the_control_packets_lost() {
         }
         w.peers[2].client.leave(w.now);
         w.run_for(15_000 * MS);
-        // Every event in sequence order, without gaps or duplicates.
+        // Every event in sequence order, without gaps or duplicates (roster and peer
+        // events share the sequence).
         for p in &w.peers {
             let seqs: Vec<u32> = p
                 .events
                 .iter()
                 .filter_map(|e| match e {
                     RoomEvent::Roster(r) => Some(r.seq),
+                    RoomEvent::Peer(r) => Some(r.seq),
                     _ => None,
                 })
                 .collect();

@@ -6,6 +6,8 @@
 //!   control thread:  OSC from the server (handed over by the receive thread)
 //!                      -> RoomClient -> replies to the server, roster events
 //!                      -> RoomCommand::Assign/Seat/Release on the audio thread's ring
+//!                    peer events, probes from the other members
+//!                      -> DirectPaths -> probes, acks, route lists; the send thread's route table
 //!                    OSC control surface commands -> the same ring (one producer)
 //! ```
 //!
@@ -16,8 +18,13 @@
 //! roster names. That thread is also the single producer of the audio thread's command
 //! ring, forwarding what the OSC surface asks for.
 //!
+//! Direct paths (see [`netjam_engine::nat::direct`]): the same thread punches towards every
+//! other member the server paired it with, answers their probes, and keeps the send
+//! thread's [`RouteTable`] current; a route list for the server is sent before the table
+//! changes, so the server hears of a dead path before media goes back through it.
+//!
 //! Never here: audio, blocking the audio thread, or trusting a datagram that did not come
-//! from the server.
+//! from the server (probes from elsewhere are authenticated by the pair's token).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -28,16 +35,22 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use netjam_engine::nat::direct::{DirectConfig, DirectPaths, DirectStats, PathInfo, RouteTable, Target};
 use netjam_engine::room::msg::MAX_CONTROL_LEN;
-use netjam_engine::room::{ClientConfig, RefuseCode, RoomClient, RoomEvent, RosterEntry, RosterKind};
+use netjam_engine::room::{
+    ClientConfig, PeerEntry, RefuseCode, RoomClient, RoomEvent, RosterEntry, RosterKind,
+};
 
 use crate::clock;
 use crate::reflexive::ReflexiveQuery;
 use crate::session::RoomCommand;
 use crate::transport::UdpTransport;
 
-/// A datagram from the server's address that starts with `/`, and when it arrived.
-pub type ControlDatagram = (u64, Vec<u8>);
+/// A datagram from the server's address that starts with `/` (or a probe from anyone):
+/// when it arrived, where from, its bytes.
+pub type ControlDatagram = (u64, SocketAddr, Vec<u8>);
+/// How a direct-path probe starts; the receive thread hands these over from any address.
+pub const PROBE_PREFIX: &[u8] = b"/netjam/probe";
 /// Control datagrams that may wait for the control thread; more are dropped.
 pub const CONTROL_QUEUE: usize = 256;
 
@@ -68,6 +81,15 @@ pub struct Roster {
     /// Which member sits at each control seat (`/member0` …): a member keeps its seat
     /// while it is in the room, and a newcomer takes the lowest free one.
     pub seats: [Option<u32>; SEATS],
+    /// The path media takes to each member (direct or through the server), by member id.
+    pub paths: BTreeMap<u32, PathInfo>,
+    /// Your round trip to the server, ms.
+    pub server_rtt_ms: Option<f64>,
+    /// Probe counters of the direct paths.
+    pub direct: DirectStats,
+    /// Where the server sees you, as it answered STUN after the last rejoin (a rejoin
+    /// follows a changed mapping; the first answer is in the join's report).
+    pub server_sees: Option<SocketAddr>,
 }
 
 /// Control seats (the OSC surface's `/member#16`).
@@ -172,6 +194,9 @@ pub struct JoinRequest {
     pub bytes_per_s: u32,
     /// How long to keep trying before giving up.
     pub timeout: Duration,
+    /// This player's own addresses, declared so that members behind the same router can
+    /// reach it directly.
+    pub hosts: Vec<SocketAddr>,
 }
 
 /// A seat taken: the client that holds it and what the roster said so far.
@@ -183,6 +208,8 @@ pub struct Seated {
     pub ssrc: u32,
     /// Roster events that came with the welcome (the members already there).
     pub early: Vec<RosterEntry>,
+    /// How to reach those members directly, as the server said.
+    pub early_peers: Vec<PeerEntry>,
 }
 
 fn nonce_seed() -> [u8; 16] {
@@ -231,10 +258,12 @@ pub fn join_asking(
     config.packets_per_s = r.packets_per_s.max(1);
     config.bytes_per_s = r.bytes_per_s.max(1);
     config.nonce_seed = nonce_seed();
+    config.hosts.clone_from(&r.hosts);
     let mut client = RoomClient::new(config, clock::now_ns());
     let deadline = Instant::now() + r.timeout;
     let mut buf = vec![0u8; MAX_CONTROL_LEN.max(2048)];
     let mut early = Vec::new();
+    let mut early_peers = Vec::new();
     let mut others = 0u64;
     loop {
         if let Some(q) = ask.as_deref_mut() {
@@ -253,17 +282,19 @@ pub fn join_asking(
             match e {
                 RoomEvent::Joined { member_id, ssrc, .. } => {
                     // Roster events sent together with the welcome may already be queued.
-                    drain_early(socket, r.server, &mut client, &mut early, ask);
+                    drain_early(socket, r.server, &mut client, &mut early, &mut early_peers, ask);
                     return Ok(Seated {
                         client,
                         member_id,
                         ssrc,
                         early,
+                        early_peers,
                     });
                 }
                 RoomEvent::Roster(entry) => early.push(entry),
+                RoomEvent::Peer(p) => early_peers.push(p),
                 RoomEvent::Refused { code, reason } => bail!(refusal_text(code, &reason, r)),
-                RoomEvent::Lost => {}
+                RoomEvent::Lost | RoomEvent::Routed { .. } => {}
             }
         }
         let now = Instant::now();
@@ -318,6 +349,7 @@ fn drain_early(
     server: SocketAddr,
     client: &mut RoomClient,
     early: &mut Vec<RosterEntry>,
+    early_peers: &mut Vec<PeerEntry>,
     mut ask: Option<&mut ReflexiveQuery>,
 ) {
     let mut buf = vec![0u8; MAX_CONTROL_LEN.max(2048)];
@@ -343,8 +375,10 @@ fn drain_early(
         let _ = socket.send_to(&buf[..n], server);
     }
     while let Some(e) = client.poll_event() {
-        if let RoomEvent::Roster(entry) = e {
-            early.push(entry);
+        match e {
+            RoomEvent::Roster(entry) => early.push(entry),
+            RoomEvent::Peer(p) => early_peers.push(p),
+            _ => {}
         }
     }
 }
@@ -390,16 +424,38 @@ impl CommandSource for () {
     }
 }
 
+/// How often the shared roster's path figures (round trips) are refreshed when nothing
+/// else changed.
+const PATHS_REFRESH: Duration = Duration::from_millis(250);
+
+/// Where the control thread sends and what it steers.
+pub struct RoomWires<S> {
+    /// The rooms server's address.
+    pub server: SocketAddr,
+    /// Sends one datagram to an address on the stream's socket.
+    pub send: S,
+    /// The send thread's route table ([`crate::session::NetIo::route`]).
+    pub route: Arc<Mutex<RouteTable>>,
+}
+
+impl<S> std::fmt::Debug for RoomWires<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RoomWires")
+            .field("server", &self.server)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Starts the control thread for a seated client.
 ///
-/// `control` receives the server's OSC datagrams from the stream's receive thread;
-/// `send` sends one datagram to the server on the stream's socket; `commands` is the
-/// audio thread's ring, of which this thread becomes the only producer; `extra` are
-/// commands from elsewhere (the OSC surface) passed on in order.
-pub fn spawn(
+/// `control` receives the server's OSC datagrams and the other members' probes from the
+/// stream's receive thread; `wires.send` sends one datagram on the stream's socket;
+/// `commands` is the audio thread's ring, of which this thread becomes the only producer;
+/// `extra` are commands from elsewhere (the OSC surface) passed on in order.
+pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
     seated: Seated,
     room: &str,
-    send: impl Fn(&[u8]) + Send + 'static,
+    wires: RoomWires<S>,
     control: mpsc::Receiver<ControlDatagram>,
     mut commands: rtrb::Producer<RoomCommand>,
     mut extra: impl CommandSource,
@@ -409,7 +465,16 @@ pub fn spawn(
         member_id,
         ssrc,
         early,
+        early_peers,
     } = seated;
+    let RoomWires { server, send, route } = wires;
+    let mut paths = DirectPaths::new(DirectConfig::default(), member_id);
+    if let Some(rtt) = client.server_rtt_ns() {
+        paths.set_server_rtt(rtt);
+    }
+    for p in &early_peers {
+        paths.set_peer(clock::now_ns(), p);
+    }
     let mut roster = Roster {
         room: room.to_owned(),
         me: Some((member_id, ssrc)),
@@ -429,20 +494,42 @@ pub fn spawn(
         std::thread::Builder::new().name("netjam-room".into()).spawn(move || {
             let mut buf = vec![0u8; MAX_CONTROL_LEN.max(2048)];
             let mut changed;
+            let mut table = RouteTable::default();
+            let mut refreshed = clock::now_ns();
+            // Asked again after a rejoin: where the server sees us now.
+            let mut stun: Option<ReflexiveQuery> = None;
+            let take = |paths: &mut DirectPaths,
+                        client: &mut RoomClient,
+                        stun: &mut Option<ReflexiveQuery>,
+                        at: u64,
+                        from: SocketAddr,
+                        bytes: &[u8]| {
+                if from != server {
+                    paths.handle_probe(at, from, bytes);
+                } else if bytes.first() == Some(&b'/') {
+                    client.handle_datagram(at, bytes);
+                } else if let Some(q) = stun {
+                    q.handle_datagram(at, from, bytes);
+                }
+            };
             while !stop.load(Ordering::Relaxed) {
                 changed = false;
                 let now = clock::now_ns();
-                // Wake for the client's timers, and often enough that an OSC fader moves
-                // within a few milliseconds.
+                // Wake for the client's and the paths' timers, and often enough that an
+                // OSC fader moves within a few milliseconds.
                 let wait = client
                     .poll_timeout()
+                    .into_iter()
+                    .chain(paths.poll_timeout())
+                    .chain(stun.as_ref().and_then(|q| q.poll_timeout(now)))
+                    .min()
                     .map_or(5_000_000, |t| t.saturating_sub(now))
                     .min(5_000_000);
                 match control.recv_timeout(Duration::from_nanos(wait)) {
-                    Ok((at, bytes)) => {
-                        client.handle_datagram(at, &bytes);
-                        while let Ok((at, bytes)) = control.try_recv() {
-                            client.handle_datagram(at, &bytes);
+                    Ok((at, from, bytes)) => {
+                        take(&mut paths, &mut client, &mut stun, at, from, &bytes);
+                        while let Ok((at, from, bytes)) = control.try_recv() {
+                            take(&mut paths, &mut client, &mut stun, at, from, &bytes);
                         }
                     }
                     Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -453,12 +540,18 @@ pub fn spawn(
                     client.handle_timeout(now);
                 }
                 while let Some(n) = client.poll_transmit(&mut buf) {
-                    send(&buf[..n]);
+                    send(&buf[..n], server);
                 }
                 while let Some(e) = client.poll_event() {
                     changed = true;
                     match e {
+                        RoomEvent::Peer(p) => paths.set_peer(clock::now_ns(), &p),
+                        RoomEvent::Routed { seq } => paths.routed(seq),
                         RoomEvent::Roster(entry) => {
+                            if matches!(entry.kind, RosterKind::Left | RosterKind::Timeout) {
+                                paths.remove_peer(clock::now_ns(), entry.member_id);
+                                roster.paths.remove(&entry.member_id);
+                            }
                             for c in roster.commands_for(&entry) {
                                 if commands.push(c).is_err() {
                                     roster.commands_dropped += 1;
@@ -483,6 +576,8 @@ pub fn spawn(
                                 );
                             }
                             roster.me = Some((member_id, new_ssrc));
+                            paths.set_me(clock::now_ns(), member_id);
+                            stun = Some(ReflexiveQuery::new(server, None, clock::now_ns()));
                         }
                         RoomEvent::Lost => roster.lost = true,
                         RoomEvent::Refused { reason, .. } => {
@@ -490,6 +585,53 @@ pub fn spawn(
                             roster.lost = true;
                         }
                     }
+                }
+                let now = clock::now_ns();
+                if let Some(q) = &mut stun {
+                    while let Some((to, n)) = q.poll_transmit(now, &mut buf) {
+                        send(&buf[..n], to);
+                    }
+                    if q.done(now) {
+                        if let Some(a) = q.report().server_sees {
+                            roster.server_sees = Some(a);
+                            changed = true;
+                        }
+                        stun = None;
+                    }
+                }
+                if let Some(rtt) = client.server_rtt_ns() {
+                    paths.set_server_rtt(rtt);
+                }
+                if paths.poll_timeout().is_some_and(|t| t <= now) {
+                    paths.handle_timeout(now);
+                }
+                // Route lists and probes first: the server hears of a dead path before
+                // the send thread's next packet goes back through it.
+                while let Some((to, n)) = paths.poll_transmit(clock::now_ns(), &mut buf) {
+                    send(
+                        &buf[..n],
+                        match to {
+                            Target::Server => server,
+                            Target::Addr(a) => a,
+                        },
+                    );
+                }
+                while paths.poll_event().is_some() {
+                    changed = true;
+                }
+                let t = paths.route_table();
+                if t != table {
+                    table = t;
+                    if let Ok(mut r) = route.lock() {
+                        *r = t;
+                    }
+                }
+                if changed || now.saturating_sub(refreshed) >= PATHS_REFRESH.as_nanos() as u64 {
+                    refreshed = now;
+                    changed = true;
+                    roster.paths = paths.paths().map(|p| (p.member_id, p)).collect();
+                    roster.server_rtt_ms = client.server_rtt_ns().map(|r| r as f64 / 1e6);
+                    roster.direct = paths.stats();
                 }
                 while let Some(c) = extra.next(&roster) {
                     if commands.push(c).is_err() {
@@ -504,9 +646,13 @@ pub fn spawn(
                     }
                 }
             }
+            // Media goes only to the server from here on (and stops soon).
+            if let Ok(mut r) = route.lock() {
+                *r = RouteTable::default();
+            }
             client.leave(clock::now_ns());
             while let Some(n) = client.poll_transmit(&mut buf) {
-                send(&buf[..n]);
+                send(&buf[..n], server);
             }
         })?
     };

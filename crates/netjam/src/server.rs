@@ -535,6 +535,7 @@ mod tests {
                         packets_per_s: 750,
                         bytes_per_s: 750 * 300,
                         timeout: Duration::from_secs(10),
+                        hosts: Vec::new(),
                     },
                 )
                 .unwrap();

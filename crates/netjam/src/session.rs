@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use netjam_engine::members::{MemberId, MemberReceivers, MembersConfig, MembersStats};
 use netjam_engine::mixer::{Level, Mixer, StripParams};
+use netjam_engine::nat::direct::RouteTable;
 use netjam_engine::receiver::{Receiver, ReceiverConfig, ReceiverStats};
 use netjam_engine::roundtrip::RoundTripMeter;
 use netjam_engine::sender::{Sender, SenderStats};
@@ -67,6 +68,9 @@ pub struct NetIo {
     pub control_dropped: Arc<std::sync::atomic::AtomicU64>,
     /// The socket, for a control thread that sends on it too.
     pub socket: Arc<UdpTransport>,
+    /// Where each outgoing packet goes besides (or instead of) the peer: a room client's
+    /// control thread sets it from its direct paths; by default only to the peer.
+    pub route: Arc<Mutex<RouteTable>>,
     pub local: SocketAddr,
     threads: Vec<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
@@ -78,9 +82,12 @@ impl NetIo {
         Self::start_with_control(socket, peer, None)
     }
 
-    /// Like [`NetIo::start`], but OSC datagrams (first byte `/`) from the fixed peer go to
-    /// `control` instead of the audio thread (a room client's control thread); when that
-    /// channel is full they are dropped and counted in [`NetIo::control_dropped`].
+    /// Like [`NetIo::start`], but OSC datagrams (first byte `/`) from the fixed peer, and
+    /// direct-path probes (`/netjam/probe`) from anyone, go to `control` instead of the
+    /// audio thread (a room client's control thread); when that channel is full they are
+    /// dropped and counted in [`NetIo::control_dropped`]. The send thread sends each
+    /// packet as [`NetIo::route`] says: to the peer unless the table says not to, and
+    /// straight to every address it names.
     pub fn start_with_control(
         socket: UdpTransport,
         peer: Peer,
@@ -97,6 +104,7 @@ impl NetIo {
         }));
         let (to_audio, from_net) = packet_ring(RING_BYTES);
         let (to_net, mut from_audio) = packet_ring(RING_BYTES);
+        let route = Arc::new(Mutex::new(RouteTable::default()));
         let rx_overflow = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let control_dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let control_from = match peer {
@@ -120,9 +128,25 @@ impl NetIo {
                     match socket.recv(&mut buf) {
                         Ok(Some(r)) => {
                             if let Some(control) = &control {
+                                // STUN answers from the server (asked again after a
+                                // rejoin) go to the control thread too.
+                                if Some(r.from) == control_from
+                                    && netjam_engine::room::demux(&buf[..r.len])
+                                        == netjam_engine::room::Demux::Stun
+                                {
+                                    if control
+                                        .try_send((r.at_ns, r.from, buf[..r.len].to_vec()))
+                                        .is_err()
+                                    {
+                                        control_dropped.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                    continue;
+                                }
                                 if buf[..r.len].first() == Some(&b'/') {
-                                    if Some(r.from) == control_from
-                                        && control.try_send((r.at_ns, buf[..r.len].to_vec())).is_ok()
+                                    let wanted = Some(r.from) == control_from
+                                        || buf[..r.len].starts_with(crate::room_client::PROBE_PREFIX);
+                                    if wanted
+                                        && control.try_send((r.at_ns, r.from, buf[..r.len].to_vec())).is_ok()
                                     {
                                         continue;
                                     }
@@ -154,7 +178,7 @@ impl NetIo {
             })?
         };
         let tx = {
-            let (socket, stop) = (socket.clone(), stop.clone());
+            let (socket, stop, route) = (socket.clone(), stop.clone(), route.clone());
             thread::Builder::new().name("netjam-tx".into()).spawn(move || {
                 crate::rt::promote_current_thread(crate::rt::NETWORK_PRIORITY);
                 let mut buf = vec![0u8; MAX_DATAGRAM];
@@ -162,8 +186,17 @@ impl NetIo {
                     let mut sent_any = false;
                     while let Some((_, len)) = from_audio.pop(&mut buf) {
                         sent_any = true;
+                        if len == 0 {
+                            continue;
+                        }
                         let to = learned.lock().ok().and_then(|l| *l);
-                        if let (Some(to), true) = (to, len > 0) {
+                        let table = route.lock().map(|t| *t).unwrap_or_default();
+                        if let (Some(to), true) = (to, table.to_server) {
+                            if let Err(e) = socket.send_to(&buf[..len], to) {
+                                tracing::debug!("send to {to}: {e}");
+                            }
+                        }
+                        for to in table.direct() {
                             if let Err(e) = socket.send_to(&buf[..len], to) {
                                 tracing::debug!("send to {to}: {e}");
                             }
@@ -188,6 +221,7 @@ impl NetIo {
                 rx_overflow,
                 control_dropped,
                 socket: socket_out,
+                route,
                 local,
                 threads: vec![rx, tx],
                 stop,

@@ -14,8 +14,14 @@
 //!   flushed): the player keeps its seat (same member id in the others' report, one seat,
 //!   a rejoin counted by server and client) and the others hear it again within a bound.
 //!
+//! * direct paths: two players behind cone routers go direct within 1 s of joining and the
+//!   server forwards none of their media; pairs with a port-randomising router stay
+//!   relayed and the music goes on; a direct path cut mid-stream (a drop rule between the
+//!   two routers) comes back through the server with a bounded loss.
+//!
 //! Printed for the benchmarks: the time from `jam` start to first audio heard
-//! through each kind of router, and the outage a changed mapping costs.
+//! through each kind of router (direct and relayed), the success matrix of the router
+//! kinds, and the outage a changed mapping or a cut direct path costs.
 //!
 //! Needs root for the namespaces; without it each test says why and returns (skips).
 //! Every wait is for something a process prints, with a timeout, except the seconds of
@@ -158,6 +164,8 @@ struct Player {
     said: Vec<String>,
     spawned: Instant,
     seated: Option<Instant>,
+    /// Every line read, with when it arrived.
+    history: Vec<(Instant, String)>,
 }
 
 impl Player {
@@ -195,6 +203,7 @@ impl Player {
             said: Vec::new(),
             spawned,
             seated: None,
+            history: Vec::new(),
         }
     }
 
@@ -211,6 +220,7 @@ impl Player {
             match self.lines.recv_timeout(left.min(Duration::from_millis(200))) {
                 Ok((at, line)) => {
                     self.said.push(line.clone());
+                    self.history.push((at, line.clone()));
                     if want(&line) {
                         return (at, line);
                     }
@@ -229,6 +239,24 @@ impl Player {
                 }
             }
         }
+    }
+
+    /// A line read already or to come that satisfies `want`, with when it arrived.
+    fn seen_or_wait(&mut self, what: &str, want: impl Fn(&str) -> bool) -> (Instant, String) {
+        if let Some(hit) = self.history.iter().find(|(_, l)| want(l)) {
+            return hit.clone();
+        }
+        self.wait_stamped(what, want)
+    }
+
+    /// What it said first about its path to `other`: (when, direct).
+    fn path_to(&mut self, other: &str) -> (Instant, bool) {
+        let direct = format!("netjam: direct path to {other} at");
+        let relayed = format!("netjam: no direct path to {other} ");
+        let (at, line) = self.seen_or_wait(&format!("a path to {other}"), |l| {
+            l.starts_with(&direct) || l.starts_with(&relayed)
+        });
+        (at, line.starts_with(&direct))
     }
 
     /// The address it says the rooms server sees it at (printed before it is seated).
@@ -448,6 +476,15 @@ fn a_mapping_that_changes_keeps_the_seat_and_the_audio_returns() {
         (20_000..=20_999).contains(&mapped),
         "new mapping port {mapped} (was {before})"
     );
+    // Once its seat is back, the player asks where the server sees it now.
+    let now_sees = address_in(&player.wait_line("the new reflexive address", |l| {
+        l.starts_with("netjam: the server now sees you at")
+    }));
+    assert_eq!(
+        now_sees.port(),
+        mapped,
+        "the player's new reflexive address {now_sees}"
+    );
     let player_report = player.finish();
     let anchor_report = anchor.finish();
     let server = servers.stop();
@@ -526,4 +563,312 @@ fn a_mapping_that_changes_keeps_the_seat_and_the_audio_returns() {
         heard_back >= 1.6,
         "the player heard the other for {heard_back:.2} s of the 2 s after the change"
     );
+}
+
+/// Every router's UDP connection-tracking table, to tell why a direct path failed.
+fn routers_conntrack(lab: &NatLab) -> String {
+    lab.homes
+        .iter()
+        .map(|h| {
+            format!(
+                "{} ({}):\n{}",
+                h.router,
+                h.kind.label(),
+                in_ns(&h.router, "conntrack", &["-L", "-p", "udp"]).unwrap_or_else(|e| e)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn count(v: &serde_json::Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or_else(|| panic!("no {key} in {v}"))
+}
+
+/// Seconds of `hz` heard in a player's output.
+fn heard_s(p: &Player, hz: f64) -> f64 {
+    block_s(levels(&p.output, hz).iter().filter(|b| b.0 > PRESENT).count())
+}
+
+/// Time from `p`'s `jam` start to the first 10 ms of `hz` in what it heard.
+fn first_audio_s(p: &Player, hz: f64) -> f64 {
+    let x = read_channel0(&p.output);
+    let first = x
+        .chunks_exact(BLOCK / 2)
+        .position(|b| tone_amp(b, hz) > PRESENT)
+        .unwrap_or_else(|| panic!("{} never heard {hz} Hz", p.name));
+    let seat = p.seated.expect("seated").duration_since(p.spawned).as_secs_f64();
+    seat + block_s(first) / 2.0
+}
+
+#[test]
+fn players_behind_cone_routers_go_direct_and_the_server_forwards_none_of_their_media() {
+    let _one = one_lab();
+    let Some(lab) = lab_or_skip(&[RouterKind::Cone, RouterKind::Cone]) else {
+        return;
+    };
+    let dir = tmp_dir("nat-direct-cone");
+    let servers = Servers::start(&lab, &dir);
+    let tones = [("ana", 950.0), ("bo", 1550.0)];
+    let mut players = Vec::new();
+    for (i, (name, hz)) in tones.iter().enumerate() {
+        let input = dir.join(format!("{name}.wav"));
+        write_tone(&input, *hz, AMP, 20.0);
+        let mut p = Player::start(&lab, &lab.homes[i].ns, name, &input, &dir, 6.0 - i as f64, false);
+        p.wait_seated();
+        players.push(p);
+    }
+    let joined = players[1].seated.expect("seated");
+    for (i, other) in [(0, "bo"), (1, "ana")] {
+        let (at, direct) = players[i].path_to(other);
+        let after = at.saturating_duration_since(joined).as_secs_f64();
+        eprintln!(
+            "cone <-> cone: {} has a {} path to {other} {:.0} ms after bo was seated",
+            players[i].name,
+            if direct { "direct" } else { "relayed" },
+            after * 1e3
+        );
+        assert!(
+            direct,
+            "{}: {:#?}\nconnection tracking:\n{}",
+            players[i].name,
+            players[i].said,
+            routers_conntrack(&lab)
+        );
+        assert!(after <= 1.0, "direct only after {after:.2} s");
+    }
+    let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
+    let server = servers.stop();
+    // The server forwarded none of their media once the path was direct: at most what
+    // they sent in the second it may take to confirm it (measured: tens of milliseconds).
+    let forwarded = count(&server["shell"], "sent");
+    let sent: Vec<u64> = reports
+        .iter()
+        .map(|r| r["stats"]["sent"]["packets"].as_u64().unwrap_or(0))
+        .collect();
+    let total: u64 = sent.iter().sum();
+    let per_second = sent[0] as f64 / 6.0 + sent[1] as f64 / 5.0;
+    eprintln!(
+        "server: forwarded {forwarded} copies while ana and bo sent {total} packets ({:.1} % through the server, {:.0} ms of their audio)",
+        100.0 * forwarded as f64 / total.max(1) as f64,
+        1e3 * forwarded as f64 / per_second.max(1.0)
+    );
+    assert!(total > 1000, "{total}");
+    assert!(
+        forwarded as f64 <= per_second,
+        "{forwarded} of {total} went through the server: more than a second's worth"
+    );
+    // Each hears the other; the report says which path.
+    for (i, (me, other)) in [(0, 1), (1, 0)]
+        .iter()
+        .map(|&(a, b)| (a, (tones[b].0, tones[b].1)))
+        .enumerate()
+    {
+        let p = &players[me];
+        let s = heard_s(p, other.1);
+        assert!(s >= 3.5, "{} heard {} for only {s:.2} s", p.name, other.0);
+        let entry = heard_entries(&reports[me], other.0);
+        let path = entry.first().and_then(|e| e["path"].as_str()).unwrap_or_default();
+        assert!(path.starts_with("direct RTT "), "{i}: {path}");
+    }
+    let t = first_audio_s(&players[1], tones[0].1);
+    eprintln!(
+        "cone <-> cone (direct): bo heard ana {:.0} ms after its `jam` started",
+        t * 1e3
+    );
+    assert!(t < 5.0);
+}
+
+#[test]
+fn router_kinds_success_matrix_and_the_music_never_stops() {
+    let _one = one_lab();
+    let kinds = [
+        RouterKind::Cone,
+        RouterKind::Cone,
+        RouterKind::Symmetric,
+        RouterKind::Symmetric,
+        RouterKind::Firewall,
+    ];
+    let Some(lab) = lab_or_skip(&kinds) else { return };
+    let dir = tmp_dir("nat-direct-matrix");
+    let servers = Servers::start(&lab, &dir);
+    let names = ["cone0", "cone1", "sym0", "sym1", "fw"];
+    let tones = [650.0, 1250.0, 1850.0, 2450.0, 3050.0];
+    const N: usize = 5;
+    let mut players = Vec::new();
+    // The symmetric pair first, so sym1's first audio is sym0's, through the server.
+    for i in [2, 3, 0, 1, 4] {
+        let input = dir.join(format!("{}.wav", names[i]));
+        write_tone(&input, tones[i], AMP, 20.0);
+        let mut p = Player::start(&lab, &lab.homes[i].ns, names[i], &input, &dir, 6.0, false);
+        p.wait_seated();
+        players.push((i, p));
+    }
+    players.sort_by_key(|(i, _)| *i);
+    let mut players: Vec<Player> = players.into_iter().map(|(_, p)| p).collect();
+    let mut matrix = Vec::new();
+    for a in 0..N {
+        for b in 0..N {
+            if a == b {
+                continue;
+            }
+            let later = players[a].seated.max(players[b].seated).expect("seated");
+            let (at, direct) = players[a].path_to(names[b]);
+            let after = at.saturating_duration_since(later).as_secs_f64();
+            matrix.push((a, b, direct, after));
+            // Both routers must keep one public port per socket (a firewall keeps the
+            // home's own); a port-randomising one defeats punching.
+            let expect_direct = kinds[a] != RouterKind::Symmetric && kinds[b] != RouterKind::Symmetric;
+            assert_eq!(
+                direct, expect_direct,
+                "{} -> {}: {:#?}",
+                names[a], names[b], players[a].said
+            );
+            // Media is relayed from the start; punching gives up after its 1 s (the line
+            // comes at the next status tick), or a cone pair is direct well before.
+            assert!(
+                after <= 2.0,
+                "{} -> {}: decided after {after:.2} s",
+                names[a],
+                names[b]
+            );
+        }
+    }
+    let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
+    let _server = servers.stop();
+    let mut heard = [[0.0f64; N]; N];
+    for a in 0..N {
+        for b in 0..N {
+            if a != b {
+                heard[a][b] = heard_s(&players[a], tones[b]);
+            }
+        }
+    }
+    eprintln!("success matrix (row -> column: path media takes; seconds of the other's 6 s tone heard):");
+    eprintln!("{:>8} {}", "", names.map(|n| format!("{n:>22}")).join(""));
+    for a in 0..N {
+        let row: String = (0..N)
+            .map(|b| match matrix.iter().find(|m| m.0 == a && m.1 == b) {
+                None => format!("{:>22}", "-"),
+                Some(&(_, _, direct, after)) => {
+                    let what = if heard[a][b] < 3.5 {
+                        "failed"
+                    } else if direct {
+                        "direct"
+                    } else {
+                        "relayed"
+                    };
+                    format!(
+                        "{:>22}",
+                        format!("{what} {:.0}ms {:.1}s", after * 1e3, heard[a][b])
+                    )
+                }
+            })
+            .collect();
+        eprintln!("{:>8} {row}", names[a]);
+    }
+    for a in 0..N {
+        for b in 0..N {
+            if a != b {
+                assert!(
+                    heard[a][b] >= 3.5,
+                    "{} heard {} for only {:.2} s",
+                    names[a],
+                    names[b],
+                    heard[a][b]
+                );
+            }
+        }
+    }
+    let report_paths = &reports[2]["roster"]["paths"];
+    assert!(
+        report_paths.as_object().is_some_and(|m| m.len() == N - 1),
+        "sym0's report names a path to each other member: {report_paths}"
+    );
+    let t = first_audio_s(&players[3], tones[2]);
+    eprintln!(
+        "symmetric <-> symmetric (relayed): sym1 heard sym0 {:.0} ms after its `jam` started",
+        t * 1e3
+    );
+    assert!(t < 5.0);
+}
+
+#[test]
+fn a_direct_path_cut_mid_stream_comes_back_through_the_server() {
+    let _one = one_lab();
+    let Some(lab) = lab_or_skip(&[RouterKind::Cone, RouterKind::Cone]) else {
+        return;
+    };
+    let dir = tmp_dir("nat-direct-cut");
+    let servers = Servers::start(&lab, &dir);
+    let tones = [("ana", 950.0), ("bo", 1550.0)];
+    let mut players = Vec::new();
+    for (i, (name, hz)) in tones.iter().enumerate() {
+        let input = dir.join(format!("{name}.wav"));
+        write_tone(&input, *hz, AMP, 20.0);
+        let mut p = Player::start(&lab, &lab.homes[i].ns, name, &input, &dir, 7.0, false);
+        p.wait_seated();
+        players.push(p);
+    }
+    for (i, other) in [(0, "bo"), (1, "ana")] {
+        assert!(
+            players[i].path_to(other).1,
+            "{}: {:#?}",
+            players[i].name,
+            players[i].said
+        );
+    }
+    // Two seconds of music on the direct path (the WAV proves they were heard).
+    std::thread::sleep(Duration::from_secs(2));
+    let cut_at = Instant::now();
+    lab.cut(&lab.homes[0], &lab.homes[1]).expect("cut");
+    for (i, other) in [(0, "bo"), (1, "ana")] {
+        let (at, _) = players[i].seen_or_wait("the direct path's end", |l| {
+            l == format!("netjam: the direct path to {other} stopped answering: through the server again")
+        });
+        let after = at.saturating_duration_since(cut_at).as_secs_f64();
+        eprintln!(
+            "cut: {} noticed {:.0} ms after the cut (to the status tick)",
+            players[i].name,
+            after * 1e3
+        );
+        assert!(after <= 1.0, "noticed after {after:.2} s");
+    }
+    let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
+    let _server = servers.stop();
+    for (me, other) in [(0, 1), (1, 0)] {
+        let l = levels(&players[me].output, tones[other].1);
+        let at = players[me].block_at(cut_at);
+        let around = &l[at.saturating_sub(10).min(l.len())..(at + 100).min(l.len())];
+        let (mut run, mut longest) = (0usize, 0usize);
+        for b in around {
+            if b.0 > PRESENT {
+                run = 0;
+            } else {
+                run += 1;
+                longest = longest.max(run);
+            }
+        }
+        let after_s = block_s(
+            l[(at + 25).min(l.len())..(at + 100).min(l.len())]
+                .iter()
+                .filter(|b| b.0 > PRESENT)
+                .count(),
+        );
+        let entry = heard_entries(&reports[me], tones[other].0);
+        let lost = entry.first().and_then(|e| e["lost"].as_i64()).unwrap_or_default();
+        let path = entry.first().and_then(|e| e["path"].as_str()).unwrap_or_default();
+        eprintln!(
+            "cut: {} lost {lost} packets of {} and heard a gap of {:.0} ms (to the 20 ms block); now {path}",
+            players[me].name,
+            tones[other].0,
+            block_s(longest) * 1e3
+        );
+        assert!(block_s(longest) <= 0.5, "a gap of {:.2} s", block_s(longest));
+        assert!(
+            after_s >= 1.3,
+            "heard only {after_s:.2} s of the 1.5 s after the cut"
+        );
+        assert!(path.starts_with("via server"), "{path}");
+    }
 }

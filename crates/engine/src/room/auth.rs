@@ -11,7 +11,7 @@ use std::net::{IpAddr, SocketAddr};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
-use super::msg::{AUTH_LEN, COOKIE_LEN, NONCE_LEN, ROOM_KEY_LEN, TOKEN_LEN};
+use super::msg::{AUTH_LEN, COOKIE_LEN, NONCE_LEN, PAIR_TOKEN_LEN, PROBE_MAC_LEN, ROOM_KEY_LEN, TOKEN_LEN};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -131,6 +131,37 @@ pub fn rejoin_authenticator(
     m.update(&member_id.to_be_bytes());
     m.update(token);
     m.finalize().into_bytes().into()
+}
+
+/// A pair's direct-path token: the first 16 bytes of HMAC-SHA256(secret, "netjam-pair-v1"
+/// ‖ lower member id BE32 ‖ higher member id BE32 ‖ serial BE64). The serial is fresh for
+/// every pairing, so a token is new each time two members meet or one takes its seat back,
+/// and nobody without the server's secret can tell it in advance.
+pub fn pair_token(secret: &[u8; 32], a: u32, b: u32, serial: u64) -> [u8; PAIR_TOKEN_LEN] {
+    let mut m = mac(secret);
+    m.update(b"netjam-pair-v1");
+    m.update(&a.min(b).to_be_bytes());
+    m.update(&a.max(b).to_be_bytes());
+    m.update(&serial.to_be_bytes());
+    let full = m.finalize().into_bytes();
+    let mut out = [0u8; PAIR_TOKEN_LEN];
+    out.copy_from_slice(&full[..PAIR_TOKEN_LEN]);
+    out
+}
+
+/// A probe's authenticator: the first 16 bytes of HMAC-SHA256(pair token, "netjam-probe-v1"
+/// ‖ from BE32 ‖ to BE32 ‖ seq BE32 ‖ kind BE32 ‖ server round trip µs BE32 ‖ hold µs
+/// BE32), `fields` in that order after the token. Never allocates.
+pub fn probe_mac(token: &[u8; PAIR_TOKEN_LEN], fields: [u32; 6]) -> [u8; PROBE_MAC_LEN] {
+    let mut m = mac(token);
+    m.update(b"netjam-probe-v1");
+    for w in fields {
+        m.update(&w.to_be_bytes());
+    }
+    let full = m.finalize().into_bytes();
+    let mut out = [0u8; PROBE_MAC_LEN];
+    out.copy_from_slice(&full[..PROBE_MAC_LEN]);
+    out
 }
 
 /// Constant-time equality of two byte strings of the same length.

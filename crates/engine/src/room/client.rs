@@ -6,6 +6,11 @@
 //! address changed or the server sends a rebind hint. Every request is retried with
 //! backoff until answered.
 //!
+//! It hands on `/netjam/peer` (how to reach another member directly) in roster order, and
+//! the server's `/netjam/routed`; it declares the caller's host addresses in the join, and
+//! measures the round trip to the server (hello → challenge, join → welcome, keep-alive →
+//! echo) for the direct paths' comparison.
+//!
 //! Calling loop (like [`Server`](super::Server)): feed every datagram that came from the
 //! server and starts with `/` to [`RoomClient::handle_datagram`]; call
 //! [`RoomClient::handle_timeout`] at [`RoomClient::poll_timeout`]; after each call drain
@@ -14,13 +19,14 @@
 //! on what the server sends.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
 
 use sha2::{Digest, Sha256};
 
 use super::auth;
 use super::msg::{
-    Control, Join, RefuseCode, Rejoin, RosterKind, COOKIE_LEN, HELLO_PAD, MAX_CONTROL_LEN, NONCE_LEN,
-    ROOM_KEY_LEN, TOKEN_LEN,
+    decode_addrs, encode_addrs, Control, Join, RefuseCode, Rejoin, RosterKind, COOKIE_LEN, HELLO_PAD,
+    MAX_ADDRS_LEN, MAX_CONTROL_LEN, MAX_HOSTS, NONCE_LEN, PAIR_TOKEN_LEN, ROOM_KEY_LEN, TOKEN_LEN,
 };
 
 /// What a [`RoomClient`] asks for.
@@ -47,6 +53,10 @@ pub struct ClientConfig {
     /// Silence from the server after which [`RoomEvent::Lost`] is reported before a seat
     /// is held (once seated, the server's timeout applies).
     pub lost_after_ns: u64,
+    /// This client's own addresses (its socket's local addresses), declared in the join
+    /// so that members behind the same router can reach it directly; at most
+    /// [`MAX_HOSTS`] are sent.
+    pub hosts: Vec<SocketAddr>,
 }
 
 impl ClientConfig {
@@ -63,6 +73,7 @@ impl ClientConfig {
             retry_initial_ns: 250_000_000,
             retry_max_ns: 1_000_000_000,
             lost_after_ns: 5_000_000_000,
+            hosts: Vec::new(),
         }
     }
 }
@@ -82,6 +93,21 @@ pub struct RosterEntry {
     pub ssrc: u32,
 }
 
+/// How to reach another member directly (`/netjam/peer`), in roster order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerEntry {
+    /// The server's sequence number for this client (shared with the roster).
+    pub seq: u32,
+    /// The other member.
+    pub member_id: u32,
+    /// Where the server sees it (its router's public address), if the server said.
+    pub observed: Option<SocketAddr>,
+    /// The host addresses it declared.
+    pub hosts: [Option<SocketAddr>; MAX_HOSTS],
+    /// The pair's token: probes between the two carry an authenticator made with it.
+    pub token: [u8; PAIR_TOKEN_LEN],
+}
+
 /// What a [`RoomClient`] reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RoomEvent {
@@ -97,6 +123,14 @@ pub enum RoomEvent {
     },
     /// A roster event about another member.
     Roster(RosterEntry),
+    /// How to reach another member directly (after its `Joined`, and again when either
+    /// of the two took its seat back from a new address).
+    Peer(PeerEntry),
+    /// The server applied the route list `seq` (`/netjam/routed`).
+    Routed {
+        /// The list's sequence number.
+        seq: u32,
+    },
     /// The server refused; the client stops.
     Refused {
         /// The code, if known to this version.
@@ -156,10 +190,14 @@ pub struct RoomClient {
     timeout_ns: u64,
     next_keepalive: u64,
     expected: u32,
-    reorder: BTreeMap<u32, RosterEntry>,
+    reorder: BTreeMap<u32, RoomEvent>,
     transmit: VecDeque<Vec<u8>>,
     events: VecDeque<RoomEvent>,
     ignored: u64,
+    /// When the last hello, join or rejoin, and keep-alive went out (for the round trip).
+    asked_at: u64,
+    keepalive_at: u64,
+    server_rtt_ns: Option<u64>,
 }
 
 impl RoomClient {
@@ -185,6 +223,9 @@ impl RoomClient {
             transmit: VecDeque::new(),
             events: VecDeque::new(),
             ignored: 0,
+            asked_at: now_ns,
+            keepalive_at: 0,
+            server_rtt_ns: None,
         };
         c.hello(now_ns);
         c
@@ -195,6 +236,24 @@ impl RoomClient {
         (self.phase == Phase::Joined)
             .then_some(self.seat.map(|s| (s.member_id, s.ssrc)))
             .flatten()
+    }
+
+    /// The round trip to the server: the latest of hello → challenge, join → welcome or
+    /// keep-alive → echo, in nanoseconds (an answer to an earlier retry can make it short).
+    pub fn server_rtt_ns(&self) -> Option<u64> {
+        self.server_rtt_ns
+    }
+
+    fn rtt_sample(&mut self, now: u64, since: u64) {
+        if since > 0 && now >= since {
+            self.server_rtt_ns = Some(now - since);
+        }
+    }
+
+    fn hosts_blob(&self) -> ([u8; MAX_ADDRS_LEN], usize) {
+        let mut b = [0u8; MAX_ADDRS_LEN];
+        let n = encode_addrs(&self.cfg.hosts, &mut b);
+        (b, n)
     }
 
     /// Datagrams from the server this client could not use (malformed, other version,
@@ -222,6 +281,7 @@ impl RoomClient {
 
     fn hello(&mut self, now: u64) {
         self.phase = Phase::Hello;
+        self.asked_at = now;
         self.send(&Control::Hello { pad: HELLO_PAD });
         self.arm_retry(now);
     }
@@ -244,6 +304,7 @@ impl RoomClient {
             &self.cfg.name,
         );
         let key = self.key;
+        let (hosts, hn) = self.hosts_blob();
         let j = Join {
             cookie,
             room: &self.cfg.room,
@@ -255,6 +316,7 @@ impl RoomClient {
             bytes_per_s: self.cfg.bytes_per_s,
             create_key: if create { &key } else { &[] },
             key_agreement: &[],
+            hosts: &hosts[..hn],
         };
         let mut buf = vec![0u8; MAX_CONTROL_LEN];
         if let Ok(n) = Control::Join(j).encode(&mut buf) {
@@ -273,6 +335,7 @@ impl RoomClient {
             &seat.token,
         );
         let nonce = self.client_nonce;
+        let (hosts, hn) = self.hosts_blob();
         let r = Rejoin {
             cookie,
             member_id: seat.member_id,
@@ -280,6 +343,7 @@ impl RoomClient {
             client_nonce: &nonce,
             authenticator: &auth,
             key_agreement: &[],
+            hosts: &hosts[..hn],
         };
         self.send(&Control::Rejoin(r));
     }
@@ -295,6 +359,8 @@ impl RoomClient {
         match (msg, self.phase) {
             (_, Phase::Refused | Phase::Left) => self.ignored += 1,
             (Control::Challenge { cookie, server_nonce }, Phase::Hello) => {
+                self.rtt_sample(now_ns, self.asked_at);
+                self.asked_at = now_ns;
                 self.reset_backoff();
                 self.fresh_nonce();
                 if self.seat.is_some() {
@@ -316,6 +382,7 @@ impl RoomClient {
                 self.arm_retry(now_ns);
             }
             (Control::Welcome(w), Phase::Join { .. } | Phase::Rejoin { .. }) => {
+                self.rtt_sample(now_ns, self.asked_at);
                 let rejoined = self.seat.is_some_and(|s| s.member_id == w.member_id);
                 if !rejoined {
                     self.expected = 1;
@@ -395,23 +462,42 @@ impl RoomClient {
                     name: r.name.to_owned(),
                     ssrc: r.ssrc,
                 };
-                if r.seq == self.expected {
-                    self.events.push_back(RoomEvent::Roster(entry));
-                    self.expected = self.expected.wrapping_add(1);
-                    while let Some(e) = self.reorder.remove(&self.expected) {
-                        self.events.push_back(RoomEvent::Roster(e));
-                        self.expected = self.expected.wrapping_add(1);
-                    }
-                } else if r.seq > self.expected && r.seq - self.expected < REORDER_WINDOW {
-                    self.reorder.insert(r.seq, entry);
-                }
-                let seq = self.expected.wrapping_sub(1);
-                self.send(&Control::Ack { seq });
+                self.in_order(r.seq, RoomEvent::Roster(entry));
             }
+            (Control::Peer(p), _) if self.seat.is_some() => {
+                let entry = PeerEntry {
+                    seq: p.seq,
+                    member_id: p.member_id,
+                    observed: decode_addrs(p.observed)[0],
+                    hosts: decode_addrs(p.hosts),
+                    token: *p.token,
+                };
+                self.in_order(p.seq, RoomEvent::Peer(entry));
+            }
+            (Control::Routed { seq }, Phase::Joined) => self.events.push_back(RoomEvent::Routed { seq }),
             (Control::Rebind, Phase::Joined) => self.hello(now_ns),
-            (Control::Keepalive, _) => {}
+            (Control::Keepalive, _) => {
+                self.rtt_sample(now_ns, self.keepalive_at);
+                self.keepalive_at = 0;
+            }
             _ => self.ignored += 1,
         }
+    }
+
+    /// Hands on a reliable event (roster or peer) in the server's order, and acknowledges.
+    fn in_order(&mut self, seq: u32, event: RoomEvent) {
+        if seq == self.expected {
+            self.events.push_back(event);
+            self.expected = self.expected.wrapping_add(1);
+            while let Some(e) = self.reorder.remove(&self.expected) {
+                self.events.push_back(e);
+                self.expected = self.expected.wrapping_add(1);
+            }
+        } else if seq > self.expected && seq - self.expected < REORDER_WINDOW {
+            self.reorder.insert(seq, event);
+        }
+        let seq = self.expected.wrapping_sub(1);
+        self.send(&Control::Ack { seq });
     }
 
     fn refused(&mut self, code: Option<RefuseCode>, text: &str) {
@@ -436,6 +522,7 @@ impl RoomClient {
                     self.hello(now_ns);
                 } else if now_ns >= self.next_keepalive {
                     self.send(&Control::Keepalive);
+                    self.keepalive_at = now_ns;
                     self.next_keepalive = now_ns + self.keepalive_ns;
                 }
             }
@@ -455,6 +542,7 @@ impl RoomClient {
                         attempts,
                     } if attempts < JOIN_ATTEMPTS => {
                         self.send_join(&cookie, &server_nonce, create);
+                        self.asked_at = now_ns;
                         self.phase = Phase::Join {
                             cookie,
                             server_nonce,
@@ -469,6 +557,7 @@ impl RoomClient {
                         attempts,
                     } if attempts < JOIN_ATTEMPTS => {
                         self.send_rejoin(&cookie, &server_nonce);
+                        self.asked_at = now_ns;
                         self.phase = Phase::Rejoin {
                             cookie,
                             server_nonce,

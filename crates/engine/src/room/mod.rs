@@ -21,7 +21,7 @@ pub mod directory;
 pub mod msg;
 pub mod server;
 
-pub use client::{ClientConfig, RoomClient, RoomEvent, RosterEntry};
+pub use client::{ClientConfig, PeerEntry, RoomClient, RoomEvent, RosterEntry};
 pub use directory::{InMemoryDirectory, RoomDirectory};
 pub use msg::{RefuseCode, RosterKind, PROTOCOL_VERSION};
 pub use server::{Dest, DestId, DropReason, MemberStats, Server, ServerConfig, ServerStats, Verdict};

@@ -27,6 +27,15 @@ pub const MAX_REASON_LEN: usize = 64;
 /// Largest control message either side writes (a buffer of this size always suffices).
 pub const MAX_CONTROL_LEN: usize = 512;
 
+/// Most host addresses a member declares in its join (more are ignored).
+pub const MAX_HOSTS: usize = 4;
+/// Length of a per-pair direct-path token (`/netjam/peer`).
+pub const PAIR_TOKEN_LEN: usize = 16;
+/// Length of a probe's authenticator (`/netjam/probe`).
+pub const PROBE_MAC_LEN: usize = 16;
+/// Most member ids in one `/netjam/route`.
+pub const MAX_ROUTE_IDS: usize = 64;
+
 /// The address prefix of every control message; also how the demultiplexer recognises one.
 pub const PREFIX: &str = "/netjam/";
 
@@ -136,6 +145,9 @@ pub struct Join<'a> {
     pub create_key: &'a [u8],
     /// Reserved for the key agreement of encrypted media; empty in version 1.
     pub key_agreement: &'a [u8],
+    /// The client's own (host) addresses, [`encode_addrs`] form; empty when it declares
+    /// none (the argument is then left out on the wire).
+    pub hosts: &'a [u8],
 }
 
 /// `/netjam/rejoin`: take back a seat from a new address.
@@ -153,6 +165,8 @@ pub struct Rejoin<'a> {
     pub authenticator: &'a [u8; AUTH_LEN],
     /// Reserved for the key agreement of encrypted media; empty in version 1.
     pub key_agreement: &'a [u8],
+    /// The client's host addresses from its new address, as in [`Join::hosts`].
+    pub hosts: &'a [u8],
 }
 
 /// `/netjam/welcome`: the seat the server gave.
@@ -185,6 +199,51 @@ pub struct Roster<'a> {
     pub name: &'a str,
     /// Its SSRC.
     pub ssrc: u32,
+}
+
+/// `/netjam/peer`: server → client, reliable (it shares the roster's sequence numbers and
+/// acknowledgements): how to reach another member directly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerInfo<'a> {
+    /// Per-receiver sequence number, shared with `/netjam/roster`.
+    pub seq: u32,
+    /// The other member.
+    pub member_id: u32,
+    /// Where the server sees the other member ([`encode_addrs`] form, one address).
+    pub observed: &'a [u8],
+    /// The host addresses the other member declared ([`encode_addrs`] form).
+    pub hosts: &'a [u8],
+    /// The pair's fresh token: probes between the two are authenticated with it.
+    pub token: &'a [u8; PAIR_TOKEN_LEN],
+}
+
+/// What a `/netjam/probe` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeKind {
+    /// "Can you hear me?"
+    Probe = 1,
+    /// "I heard your probe `seq`."
+    Ack = 2,
+}
+
+/// `/netjam/probe`: member → member, straight through both routers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe<'a> {
+    /// The sending member's id.
+    pub from: u32,
+    /// The member it is meant for.
+    pub to: u32,
+    /// The probe's number (an ack carries the number of the probe it answers).
+    pub seq: u32,
+    /// Probe or ack.
+    pub kind: ProbeKind,
+    /// The sender's round trip to the server, microseconds (0: not measured).
+    pub server_rtt_us: u32,
+    /// In an ack: how long the probe waited at the acking side between arriving and the
+    /// ack leaving, microseconds (taken off the measured round trip); 0 in a probe.
+    pub hold_us: u32,
+    /// HMAC-SHA256(pair token, the fields above), first 16 bytes.
+    pub mac: &'a [u8; PROBE_MAC_LEN],
 }
 
 /// One control message.
@@ -233,6 +292,23 @@ pub enum Control<'a> {
     Leave,
     /// server → unknown address: `/netjam/rebind` ("who are you": say hello and rejoin).
     Rebind,
+    /// server → client: `/netjam/peer`.
+    Peer(PeerInfo<'a>),
+    /// client → server: `/netjam/route`: the members this client now reaches directly
+    /// (the server stops forwarding its media to them), replacing any earlier list.
+    Route {
+        /// Increases with every new list; the server applies only a newer one.
+        seq: u32,
+        /// Member ids, big-endian u32 each.
+        direct: &'a [u8],
+    },
+    /// server → client: `/netjam/routed`: the route list `seq` (or a newer one) is applied.
+    Routed {
+        /// The list's sequence number.
+        seq: u32,
+    },
+    /// member → member: `/netjam/probe`.
+    Probe(Probe<'a>),
 }
 
 /// Why bytes are not a control message this code understands.
@@ -267,6 +343,10 @@ const RENAME: &str = "/netjam/rename";
 const KEEPALIVE: &str = "/netjam/keepalive";
 const LEAVE: &str = "/netjam/leave";
 const REBIND: &str = "/netjam/rebind";
+const PEER: &str = "/netjam/peer";
+const ROUTE: &str = "/netjam/route";
+const ROUTED: &str = "/netjam/routed";
+const PROBE: &str = "/netjam/probe";
 
 /// The padding blob a client puts in its hello so that the hello is at least as long as
 /// the challenge it asks for: 64 bytes makes a 92-byte hello for an 88-byte challenge.
@@ -306,6 +386,10 @@ impl<'a> Control<'a> {
                 | KEEPALIVE
                 | LEAVE
                 | REBIND
+                | PEER
+                | ROUTE
+                | ROUTED
+                | PROBE
         );
         if !known {
             return Err(ControlError::UnknownAddress);
@@ -371,7 +455,10 @@ impl<'a> Control<'a> {
                 }
             }
             JOIN => {
-                expect(b"ibssbbiiibb")?;
+                let with_hosts = tags == b"ibssbbiiibbb";
+                if !with_hosts {
+                    expect(b"ibssbbiiibb")?;
+                }
                 Control::Join(Join {
                     cookie: fixed!(COOKIE_LEN),
                     room: s!(),
@@ -383,10 +470,14 @@ impl<'a> Control<'a> {
                     bytes_per_s: i!() as u32,
                     create_key: b!(),
                     key_agreement: b!(),
+                    hosts: if with_hosts { b!() } else { &[] },
                 })
             }
             REJOIN => {
-                expect(b"ibibbbb")?;
+                let with_hosts = tags == b"ibibbbbb";
+                if !with_hosts {
+                    expect(b"ibibbbb")?;
+                }
                 Control::Rejoin(Rejoin {
                     cookie: fixed!(COOKIE_LEN),
                     member_id: i!() as u32,
@@ -394,6 +485,7 @@ impl<'a> Control<'a> {
                     client_nonce: fixed!(NONCE_LEN),
                     authenticator: fixed!(AUTH_LEN),
                     key_agreement: b!(),
+                    hosts: if with_hosts { b!() } else { &[] },
                 })
             }
             WELCOME => {
@@ -442,6 +534,47 @@ impl<'a> Control<'a> {
                 expect(b"i")?;
                 Control::Leave
             }
+            PEER => {
+                expect(b"iiibbb")?;
+                Control::Peer(PeerInfo {
+                    seq: i!() as u32,
+                    member_id: i!() as u32,
+                    observed: b!(),
+                    hosts: b!(),
+                    token: fixed!(PAIR_TOKEN_LEN),
+                })
+            }
+            ROUTE => {
+                expect(b"iib")?;
+                let seq = i!() as u32;
+                let direct = b!();
+                if direct.len() % 4 != 0 || direct.len() / 4 > MAX_ROUTE_IDS {
+                    return Err(bad);
+                }
+                Control::Route { seq, direct }
+            }
+            ROUTED => {
+                expect(b"ii")?;
+                Control::Routed { seq: i!() as u32 }
+            }
+            PROBE => {
+                expect(b"iiiiiiib")?;
+                let (from, to, seq) = (i!() as u32, i!() as u32, i!() as u32);
+                let kind = match i!() {
+                    1 => ProbeKind::Probe,
+                    2 => ProbeKind::Ack,
+                    _ => return Err(bad),
+                };
+                Control::Probe(Probe {
+                    from,
+                    to,
+                    seq,
+                    kind,
+                    server_rtt_us: i!() as u32,
+                    hold_us: i!() as u32,
+                    mac: fixed!(PROBE_MAC_LEN),
+                })
+            }
             _ => {
                 expect(b"i")?;
                 Control::Rebind
@@ -461,6 +594,24 @@ impl<'a> Control<'a> {
             Control::Challenge { cookie, server_nonce } => {
                 encode_message(buf, CHALLENGE, &[v, Arg::Blob(cookie), Arg::Blob(server_nonce)])
             }
+            Control::Join(j) if !j.hosts.is_empty() => encode_message(
+                buf,
+                JOIN,
+                &[
+                    v,
+                    Arg::Blob(j.cookie),
+                    Arg::Str(j.room),
+                    Arg::Str(j.name),
+                    Arg::Blob(j.client_nonce),
+                    Arg::Blob(j.authenticator),
+                    u(j.ssrc),
+                    u(j.packets_per_s),
+                    u(j.bytes_per_s),
+                    Arg::Blob(j.create_key),
+                    Arg::Blob(j.key_agreement),
+                    Arg::Blob(j.hosts),
+                ],
+            ),
             Control::Join(j) => encode_message(
                 buf,
                 JOIN,
@@ -476,6 +627,20 @@ impl<'a> Control<'a> {
                     u(j.bytes_per_s),
                     Arg::Blob(j.create_key),
                     Arg::Blob(j.key_agreement),
+                ],
+            ),
+            Control::Rejoin(r) if !r.hosts.is_empty() => encode_message(
+                buf,
+                REJOIN,
+                &[
+                    v,
+                    Arg::Blob(r.cookie),
+                    u(r.member_id),
+                    Arg::Blob(r.token),
+                    Arg::Blob(r.client_nonce),
+                    Arg::Blob(r.authenticator),
+                    Arg::Blob(r.key_agreement),
+                    Arg::Blob(r.hosts),
                 ],
             ),
             Control::Rejoin(r) => encode_message(
@@ -524,6 +689,34 @@ impl<'a> Control<'a> {
             Control::Keepalive => encode_message(buf, KEEPALIVE, &[v]),
             Control::Leave => encode_message(buf, LEAVE, &[v]),
             Control::Rebind => encode_message(buf, REBIND, &[v]),
+            Control::Peer(p) => encode_message(
+                buf,
+                PEER,
+                &[
+                    v,
+                    u(p.seq),
+                    u(p.member_id),
+                    Arg::Blob(p.observed),
+                    Arg::Blob(p.hosts),
+                    Arg::Blob(p.token),
+                ],
+            ),
+            Control::Route { seq, direct } => encode_message(buf, ROUTE, &[v, u(seq), Arg::Blob(direct)]),
+            Control::Routed { seq } => encode_message(buf, ROUTED, &[v, u(seq)]),
+            Control::Probe(p) => encode_message(
+                buf,
+                PROBE,
+                &[
+                    v,
+                    u(p.from),
+                    u(p.to),
+                    u(p.seq),
+                    Arg::Int(p.kind as i32),
+                    u(p.server_rtt_us),
+                    u(p.hold_us),
+                    Arg::Blob(p.mac),
+                ],
+            ),
         }
     }
 }
@@ -532,6 +725,65 @@ enum ArgV<'a> {
     I(i32),
     B(&'a [u8]),
     S(&'a str),
+}
+
+/// Bytes one address takes in [`encode_addrs`] form: a family byte (4 or 6), the address,
+/// the port (big-endian).
+fn addr_len(a: &std::net::SocketAddr) -> usize {
+    match a {
+        std::net::SocketAddr::V4(_) => 1 + 4 + 2,
+        std::net::SocketAddr::V6(_) => 1 + 16 + 2,
+    }
+}
+
+/// Longest address list [`encode_addrs`] writes ([`MAX_HOSTS`] IPv6 addresses).
+pub const MAX_ADDRS_LEN: usize = MAX_HOSTS * 19;
+
+/// Writes up to [`MAX_HOSTS`] addresses into `out` (each: family byte 4 or 6, address,
+/// port big-endian) and returns the length; what does not fit is left out.
+pub fn encode_addrs(addrs: &[std::net::SocketAddr], out: &mut [u8]) -> usize {
+    let mut at = 0;
+    for a in addrs.iter().take(MAX_HOSTS) {
+        let n = addr_len(a);
+        let Some(w) = out.get_mut(at..at + n) else { break };
+        match a {
+            std::net::SocketAddr::V4(v4) => {
+                w[0] = 4;
+                w[1..5].copy_from_slice(&v4.ip().octets());
+            }
+            std::net::SocketAddr::V6(v6) => {
+                w[0] = 6;
+                w[1..17].copy_from_slice(&v6.ip().octets());
+            }
+        }
+        w[n - 2..].copy_from_slice(&a.port().to_be_bytes());
+        at += n;
+    }
+    at
+}
+
+/// Reads an address list written by [`encode_addrs`]: at most [`MAX_HOSTS`] addresses;
+/// reading stops at the first malformed entry. Never allocates.
+pub fn decode_addrs(bytes: &[u8]) -> [Option<std::net::SocketAddr>; MAX_HOSTS] {
+    let mut out = [None; MAX_HOSTS];
+    let mut at = 0;
+    for slot in &mut out {
+        let a = match bytes.get(at) {
+            Some(4) => bytes.get(at + 1..at + 7).map(|w| {
+                std::net::SocketAddr::from(([w[0], w[1], w[2], w[3]], u16::from_be_bytes([w[4], w[5]])))
+            }),
+            Some(6) => bytes.get(at + 1..at + 19).map(|w| {
+                let mut ip = [0u8; 16];
+                ip.copy_from_slice(&w[..16]);
+                std::net::SocketAddr::from((ip, u16::from_be_bytes([w[16], w[17]])))
+            }),
+            _ => None,
+        };
+        let Some(a) = a else { break };
+        at += addr_len(&a);
+        *slot = Some(a);
+    }
+    out
 }
 
 /// Whether `name` is acceptable as a room or member name: 1..=[`MAX_NAME_LEN`] bytes, no
@@ -576,6 +828,28 @@ mod tests {
             bytes_per_s: 207_000,
             create_key: &[1; ROOM_KEY_LEN],
             key_agreement: &[],
+            hosts: &[],
+        }));
+        let mut hosts = [0u8; MAX_ADDRS_LEN];
+        let hn = encode_addrs(
+            &[
+                "192.168.1.2:4464".parse().unwrap(),
+                "[fe80::1]:9".parse().unwrap(),
+            ],
+            &mut hosts,
+        );
+        roundtrip(Control::Join(Join {
+            cookie: &c,
+            room: "band",
+            name: "Ana",
+            client_nonce: &nonce,
+            authenticator: &auth,
+            ssrc: 1,
+            packets_per_s: 750,
+            bytes_per_s: 207_000,
+            create_key: &[],
+            key_agreement: &[],
+            hosts: &hosts[..hn],
         }));
         roundtrip(Control::Rejoin(Rejoin {
             cookie: &c,
@@ -584,6 +858,37 @@ mod tests {
             client_nonce: &nonce,
             authenticator: &auth,
             key_agreement: &[],
+            hosts: &hosts[..hn],
+        }));
+        roundtrip(Control::Peer(PeerInfo {
+            seq: 5,
+            member_id: 9,
+            observed: &hosts[..7],
+            hosts: &hosts[..hn],
+            token: &[8; PAIR_TOKEN_LEN],
+        }));
+        roundtrip(Control::Route {
+            seq: 3,
+            direct: &[0, 0, 0, 2, 0, 0, 0, 7],
+        });
+        roundtrip(Control::Routed { seq: 3 });
+        roundtrip(Control::Probe(Probe {
+            from: 1,
+            to: 2,
+            seq: 77,
+            kind: ProbeKind::Ack,
+            server_rtt_us: 1234,
+            hold_us: 56,
+            mac: &[6; PROBE_MAC_LEN],
+        }));
+        roundtrip(Control::Rejoin(Rejoin {
+            cookie: &c,
+            member_id: 4,
+            token: &tok,
+            client_nonce: &nonce,
+            authenticator: &auth,
+            key_agreement: &[],
+            hosts: &[],
         }));
         roundtrip(Control::Welcome(Welcome {
             member_id: 4,
@@ -646,6 +951,7 @@ mod tests {
                 bytes_per_s: 1,
                 create_key: create,
                 key_agreement: &[],
+                hosts: &[],
             })
         };
         // "abc" takes 4 bytes, "abcd" 8.
@@ -658,6 +964,7 @@ mod tests {
             client_nonce: &n,
             authenticator: &a,
             key_agreement: &[],
+            hosts: &[],
         });
         assert_eq!(len(rejoin), 152);
         let welcome = Control::Welcome(Welcome {
@@ -684,6 +991,67 @@ mod tests {
         assert_eq!(len(Control::Leave), 24);
         assert_eq!(len(Control::Rebind), 24);
         assert_eq!(len(Control::Hello { pad: HELLO_PAD }), 92);
+        // One IPv4 host address (7 bytes, padded to 8) adds a tag and a blob.
+        let h = [4u8, 10, 0, 0, 1, 0x11, 0x70];
+        let joinh = Control::Join(Join {
+            cookie: &c,
+            room: "abc",
+            name: "abcd",
+            client_nonce: &n,
+            authenticator: &a,
+            ssrc: 0,
+            packets_per_s: 1,
+            bytes_per_s: 1,
+            create_key: &[],
+            key_agreement: &[],
+            hosts: &h,
+        });
+        assert_eq!(len(joinh), 148 + 4 + 8 + 4 + 8);
+        let peer = Control::Peer(PeerInfo {
+            seq: 1,
+            member_id: 2,
+            observed: &h,
+            hosts: &h,
+            token: &[0; PAIR_TOKEN_LEN],
+        });
+        assert_eq!(len(peer), 80);
+        assert_eq!(
+            len(Control::Route {
+                seq: 1,
+                direct: &[0; 8]
+            }),
+            44
+        );
+        assert_eq!(len(Control::Routed { seq: 1 }), 28);
+        let probe = Control::Probe(Probe {
+            from: 1,
+            to: 2,
+            seq: 3,
+            kind: ProbeKind::Probe,
+            server_rtt_us: 0,
+            hold_us: 0,
+            mac: &[0; PROBE_MAC_LEN],
+        });
+        assert_eq!(len(probe), 76);
+    }
+
+    #[test]
+    fn address_lists_roundtrip_and_stop_at_garbage() {
+        let addrs: [std::net::SocketAddr; 3] = [
+            "10.1.2.3:4464".parse().unwrap(),
+            "[2001:db8::7]:5000".parse().unwrap(),
+            "127.0.0.1:1".parse().unwrap(),
+        ];
+        let mut buf = [0u8; MAX_ADDRS_LEN];
+        let n = encode_addrs(&addrs, &mut buf);
+        assert_eq!(n, 7 + 19 + 7);
+        let back = decode_addrs(&buf[..n]);
+        assert_eq!(&back[..3], &addrs.map(Some)[..]);
+        assert_eq!(back[3], None);
+        for k in 0..n {
+            let _ = decode_addrs(&buf[..k]);
+        }
+        assert_eq!(decode_addrs(&[9, 1, 2])[0], None);
     }
 
     #[test]

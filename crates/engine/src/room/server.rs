@@ -22,6 +22,12 @@
 //! cookie or version, a rebind hint) are never longer than the datagram that caused them,
 //! and all but the challenge come out of a small global budget.
 //!
+//! Direct paths: when a member joins (and when it takes its seat back from a new address)
+//! the server pairs it with every other member of its room — `/netjam/peer` both ways, with
+//! a fresh token per pair, reliable and ordered like roster events. A member's
+//! `/netjam/route` names the members it reaches directly; the forwarding path skips their
+//! copies of its media (counted as `direct_skipped`) until a newer list leaves them out.
+//!
 //! STUN Binding requests (RFC 8489) on the same port are answered with the address the
 //! request came from (XOR-MAPPED-ADDRESS), so a player learns the public address and port
 //! its router gave the socket its audio uses. Anyone may ask, so an answer comes out of
@@ -35,8 +41,9 @@ use std::net::SocketAddr;
 
 use super::auth;
 use super::msg::{
-    valid_name, Control, Join, RefuseCode, Rejoin, Roster, RosterKind, Welcome, CHALLENGE_LEN,
-    MAX_CONTROL_LEN, ROOM_KEY_LEN, TOKEN_LEN,
+    decode_addrs, encode_addrs, valid_name, Control, Join, PeerInfo, RefuseCode, Rejoin, Roster, RosterKind,
+    Welcome, CHALLENGE_LEN, MAX_ADDRS_LEN, MAX_CONTROL_LEN, MAX_HOSTS, PAIR_TOKEN_LEN, ROOM_KEY_LEN,
+    TOKEN_LEN,
 };
 use crate::nat::stun;
 
@@ -237,6 +244,11 @@ pub struct MemberStats {
     pub sent_to: u64,
     /// Packets for this member as a destination dropped because its queue was full.
     pub queue_drops: u64,
+    /// Copies of this member's media not forwarded because it reaches that member
+    /// directly (`/netjam/route`).
+    pub direct_skipped: u64,
+    /// The members this member says it reaches directly.
+    pub direct_to: Vec<u32>,
 }
 
 /// A fast hasher for socket addresses (the map holds only proven members, so hash
@@ -307,10 +319,26 @@ impl Bucket {
 #[derive(Debug, Clone)]
 struct OutEvent {
     seq: u32,
-    kind: RosterKind,
-    member_id: u32,
-    name: String,
-    ssrc: u32,
+    body: OutBody,
+}
+
+/// What a reliable event to a member says.
+#[derive(Debug, Clone)]
+enum OutBody {
+    /// `/netjam/roster`.
+    Roster {
+        kind: RosterKind,
+        member_id: u32,
+        name: String,
+        ssrc: u32,
+    },
+    /// `/netjam/peer`.
+    Peer {
+        member_id: u32,
+        observed: SocketAddr,
+        hosts: [Option<SocketAddr>; MAX_HOSTS],
+        token: [u8; PAIR_TOKEN_LEN],
+    },
 }
 
 #[derive(Debug)]
@@ -332,6 +360,12 @@ struct Member {
     retransmit_at: Option<u64>,
     evict: bool,
     stats: Counters,
+    /// The host addresses it declared.
+    hosts: [Option<SocketAddr>; MAX_HOSTS],
+    /// Member ids it reaches directly: its media is not forwarded to them.
+    direct: Vec<u32>,
+    /// The newest `/netjam/route` applied.
+    route_seq: u32,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -344,6 +378,7 @@ struct Counters {
     malformed: u64,
     sent_to: u64,
     queue_drops: u64,
+    direct_skipped: u64,
 }
 
 #[derive(Debug)]
@@ -544,6 +579,9 @@ impl Server {
         }
         m.stats.forwarded += 1;
         let room = m.room;
+        // Moved out and back (no allocation) so the loop can borrow the other slots.
+        let direct = std::mem::take(&mut m.direct);
+        let mut skipped = 0u64;
         self.scratch.clear();
         let cap = self.cfg.dest_queue;
         if let Some(Some(r)) = self.rooms.get(room) {
@@ -553,6 +591,10 @@ impl Server {
                 }
                 let gen = self.gens.get(other as usize).copied().unwrap_or(0);
                 if let Some(Some(o)) = self.slots.get_mut(other as usize) {
+                    if direct.contains(&o.id) {
+                        skipped += 1;
+                        continue;
+                    }
                     if o.inflight >= cap {
                         o.stats.queue_drops += 1;
                         continue;
@@ -566,6 +608,10 @@ impl Server {
                     });
                 }
             }
+        }
+        if let Some(Some(m)) = self.slots.get_mut(slot as usize) {
+            m.direct = direct;
+            m.stats.direct_skipped += skipped;
         }
         Verdict::Forward(&self.scratch)
     }
@@ -637,11 +683,19 @@ impl Server {
                 }
             }
             (Control::Keepalive, Some(_)) => self.queue(src, &Control::Keepalive),
+            (Control::Route { seq, direct }, Some(slot)) => self.route(slot, src, seq, direct),
             (Control::Leave, Some(slot)) => {
                 self.stats.leaves += 1;
                 self.remove(now, slot, RosterKind::Left);
             }
-            (Control::Ack { .. } | Control::Rename { .. } | Control::Keepalive | Control::Leave, None) => {
+            (
+                Control::Ack { .. }
+                | Control::Rename { .. }
+                | Control::Keepalive
+                | Control::Leave
+                | Control::Route { .. },
+                None,
+            ) => {
                 self.rebind_hint(now, src, bytes.len());
                 return Verdict::Drop(DropReason::UnknownSource);
             }
@@ -651,6 +705,75 @@ impl Server {
             }
         }
         Verdict::Control
+    }
+
+    /// Applies a member's list of members it reaches directly (if newer than the last),
+    /// and acknowledges it.
+    fn route(&mut self, slot: u32, src: SocketAddr, seq: u32, direct: &[u8]) {
+        let cap = self.cfg.max_members_per_room;
+        if let Some(Some(m)) = self.slots.get_mut(slot as usize) {
+            if seq > m.route_seq {
+                m.route_seq = seq;
+                m.direct.clear();
+                for w in direct.chunks_exact(4).take(cap) {
+                    let id = u32::from_be_bytes([w[0], w[1], w[2], w[3]]);
+                    if id != m.id && !m.direct.contains(&id) {
+                        m.direct.push(id);
+                    }
+                }
+            }
+        }
+        self.queue(src, &Control::Routed { seq });
+    }
+
+    /// Tells the members of `slot`'s room and `slot` how to reach each other directly,
+    /// with a fresh token per pair. Forwarding between them resumes until they say again
+    /// that they reach each other.
+    fn pair_all(&mut self, now: u64, slot: u32) {
+        let Some((room, id)) = self
+            .slots
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .map(|m| (m.room, m.id))
+        else {
+            return;
+        };
+        let others: Vec<u32> = match self.rooms.get(room) {
+            Some(Some(r)) => r.members.iter().copied().filter(|&o| o != slot).collect(),
+            _ => return,
+        };
+        if let Some(Some(m)) = self.slots.get_mut(slot as usize) {
+            m.direct.clear();
+        }
+        for o in others {
+            let Some(o_id) = self.slots.get_mut(o as usize).and_then(Option::as_mut).map(|om| {
+                om.direct.retain(|&d| d != id);
+                om.id
+            }) else {
+                continue;
+            };
+            self.serial += 1;
+            let token = auth::pair_token(&self.secret, id, o_id, self.serial);
+            if let Some(ev) = self.peer_event(o, token) {
+                self.push_event(now, slot, ev);
+            }
+            if let Some(ev) = self.peer_event(slot, token) {
+                self.push_event(now, o, ev);
+            }
+        }
+    }
+
+    fn peer_event(&self, about: u32, token: [u8; PAIR_TOKEN_LEN]) -> Option<OutEvent> {
+        let m = self.slots.get(about as usize)?.as_ref()?;
+        Some(OutEvent {
+            seq: 0,
+            body: OutBody::Peer {
+                member_id: m.id,
+                observed: m.addr,
+                hosts: m.hosts,
+                token,
+            },
+        })
     }
 
     fn refuse(&mut self, dst: SocketAddr, code: RefuseCode) {
@@ -780,6 +903,9 @@ impl Server {
             retransmit_at: None,
             evict: false,
             stats: Counters::default(),
+            hosts: decode_addrs(j.hosts),
+            direct: Vec::with_capacity(self.cfg.max_members_per_room),
+            route_seq: 0,
         };
         let slot = match self.free_slots.pop() {
             Some(s) => {
@@ -811,6 +937,7 @@ impl Server {
             }
         }
         self.announce(now, slot, RosterKind::Joined);
+        self.pair_all(now, slot);
         self.wake_at(now + u64::from(self.cfg.timeout_ms) * 1_000_000);
     }
 
@@ -870,12 +997,20 @@ impl Server {
         if let Some(Some(m)) = self.slots.get_mut(slot as usize) {
             m.addr = src;
             m.last_heard = now;
+            let hosts = decode_addrs(r.hosts);
+            if hosts[0].is_some() {
+                m.hosts = hosts;
+            }
             // Whatever was in flight to the old address is re-sent to the new one now.
             m.sent_upto = m.outbox.front().map_or(m.sent_upto, |e| e.seq.saturating_sub(1));
             m.rto = self.cfg.retransmit_initial_ns;
         }
         self.stats.rejoins += 1;
         self.welcome(src, slot);
+        if old != src {
+            // Every direct path to the old address is gone: forward again, and pair anew.
+            self.pair_all(now, slot);
+        }
         self.pump(now, slot);
     }
 
@@ -883,10 +1018,12 @@ impl Server {
         let m = self.slots.get(slot as usize)?.as_ref()?;
         Some(OutEvent {
             seq: 0,
-            kind,
-            member_id: m.id,
-            name: m.name.clone(),
-            ssrc: m.ssrc,
+            body: OutBody::Roster {
+                kind,
+                member_id: m.id,
+                name: m.name.clone(),
+                ssrc: m.ssrc,
+            },
         })
     }
 
@@ -1094,6 +1231,8 @@ impl Server {
                 malformed_drops: m.stats.malformed,
                 sent_to: m.stats.sent_to,
                 queue_drops: m.stats.queue_drops,
+                direct_skipped: m.stats.direct_skipped,
+                direct_to: m.direct.clone(),
             })
             .collect()
     }
@@ -1162,14 +1301,46 @@ impl Server {
 
 fn encode_roster(e: &OutEvent) -> Vec<u8> {
     let mut buf = vec![0u8; MAX_CONTROL_LEN];
-    let n = Control::Roster(Roster {
-        seq: e.seq,
-        kind: e.kind,
-        member_id: e.member_id,
-        name: &e.name,
-        ssrc: e.ssrc,
-    })
-    .encode(&mut buf)
+    let n = match &e.body {
+        OutBody::Roster {
+            kind,
+            member_id,
+            name,
+            ssrc,
+        } => Control::Roster(Roster {
+            seq: e.seq,
+            kind: *kind,
+            member_id: *member_id,
+            name,
+            ssrc: *ssrc,
+        })
+        .encode(&mut buf),
+        OutBody::Peer {
+            member_id,
+            observed,
+            hosts,
+            token,
+        } => {
+            let mut o = [0u8; MAX_ADDRS_LEN];
+            let on = encode_addrs(&[*observed], &mut o);
+            let mut list = [*observed; MAX_HOSTS];
+            let mut k = 0;
+            for (slot, h) in list.iter_mut().zip(hosts.iter().flatten()) {
+                *slot = *h;
+                k += 1;
+            }
+            let mut h = [0u8; MAX_ADDRS_LEN];
+            let hn = encode_addrs(&list[..k], &mut h);
+            Control::Peer(PeerInfo {
+                seq: e.seq,
+                member_id: *member_id,
+                observed: &o[..on],
+                hosts: &h[..hn],
+                token,
+            })
+            .encode(&mut buf)
+        }
+    }
     .unwrap_or(0);
     buf.truncate(n);
     buf

@@ -28,13 +28,14 @@ use crate::lifecycle::{any_for, cname, fresh_seed, Running};
 use crate::member_ports::{self, MemberPorts};
 use crate::record::{self, RecordConfig, RecordSummary};
 use crate::reflexive::{Mapping, Reflexive, ReflexiveQuery};
-use crate::room_client::{self, CommandSource, JoinRequest, Roster, CONTROL_QUEUE, SEATS};
+use crate::room_client::{self, CommandSource, JoinRequest, RoomWires, Roster, CONTROL_QUEUE, SEATS};
 use crate::series::BoundedSeries;
 use crate::server::DEFAULT_PORT;
 use crate::session::{
     interrupt_flag, NetIo, Peer, RoomCommand, RoomConfig, RoomProcess, RoomStats, Snapshot, MAX_ROOM_MEMBERS,
 };
 use crate::status::{meter, StatusLine};
+use netjam_engine::nat::direct::{PathInfo, PathState};
 
 /// How long to try to take a seat before giving up.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -70,6 +71,42 @@ fn resolve(s: &str, default_port: u16, flag: &str) -> anyhow::Result<SocketAddr>
         .with_context(|| format!("cannot resolve {flag} {s}: give HOST or HOST:PORT"))?
         .next()
         .with_context(|| format!("{flag} {s} resolves to no address"))
+}
+
+/// This player's own address as the other members at home would reach it: the local
+/// address the system would send to the server from (found by connecting a socket, which
+/// sends nothing), with the stream's port.
+fn host_addresses(local: SocketAddr, server: SocketAddr) -> Vec<SocketAddr> {
+    if !local.ip().is_unspecified() {
+        return vec![local];
+    }
+    let probe = std::net::UdpSocket::bind(SocketAddr::new(local.ip(), 0)).and_then(|s| {
+        s.connect(server)?;
+        s.local_addr()
+    });
+    match probe {
+        // A loopback address is only worth declaring when the server is on this machine.
+        Ok(a) if !a.ip().is_unspecified() && (!a.ip().is_loopback() || server.ip().is_loopback()) => {
+            vec![SocketAddr::new(a.ip(), local.port())]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// How media reaches a member, for the status line and the summary.
+fn path_text(p: Option<&PathInfo>, rtcp_rtt_ms: Option<f64>) -> String {
+    let ms = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.1}"));
+    match p {
+        Some(p) if p.state == PathState::Direct => format!("direct RTT {} ms", ms(p.direct_rtt_ms)),
+        Some(p) if p.state == PathState::Punching => {
+            format!(
+                "via server RTT {} ms (trying direct)",
+                ms(p.relay_rtt_ms.or(rtcp_rtt_ms))
+            )
+        }
+        Some(p) => format!("via server RTT {} ms", ms(p.relay_rtt_ms.or(rtcp_rtt_ms))),
+        None => format!("via server RTT {} ms", ms(rtcp_rtt_ms)),
+    }
 }
 
 /// Says where the servers see this player, and what that tells of its router.
@@ -152,8 +189,10 @@ struct HeardMember {
     skipped: u64,
     buffer_target_ms: f64,
     added_latency_ms: f64,
-    /// Round trip to this member through the server (RTCP), ms.
+    /// Round trip to this member (RTCP, on whichever path media takes), ms.
     rtt_ms: Option<f64>,
+    /// How media reaches this member: `direct RTT x ms` or `via server RTT y ms`.
+    path: String,
     /// Estimated one-way latency from their playing to your hearing: half the round trip,
     /// a packet of audio, your jitter buffer and the devices' periods, ms.
     mouth_to_ear_ms: Option<f64>,
@@ -185,6 +224,7 @@ fn heard_members(stats: &RoomStats, roster: &Roster, fixed_ms: f64) -> Vec<Heard
                 buffer_target_ms: jb.target_ms,
                 added_latency_ms: jb.added_latency_ms,
                 rtt_ms: m.rtt_ms,
+                path: path_text(roster.paths.get(&id), m.rtt_ms),
                 mouth_to_ear_ms: m.rtt_ms.map(|rtt| rtt / 2.0 + fixed_ms + jb.added_latency_ms),
                 gain_db: 20.0 * m.mix.gain.max(1e-6).log10(),
                 pan: m.mix.pan,
@@ -207,9 +247,10 @@ fn room_line(s: &Snapshot<RoomStats>, roster: &Roster, fixed_ms: f64) -> String 
     for m in &members {
         let ear = m.mouth_to_ear_ms.map_or("-".to_string(), |x| format!("{x:.1}"));
         line.push_str(&format!(
-            "  | {} {ear} ms (buffer {:.1}) lost {} {}",
+            "  | {} {ear} ms (buffer {:.1}, {}) lost {} {}",
             m.name,
             m.added_latency_ms,
+            m.path,
             m.lost,
             meter(m.peak_dbfs)
         ));
@@ -224,6 +265,8 @@ fn remember(everyone: &mut std::collections::BTreeMap<u32, HeardMember>, now: Ve
             if m.seat.is_none() {
                 m.name.clone_from(&old.name);
                 m.seat = old.seat;
+                // Its path as it was while it was here.
+                m.path.clone_from(&old.path);
             }
         }
         everyone.insert(m.member_id, m);
@@ -365,6 +408,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             packets_per_s: packets_per_s + RTCP_PACKETS_PER_S,
             bytes_per_s,
             timeout: JOIN_TIMEOUT,
+            hosts: host_addresses(socket.local_addr()?, server),
         },
         Some(&mut ask),
     )?;
@@ -436,17 +480,21 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         ),
         None => (None, None),
     };
-    let send = {
-        let socket = io.socket.clone();
-        move |bytes: &[u8]| {
-            if let Err(e) = socket.send_to(bytes, server) {
-                tracing::debug!("room control to {server}: {e}");
+    let wires = RoomWires {
+        server,
+        send: {
+            let socket = io.socket.clone();
+            move |bytes: &[u8], to: SocketAddr| {
+                if let Err(e) = socket.send_to(bytes, to) {
+                    tracing::debug!("room control to {to}: {e}");
+                }
             }
-        }
+        },
+        route: io.route.clone(),
     };
     let room_link = match extra {
-        Some(extra) => room_client::spawn(seated, &room, send, control_rx, commands, extra)?,
-        None => room_client::spawn(seated, &room, send, control_rx, commands, ())?,
+        Some(extra) => room_client::spawn(seated, &room, wires, control_rx, commands, extra)?,
+        None => room_client::spawn(seated, &room, wires, control_rx, commands, ())?,
     };
     let recorder = match &a.record {
         Some(dir) => {
@@ -519,8 +567,51 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let mut names = String::new();
     // Everyone heard during the session, as last seen (members who left stay in the summary).
     let mut everyone: std::collections::BTreeMap<u32, HeardMember> = Default::default();
+    let mut path_states: std::collections::BTreeMap<u32, PathState> = Default::default();
+    let mut sees = reflexive.server_sees;
     running.watch(&mut snaps, |s| {
         let roster = room_link.roster();
+        if roster.server_sees.is_some() && roster.server_sees != sees {
+            sees = roster.server_sees;
+            status.finish();
+            eprintln!(
+                "netjam: the server now sees you at {}",
+                sees.map_or("-".into(), |a| a.to_string())
+            );
+        }
+        for (id, p) in &roster.paths {
+            if path_states.get(id) == Some(&p.state) {
+                continue;
+            }
+            let was = path_states.insert(*id, p.state);
+            let who = roster.members.get(id).map_or_else(|| format!("member {id}"), |m| m.name.clone());
+            let line = match p.state {
+                PathState::Direct => Some(format!(
+                    "netjam: direct path to {who} at {}: RTT {} ms, through the server {} ms",
+                    p.addr.map_or("-".into(), |a| a.to_string()),
+                    p.direct_rtt_ms.map_or("-".into(), |x| format!("{x:.2}")),
+                    p.relay_rtt_ms.map_or("-".into(), |x| format!("{x:.2}")),
+                )),
+                PathState::Relayed if was == Some(PathState::Direct) => Some(format!(
+                    "netjam: the direct path to {who} stopped answering: through the server again"
+                )),
+                PathState::Relayed => Some(match p.direct_rtt_ms {
+                    None => format!(
+                        "netjam: no direct path to {who} (no answer to probes: routers in the way): through the server, RTT {} ms",
+                        p.relay_rtt_ms.map_or("-".into(), |x| format!("{x:.2}"))
+                    ),
+                    Some(d) => format!(
+                        "netjam: no direct path to {who} (direct RTT {d:.2} ms, slower than through the server {} ms): through the server",
+                        p.relay_rtt_ms.map_or("-".into(), |x| format!("{x:.2}"))
+                    ),
+                }),
+                PathState::Punching => None,
+            };
+            if let Some(line) = line {
+                status.finish();
+                eprintln!("{line}");
+            }
+        }
         let now_names = roster
             .members
             .values()
@@ -622,7 +713,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     );
     for m in &heard_final {
         eprintln!(
-            "netjam:   {}: {} packets, lost {}, {} concealed, {} waits, {} catch-ups; buffer {:.2} ms; round trip {}; mouth to ear about {}",
+            "netjam:   {}: {} packets, lost {}, {} concealed, {} waits, {} catch-ups; buffer {:.2} ms; {}; round trip {}; mouth to ear about {}",
             m.name,
             m.received,
             m.lost,
@@ -630,6 +721,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             m.inserted,
             m.skipped,
             m.added_latency_ms,
+            m.path,
             m.rtt_ms.map_or("not measured".into(), |r| format!("{r:.2} ms")),
             m.mouth_to_ear_ms.map_or("-".into(), |r| format!("{r:.1} ms"))
         );

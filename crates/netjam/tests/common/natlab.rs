@@ -10,7 +10,8 @@
 //! Router kinds: [`RouterKind::Cone`] (`masquerade`: one public port per socket whatever
 //! the destination), [`RouterKind::Symmetric`] (`masquerade random`: a port per
 //! destination) and [`RouterKind::Firewall`] (no translation — the home's address is routed
-//! — but a stateful filter that drops everything inbound the home did not ask for).
+//! — but a stateful filter that drops everything inbound the home did not ask for). The NAT
+//! routers also drop unsolicited datagrams addressed to themselves, as home routers do.
 //!
 //! Namespace names carry the test process id and a counter, so runs never collide; the
 //! [`NatLab`] deletes every namespace it made when dropped, on success, failure or panic.
@@ -232,8 +233,20 @@ impl NatLab {
         ])?;
         in_ns(&r, "sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
         match h.kind {
-            RouterKind::Cone => nft(&r, &nat_rules("masquerade"))?,
-            RouterKind::Symmetric => nft(&r, &nat_rules("masquerade random"))?,
+            RouterKind::Cone | RouterKind::Symmetric => {
+                let how = if h.kind == RouterKind::Cone {
+                    "masquerade"
+                } else {
+                    "masquerade random"
+                };
+                nft(&r, &nat_rules(how))?;
+                // Like every home router, drop what comes in on the wan for the router
+                // itself unless it answers something: a router without this rule confirms
+                // a connection-tracking entry for each unsolicited datagram (answering it
+                // with ICMP), and that stale entry makes the router map its own home's
+                // later flow to the same peer to another port.
+                nft(&r, WAN_INPUT_RULES)?;
+            }
             RouterKind::Firewall => {
                 // The home's address is routed to it through its router.
                 ip(&[
@@ -296,6 +309,19 @@ impl NatLab {
         }
     }
 
+    /// Cuts the direct way between two homes: `a`'s router drops everything to or from
+    /// `b`'s public address (the rooms server stays reachable), as a link that failed.
+    pub fn cut(&self, a: &Home, b: &Home) -> Result<(), String> {
+        let other = b.public_ip();
+        nft(
+            &a.router,
+            &format!(
+                "table inet cut {{\n chain cutoff {{\n  type filter hook forward priority filter - 10; policy accept;\n  \
+                 ip daddr {other} counter drop\n  ip saddr {other} counter drop\n }}\n}}\n"
+            ),
+        )
+    }
+
     /// Packets the firewall router of `home` dropped as unsolicited.
     pub fn firewall_drops(&self, home: &Home) -> Option<u64> {
         let rules = in_ns(&home.router, "nft", &["list", "table", "inet", "fw"]).ok()?;
@@ -315,6 +341,11 @@ impl NatLab {
         c
     }
 }
+
+/// The home router's own firewall: nothing unsolicited from the wan reaches it.
+const WAN_INPUT_RULES: &str =
+    "table inet wanin {\n chain input {\n  type filter hook input priority filter; policy accept;\n  \
+     iifname \"wan\" ct state established,related accept\n  iifname \"wan\" drop\n }\n}\n";
 
 fn nat_rules(masquerade: &str) -> String {
     format!(

@@ -1,0 +1,772 @@
+//! Direct paths between the members of a room, with the rooms server as the fallback that
+//! is always ready: [`DirectPaths`], a sans-IO state machine on the client.
+//!
+//! The server tells each member of a pair about the other (`/netjam/peer`: where the
+//! server sees it, the host addresses it declared, and a fresh token for the pair). Both
+//! then punch at the same time: every [`DirectConfig::punch_interval_ns`] a
+//! `/netjam/probe` goes to each of the other's candidate addresses, for at most
+//! [`DirectConfig::punch_for_ns`]. A probe carries an authenticator made with the pair's
+//! token; one without the right authenticator is ignored and counted. Each probe is
+//! answered with an ack to the address it came from, and an ack measures the direct round
+//! trip. The path is **direct** once an ack arrives whose round trip is not larger than
+//! the round trip through the server (this client's to the server plus the other's, which
+//! it writes in its probes) plus [`DirectConfig::rtt_slack_ns`]; otherwise, after the
+//! punching time, **relayed**. A direct path keeps being probed every
+//! [`DirectConfig::keep_interval_ns`] and is declared dead when
+//! [`DirectConfig::missed_limit`] probe intervals pass (beyond one round trip) without an
+//! ack; media then goes back through the server at once.
+//!
+//! Routing is the sender's: this client tells the server (`/netjam/route`, retried until
+//! `/netjam/routed`) which members it reaches directly, and the server stops forwarding
+//! its media to them. [`DirectPaths::route_table`] says where each media packet goes: to
+//! the server unless every member is direct and the server has applied that list, and
+//! straight to every member on a direct path. When a path dies, the new list is queued
+//! before the path is taken out of the table, so a shell that sends what
+//! [`DirectPaths::poll_transmit`] gives before it reads the table tells the server first.
+//!
+//! Calling loop: [`DirectPaths::set_peer`] / [`DirectPaths::remove_peer`] /
+//! [`DirectPaths::routed`] / [`DirectPaths::set_server_rtt`] from the room client's
+//! events; [`DirectPaths::handle_probe`] for every `/netjam/probe` datagram from anyone;
+//! [`DirectPaths::handle_timeout`] at [`DirectPaths::poll_timeout`]; then drain
+//! [`DirectPaths::poll_transmit`] and [`DirectPaths::poll_event`] and refresh the table.
+//!
+//! Nothing here opens a socket or reads a clock. After [`DirectPaths::new`] nothing
+//! allocates (peers, transmissions and events live in storage sized at construction), and
+//! no datagram, however forged, can make it panic or open a path.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+
+use crate::room::auth;
+use crate::room::client::PeerEntry;
+use crate::room::msg::{Control, Probe, ProbeKind, MAX_HOSTS, PAIR_TOKEN_LEN};
+
+/// Most members a [`RouteTable`] names directly.
+pub const MAX_DIRECT: usize = 16;
+/// Candidate addresses kept per member: where the server sees it, its host addresses, and
+/// addresses its valid probes came from.
+const MAX_CANDIDATES: usize = 1 + MAX_HOSTS + 2;
+/// Probes remembered per member for their round trip.
+const SENT_RING: usize = 64;
+
+/// Timers and limits of [`DirectPaths`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DirectConfig {
+    /// Probe interval while punching.
+    pub punch_interval_ns: u64,
+    /// How long to punch before the pair stays relayed.
+    pub punch_for_ns: u64,
+    /// Probe interval on a direct path.
+    pub keep_interval_ns: u64,
+    /// Probe intervals without an ack (beyond one round trip) after which a direct path
+    /// is dead.
+    pub missed_limit: u32,
+    /// How much longer than the way through the server the direct round trip may be and
+    /// still be taken: the two round trips are measured by different messages on a
+    /// loaded machine, so equal paths must not flap.
+    pub rtt_slack_ns: u64,
+    /// After a pair gave up or a direct path died, punch again after this long.
+    pub retry_after_ns: u64,
+    /// Resend an unacknowledged route list this often.
+    pub route_retry_ns: u64,
+    /// Members tracked at most (room size).
+    pub max_peers: usize,
+}
+
+impl Default for DirectConfig {
+    fn default() -> Self {
+        Self {
+            punch_interval_ns: 20_000_000,
+            punch_for_ns: 1_000_000_000,
+            keep_interval_ns: 25_000_000,
+            missed_limit: 3,
+            rtt_slack_ns: 1_000_000,
+            retry_after_ns: 10_000_000_000,
+            route_retry_ns: 30_000_000,
+            max_peers: MAX_DIRECT,
+        }
+    }
+}
+
+/// Which way media to a member goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PathState {
+    /// Probing; media goes through the server meanwhile.
+    Punching,
+    /// Straight to the member.
+    Direct,
+    /// Through the server (no direct path, or a slower one).
+    Relayed,
+}
+
+/// One member's path, for status lines and reports.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct PathInfo {
+    /// The member.
+    pub member_id: u32,
+    /// Which way media goes.
+    pub state: PathState,
+    /// The direct address in use (or last confirmed).
+    pub addr: Option<SocketAddr>,
+    /// The latest direct round trip, ms.
+    pub direct_rtt_ms: Option<f64>,
+    /// The round trip through the server (ours plus theirs), ms.
+    pub relay_rtt_ms: Option<f64>,
+    /// Times the path became direct.
+    pub direct_count: u32,
+    /// Times a direct path died.
+    pub died: u32,
+}
+
+/// What happened to a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathEvent {
+    /// Media to `member_id` now goes straight to `addr`.
+    Direct {
+        /// The member.
+        member_id: u32,
+        /// Its address.
+        addr: SocketAddr,
+        /// The round trip that confirmed it, ns.
+        rtt_ns: u64,
+    },
+    /// Media to `member_id` goes through the server.
+    Relayed {
+        /// The member.
+        member_id: u32,
+        /// The direct path was up and stopped answering (else: punching gave up).
+        died: bool,
+    },
+}
+
+/// Where to send a datagram from [`DirectPaths::poll_transmit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// To the rooms server.
+    Server,
+    /// Straight to this address.
+    Addr(SocketAddr),
+}
+
+/// Where each media packet goes: [`DirectPaths::route_table`]. `Copy`, so a shell can
+/// hand it to its send thread whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteTable {
+    /// Send to the server too.
+    pub to_server: bool,
+    direct: [Option<SocketAddr>; MAX_DIRECT],
+}
+
+impl Default for RouteTable {
+    fn default() -> Self {
+        Self {
+            to_server: true,
+            direct: [None; MAX_DIRECT],
+        }
+    }
+}
+
+impl RouteTable {
+    /// The members' direct addresses media goes to.
+    pub fn direct(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+        self.direct.iter().flatten().copied()
+    }
+}
+
+/// Counters of [`DirectPaths`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DirectStats {
+    /// Probes and acks sent.
+    pub probes_sent: u64,
+    /// Valid probes received (answered).
+    pub probes_received: u64,
+    /// Valid acks received.
+    pub acks_received: u64,
+    /// Probes or acks with a wrong authenticator, for another member, from an unknown
+    /// member, or acks for no probe sent: ignored.
+    pub rejected: u64,
+    /// Route lists sent (with retries).
+    pub routes_sent: u64,
+    /// Datagrams not queued because the transmit queue was full.
+    pub transmit_drops: u64,
+    /// Peers not tracked because [`DirectConfig::max_peers`] were.
+    pub peers_refused: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct PeerPath {
+    member_id: u32,
+    token: [u8; PAIR_TOKEN_LEN],
+    candidates: [Option<SocketAddr>; MAX_CANDIDATES],
+    state: PathState,
+    addr: Option<SocketAddr>,
+    punch_until: u64,
+    next_probe_at: u64,
+    retry_at: u64,
+    next_seq: u32,
+    sent: [(u32, u64); SENT_RING],
+    last_ack_at: u64,
+    rtt_ns: Option<u64>,
+    peer_server_rtt_ns: Option<u64>,
+    direct_count: u32,
+    died: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Out {
+    Probe {
+        member_id: u32,
+        to: SocketAddr,
+        seq: u32,
+        kind: ProbeKind,
+        /// When the probe an ack answers arrived.
+        arrived: u64,
+    },
+    Route,
+}
+
+/// The client's direct paths. See the module docs for the calling loop.
+#[derive(Debug)]
+pub struct DirectPaths {
+    cfg: DirectConfig,
+    me: u32,
+    peers: Vec<PeerPath>,
+    server_rtt_ns: Option<u64>,
+    out: VecDeque<Out>,
+    events: VecDeque<PathEvent>,
+    route_seq: u32,
+    route_acked: u32,
+    route_retry_at: u64,
+    stats: DirectStats,
+}
+
+/// Transmissions that may wait: a probe per candidate of every member, acks, routes.
+const OUT_CAPACITY: usize = 1024;
+
+impl DirectPaths {
+    /// Paths for member `me` (its id from the welcome).
+    pub fn new(config: DirectConfig, me: u32) -> Self {
+        let n = config.max_peers.max(1);
+        Self {
+            peers: Vec::with_capacity(n),
+            cfg: config,
+            me,
+            server_rtt_ns: None,
+            out: VecDeque::with_capacity(OUT_CAPACITY),
+            events: VecDeque::with_capacity(4 * n + 4),
+            route_seq: 0,
+            route_acked: 0,
+            route_retry_at: u64::MAX,
+            stats: DirectStats::default(),
+        }
+    }
+
+    /// This client's member id changed (a fresh seat): every path starts over.
+    pub fn set_me(&mut self, now_ns: u64, me: u32) {
+        if me != self.me {
+            self.me = me;
+            let ids: [Option<u32>; MAX_DIRECT] = {
+                let mut a = [None; MAX_DIRECT];
+                for (s, p) in a.iter_mut().zip(&self.peers) {
+                    *s = Some(p.member_id);
+                }
+                a
+            };
+            for id in ids.into_iter().flatten() {
+                self.remove_peer(now_ns, id);
+            }
+        }
+    }
+
+    /// This client's round trip to the server (written in its probes, and half of the
+    /// comparison that decides direct or relayed).
+    pub fn set_server_rtt(&mut self, rtt_ns: u64) {
+        self.server_rtt_ns = Some(rtt_ns);
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> DirectStats {
+        self.stats
+    }
+
+    /// Every member's path.
+    pub fn paths(&self) -> impl Iterator<Item = PathInfo> + '_ {
+        self.peers.iter().map(|p| PathInfo {
+            member_id: p.member_id,
+            state: p.state,
+            addr: p.addr,
+            direct_rtt_ms: p.rtt_ns.map(|r| r as f64 / 1e6),
+            relay_rtt_ms: self.relay_rtt(p).map(|r| r as f64 / 1e6),
+            direct_count: p.direct_count,
+            died: p.died,
+        })
+    }
+
+    /// `member_id`'s path.
+    pub fn path(&self, member_id: u32) -> Option<PathInfo> {
+        self.paths().find(|p| p.member_id == member_id)
+    }
+
+    fn relay_rtt(&self, p: &PeerPath) -> Option<u64> {
+        Some(self.server_rtt_ns? + p.peer_server_rtt_ns?)
+    }
+
+    /// Where media goes now. Call after draining [`DirectPaths::poll_transmit`].
+    pub fn route_table(&self) -> RouteTable {
+        let mut t = RouteTable {
+            to_server: self.peers.is_empty()
+                || self.route_acked < self.route_seq
+                || self.peers.iter().any(|p| p.state != PathState::Direct),
+            direct: [None; MAX_DIRECT],
+        };
+        for (slot, p) in t
+            .direct
+            .iter_mut()
+            .zip(self.peers.iter().filter(|p| p.state == PathState::Direct))
+        {
+            *slot = p.addr;
+        }
+        t
+    }
+
+    /// The server told how to reach `e.member_id`: start punching (again, if the token or
+    /// the addresses changed; a direct path to it goes back through the server first).
+    pub fn set_peer(&mut self, now_ns: u64, e: &PeerEntry) {
+        if e.member_id == self.me {
+            return;
+        }
+        let mut cands = [None; MAX_CANDIDATES];
+        for (c, a) in cands
+            .iter_mut()
+            .zip(core::iter::once(e.observed).chain(e.hosts).flatten())
+        {
+            *c = Some(a);
+        }
+        let idx = match self.peers.iter().position(|p| p.member_id == e.member_id) {
+            Some(i) => {
+                let p = &self.peers[i];
+                if p.token == e.token && p.candidates[..1 + MAX_HOSTS] == cands[..1 + MAX_HOSTS] {
+                    return;
+                }
+                if p.state == PathState::Direct {
+                    self.set_state(now_ns, i, PathState::Relayed, true);
+                }
+                i
+            }
+            None => {
+                if self.peers.len() >= self.cfg.max_peers.min(MAX_DIRECT) {
+                    self.stats.peers_refused += 1;
+                    return;
+                }
+                self.peers.push(PeerPath {
+                    member_id: e.member_id,
+                    token: e.token,
+                    candidates: cands,
+                    state: PathState::Punching,
+                    addr: None,
+                    punch_until: 0,
+                    next_probe_at: 0,
+                    retry_at: u64::MAX,
+                    next_seq: 1,
+                    sent: [(0, 0); SENT_RING],
+                    last_ack_at: 0,
+                    rtt_ns: None,
+                    peer_server_rtt_ns: None,
+                    direct_count: 0,
+                    died: 0,
+                });
+                // A new member is not direct: the server must carry media to it.
+                self.route_changed(now_ns);
+                self.peers.len() - 1
+            }
+        };
+        let p = &mut self.peers[idx];
+        p.token = e.token;
+        p.candidates = cands;
+        p.sent = [(0, 0); SENT_RING];
+        self.start_punching(now_ns, idx);
+    }
+
+    fn start_punching(&mut self, now: u64, i: usize) {
+        let p = &mut self.peers[i];
+        p.state = PathState::Punching;
+        p.punch_until = now + self.cfg.punch_for_ns;
+        p.next_probe_at = now;
+        p.retry_at = u64::MAX;
+        self.probe_due(now, i);
+    }
+
+    /// `member_id` left the room.
+    pub fn remove_peer(&mut self, now_ns: u64, member_id: u32) {
+        if let Some(i) = self.peers.iter().position(|p| p.member_id == member_id) {
+            let was_direct = self.peers[i].state == PathState::Direct;
+            self.peers.swap_remove(i);
+            if was_direct {
+                self.route_changed(now_ns);
+            }
+        }
+    }
+
+    /// The server applied route list `seq`.
+    pub fn routed(&mut self, seq: u32) {
+        if seq > self.route_acked && seq <= self.route_seq {
+            self.route_acked = seq;
+            if self.route_acked == self.route_seq {
+                self.route_retry_at = u64::MAX;
+            }
+        }
+    }
+
+    fn route_changed(&mut self, now: u64) {
+        self.route_seq = self.route_seq.wrapping_add(1).max(1);
+        self.push_out(Out::Route);
+        self.route_retry_at = now + self.cfg.route_retry_ns;
+    }
+
+    fn push_out(&mut self, o: Out) {
+        if self.out.len() >= OUT_CAPACITY {
+            self.stats.transmit_drops += 1;
+            return;
+        }
+        self.out.push_back(o);
+    }
+
+    fn push_event(&mut self, e: PathEvent) {
+        if self.events.len() < self.events.capacity() {
+            self.events.push_back(e);
+        }
+    }
+
+    fn set_state(&mut self, now: u64, i: usize, state: PathState, died: bool) {
+        let p = &mut self.peers[i];
+        let was_direct = p.state == PathState::Direct;
+        p.state = state;
+        let member_id = p.member_id;
+        match state {
+            PathState::Direct => {
+                p.direct_count += 1;
+                p.next_probe_at = now + self.cfg.keep_interval_ns;
+                let (addr, rtt_ns) = (p.addr, p.rtt_ns.unwrap_or(0));
+                if let Some(addr) = addr {
+                    self.push_event(PathEvent::Direct {
+                        member_id,
+                        addr,
+                        rtt_ns,
+                    });
+                }
+                self.route_changed(now);
+            }
+            PathState::Relayed => {
+                if died {
+                    p.died += 1;
+                }
+                p.retry_at = now + self.cfg.retry_after_ns;
+                self.push_event(PathEvent::Relayed { member_id, died });
+                if was_direct {
+                    self.route_changed(now);
+                }
+            }
+            PathState::Punching => {}
+        }
+    }
+
+    /// Queues the probes due for peer `i` and sets its next probe time.
+    fn probe_due(&mut self, now: u64, i: usize) {
+        let p = self.peers[i];
+        match p.state {
+            PathState::Punching => {
+                for to in p.candidates.into_iter().flatten() {
+                    self.send_probe(now, i, to);
+                }
+                self.peers[i].next_probe_at = now + self.cfg.punch_interval_ns;
+            }
+            PathState::Direct => {
+                if let Some(to) = p.addr {
+                    self.send_probe(now, i, to);
+                }
+                self.peers[i].next_probe_at = now + self.cfg.keep_interval_ns;
+            }
+            PathState::Relayed => self.peers[i].next_probe_at = u64::MAX,
+        }
+    }
+
+    fn send_probe(&mut self, now: u64, i: usize, to: SocketAddr) {
+        let p = &mut self.peers[i];
+        let seq = p.next_seq;
+        p.next_seq = p.next_seq.wrapping_add(1).max(1);
+        p.sent[seq as usize % SENT_RING] = (seq, now);
+        let member_id = p.member_id;
+        self.push_out(Out::Probe {
+            member_id,
+            to,
+            seq,
+            kind: ProbeKind::Probe,
+            arrived: now,
+        });
+    }
+
+    /// Takes a datagram that may be a `/netjam/probe` from `from`, received at `now_ns`.
+    /// Returns whether it was one (valid or not); a probe is answered, an ack measured.
+    pub fn handle_probe(&mut self, now_ns: u64, from: SocketAddr, bytes: &[u8]) -> bool {
+        let Ok(Control::Probe(pr)) = Control::decode(bytes) else {
+            return false;
+        };
+        let Some(i) = self
+            .peers
+            .iter()
+            .position(|p| p.member_id == pr.from)
+            .filter(|_| pr.to == self.me)
+        else {
+            self.stats.rejected += 1;
+            return true;
+        };
+        let expect = auth::probe_mac(
+            &self.peers[i].token,
+            [
+                pr.from,
+                pr.to,
+                pr.seq,
+                pr.kind as u32,
+                pr.server_rtt_us,
+                pr.hold_us,
+            ],
+        );
+        if !auth::ct_eq(&expect, pr.mac) {
+            self.stats.rejected += 1;
+            return true;
+        }
+        if pr.server_rtt_us > 0 {
+            self.peers[i].peer_server_rtt_ns = Some(u64::from(pr.server_rtt_us) * 1_000);
+        }
+        match pr.kind {
+            ProbeKind::Probe => {
+                self.stats.probes_received += 1;
+                self.push_out(Out::Probe {
+                    member_id: pr.from,
+                    to: from,
+                    seq: pr.seq,
+                    kind: ProbeKind::Ack,
+                    arrived: now_ns,
+                });
+                let p = &mut self.peers[i];
+                if !p.candidates.contains(&Some(from)) {
+                    // Where its probes come from is where it can be reached (its router's
+                    // mapping towards us): probe there too.
+                    let slot = p.candidates[1 + MAX_HOSTS..]
+                        .iter()
+                        .position(Option::is_none)
+                        .map_or(1 + MAX_HOSTS, |k| 1 + MAX_HOSTS + k);
+                    p.candidates[slot] = Some(from);
+                }
+                if p.state == PathState::Relayed && p.died == 0 && p.direct_count == 0 {
+                    // The other side punches now (it learned of us later): punch along.
+                    self.start_punching(now_ns, i);
+                }
+            }
+            ProbeKind::Ack => self.ack(now_ns, i, from, pr.seq, u64::from(pr.hold_us) * 1_000),
+        }
+        true
+    }
+
+    fn ack(&mut self, now: u64, i: usize, from: SocketAddr, seq: u32, hold_ns: u64) {
+        let slot = seq as usize % SENT_RING;
+        let (sseq, at) = self.peers[i].sent[slot];
+        if sseq != seq || seq == 0 || at > now {
+            self.stats.rejected += 1;
+            return;
+        }
+        self.stats.acks_received += 1;
+        self.peers[i].sent[slot] = (0, 0);
+        // The other side's own delay in answering is not the path's.
+        let rtt = (now - at).saturating_sub(hold_ns).max(1);
+        let relay = self.relay_rtt(&self.peers[i]);
+        let p = &mut self.peers[i];
+        p.rtt_ns = Some(rtt);
+        p.last_ack_at = now;
+        if p.state == PathState::Punching {
+            let fast_enough = relay.map_or(true, |r| rtt <= r + self.cfg.rtt_slack_ns);
+            if fast_enough {
+                p.addr = Some(from);
+                self.set_state(now, i, PathState::Direct, false);
+            }
+        }
+    }
+
+    /// Runs the timers due at `now_ns`: probes, the end of punching, dead paths, route
+    /// retries.
+    pub fn handle_timeout(&mut self, now_ns: u64) {
+        for i in 0..self.peers.len() {
+            let p = self.peers[i];
+            match p.state {
+                PathState::Punching if now_ns >= p.punch_until => {
+                    self.set_state(now_ns, i, PathState::Relayed, false);
+                }
+                PathState::Direct => {
+                    let grace =
+                        p.rtt_ns.unwrap_or(0) + u64::from(self.cfg.missed_limit) * self.cfg.keep_interval_ns;
+                    if now_ns > p.last_ack_at.saturating_add(grace) {
+                        self.set_state(now_ns, i, PathState::Relayed, true);
+                        continue;
+                    }
+                }
+                PathState::Relayed if now_ns >= p.retry_at => {
+                    self.start_punching(now_ns, i);
+                    continue;
+                }
+                _ => {}
+            }
+            if now_ns >= self.peers[i].next_probe_at {
+                self.probe_due(now_ns, i);
+            }
+        }
+        if now_ns >= self.route_retry_at && self.route_acked < self.route_seq {
+            self.push_out(Out::Route);
+            self.route_retry_at = now_ns + self.cfg.route_retry_ns;
+        }
+    }
+
+    /// When [`DirectPaths::handle_timeout`] must be called next.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let mut t = self.route_retry_at;
+        for p in &self.peers {
+            t = t.min(p.next_probe_at);
+            match p.state {
+                PathState::Punching => t = t.min(p.punch_until),
+                PathState::Direct => {
+                    let grace =
+                        p.rtt_ns.unwrap_or(0) + u64::from(self.cfg.missed_limit) * self.cfg.keep_interval_ns;
+                    t = t.min(p.last_ack_at.saturating_add(grace) + 1);
+                }
+                PathState::Relayed => t = t.min(p.retry_at),
+            }
+        }
+        (t != u64::MAX).then_some(t)
+    }
+
+    /// The next datagram to send at `now_ns`: written into `buf` (256 bytes always
+    /// suffice), with where it goes. Call it right before sending: an ack says how long
+    /// its probe waited here. Route lists go to the server before any probe queued after
+    /// them.
+    pub fn poll_transmit(&mut self, now_ns: u64, buf: &mut [u8]) -> Option<(Target, usize)> {
+        loop {
+            let o = self.out.pop_front()?;
+            match o {
+                Out::Route => {
+                    if self.route_acked >= self.route_seq {
+                        continue;
+                    }
+                    // The newest list, whenever it was queued.
+                    let mut ids = [0u8; 4 * MAX_DIRECT];
+                    let mut n = 0;
+                    for p in self.peers.iter().filter(|p| p.state == PathState::Direct) {
+                        ids[n..n + 4].copy_from_slice(&p.member_id.to_be_bytes());
+                        n += 4;
+                    }
+                    let msg = Control::Route {
+                        seq: self.route_seq,
+                        direct: &ids[..n],
+                    };
+                    if let Ok(len) = msg.encode(buf) {
+                        self.stats.routes_sent += 1;
+                        return Some((Target::Server, len));
+                    }
+                }
+                Out::Probe {
+                    member_id,
+                    to,
+                    seq,
+                    kind,
+                    arrived,
+                } => {
+                    let Some(p) = self.peers.iter().find(|p| p.member_id == member_id) else {
+                        continue;
+                    };
+                    let rtt_us = self
+                        .server_rtt_ns
+                        .map_or(0, |r| u32::try_from(r / 1_000).unwrap_or(u32::MAX).max(1));
+                    let hold_us = match kind {
+                        ProbeKind::Ack => {
+                            u32::try_from(now_ns.saturating_sub(arrived) / 1_000).unwrap_or(u32::MAX)
+                        }
+                        ProbeKind::Probe => 0,
+                    };
+                    let mac =
+                        auth::probe_mac(&p.token, [self.me, member_id, seq, kind as u32, rtt_us, hold_us]);
+                    let msg = Control::Probe(Probe {
+                        from: self.me,
+                        to: member_id,
+                        seq,
+                        kind,
+                        server_rtt_us: rtt_us,
+                        hold_us,
+                        mac: &mac,
+                    });
+                    if let Ok(len) = msg.encode(buf) {
+                        self.stats.probes_sent += 1;
+                        return Some((Target::Addr(to), len));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next path event.
+    pub fn poll_event(&mut self) -> Option<PathEvent> {
+        self.events.pop_front()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: u32, observed: &str, token: u8) -> PeerEntry {
+        PeerEntry {
+            seq: 1,
+            member_id: id,
+            observed: observed.parse().ok(),
+            hosts: [None; MAX_HOSTS],
+            token: [token; PAIR_TOKEN_LEN],
+        }
+    }
+
+    /// Two clients facing each other with no server: every datagram delivered at once.
+    fn exchange(a: &mut DirectPaths, b: &mut DirectPaths, now: u64, a_addr: SocketAddr, b_addr: SocketAddr) {
+        let mut buf = [0u8; 256];
+        for _ in 0..8 {
+            while let Some((t, n)) = a.poll_transmit(now, &mut buf) {
+                if t == Target::Addr(b_addr) {
+                    b.handle_probe(now, a_addr, &buf[..n]);
+                }
+            }
+            while let Some((t, n)) = b.poll_transmit(now, &mut buf) {
+                if t == Target::Addr(a_addr) {
+                    a.handle_probe(now + 1_000, b_addr, &buf[..n]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_pair_that_answers_goes_direct_and_a_wrong_token_never_does() {
+        let (aa, ba): (SocketAddr, SocketAddr) = ("1.1.1.1:1".parse().unwrap(), "2.2.2.2:2".parse().unwrap());
+        let mut a = DirectPaths::new(DirectConfig::default(), 1);
+        let mut b = DirectPaths::new(DirectConfig::default(), 2);
+        a.set_peer(0, &entry(2, "2.2.2.2:2", 7));
+        b.set_peer(0, &entry(1, "1.1.1.1:1", 7));
+        exchange(&mut a, &mut b, 0, aa, ba);
+        assert_eq!(a.path(2).map(|p| p.state), Some(PathState::Direct));
+        assert!(a.route_table().direct().eq([ba]));
+        // Until the server applies the list, media goes through it too.
+        assert!(a.route_table().to_server);
+
+        let mut c = DirectPaths::new(DirectConfig::default(), 1);
+        let mut d = DirectPaths::new(DirectConfig::default(), 2);
+        c.set_peer(0, &entry(2, "2.2.2.2:2", 7));
+        d.set_peer(0, &entry(1, "1.1.1.1:1", 8));
+        exchange(&mut c, &mut d, 0, aa, ba);
+        assert_eq!(c.path(2).map(|p| p.state), Some(PathState::Punching));
+        assert!(c.stats().rejected > 0 && d.stats().rejected > 0);
+    }
+}
