@@ -193,6 +193,8 @@ struct JamReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     device: Option<card::Report>,
     stages: Stages,
+    /// What scheduling each of netjam's own threads got.
+    threads: Vec<crate::rt::ThreadRt>,
 }
 
 /// What each stage of the path adds, beside the round trip measured in band, so a player
@@ -381,6 +383,10 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     receiver.set_drift_correction(!a.no_drift_correction);
     let listen = a.listen.unwrap_or(SocketAddr::from(([0, 0, 0, 0], 4464)));
     let socket = bind(listen)?;
+    crate::rt::set_period_ns(netjam_engine::time::frames_to_ns(
+        a.wire.frames.into(),
+        format.rate,
+    ));
     let (io, link) = NetIo::start(socket, Peer::Fixed(peer))?;
     let gain = if a.mute { 0.0 } else { 10f32.powf(a.gain / 20.0) };
     let gain = Arc::new(AtomicU32::new(gain.to_bits()));
@@ -455,6 +461,9 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         },
     };
     eprintln!("netjam: where the time goes: {stages}");
+    if let Some(line) = crate::rt::report_line() {
+        eprintln!("netjam: {line}");
+    }
     if let Some(path) = &a.stats_json {
         write_json(
             path,
@@ -466,6 +475,7 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
                 jack,
                 device,
                 stages,
+                threads: crate::rt::threads(),
             },
         )?;
     }

@@ -248,6 +248,10 @@ pub fn run_send(a: SendArgs) -> anyhow::Result<()> {
     let format = sender.format();
     let socket = UdpTransport::bind(a.bind.unwrap_or_else(|| any_for(to)))
         .context("opening a UDP socket to send from")?;
+    crate::rt::set_period_ns(netjam_engine::time::frames_to_ns(
+        a.wire.frames.into(),
+        format.rate,
+    ));
     let (io, link) = NetIo::start(socket, Peer::Fixed(to))?;
     let (process, mut snaps) = SendProcess::new(sender, link, format.rate);
     let limit = a.duration.map(|d| (d * format.rate as f64) as u64);
@@ -271,6 +275,9 @@ pub fn run_send(a: SendArgs) -> anyhow::Result<()> {
         s.rtt_ms
             .map_or(String::new(), |r| format!(", last rtt {r:.1} ms"))
     );
+    if let Some(line) = crate::rt::report_line() {
+        eprintln!("netjam: {line}");
+    }
     Ok(())
 }
 
@@ -337,6 +344,8 @@ pub struct RecvReport {
     /// The most recent concealed, inserted and skipped stretches, located in the output.
     pub discontinuities: Vec<Discontinuity>,
     pub series: BoundedSeries<Snapshot<ReceiverStats>>,
+    /// What scheduling each of netjam's own threads got.
+    pub threads: Vec<crate::rt::ThreadRt>,
 }
 
 fn fixed_format(a: &RecvArgs) -> anyhow::Result<Option<(AudioFormat, u8)>> {
@@ -396,6 +405,7 @@ pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
         None => Box::new(RawSink::new(std::io::stdout(), a.sample_format)),
     };
     let limit = a.duration.map(|d| (d * format.rate as f64) as u64);
+    crate::rt::set_period_ns(netjam_engine::time::frames_to_ns(a.period.into(), format.rate));
     let endpoint = Box::new(
         PacedEndpoint::new(format.rate, a.period, None, format.channels, Some(sink))
             .with_limit(limit)
@@ -419,6 +429,9 @@ pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
     let (process, periods, dropped) = (stopped.process, stopped.periods, stopped.rx_overflow);
     let stats = process.receiver.stats();
     print_recv_summary(&stats);
+    if let Some(line) = crate::rt::report_line() {
+        eprintln!("netjam: {line}");
+    }
     if let Some(path) = &a.stats_json {
         let report = RecvReport {
             format: Some(format),
@@ -427,6 +440,7 @@ pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
             dropped_by_full_ring: dropped,
             discontinuities: process.receiver.recent_discontinuities().copied().collect(),
             series,
+            threads: crate::rt::threads(),
         };
         write_json(path, &report)?;
     }
