@@ -1,5 +1,5 @@
 //! `netjam send` → `netjam recv` over real UDP on loopback: bit-exact WAV delivery for
-//! every codec at 1, 2 and 8 channels; a sender restarted mid-stream is followed by the
+//! every codec at 1, 2 and 8 channels, and at 8, 12 and 192 kHz; a sender restarted mid-stream is followed by the
 //! same receiver; hostile datagrams sprayed at the receiver change nothing.
 
 mod common;
@@ -33,11 +33,16 @@ fn wait(mut recv: Proc) -> Vec<String> {
     out
 }
 
-/// Write a WAV of pseudo-random samples (full scale, every bit used).
+/// Write a 48 kHz WAV of pseudo-random samples (full scale, every bit used).
 fn write_noise_wav(path: &Path, bits: u16, float: bool, channels: u16, frames: usize) {
+    write_noise_wav_at(path, bits, float, channels, frames, 48_000);
+}
+
+/// Write a WAV of pseudo-random samples at `rate`.
+fn write_noise_wav_at(path: &Path, bits: u16, float: bool, channels: u16, frames: usize, rate: u32) {
     let spec = hound::WavSpec {
         channels,
-        sample_rate: 48_000,
+        sample_rate: rate,
         bits_per_sample: bits,
         sample_format: if float {
             hound::SampleFormat::Float
@@ -141,6 +146,35 @@ fn wav_files_arrive_bit_exact_for_every_codec_and_channel_count() {
                 (channels, 48_000, bits)
             );
         }
+    }
+}
+
+#[test]
+fn pcm_arrives_bit_exact_from_8_to_192_khz() {
+    // 8 and 192 kHz have a rate code in the format extension; 12 kHz is written out in full.
+    for rate in [8_000u32, 12_000, 192_000] {
+        let input = tmp(&format!("in-rate-{rate}.wav"));
+        let output = tmp(&format!("out-rate-{rate}.wav"));
+        write_noise_wav_at(&input, 24, false, 2, rate as usize / 5, rate); // 0.2 s
+        let (recv, addr) = start_recv(&[
+            "--output",
+            output.to_str().expect("path"),
+            "--duration",
+            "0.5",
+            "--buffer",
+            "40ms",
+        ]);
+        send(addr, &["--input", input.to_str().expect("path")]);
+        let out = wait(recv);
+        let (sent, got) = (samples(&input), samples(&output));
+        let at = find(&got, &sent)
+            .unwrap_or_else(|| panic!("{rate} Hz: input not found bit-exact in output; recv said {out:?}"));
+        assert_eq!(at % 2, 0, "channels stay aligned");
+        let spec = hound::WavReader::open(&output).expect("open").spec();
+        assert_eq!(
+            (spec.channels, spec.sample_rate, spec.bits_per_sample),
+            (2, rate, 24)
+        );
     }
 }
 

@@ -421,7 +421,13 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     let mut status = StatusLine::new();
     let mut series = BoundedSeries::default();
     let mut realtime_told = false;
+    let mut mismatch_told = false;
     running.watch(&mut snaps, |s| {
+        if s.stats.heard.rate_mismatch > 0 && !mismatch_told {
+            status.finish();
+            eprintln!("{}", rate_mismatch_line(heard.rate));
+            mismatch_told = true;
+        }
         let mut line = jam_line(&s);
         device_status(&mut line, &mut status, &mut realtime_told, &jack_info, &card_info);
         status.show(&line);
@@ -639,6 +645,15 @@ pub(crate) fn open_endpoint(
         jack_info,
         card_info,
     })
+}
+
+/// What a player is told when the other side's stream runs at another sample rate than
+/// theirs: nothing of it plays, and both must pick one rate.
+pub(crate) fn rate_mismatch_line(rate: u32) -> String {
+    format!(
+        "netjam: error: the other player sends at a different sample rate than yours ({rate} Hz), so you hear nothing from them: \
+         both of you use the same --rate (PCM carries 8000 to 192000 Hz)"
+    )
 }
 
 /// Append the device's xruns to a status line, and say once whether it runs realtime.

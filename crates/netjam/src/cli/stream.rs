@@ -53,7 +53,7 @@ pub struct SourceArgs {
     /// Send silence (just listen).
     #[arg(long)]
     pub silence: bool,
-    /// Sample rate: 44100, 48000 or 96000 (default: the WAV's, else 48000).
+    /// Sample rate, 8000 to 192000 Hz (default: the WAV's, else 48000).
     #[arg(long)]
     pub rate: Option<u32>,
     /// Channels (default: the WAV's, else 2).
