@@ -179,6 +179,58 @@ fn pcm_arrives_bit_exact_from_8_to_192_khz() {
 }
 
 #[test]
+fn opus_from_a_44_1_khz_source_keeps_its_pitch_and_counts_the_resampler() {
+    let output = tmp("opus-44k1.wav");
+    let (recv, addr) = start_recv(&["--output", output.to_str().expect("path"), "--duration", "1.0"]);
+    let mut send = Proc::spawn_lines(
+        Command::new(BIN)
+            .args([
+                "send",
+                "--to",
+                &addr.to_string(),
+                "--codec",
+                "opus",
+                "--sine",
+                "1000",
+            ])
+            .args(["--rate", "44100", "--channels", "1", "--duration", "1.5"])
+            .stdout(Stdio::null()),
+        "netjam send",
+    );
+    let (status, said) = send.finish(Duration::from_secs(10));
+    assert!(status.success(), "send failed: {said:?}");
+    let out = wait(recv);
+    // The start-up lines: what the resampler adds, and the codec delay that includes it.
+    let number_after = |key: &str| -> Option<f64> {
+        let line = said.iter().find(|l| l.contains(key))?;
+        let rest = &line[line.find(key)? + key.len()..];
+        rest.split_whitespace().next()?.trim_end_matches(',').parse().ok()
+    };
+    let resampler_ms = number_after("to Opus's 48000 Hz (adds").unwrap_or_else(|| panic!("{said:?}"));
+    let codec_ms = number_after(", codec delay").unwrap_or_else(|| panic!("{said:?}"));
+    assert!(resampler_ms > 0.0, "{said:?}");
+    // Opus's own 2.5 ms look-ahead plus the resampler (printed to 0.1 ms).
+    assert!(codec_ms >= 2.5 + resampler_ms - 0.1, "{said:?}");
+    // The tone plays at 1 kHz at the receiver's 48 kHz (unresampled it would be 1088 Hz).
+    let audio = common::signal::read_wav(&output);
+    assert_eq!(audio.rate, 48_000);
+    let x = &audio.channels[0];
+    let first = x
+        .iter()
+        .position(|v| v.abs() > 0.1)
+        .unwrap_or_else(|| panic!("silent; recv said {out:?}"));
+    let body = &x[(first + 4_800).min(x.len())..(first + 4_800 + 24_000).min(x.len())];
+    assert!(body.len() >= 12_000, "too little audio; recv said {out:?}");
+    let hz = common::signal::dominant_hz(body);
+    assert!((hz - 1_000.0).abs() <= 5.0, "the tone came out at {hz} Hz");
+    let amp = common::signal::tone_amp(body, 1_000.0);
+    assert!(amp > 0.1, "tone amplitude {amp}");
+    eprintln!(
+        "opus at 44.1 kHz: resampler {resampler_ms} ms, codec delay {codec_ms} ms, tone {hz} Hz at {amp:.3}"
+    );
+}
+
+#[test]
 fn a_restarted_sender_is_followed_without_restarting_the_receiver() {
     let output = tmp("restart.wav");
     let stats = tmp("restart.json");
