@@ -8,7 +8,7 @@
 //! [`EdgeResampler::new`]: `push` and `pop` never allocate, lock or block, so they may run
 //! on the audio thread. It must never be built there.
 
-use crate::endpoint::FrameSource;
+use crate::endpoint::{FrameSource, Process};
 use rubato::{Resampler, SincFixedIn, SincInterpolationParameters, SincInterpolationType, WindowFunction};
 
 /// The rate Opus runs at (RFC 7587).
@@ -112,13 +112,30 @@ impl EdgeResampler {
         (self.from, self.to)
     }
 
-    /// What the resampler delays the signal by: the filter's half length plus the input
-    /// gathered into a chunk, in ns.
+    /// What the filter delays the signal by (half its length), in ns: the whole delay when
+    /// the input comes in whole chunks and the output is taken as it is made.
+    pub fn filter_delay_ns(&self) -> u64 {
+        self.inner.output_delay() as u64 * 1_000_000_000 / self.to as u64
+    }
+
+    /// What the resampler delays the signal by at most when input comes in any amounts:
+    /// the filter plus a chunk gathered, in ns.
     pub fn delay_ns(&self) -> u64 {
-        let filter_out = self.inner.output_delay() as u64;
-        let filter_ns = filter_out * 1_000_000_000 / self.to as u64;
-        let chunk_ns = self.chunk as u64 * 1_000_000_000 / self.from as u64;
-        filter_ns + chunk_ns
+        self.filter_delay_ns() + self.chunk as u64 * 1_000_000_000 / self.from as u64
+    }
+
+    /// Queue `frames` of silence ahead of what comes out, so a consumer that pops whole
+    /// periods while the input arrives in chunks of another size never runs dry. Call it
+    /// before the first `push`; the delay it adds is the caller's to count.
+    pub fn prime(&mut self, frames: usize) {
+        let ch = self.channels;
+        let cap = self.fifo.len() / ch;
+        let n = frames.min(cap - self.queued);
+        for i in 0..n {
+            let at = (self.head + self.queued + i) % cap;
+            self.fifo[at * ch..(at + 1) * ch].fill(0.0);
+        }
+        self.queued += n;
     }
 
     /// Frames waiting to be popped.
@@ -184,6 +201,141 @@ impl EdgeResampler {
         self.head = (self.head + n) % cap;
         self.queued -= n;
         n
+    }
+}
+
+/// A [`Process`] that runs at Opus's 48 kHz on a device at another rate: what the device
+/// captures is resampled up before the process sees it, and what the process plays is
+/// resampled back to the device's rate (the other direction is primed with a period and a
+/// chunk of silence so the device never waits on it). Without edges it passes every call
+/// straight through. Realtime-safe: every buffer is reserved in [`EdgeProcess::new`].
+pub struct EdgeProcess<P> {
+    inner: P,
+    edges: Option<Edges>,
+}
+
+struct Edges {
+    device_rate: u32,
+    up: EdgeResampler,
+    down: EdgeResampler,
+    inner_in: Vec<f32>,
+    inner_out: Vec<f32>,
+    in_ch: usize,
+    out_ch: usize,
+    primed_frames: usize,
+    period: usize,
+    underruns: u64,
+}
+
+impl<P> std::fmt::Debug for EdgeProcess<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EdgeProcess")
+            .field("resampling", &self.edges.as_ref().map(|e| e.up.rates()))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Frames of the process's 48 kHz side reserved per device period: the up edge yields at
+/// most this many per call (a period's worth plus one filter chunk's rounding).
+fn inner_frames(period: usize, device_rate: u32) -> usize {
+    2 * (period * OPUS_RATE as usize / device_rate.max(1) as usize + 1) + 64
+}
+
+impl<P> EdgeProcess<P> {
+    /// `inner` as it is, on a device at 48 kHz.
+    pub fn passthrough(inner: P) -> Self {
+        Self { inner, edges: None }
+    }
+
+    /// `inner` at 48 kHz on a device at `device_rate` with `period`-frame callbacks,
+    /// capturing `in_ch` and playing `out_ch` channels. Allocates.
+    pub fn new(
+        inner: P,
+        device_rate: u32,
+        period: usize,
+        in_ch: usize,
+        out_ch: usize,
+    ) -> Result<Self, ResampleError> {
+        if device_rate == OPUS_RATE {
+            return Ok(Self::passthrough(inner));
+        }
+        let up = EdgeResampler::new(device_rate, OPUS_RATE, in_ch, period)?;
+        let inner_chunk = period * OPUS_RATE as usize / device_rate as usize;
+        let mut down = EdgeResampler::new(OPUS_RATE, device_rate, out_ch, inner_chunk.max(1))?;
+        let primed_frames = period + down.inner.output_frames_max();
+        down.prime(primed_frames);
+        let frames = inner_frames(period, device_rate);
+        Ok(Self {
+            inner,
+            edges: Some(Edges {
+                device_rate,
+                up,
+                down,
+                inner_in: vec![0.0; frames * in_ch],
+                inner_out: vec![0.0; frames * out_ch],
+                in_ch,
+                out_ch,
+                primed_frames,
+                period,
+                underruns: 0,
+            }),
+        })
+    }
+
+    pub fn inner(&self) -> &P {
+        &self.inner
+    }
+
+    pub fn inner_mut(&mut self) -> &mut P {
+        &mut self.inner
+    }
+
+    pub fn into_inner(self) -> P {
+        self.inner
+    }
+
+    /// What each edge delays the signal by, in ns: (captured to sent, received to played);
+    /// (0, 0) without edges. Capture takes whole periods as its chunks, so only its filter
+    /// delays; the played side adds the silence it was primed with beyond one period.
+    pub fn delay_ns(&self) -> (u64, u64) {
+        self.edges.as_ref().map_or((0, 0), |e| {
+            let queued = e.primed_frames.saturating_sub(e.period) as u64;
+            let queued_ns = queued * 1_000_000_000 / u64::from(e.device_rate);
+            (e.up.filter_delay_ns(), e.down.filter_delay_ns() + queued_ns)
+        })
+    }
+
+    /// Device periods the played side could not fill completely (silence made up the rest).
+    pub fn underruns(&self) -> u64 {
+        self.edges.as_ref().map_or(0, |e| e.underruns)
+    }
+}
+
+impl<P: Process> Process for EdgeProcess<P> {
+    fn process(&mut self, now_ns: u64, input: &[f32], output: &mut [f32]) {
+        let Some(e) = self.edges.as_mut() else {
+            self.inner.process(now_ns, input, output);
+            return;
+        };
+        e.up.push(input);
+        let n = e.up.pop(&mut e.inner_in);
+        // As many frames played as captured: both sides keep the process's 48 kHz clock.
+        let inner_out = &mut e.inner_out[..n * e.out_ch];
+        self.inner.process(now_ns, &e.inner_in[..n * e.in_ch], inner_out);
+        e.down.push(inner_out);
+        let got = e.down.pop(output);
+        if got * e.out_ch < output.len() {
+            output[got * e.out_ch..].fill(0.0);
+            e.underruns += 1;
+        }
+    }
+
+    fn skipped(&mut self, frames: u64) {
+        let scale = |f: u64, rate: u32| f * u64::from(OPUS_RATE) / u64::from(rate.max(1));
+        match &self.edges {
+            Some(e) => self.inner.skipped(scale(frames, e.device_rate)),
+            None => self.inner.skipped(frames),
+        }
     }
 }
 
@@ -305,6 +457,54 @@ mod tests {
             let bound = (64 + SINC_LEN as u64 / 2 + 1) * 1_000_000_000 / from as u64;
             assert!(r.delay_ns() <= bound, "{from} -> {to}: {} ns", r.delay_ns());
         }
+    }
+
+    /// Plays back what it captures, at 48 kHz.
+    struct Echo;
+
+    impl Process for Echo {
+        fn process(&mut self, _now_ns: u64, input: &[f32], output: &mut [f32]) {
+            output.copy_from_slice(input);
+        }
+    }
+
+    #[test]
+    fn a_process_at_48_khz_runs_on_a_44_1_khz_device_at_pitch_and_on_time() {
+        const RATE: u32 = 44_100;
+        const PERIOD: usize = 64;
+        let mut p = EdgeProcess::new(Echo, RATE, PERIOD, 1, 1).unwrap();
+        let (capture_ns, play_ns) = p.delay_ns();
+        // A tone that starts after 0.1 s, played for a second in 64-frame periods.
+        let frames = RATE as usize + PERIOD;
+        let onset = RATE as usize / 10;
+        let x: Vec<f32> = (0..frames)
+            .map(|i| {
+                if i < onset {
+                    0.0
+                } else {
+                    (2.0 * std::f64::consts::PI * 1_000.0 * i as f64 / RATE as f64).sin() as f32 * 0.5
+                }
+            })
+            .collect();
+        let mut y = vec![0.0f32; frames];
+        for (inp, out) in x.chunks_exact(PERIOD).zip(y.chunks_exact_mut(PERIOD)) {
+            p.process(0, inp, out);
+        }
+        assert_eq!(p.underruns(), 0, "the played side never ran dry");
+        let heard = y.iter().position(|v| v.abs() > 0.05).unwrap();
+        let lag_ns = (heard - onset) as u64 * 1_000_000_000 / RATE as u64;
+        // The onset comes back when the two edges' reported delays say, to within the
+        // 0.05 threshold's rise time and a device frame.
+        let reported = capture_ns + play_ns;
+        assert!(
+            lag_ns.abs_diff(reported) < 500_000,
+            "heard after {lag_ns} ns; edges say {capture_ns} + {play_ns}"
+        );
+        let hz = pitch(&y[heard + 4_410..], RATE);
+        assert!((hz - 1_000.0).abs() < 1.0, "{hz} Hz");
+        eprintln!(
+            "44.1 kHz edges: capture {capture_ns} ns + play {play_ns} ns; onset heard after {lag_ns} ns"
+        );
     }
 
     #[test]

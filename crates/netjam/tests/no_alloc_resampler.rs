@@ -1,8 +1,10 @@
 //! The Opus edge resampler runs on the audio path: once built, pushing a device's periods
 //! in at its rate and popping 48 kHz frames out (and back the other way) allocates nothing.
-//! Counted with the per-thread counting allocator on the thread that runs it.
+//! So does a 48 kHz process running on a 44.1 kHz device through both edges. Counted with
+//! the per-thread counting allocator on the thread that runs it.
 
-use netjam::resample::EdgeResampler;
+use netjam::endpoint::Process;
+use netjam::resample::{EdgeProcess, EdgeResampler};
 
 alloc_count::install!();
 
@@ -40,5 +42,40 @@ fn resampling_a_period_allocates_nothing() {
     assert!((69_000..=69_660).contains(&popped_up), "{popped_up}");
     assert!((63_000..=64_000).contains(&popped_down), "{popped_down}");
     assert_eq!((up.overflowed(), down.overflowed()), (0, 0));
+    assert!(energy > 1_000.0, "the signal came through: {energy}");
+}
+
+/// Plays back what it captures.
+struct Echo(u64);
+
+impl Process for Echo {
+    fn process(&mut self, _now_ns: u64, input: &[f32], output: &mut [f32]) {
+        output.copy_from_slice(input);
+        self.0 += (input.len() / 2) as u64;
+    }
+}
+
+#[test]
+fn a_process_behind_both_edges_allocates_nothing() {
+    const PERIOD: usize = 64;
+    let mut p = EdgeProcess::new(Echo(0), 44_100, PERIOD, 2, 2).expect("build");
+    let input: Vec<f32> = (0..PERIOD * 2)
+        .map(|i| ((i / 2) as f32 * 0.0627).sin() * 0.5)
+        .collect();
+    let mut output = vec![0.0f32; PERIOD * 2];
+    let mut energy = 0.0f32;
+
+    let before = alloc_count::allocations();
+    alloc_count::prove_counting();
+    for k in 0..1_000u64 {
+        p.process(k, &input, &mut output);
+        energy += output.iter().map(|x| x * x).sum::<f32>();
+    }
+    let allocated = alloc_count::allocations() - before - 1;
+
+    assert_eq!(allocated, 0, "a device callback through the Opus edges allocated");
+    assert_eq!(p.underruns(), 0);
+    // The process saw the 48 kHz frames of 1000 periods at 44.1 kHz: 69,660 less the filter's.
+    assert!((69_000..=69_660).contains(&p.inner().0), "{}", p.inner().0);
     assert!(energy > 1_000.0, "the signal came through: {energy}");
 }
