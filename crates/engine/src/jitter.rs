@@ -44,7 +44,7 @@ use crate::drift::{DriftCorrector, DriftCorrectorStats, DriftLoopConfig, RESAMPL
 use crate::time::{frames_to_ms, frames_to_ns, ns_to_frames};
 
 /// The highest sample rate the buffer is sized for.
-pub const MAX_RATE: u32 = 96_000;
+pub const MAX_RATE: u32 = crate::wire::payload::MAX_RATE;
 /// Playout window in seconds: the largest target plus room for early packets.
 const WINDOW_S: f64 = 0.35;
 /// Consecutive late packets, lasting at least [`LATE_RUN_RELOCK_NS`], that mean the

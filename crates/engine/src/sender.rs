@@ -35,7 +35,7 @@ const RED_BLOCK_MAX: usize = crate::wire::red::MAX_RED_BLOCK_LEN;
 /// Header room: RTP header, format extension, RED headers.
 /// Largest Opus packet netjam sends (one frame, RFC 6716 section 3.2.1).
 const MAX_OPUS_PACKET: usize = 1275;
-const HEADER_ROOM: usize = 12 + 8 + 4 * MAX_RED_BLOCKS + 1;
+const HEADER_ROOM: usize = 12 + 4 + 8 + 4 * MAX_RED_BLOCKS + 1;
 
 /// Why a sender cannot be built with these settings; each says what to change.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -317,7 +317,7 @@ impl Sender {
             timestamp: self.ts,
             ssrc: self.ssrc,
         };
-        let mut ext_buf = [0u8; 4];
+        let mut ext_buf = [0u8; 8];
         let ext = format_extension(&fmt, &mut ext_buf);
         let payload_len = if red { self.red_len(n) } else { n };
         // Sizes were checked in `new`, so the buffer always fits.

@@ -1,12 +1,11 @@
 //! How well [`Concealer`] continues music across lost packets, driven the way the jitter
 //! buffer drives it (one `on_real` per packet of real audio, one `conceal` per missing
-//! packet, configured for the buffer's largest rate): a two-tone signal must be carried
+//! packet, configured for the stream's rate as the buffer's `reset` configures it): a two-tone signal must be carried
 //! through gaps of one to three packets with at least 20 dB SNR against the signal that was
 //! lost, and neither the gap nor the return of real audio may step further from one sample
 //! to the next than twice the signal's own largest step.
 
 use netjam_engine::conceal::{Concealer, ConcealerConfig};
-use netjam_engine::jitter::MAX_RATE;
 
 const RATE: f64 = 48_000.0;
 const CHANNELS: usize = 2;
@@ -53,7 +52,7 @@ struct Outcome {
 
 /// Play `total` packets of `packet` frames, the ones in `gap` concealed.
 fn play(packet: usize, gap: std::ops::Range<usize>, total: usize) -> Outcome {
-    let config = ConcealerConfig::for_format(MAX_RATE, 1);
+    let config = ConcealerConfig::for_format(RATE as u32, CHANNELS);
     let mut c = Concealer::new(config, CHANNELS);
     c.reset(CHANNELS);
     let x = truth(total * packet);

@@ -774,6 +774,7 @@ fn describe(s: &RtStatus) -> String {
     match s {
         RtStatus::Realtime { priority } => format!("SCHED_FIFO {priority}"),
         RtStatus::Normal { reason } => format!("normal ({reason})"),
+        other => other.to_string(),
     }
 }
 

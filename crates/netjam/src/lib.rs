@@ -19,6 +19,7 @@ pub mod opus;
 pub mod probe;
 pub mod record;
 pub mod reflexive;
+pub mod resample;
 pub mod ring;
 pub mod room_client;
 pub mod rt;

@@ -202,6 +202,13 @@ impl OpusEncoder {
         enc.lookahead = lookahead.max(0) as u32;
         Ok(enc)
     }
+
+    /// Count `frames` (at 48 kHz) of an edge resampler in front of the encoder as part of
+    /// the delay it reports, so the latency budget includes it.
+    pub fn with_edge_delay(mut self, frames: u32) -> Self {
+        self.lookahead += frames;
+        self
+    }
 }
 
 impl Drop for OpusEncoder {

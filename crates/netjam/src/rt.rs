@@ -1,15 +1,25 @@
-//! Realtime scheduling for the audio and network threads.
+//! Realtime scheduling for netjam's own audio and network threads, per platform.
 //!
-//! Where the system allows it, the audio thread and the network threads run under
-//! `SCHED_FIFO` and the process's memory is locked, so the kernel never makes a callback
-//! wait for a page or for a background job. Where it does not (no privilege, no rtprio
-//! limit), netjam says so once, in one line, and runs at normal priority.
+//! - Linux: the thread moves to `SCHED_FIFO` and the process's memory is locked, so the
+//!   kernel never makes a callback wait for a page or for a background job.
+//! - macOS: the thread gets Mach's time-constraint policy (`thread_policy_set` with
+//!   `THREAD_TIME_CONSTRAINT_POLICY`), its period, computation and constraint taken from the
+//!   audio period ([`set_period_ns`]). CoreAudio's own I/O thread, where a sound card's
+//!   callback runs, is never touched: CoreAudio schedules it itself. netjam does not join the
+//!   device's audio workgroup (`os_workgroup`): neither cpal nor a well-kept crate exposes it
+//!   safely, so its threads are scheduled beside the device's, not inside its workgroup.
+//! - Windows: the thread joins the MMCSS "Pro Audio" task (`AvSetMmThreadCharacteristicsW`),
+//!   and leaves it (`AvRevertMmThreadCharacteristics`) when the thread exits. The WASAPI
+//!   thread cpal runs a sound card's callback on is left as cpal sets it.
 //!
-//! On macOS and Windows netjam does not yet raise its own threads (no time-constraint
-//! policy, no MMCSS) and says so in one line; it never changes the priority of the
-//! threads CoreAudio or WASAPI run a sound card's callback on.
+//! Where the system refuses, netjam says so once, in one line, and runs at normal priority.
+//! Every promotion is recorded under the thread's name, so the realtime report
+//! ([`report_line`], [`threads`]) says what each thread got. This module is called once when
+//! a thread starts, never from inside a callback's steady state: it takes a lock and may
+//! allocate.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// Priority of the audio thread (the network threads run just below it).
 pub const AUDIO_PRIORITY: i32 = 80;
@@ -19,42 +29,143 @@ pub const NETWORK_PRIORITY: i32 = 75;
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "scheduling", rename_all = "snake_case")]
 pub enum RtStatus {
+    /// Linux `SCHED_FIFO` at this priority.
     Realtime { priority: i32 },
+    /// macOS Mach time-constraint policy: wakes every `period_us`, needs `computation_us`
+    /// of CPU within `constraint_us` of waking.
+    TimeConstraint {
+        period_us: u32,
+        computation_us: u32,
+        constraint_us: u32,
+    },
+    /// Windows MMCSS task (`"Pro Audio"`).
+    Mmcss { task: &'static str },
+    /// An ordinary time-shared thread, and why.
     Normal { reason: String },
+}
+
+impl RtStatus {
+    /// Whether the thread runs under a realtime class of its platform.
+    pub fn is_realtime(&self) -> bool {
+        !matches!(self, RtStatus::Normal { .. })
+    }
+}
+
+impl std::fmt::Display for RtStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RtStatus::Realtime { priority } => write!(f, "SCHED_FIFO {priority}"),
+            RtStatus::TimeConstraint {
+                period_us,
+                computation_us,
+                constraint_us,
+            } => write!(
+                f,
+                "time-constraint (period {period_us} µs, computation {computation_us} µs, constraint {constraint_us} µs)"
+            ),
+            RtStatus::Mmcss { task } => write!(f, "MMCSS \"{task}\""),
+            RtStatus::Normal { reason } => write!(f, "normal priority ({reason})"),
+        }
+    }
+}
+
+/// What one of netjam's threads got when it asked.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ThreadRt {
+    pub thread: String,
+    #[serde(flatten)]
+    pub status: RtStatus,
 }
 
 static WARNED: AtomicBool = AtomicBool::new(false);
 static DISABLED: AtomicBool = AtomicBool::new(false);
+/// The audio period threads are scheduled around; 0 until someone who knows it says.
+static PERIOD_NS: AtomicU64 = AtomicU64::new(0);
+static THREADS: Mutex<Vec<ThreadRt>> = Mutex::new(Vec::new());
+
+/// The period assumed before [`set_period_ns`] is called: netjam's default `--frames` (64)
+/// at 48 kHz.
+pub const DEFAULT_PERIOD_NS: u64 = 64 * 1_000_000_000 / 48_000;
 
 /// Never ask for realtime scheduling in this process (tests, `--no-realtime`).
 pub fn disable() {
     DISABLED.store(true, Ordering::Relaxed);
 }
 
-/// Move the calling thread to `SCHED_FIFO` at `priority`; on failure, warn once and stay.
+/// The audio period (one callback or packet) that threads promoted from now on are
+/// scheduled around (macOS time-constraint policy; ignored elsewhere).
+pub fn set_period_ns(ns: u64) {
+    PERIOD_NS.store(ns, Ordering::Relaxed);
+}
+
+/// The audio period threads are scheduled around.
+pub fn period_ns() -> u64 {
+    match PERIOD_NS.load(Ordering::Relaxed) {
+        0 => DEFAULT_PERIOD_NS,
+        ns => ns,
+    }
+}
+
+/// Raise the calling thread the way its platform allows (see the module docs; `priority`
+/// is the Linux `SCHED_FIFO` priority), record what it got under its name, and on failure
+/// warn once and stay at normal priority.
 pub fn promote_current_thread(priority: i32) -> RtStatus {
-    if DISABLED.load(Ordering::Relaxed) || std::env::var_os("NETJAM_NO_REALTIME").is_some() {
-        return RtStatus::Normal {
+    let status = if DISABLED.load(Ordering::Relaxed) || std::env::var_os("NETJAM_NO_REALTIME").is_some() {
+        RtStatus::Normal {
             reason: "disabled".into(),
-        };
-    }
-    let status = set_fifo(priority);
-    if let RtStatus::Normal { reason } = &status {
-        if !WARNED.swap(true, Ordering::Relaxed) {
-            #[cfg(target_os = "linux")]
-            eprintln!(
-                "netjam: warning: no realtime priority ({reason}); audio may glitch when the machine is busy. \
-                 Allow it with an rtprio limit (e.g. `@audio - rtprio 95` in /etc/security/limits.conf)"
-            );
-            #[cfg(not(target_os = "linux"))]
-            eprintln!("netjam: realtime: {reason}");
         }
-    }
+    } else {
+        let status = platform_promote(priority, period_ns());
+        if let RtStatus::Normal { reason } = &status {
+            if !WARNED.swap(true, Ordering::Relaxed) {
+                #[cfg(target_os = "linux")]
+                eprintln!(
+                    "netjam: warning: no realtime priority ({reason}); audio may glitch when the machine is busy. \
+                     Allow it with an rtprio limit (e.g. `@audio - rtprio 95` in /etc/security/limits.conf)"
+                );
+                #[cfg(not(target_os = "linux"))]
+                eprintln!("netjam: warning: no realtime scheduling ({reason}); audio may glitch when the machine is busy");
+            }
+        }
+        status
+    };
+    record(status.clone());
     status
 }
 
+/// Remember what the calling thread got (its latest promotion replaces an earlier one).
+fn record(status: RtStatus) {
+    let thread = std::thread::current()
+        .name()
+        .unwrap_or("unnamed thread")
+        .to_owned();
+    if let Ok(mut threads) = THREADS.lock() {
+        match threads.iter_mut().find(|t| t.thread == thread) {
+            Some(t) => t.status = status,
+            None => threads.push(ThreadRt { thread, status }),
+        }
+    }
+}
+
+/// What each of netjam's threads got so far, in the order they asked.
+pub fn threads() -> Vec<ThreadRt> {
+    THREADS.lock().map(|t| t.clone()).unwrap_or_default()
+}
+
+/// One line for the realtime report: each thread and what it got, or None before any asked.
+pub fn report_line() -> Option<String> {
+    let threads = threads();
+    (!threads.is_empty()).then(|| {
+        let parts: Vec<String> = threads
+            .iter()
+            .map(|t| format!("{}: {}", t.thread, t.status))
+            .collect();
+        format!("realtime: {}", parts.join("; "))
+    })
+}
+
 #[cfg(target_os = "linux")]
-fn set_fifo(priority: i32) -> RtStatus {
+fn platform_promote(priority: i32, _period_ns: u64) -> RtStatus {
     let param = libc::sched_param {
         sched_priority: priority,
     };
@@ -70,24 +181,118 @@ fn set_fifo(priority: i32) -> RtStatus {
     }
 }
 
-#[cfg(not(target_os = "linux"))]
-fn set_fifo(_priority: i32) -> RtStatus {
-    RtStatus::Normal {
-        reason: NOT_RAISED_HERE.into(),
+/// The time-constraint policy for a thread that wakes once per `period_ns`: it needs a
+/// quarter of the period of CPU (netjam's threads measure well under that per period) and
+/// must have it within the period. In µs: (period, computation, constraint).
+pub fn time_constraint_us(period_ns: u64) -> (u32, u32, u32) {
+    let period_us = (period_ns / 1_000).clamp(1, u32::MAX as u64) as u32;
+    (period_us, (period_us / 4).max(1), period_us)
+}
+
+#[cfg(target_os = "macos")]
+fn platform_promote(_priority: i32, period_ns: u64) -> RtStatus {
+    let mut timebase = mach2::mach_time::mach_timebase_info { numer: 0, denom: 0 };
+    // SAFETY: `timebase` is a valid struct that outlives the call, which only writes it.
+    let rc = unsafe { mach2::mach_time::mach_timebase_info(&mut timebase) };
+    if rc != 0 || timebase.numer == 0 {
+        return RtStatus::Normal {
+            reason: format!("mach_timebase_info failed ({rc})"),
+        };
+    }
+    // Mach absolute-time units per µs.
+    let to_abs = |us: u32| -> u32 {
+        (us as u64 * 1_000 * timebase.denom as u64 / timebase.numer as u64).min(u32::MAX as u64) as u32
+    };
+    let (period_us, computation_us, constraint_us) = time_constraint_us(period_ns);
+    let mut policy = libc::thread_time_constraint_policy {
+        period: to_abs(period_us),
+        computation: to_abs(computation_us),
+        constraint: to_abs(constraint_us),
+        preemptible: 1,
+    };
+    // SAFETY: pthread_mach_thread_np names the calling thread's own Mach port (no reference
+    // is taken); `policy` is a valid time-constraint policy of
+    // THREAD_TIME_CONSTRAINT_POLICY_COUNT integers that outlives the call.
+    let rc = unsafe {
+        libc::thread_policy_set(
+            libc::pthread_mach_thread_np(libc::pthread_self()),
+            libc::THREAD_TIME_CONSTRAINT_POLICY as libc::thread_policy_flavor_t,
+            std::ptr::addr_of_mut!(policy).cast(),
+            libc::THREAD_TIME_CONSTRAINT_POLICY_COUNT,
+        )
+    };
+    if rc == libc::KERN_SUCCESS {
+        RtStatus::TimeConstraint {
+            period_us,
+            computation_us,
+            constraint_us,
+        }
+    } else {
+        RtStatus::Normal {
+            reason: format!("thread_policy_set refused the time-constraint policy (kern_return {rc})"),
+        }
     }
 }
 
-/// What netjam's own threads get where it does not ask for realtime scheduling.
-#[cfg(not(target_os = "linux"))]
-const NOT_RAISED_HERE: &str = if cfg!(target_os = "macos") {
-    "on macOS netjam does not raise its own threads (network, file and pipe audio) above normal \
-     priority yet; a sound card's callback runs on CoreAudio's I/O thread, which CoreAudio schedules itself"
-} else if cfg!(windows) {
-    "on Windows netjam does not raise its own threads (network, file and pipe audio) above normal \
-     priority yet (no MMCSS); a sound card's callback runs on the WASAPI thread cpal raises to time-critical"
-} else {
-    "netjam asks for realtime scheduling only on Linux; its threads run at normal priority here"
-};
+/// The MMCSS task a thread joined, left when the thread exits.
+#[cfg(windows)]
+struct MmcssTask(std::cell::Cell<windows_sys::Win32::Foundation::HANDLE>);
+
+#[cfg(windows)]
+impl Drop for MmcssTask {
+    fn drop(&mut self) {
+        let handle = self.0.replace(std::ptr::null_mut());
+        if !handle.is_null() {
+            // SAFETY: `handle` came from AvSetMmThreadCharacteristicsW on this thread (a
+            // thread-local is dropped on the thread that owns it) and is reverted once.
+            unsafe { windows_sys::Win32::System::Threading::AvRevertMmThreadCharacteristics(handle) };
+        }
+    }
+}
+
+#[cfg(windows)]
+thread_local! {
+    static MMCSS_TASK: MmcssTask = const { MmcssTask(std::cell::Cell::new(std::ptr::null_mut())) };
+}
+
+/// The MMCSS task netjam's threads join.
+#[cfg(windows)]
+const MMCSS_TASK_NAME: &str = "Pro Audio";
+
+#[cfg(windows)]
+fn platform_promote(_priority: i32, _period_ns: u64) -> RtStatus {
+    if MMCSS_TASK.with(|t| !t.0.get().is_null()) {
+        return RtStatus::Mmcss {
+            task: MMCSS_TASK_NAME,
+        };
+    }
+    let name: Vec<u16> = MMCSS_TASK_NAME.encode_utf16().chain(std::iter::once(0)).collect();
+    let mut index = 0u32;
+    // SAFETY: `name` is a NUL-terminated UTF-16 string and `index` a u32, both outliving
+    // the call; a zero task index asks MMCSS to assign one.
+    let handle = unsafe {
+        windows_sys::Win32::System::Threading::AvSetMmThreadCharacteristicsW(name.as_ptr(), &mut index)
+    };
+    if handle.is_null() {
+        return RtStatus::Normal {
+            reason: format!(
+                "MMCSS refused the \"{MMCSS_TASK_NAME}\" task ({}); is the Multimedia Class Scheduler service running?",
+                std::io::Error::last_os_error()
+            ),
+        };
+    }
+    MMCSS_TASK.with(|t| t.0.set(handle));
+    RtStatus::Mmcss {
+        task: MMCSS_TASK_NAME,
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "macos", windows)))]
+fn platform_promote(_priority: i32, _period_ns: u64) -> RtStatus {
+    RtStatus::Normal {
+        reason: "netjam asks for realtime scheduling only on Linux, macOS and Windows".into(),
+    }
+}
 
 /// Lock the memory the process holds now (call it once the audio buffers are reserved),
 /// so no callback waits for a page. Future allocations are not locked: with a small
@@ -154,5 +359,41 @@ pub fn thread_cpu_ns() -> Option<u64> {
     #[cfg(not(unix))]
     {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_constraint_follows_the_period() {
+        // 64 frames at 48 kHz: 1333 µs each period, a quarter of it to compute.
+        assert_eq!(time_constraint_us(DEFAULT_PERIOD_NS), (1333, 333, 1333));
+        // 128 frames at 44.1 kHz.
+        assert_eq!(time_constraint_us(2_902_494), (2902, 725, 2902));
+        // Never a zero computation, which the kernel would refuse.
+        assert_eq!(time_constraint_us(500), (1, 1, 1));
+    }
+
+    #[test]
+    fn the_report_names_each_thread_and_what_it_got() {
+        std::thread::Builder::new()
+            .name("rt-test-thread".into())
+            .spawn(|| record(RtStatus::Mmcss { task: "Pro Audio" }))
+            .unwrap()
+            .join()
+            .unwrap();
+        let line = report_line().unwrap();
+        assert!(line.contains("rt-test-thread: MMCSS \"Pro Audio\""), "{line}");
+        let got = threads()
+            .into_iter()
+            .find(|t| t.thread == "rt-test-thread")
+            .unwrap();
+        let json = serde_json::to_string(&got).unwrap();
+        assert_eq!(
+            json,
+            r#"{"thread":"rt-test-thread","scheduling":"mmcss","task":"Pro Audio"}"#
+        );
     }
 }

@@ -1,5 +1,5 @@
 //! `netjam send` → `netjam recv` over real UDP on loopback: bit-exact WAV delivery for
-//! every codec at 1, 2 and 8 channels; a sender restarted mid-stream is followed by the
+//! every codec at 1, 2 and 8 channels, and at 8, 12 and 192 kHz; a sender restarted mid-stream is followed by the
 //! same receiver; hostile datagrams sprayed at the receiver change nothing.
 
 mod common;
@@ -33,11 +33,16 @@ fn wait(mut recv: Proc) -> Vec<String> {
     out
 }
 
-/// Write a WAV of pseudo-random samples (full scale, every bit used).
+/// Write a 48 kHz WAV of pseudo-random samples (full scale, every bit used).
 fn write_noise_wav(path: &Path, bits: u16, float: bool, channels: u16, frames: usize) {
+    write_noise_wav_at(path, bits, float, channels, frames, 48_000);
+}
+
+/// Write a WAV of pseudo-random samples at `rate`.
+fn write_noise_wav_at(path: &Path, bits: u16, float: bool, channels: u16, frames: usize, rate: u32) {
     let spec = hound::WavSpec {
         channels,
-        sample_rate: 48_000,
+        sample_rate: rate,
         bits_per_sample: bits,
         sample_format: if float {
             hound::SampleFormat::Float
@@ -142,6 +147,87 @@ fn wav_files_arrive_bit_exact_for_every_codec_and_channel_count() {
             );
         }
     }
+}
+
+#[test]
+fn pcm_arrives_bit_exact_from_8_to_192_khz() {
+    // 8 and 192 kHz have a rate code in the format extension; 12 kHz is written out in full.
+    for rate in [8_000u32, 12_000, 192_000] {
+        let input = tmp(&format!("in-rate-{rate}.wav"));
+        let output = tmp(&format!("out-rate-{rate}.wav"));
+        write_noise_wav_at(&input, 24, false, 2, rate as usize / 5, rate); // 0.2 s
+        let (recv, addr) = start_recv(&[
+            "--output",
+            output.to_str().expect("path"),
+            "--duration",
+            "0.5",
+            "--buffer",
+            "40ms",
+        ]);
+        send(addr, &["--input", input.to_str().expect("path")]);
+        let out = wait(recv);
+        let (sent, got) = (samples(&input), samples(&output));
+        let at = find(&got, &sent)
+            .unwrap_or_else(|| panic!("{rate} Hz: input not found bit-exact in output; recv said {out:?}"));
+        assert_eq!(at % 2, 0, "channels stay aligned");
+        let spec = hound::WavReader::open(&output).expect("open").spec();
+        assert_eq!(
+            (spec.channels, spec.sample_rate, spec.bits_per_sample),
+            (2, rate, 24)
+        );
+    }
+}
+
+#[test]
+fn opus_from_a_44_1_khz_source_keeps_its_pitch_and_counts_the_resampler() {
+    let output = tmp("opus-44k1.wav");
+    let (recv, addr) = start_recv(&["--output", output.to_str().expect("path"), "--duration", "1.0"]);
+    let mut send = Proc::spawn_lines(
+        Command::new(BIN)
+            .args([
+                "send",
+                "--to",
+                &addr.to_string(),
+                "--codec",
+                "opus",
+                "--sine",
+                "1000",
+            ])
+            .args(["--rate", "44100", "--channels", "1", "--duration", "1.5"])
+            .stdout(Stdio::null()),
+        "netjam send",
+    );
+    let (status, said) = send.finish(Duration::from_secs(10));
+    assert!(status.success(), "send failed: {said:?}");
+    let out = wait(recv);
+    // The start-up lines: what the resampler adds, and the codec delay that includes it.
+    let number_after = |key: &str| -> Option<f64> {
+        let line = said.iter().find(|l| l.contains(key))?;
+        let rest = &line[line.find(key)? + key.len()..];
+        rest.split_whitespace().next()?.trim_end_matches(',').parse().ok()
+    };
+    let resampler_ms = number_after("to Opus's 48000 Hz (adds").unwrap_or_else(|| panic!("{said:?}"));
+    let codec_ms = number_after(", codec delay").unwrap_or_else(|| panic!("{said:?}"));
+    assert!(resampler_ms > 0.0, "{said:?}");
+    // Opus's own 2.5 ms look-ahead plus the resampler (printed to 0.1 ms).
+    assert!(codec_ms >= 2.5 + resampler_ms - 0.1, "{said:?}");
+    // The tone plays at 1 kHz at the receiver's 48 kHz (unresampled it would be 1088 Hz).
+    let audio = common::signal::read_wav(&output);
+    assert_eq!(audio.rate, 48_000);
+    let x = &audio.channels[0];
+    let first = x
+        .iter()
+        .position(|v| v.abs() > 0.1)
+        .unwrap_or_else(|| panic!("silent; recv said {out:?}"));
+    let body = &x[(first + 4_800).min(x.len())..(first + 4_800 + 24_000).min(x.len())];
+    assert!(body.len() >= 12_000, "too little audio; recv said {out:?}");
+    let hz = common::signal::dominant_hz(body);
+    assert!((hz - 1_000.0).abs() <= 5.0, "the tone came out at {hz} Hz");
+    let amp = common::signal::tone_amp(body, 1_000.0);
+    assert!(amp > 0.1, "tone amplitude {amp}");
+    eprintln!(
+        "opus at 44.1 kHz: resampler {resampler_ms} ms, codec delay {codec_ms} ms, tone {hz} Hz at {amp:.3}"
+    );
 }
 
 #[test]

@@ -46,7 +46,7 @@ fn check_rtp(data: &[u8], packet: &crate::wire::rtp::RtpPacket<'_>) {
     if let Some(ext) = &packet.extension {
         if let Some(Ok(fmt)) = parse_format_extension(ext) {
             assert!(fmt.validate().is_ok());
-            let mut buf = [0u8; 4];
+            let mut buf = [0u8; 8];
             let again = format_extension(&fmt, &mut buf);
             assert_eq!(parse_format_extension(&again), Some(Ok(fmt)));
         }
@@ -173,7 +173,7 @@ pub fn seed_packets() -> Vec<(&'static str, Vec<u8>)> {
 
     // RTP with the format extension and four L24 stereo frames.
     let mut buf = [0u8; 2048];
-    let mut ext_buf = [0u8; 4];
+    let mut ext_buf = [0u8; 8];
     let ext = format_extension(&fmt, &mut ext_buf);
     if let Ok(n) = write_rtp(&header, Some(ext), 24, &mut buf) {
         let samples = [0.5f32, -0.5, 0.25, -0.25, 1.0, -1.0, 0.0, 0.1];

@@ -15,8 +15,20 @@ use serde::{Deserialize, Serialize};
 /// RTP payload type of RFC 2198 redundant audio (dynamic range; announced in SDP).
 pub const RED_PAYLOAD_TYPE: u8 = 99;
 
-/// Sample rates netjam carries, in Hz.
-pub const SUPPORTED_RATES: [u32; 3] = [44_100, 48_000, 96_000];
+/// The lowest sample rate netjam carries, in Hz.
+pub const MIN_RATE: u32 = 8_000;
+/// The highest sample rate netjam carries, in Hz.
+pub const MAX_RATE: u32 = 192_000;
+
+/// Rates with a one-nibble code in netjam's RTP format extension (index + 1 is the code);
+/// any other rate from [`MIN_RATE`] to [`MAX_RATE`] is written out in full after
+/// [`RATE_CODE_EXPLICIT`].
+const CODED_RATES: [u32; 12] = [
+    44_100, 48_000, 96_000, 8_000, 11_025, 16_000, 22_050, 24_000, 32_000, 88_200, 176_400, 192_000,
+];
+
+/// Rate code saying that the rate follows as three big-endian bytes.
+pub const RATE_CODE_EXPLICIT: u8 = 15;
 
 /// Largest channel count netjam carries.
 pub const MAX_CHANNELS: u16 = 64;
@@ -122,7 +134,7 @@ impl std::fmt::Display for Codec {
 pub enum FormatError {
     #[error("unknown codec {0:?}: netjam supports l16, l24, f32 and opus")]
     UnknownCodec(String),
-    #[error("sample rate {0} Hz is not supported: use 44100, 48000 or 96000")]
+    #[error("sample rate {0} Hz is not supported: netjam carries 8000 to 192000 Hz")]
     UnsupportedRate(u32),
     #[error("{0} channels is not supported: use 1 to 64 channels")]
     UnsupportedChannels(u16),
@@ -136,7 +148,7 @@ pub enum FormatError {
     OpusRate(u32),
     #[error("opus carries 1 or 2 channels (RFC 7587), not {0}: use l16 or l24 for more channels")]
     OpusChannels(u16),
-    #[error("the stream's format extension element is {len} bytes long; at least 2 are needed")]
+    #[error("the stream's format extension element is {len} bytes long, too short for what it announces (2 bytes, or 5 with a rate written out)")]
     BadFormatElement { len: usize },
 }
 
@@ -152,9 +164,10 @@ pub struct AudioFormat {
 }
 
 impl AudioFormat {
-    /// A checked format: `rate` must be 44100, 48000 or 96000 and `channels` 1 to 64.
+    /// A checked format: `rate` must be 8000 to 192000 Hz (Opus: 48000) and `channels` 1
+    /// to 64.
     pub fn new(codec: Codec, rate: u32, channels: u16) -> Result<Self, FormatError> {
-        if !SUPPORTED_RATES.contains(&rate) {
+        if !(MIN_RATE..=MAX_RATE).contains(&rate) {
             return Err(FormatError::UnsupportedRate(rate));
         }
         if channels == 0 || channels > MAX_CHANNELS {
@@ -204,22 +217,20 @@ impl AudioFormat {
         }
     }
 
-    /// Code of the sample rate in netjam's RTP format extension.
+    /// Code of the sample rate in netjam's RTP format extension; None for a rate written
+    /// out in full (after [`RATE_CODE_EXPLICIT`]).
     pub fn rate_code(&self) -> Option<u8> {
-        match self.rate {
-            44_100 => Some(1),
-            48_000 => Some(2),
-            96_000 => Some(3),
-            _ => None,
-        }
+        CODED_RATES
+            .iter()
+            .position(|&r| r == self.rate)
+            .map(|i| i as u8 + 1)
     }
 
-    /// Inverse of [`AudioFormat::rate_code`].
+    /// Inverse of [`AudioFormat::rate_code`] (not for [`RATE_CODE_EXPLICIT`], whose rate
+    /// is in the element itself).
     pub fn rate_from_code(code: u8) -> Result<u32, FormatError> {
         match code {
-            1 => Ok(44_100),
-            2 => Ok(48_000),
-            3 => Ok(96_000),
+            1..=12 => Ok(CODED_RATES[usize::from(code) - 1]),
             other => Err(FormatError::UnknownRateCode(other)),
         }
     }
@@ -425,9 +436,14 @@ mod tests {
     #[test]
     fn format_validation_names_what_is_allowed() {
         assert!(AudioFormat::new(Codec::L24, 48_000, 2).is_ok());
-        let e = AudioFormat::new(Codec::L16, 22_050, 2).expect_err("invalid");
-        assert_eq!(e, FormatError::UnsupportedRate(22_050));
-        assert!(e.to_string().contains("44100, 48000 or 96000"));
+        for rate in [8_000, 22_050, 44_100, 47_999, 192_000] {
+            assert!(AudioFormat::new(Codec::L16, rate, 2).is_ok(), "{rate}");
+        }
+        for rate in [0, 7_999, 192_001, 384_000] {
+            let e = AudioFormat::new(Codec::L16, rate, 2).expect_err("invalid");
+            assert_eq!(e, FormatError::UnsupportedRate(rate));
+            assert!(e.to_string().contains("8000 to 192000"), "{e}");
+        }
         let e = AudioFormat::new(Codec::L16, 48_000, 0).expect_err("invalid");
         assert!(e.to_string().contains("1 to 64"));
         assert!(AudioFormat::new(Codec::L16, 48_000, 65).is_err());

@@ -14,15 +14,29 @@
 //! ```text
 //!  byte 0: 0x11           id 1, length 2 (the length field holds length - 1)
 //!  byte 1: codec << 4 | rate   codec: 1 = L16, 2 = L24, 3 = F32 (4 reserved for Opus)
-//!                              rate:  1 = 44100, 2 = 48000, 3 = 96000
+//!                              rate:  1 = 44100, 2 = 48000, 3 = 96000, 4 = 8000,
+//!                                     5 = 11025, 6 = 16000, 7 = 22050, 8 = 24000,
+//!                                     9 = 32000, 10 = 88200, 11 = 176400, 12 = 192000,
+//!                                     15 = written out in bytes 3-5
 //!  byte 2: channels       1..=64
 //!  byte 3: 0              padding to a 32-bit word
 //! ```
 //!
-//! This is version 1 of the element. A later version may only append bytes, so a reader
-//! takes the first two data bytes of an element of length 2 or more and ignores the rest.
+//! Any other rate from 8000 to 192000 Hz has rate code 15 and appends it (version 2):
+//!
+//! ```text
+//!  byte 0: 0x14           id 1, length 5
+//!  byte 1: codec << 4 | 15
+//!  byte 2: channels
+//!  bytes 3-5: rate in Hz, 24-bit big-endian
+//!  bytes 6-7: 0           padding to a 32-bit word
+//! ```
+//!
+//! Version 1 readers take the first two data bytes of an element of length 2 or more and
+//! ignore the rest, so they see rate code 15 and say they do not know it; a later version
+//! may only append bytes.
 
-use crate::wire::payload::{AudioFormat, Codec, FormatError};
+use crate::wire::payload::{AudioFormat, Codec, FormatError, RATE_CODE_EXPLICIT};
 
 /// Length of the fixed RTP header, without CSRCs or extension.
 pub const RTP_HEADER_LEN: usize = 12;
@@ -250,19 +264,40 @@ pub fn write_rtp(
 /// Fills `buf` with netjam's format extension for `fmt` (see the module docs) and returns
 /// it, ready for [`write_rtp`].
 ///
-/// `fmt` should come from [`AudioFormat::new`]; an unsupported rate is written as code 0
-/// and an out-of-range channel count as 0, which receivers reject.
-pub fn format_extension<'b>(fmt: &AudioFormat, buf: &'b mut [u8; 4]) -> RtpExtension<'b> {
-    let rate = fmt.rate_code().unwrap_or(0);
-    *buf = [
-        (FORMAT_ELEMENT_ID << 4) | 1,
-        (fmt.codec.wire_code() << 4) | rate,
-        u8::try_from(fmt.channels).unwrap_or(0),
-        0,
-    ];
+/// `fmt` should come from [`AudioFormat::new`]; an out-of-range channel count is written
+/// as 0 and a rate above 24 bits as 0 Hz, which receivers reject. A rate with a code takes
+/// 4 bytes of `buf`, any other 8.
+pub fn format_extension<'b>(fmt: &AudioFormat, buf: &'b mut [u8; 8]) -> RtpExtension<'b> {
+    let channels = u8::try_from(fmt.channels).unwrap_or(0);
+    let len = match fmt.rate_code() {
+        Some(rate) => {
+            buf[..4].copy_from_slice(&[
+                (FORMAT_ELEMENT_ID << 4) | 1,
+                (fmt.codec.wire_code() << 4) | rate,
+                channels,
+                0,
+            ]);
+            4
+        }
+        None => {
+            let rate = if fmt.rate < 1 << 24 { fmt.rate } else { 0 };
+            let [_, r0, r1, r2] = rate.to_be_bytes();
+            *buf = [
+                (FORMAT_ELEMENT_ID << 4) | 4,
+                (fmt.codec.wire_code() << 4) | RATE_CODE_EXPLICIT,
+                channels,
+                r0,
+                r1,
+                r2,
+                0,
+                0,
+            ];
+            8
+        }
+    };
     RtpExtension {
         profile: ONE_BYTE_EXTENSION_PROFILE,
-        data: buf,
+        data: &buf[..len],
     }
 }
 
@@ -310,7 +345,13 @@ fn decode_format_element(element: &[u8]) -> Result<AudioFormat, FormatError> {
         return Err(FormatError::BadFormatElement { len: element.len() });
     };
     let codec = Codec::from_wire_code(codes >> 4)?;
-    let rate = AudioFormat::rate_from_code(codes & 0x0f)?;
+    let rate = match codes & 0x0f {
+        RATE_CODE_EXPLICIT => match *element {
+            [_, _, r0, r1, r2, ..] => u32::from_be_bytes([0, r0, r1, r2]),
+            _ => return Err(FormatError::BadFormatElement { len: element.len() }),
+        },
+        code => AudioFormat::rate_from_code(code)?,
+    };
     AudioFormat::new(codec, rate, u16::from(channels))
 }
 
@@ -348,7 +389,7 @@ mod tests {
     #[test]
     fn format_extension_round_trips_and_has_the_documented_bytes() {
         let fmt = AudioFormat::new(Codec::L24, 48_000, 2).expect("valid");
-        let mut ext_buf = [0u8; 4];
+        let mut ext_buf = [0u8; 8];
         let ext = format_extension(&fmt, &mut ext_buf);
         assert_eq!(ext.data, [0x11, 0x22, 2, 0]);
         let mut buf = [0u8; 64];
@@ -363,15 +404,56 @@ mod tests {
         assert_eq!(p.payload.len(), 6);
 
         for codec in [Codec::L16, Codec::L24, Codec::F32] {
-            for rate in [44_100, 48_000, 96_000] {
+            for rate in [
+                8_000, 11_025, 12_000, 44_100, 48_000, 50_000, 96_000, 176_400, 192_000,
+            ] {
                 for ch in [1, 2, 7, 64] {
                     let fmt = AudioFormat::new(codec, rate, ch).expect("valid");
-                    let mut b = [0u8; 4];
+                    let mut b = [0u8; 8];
                     let ext = format_extension(&fmt, &mut b);
                     assert_eq!(parse_format_extension(&ext), Some(Ok(fmt)));
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_rate_without_a_code_is_written_out_in_full() {
+        let fmt = AudioFormat::new(Codec::L16, 12_000, 2).expect("valid");
+        let mut ext_buf = [0u8; 8];
+        let ext = format_extension(&fmt, &mut ext_buf);
+        // id 1, length 5; L16 with rate code 15; 2 channels; 12000 = 0x002EE0; padding.
+        assert_eq!(ext.data, [0x14, 0x1F, 2, 0x00, 0x2E, 0xE0, 0, 0]);
+        let mut buf = [0u8; 64];
+        let n = write_rtp(&header(), Some(ext), 4, &mut buf).expect("fits");
+        assert_eq!(n, 24);
+        let p = parse_rtp(&buf[..n + 4]).expect("valid");
+        assert_eq!(
+            parse_format_extension(&p.extension.expect("extension")),
+            Some(Ok(fmt))
+        );
+        // A version 1 reader sees only the codes and channels: rate code 15, unknown to it.
+        assert_eq!(
+            AudioFormat::rate_from_code(ext.data[1] & 0x0f),
+            Err(FormatError::UnknownRateCode(15))
+        );
+        // The element cut short of its rate, and a rate outside 8-192 kHz.
+        let short = RtpExtension {
+            profile: 0xBEDE,
+            data: &[0x12, 0x1F, 2, 0x00],
+        };
+        assert_eq!(
+            parse_format_extension(&short),
+            Some(Err(FormatError::BadFormatElement { len: 3 }))
+        );
+        let high = RtpExtension {
+            profile: 0xBEDE,
+            data: &[0x14, 0x1F, 2, 0x05, 0xDC, 0x00, 0, 0],
+        };
+        assert_eq!(
+            parse_format_extension(&high),
+            Some(Err(FormatError::UnsupportedRate(384_000)))
+        );
     }
 
     #[test]
@@ -423,8 +505,8 @@ mod tests {
             Some(Err(FormatError::UnknownCodecCode(5)))
         );
         assert_eq!(
-            parse_format_extension(&ext(&[0x11, 0x27, 2, 0])),
-            Some(Err(FormatError::UnknownRateCode(7)))
+            parse_format_extension(&ext(&[0x11, 0x2D, 2, 0])),
+            Some(Err(FormatError::UnknownRateCode(13)))
         );
         assert_eq!(
             parse_format_extension(&ext(&[0x11, 0x22, 0, 0])),
@@ -467,7 +549,7 @@ mod tests {
     #[test]
     fn every_truncation_of_a_valid_packet_is_an_error_or_a_shorter_payload() {
         let fmt = AudioFormat::new(Codec::L16, 48_000, 2).expect("valid");
-        let mut eb = [0u8; 4];
+        let mut eb = [0u8; 8];
         let ext = format_extension(&fmt, &mut eb);
         let mut buf = [0u8; 40];
         let n = write_rtp(&header(), Some(ext), 20, &mut buf).expect("fits");

@@ -401,8 +401,10 @@ mod tests {
         let e = parse_sdp(&base("m=audio 5004 RTP/AVP 111", "a=rtpmap:111 G722/8000/1")).expect_err("g722");
         assert_eq!(e, SdpError::UnsupportedCodec("G722".into()));
         assert!(e.to_string().contains("L16, L24"));
-        let e = parse_sdp(&base("m=audio 5004 RTP/AVP 96", "a=rtpmap:96 L16/8000/1")).expect_err("rate");
-        assert!(e.to_string().contains("44100, 48000 or 96000"), "{e}");
+        let s = parse_sdp(&base("m=audio 5004 RTP/AVP 96", "a=rtpmap:96 L16/8000/1")).expect("8 kHz");
+        assert_eq!(s.format, AudioFormat::new(Codec::L16, 8_000, 1).expect("valid"));
+        let e = parse_sdp(&base("m=audio 5004 RTP/AVP 96", "a=rtpmap:96 L16/384000/1")).expect_err("rate");
+        assert!(e.to_string().contains("8000 to 192000"), "{e}");
         assert_eq!(
             parse_sdp(&base("m=audio 5004 RTP/AVP 96", "")),
             Err(SdpError::NoRtpmap(96))

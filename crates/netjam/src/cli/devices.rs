@@ -124,6 +124,39 @@ fn alsa_cards() -> Vec<(String, String, String)> {
     cards
 }
 
+/// A host's devices split into those netjam could open in some direction, in the host's
+/// order, and the names of those it could open in none (on Linux, ALSA plugins such as
+/// `lavrate` or `oss` whose backend is not installed or not running).
+#[cfg(feature = "cpal")]
+fn split_unopenable(
+    devices: &[crate::endpoint::cpal::DeviceInfo],
+) -> (Vec<&crate::endpoint::cpal::DeviceInfo>, Vec<&str>) {
+    let opens = |d: &crate::endpoint::cpal::DeviceInfo| {
+        [&d.input, &d.output]
+            .into_iter()
+            .any(|side| side.as_ref().is_some_and(|s| s.error.is_none()))
+    };
+    let usable = devices.iter().filter(|d| opens(d)).collect();
+    let unopenable = devices
+        .iter()
+        .filter(|d| !opens(d))
+        .map(|d| d.id.as_str())
+        .collect();
+    (usable, unopenable)
+}
+
+/// The one line that names every device that cannot be opened, or None if there is none.
+#[cfg(feature = "cpal")]
+fn unopenable_line(names: &[&str]) -> Option<String> {
+    (!names.is_empty()).then(|| {
+        format!(
+            "{} more that cannot be opened here (plugins whose backend is missing or not running; `netjam devices --json` says why): {}",
+            names.len(),
+            names.join(", ")
+        )
+    })
+}
+
 /// Every cpal host, its devices and what each direction offers.
 #[cfg(feature = "cpal")]
 fn print_hosts(hosts: &[crate::endpoint::cpal::HostInfo]) {
@@ -140,7 +173,8 @@ fn print_hosts(hosts: &[crate::endpoint::cpal::HostInfo]) {
         if h.devices.is_empty() {
             println!("  no devices");
         }
-        for d in &h.devices {
+        let (usable, unopenable) = split_unopenable(&h.devices);
+        for d in usable {
             let mut marks = Vec::new();
             if d.default_input {
                 marks.push("default input");
@@ -164,7 +198,11 @@ fn print_hosts(hosts: &[crate::endpoint::cpal::HostInfo]) {
                 }
             }
         }
+        if let Some(line) = unopenable_line(&unopenable) {
+            println!("  {line}");
+        }
     }
+    println!("  channels are numbered from 1 for --inputs/--outputs; the sound-card layer (cpal) gives no channel names");
     println!(
         "  use one: netjam jam --device NAME (or --input-device/--output-device NAME, --host NAME) [--rate HZ] [--channels N] [--frames N] --peer HOST:PORT"
     );
@@ -218,4 +256,51 @@ pub fn run(a: DevicesArgs) -> anyhow::Result<()> {
         "Always available: --input FILE.wav, --stdin/--stdout (raw PCM), --sine/--clicks/--noise/--silence"
     );
     Ok(())
+}
+
+#[cfg(all(test, feature = "cpal"))]
+mod tests {
+    use super::*;
+    use crate::endpoint::cpal::{DeviceInfo, DirectionInfo};
+
+    fn device(id: &str, opens: bool) -> DeviceInfo {
+        let side = DirectionInfo {
+            channels: if opens { vec![1, 2] } else { Vec::new() },
+            error: (!opens).then(|| "not available".to_string()),
+            ..Default::default()
+        };
+        DeviceInfo {
+            id: id.into(),
+            name: String::new(),
+            input: Some(side.clone()),
+            output: Some(side),
+            default_input: false,
+            default_output: false,
+        }
+    }
+
+    #[test]
+    fn devices_that_cannot_be_opened_fold_into_one_line_after_the_others() {
+        let mut half = device("hw:CARD=Clarett,DEV=0", true);
+        half.output = Some(DirectionInfo {
+            error: Some("busy".into()),
+            ..Default::default()
+        });
+        let devices = [
+            device("lavrate", false),
+            device("null", true),
+            device("oss", false),
+            half,
+            device("speexrate", false),
+        ];
+        let (usable, unopenable) = split_unopenable(&devices);
+        let ids: Vec<&str> = usable.iter().map(|d| d.id.as_str()).collect();
+        // A device that opens one way is a real choice and keeps its place.
+        assert_eq!(ids, ["null", "hw:CARD=Clarett,DEV=0"]);
+        assert_eq!(unopenable, ["lavrate", "oss", "speexrate"]);
+        let line = unopenable_line(&unopenable).expect("a line");
+        assert!(line.starts_with("3 more that cannot be opened here"), "{line}");
+        assert!(line.ends_with(": lavrate, oss, speexrate"), "{line}");
+        assert_eq!(unopenable_line(&[]), None);
+    }
 }

@@ -27,6 +27,7 @@ use crate::endpoint::raw::RawSink;
 use crate::endpoint::wav::WavSink;
 use crate::endpoint::{Endpoint, FrameSink, FrameSource, PeriodStats, Realtime, SampleFormat};
 use crate::lifecycle::{cname, fresh_seed, Running};
+use crate::resample::{EdgeProcess, EdgeResampler, ResampledSource, OPUS_RATE};
 use crate::series::BoundedSeries;
 use crate::session::{interrupt_flag, JamProcess, JamStats, NetIo, Peer, Snapshot};
 use crate::status::{codec_delay, meter, StatusLine};
@@ -193,6 +194,8 @@ struct JamReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     device: Option<card::Report>,
     stages: Stages,
+    /// What scheduling each of netjam's own threads got.
+    threads: Vec<crate::rt::ThreadRt>,
 }
 
 /// What each stage of the path adds, beside the round trip measured in band, so a player
@@ -205,7 +208,8 @@ struct Stages {
     network_ms: Option<f64>,
     /// The packet's worth of audio the sender waits for, ms.
     packet_ms: f64,
-    /// The encoder's look-ahead (Opus), ms.
+    /// The encoder's look-ahead (Opus), and the resamplers at the edges when the device
+    /// runs at another rate than Opus's 48 kHz, ms.
     codec_ms: f64,
     /// Mean time from a packet's arrival to its first frame played, ms.
     jitter_buffer_ms: f64,
@@ -381,6 +385,10 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     receiver.set_drift_correction(!a.no_drift_correction);
     let listen = a.listen.unwrap_or(SocketAddr::from(([0, 0, 0, 0], 4464)));
     let socket = bind(listen)?;
+    crate::rt::set_period_ns(netjam_engine::time::frames_to_ns(
+        a.wire.frames.into(),
+        format.rate,
+    ));
     let (io, link) = NetIo::start(socket, Peer::Fixed(peer))?;
     let gain = if a.mute { 0.0 } else { 10f32.powf(a.gain / 20.0) };
     let gain = Arc::new(AtomicU32::new(gain.to_bits()));
@@ -399,8 +407,31 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     }
     let (mut process, mut snaps) = JamProcess::new(sender, receiver, link, gain);
     process.measure_round_trip(a.measure_roundtrip);
+    // The device's own rate: its frames, periods and the --duration limit count in it.
+    let device_rate = device_spec.map_or(format.rate, |s| s.rate);
+    let process = match device_spec {
+        Some(spec) if spec.rate != format.rate => {
+            let p = EdgeProcess::new(
+                process,
+                spec.rate,
+                spec.period as usize,
+                spec.input_channels.into(),
+                spec.output_channels.into(),
+            )?;
+            let (capture, play) = p.delay_ns();
+            eprintln!(
+                "netjam: resampling the device's {} Hz to and from Opus's 48000 Hz adds {:.2} ms sending and {:.2} ms hearing (counted in the codec delay)",
+                spec.rate,
+                capture as f64 / 1e6,
+                play as f64 / 1e6
+            );
+            p
+        }
+        _ => EdgeProcess::passthrough(process),
+    };
+    let hear_edge_ms = process.delay_ns().1 as f64 / 1e6;
     let sink = heard_sink(&a, format)?;
-    let limit = a.duration.map(|d| (d * format.rate as f64) as u64);
+    let limit = a.duration.map(|d| (d * device_rate as f64) as u64);
     let Opened {
         endpoint,
         jack_info,
@@ -415,7 +446,13 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     let mut status = StatusLine::new();
     let mut series = BoundedSeries::default();
     let mut realtime_told = false;
+    let mut mismatch_told = false;
     running.watch(&mut snaps, |s| {
+        if s.stats.heard.rate_mismatch > 0 && !mismatch_told {
+            status.finish();
+            eprintln!("{}", rate_mismatch_line(heard.rate));
+            mismatch_told = true;
+        }
         let mut line = jam_line(&s);
         device_status(&mut line, &mut status, &mut realtime_told, &jack_info, &card_info);
         status.show(&line);
@@ -425,8 +462,14 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         series.push(s);
     });
     status.finish();
-    let stopped = running.stop_with_bye(|p, now| p.finish(now))?;
-    let (process, periods) = (stopped.process, stopped.periods);
+    let stopped = running.stop_with_bye(|p, now| p.inner_mut().finish(now))?;
+    let edge_underruns = stopped.process.underruns();
+    if edge_underruns > 0 {
+        eprintln!(
+            "netjam: the resampler to the device ran short in {edge_underruns} periods (silence filled them)"
+        );
+    }
+    let (process, periods) = (stopped.process.into_inner(), stopped.periods);
     let stats = process.stats();
     let jb = &stats.heard.jitter_buffer;
     eprintln!(
@@ -440,13 +483,13 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         jb.added_latency_ms
     );
     let jack = device_report(jack_info, &periods);
-    let device = card_info.map(|monitor| monitor.report(format.rate, a.wire.frames, &periods));
-    let frames_ms = |frames: f64| frames * 1e3 / f64::from(format.rate);
+    let device = card_info.map(|monitor| monitor.report(device_rate, a.wire.frames, &periods));
+    let frames_ms = |frames: f64| frames * 1e3 / f64::from(device_rate);
     let stages = Stages {
         round_trip_ms: stats.round_trip_ms,
         network_ms: stats.sent.rtt_ms,
         packet_ms,
-        codec_ms: stats.sent.codec_delay_ms,
+        codec_ms: stats.sent.codec_delay_ms + hear_edge_ms,
         jitter_buffer_ms: stats.heard.jitter_buffer.added_latency_ms,
         device_ms: match (&jack, &device) {
             (Some(j), _) => Some(frames_ms(2.0 * f64::from(j.period))),
@@ -455,6 +498,9 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         },
     };
     eprintln!("netjam: where the time goes: {stages}");
+    if let Some(line) = crate::rt::report_line() {
+        eprintln!("netjam: {line}");
+    }
     if let Some(path) = &a.stats_json {
         write_json(
             path,
@@ -466,6 +512,7 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
                 jack,
                 device,
                 stages,
+                threads: crate::rt::threads(),
             },
         )?;
     }
@@ -517,12 +564,40 @@ fn open_audio(a: &mut JamArgs) -> anyhow::Result<Audio> {
                 rate: spec.rate,
                 channels: spec.input_channels,
             };
-            // A device delivers float samples: 24-bit on the wire keeps their resolution by default.
-            (None, a.wire.sender(&device, Codec::L24)?)
+            // Opus runs at 48 kHz: on a device at another rate, the jam resamples at its
+            // edges (see `EdgeProcess`), and the sender counts the capture edge's delay.
+            if opus_edges(a, spec.rate) {
+                let capture_edge = EdgeResampler::new(
+                    spec.rate,
+                    OPUS_RATE,
+                    spec.input_channels.max(1).into(),
+                    spec.period as usize,
+                )?;
+                let device = DeviceFormat {
+                    rate: OPUS_RATE,
+                    ..device
+                };
+                (
+                    None,
+                    a.wire
+                        .sender_after_edge(&device, Codec::L24, capture_edge.filter_delay_ns())?,
+                )
+            } else {
+                // A device delivers float samples: 24-bit on the wire keeps their resolution by default.
+                (None, a.wire.sender(&device, Codec::L24)?)
+            }
         }
         None => {
-            let (source, default_codec) = a.source.open()?;
-            let sender = a.wire.sender(source.as_ref(), default_codec)?;
+            let (mut source, default_codec) = a.source.open()?;
+            let mut edge_ns = 0;
+            if opus_edges(a, source.rate()) {
+                let resampled = ResampledSource::new(source, OPUS_RATE, a.wire.frames as usize)?;
+                edge_ns = resampled.delay_ns();
+                source = Box::new(resampled);
+            }
+            let sender = a
+                .wire
+                .sender_after_edge(source.as_ref(), default_codec, edge_ns)?;
             (Some(source), sender)
         }
     };
@@ -533,6 +608,12 @@ fn open_audio(a: &mut JamArgs) -> anyhow::Result<Audio> {
         sender,
         device_spec,
     })
+}
+
+/// Whether the stream is Opus on a device (or source) at another rate than 48 kHz, so the
+/// jam resamples at its edges. Rooms do not yet: there Opus needs the device at 48 kHz.
+fn opus_edges(a: &JamArgs, rate: u32) -> bool {
+    a.wire.codec == Some(Codec::Opus) && rate != OPUS_RATE && a.server.is_none()
 }
 
 /// What you hear: your own format, on as many channels as the device plays (an --outputs
@@ -629,6 +710,15 @@ pub(crate) fn open_endpoint(
         jack_info,
         card_info,
     })
+}
+
+/// What a player is told when the other side's stream runs at another sample rate than
+/// theirs: nothing of it plays, and both must pick one rate.
+pub(crate) fn rate_mismatch_line(rate: u32) -> String {
+    format!(
+        "netjam: error: the other player sends at a different sample rate than yours ({rate} Hz), so you hear nothing from them: \
+         both of you use the same --rate (PCM carries 8000 to 192000 Hz; with --codec opus on both sides, any device rate works)"
+    )
 }
 
 /// Append the device's xruns to a status line, and say once whether it runs realtime.

@@ -22,6 +22,7 @@ use crate::endpoint::wav::{WavSink, WavSource};
 use crate::endpoint::{FrameSink, FrameSource, PeriodStats, SampleFormat};
 use crate::lifecycle::{any_for, await_format, cname, fresh_seed, wall_offset_ns, Running};
 use crate::opus::{OpusEncoder, OpusSettings};
+use crate::resample::ResampledSource;
 use crate::series::BoundedSeries;
 use crate::session::{interrupt_flag, NetIo, Peer, RecvProcess, SendProcess, Snapshot};
 use crate::status::{recv_line, send_line, StatusLine};
@@ -53,7 +54,7 @@ pub struct SourceArgs {
     /// Send silence (just listen).
     #[arg(long)]
     pub silence: bool,
-    /// Sample rate: 44100, 48000 or 96000 (default: the WAV's, else 48000).
+    /// Sample rate, 8000 to 192000 Hz (default: the WAV's, else 48000).
     #[arg(long)]
     pub rate: Option<u32>,
     /// Channels (default: the WAV's, else 2).
@@ -171,6 +172,17 @@ pub struct WireArgs {
 impl WireArgs {
     /// A sender for `source`'s audio.
     pub fn sender(&self, source: &dyn FrameSource, default_codec: Codec) -> anyhow::Result<Sender> {
+        self.sender_after_edge(source, default_codec, 0)
+    }
+
+    /// [`WireArgs::sender`] for a source that passes an edge resampler first, whose delay
+    /// (`edge_delay_ns`) the codec delay then includes.
+    pub fn sender_after_edge(
+        &self,
+        source: &dyn FrameSource,
+        default_codec: Codec,
+        edge_delay_ns: u64,
+    ) -> anyhow::Result<Sender> {
         let format = AudioFormat::new(
             self.codec.unwrap_or(default_codec),
             source.rate(),
@@ -188,7 +200,8 @@ impl WireArgs {
         let sender = if format.codec == Codec::Opus {
             let kbps = crate::opus::bitrate_kbps(self.bitrate, format.channels);
             let settings = OpusSettings::new(self.opus_frame, kbps, self.complexity)?;
-            let encoder = OpusEncoder::new(format, settings)?;
+            let edge_frames = (edge_delay_ns * u64::from(crate::resample::OPUS_RATE) / 1_000_000_000) as u32;
+            let encoder = OpusEncoder::new(format, settings)?.with_edge_delay(edge_frames);
             Sender::with_encoder(
                 SenderConfig {
                     frames_per_packet: settings.frames,
@@ -243,11 +256,29 @@ pub struct SendArgs {
 
 pub fn run_send(a: SendArgs) -> anyhow::Result<()> {
     let to = resolve(&a.to)?;
-    let (source, default_codec) = a.source.open()?;
-    let sender = a.wire.sender(source.as_ref(), default_codec)?;
+    let (mut source, default_codec) = a.source.open()?;
+    // Opus runs at 48 kHz: a source at another rate passes an edge resampler first.
+    let mut edge_delay_ns = 0;
+    if a.wire.codec == Some(Codec::Opus) && source.rate() != crate::resample::OPUS_RATE {
+        let from = source.rate();
+        let resampled = ResampledSource::new(source, crate::resample::OPUS_RATE, a.wire.frames as usize)?;
+        edge_delay_ns = resampled.delay_ns();
+        eprintln!(
+            "netjam: resampling {from} Hz to Opus's 48000 Hz (adds {:.2} ms, counted in the codec delay)",
+            edge_delay_ns as f64 / 1e6
+        );
+        source = Box::new(resampled);
+    }
+    let sender = a
+        .wire
+        .sender_after_edge(source.as_ref(), default_codec, edge_delay_ns)?;
     let format = sender.format();
     let socket = UdpTransport::bind(a.bind.unwrap_or_else(|| any_for(to)))
         .context("opening a UDP socket to send from")?;
+    crate::rt::set_period_ns(netjam_engine::time::frames_to_ns(
+        a.wire.frames.into(),
+        format.rate,
+    ));
     let (io, link) = NetIo::start(socket, Peer::Fixed(to))?;
     let (process, mut snaps) = SendProcess::new(sender, link, format.rate);
     let limit = a.duration.map(|d| (d * format.rate as f64) as u64);
@@ -271,6 +302,9 @@ pub fn run_send(a: SendArgs) -> anyhow::Result<()> {
         s.rtt_ms
             .map_or(String::new(), |r| format!(", last rtt {r:.1} ms"))
     );
+    if let Some(line) = crate::rt::report_line() {
+        eprintln!("netjam: {line}");
+    }
     Ok(())
 }
 
@@ -337,6 +371,8 @@ pub struct RecvReport {
     /// The most recent concealed, inserted and skipped stretches, located in the output.
     pub discontinuities: Vec<Discontinuity>,
     pub series: BoundedSeries<Snapshot<ReceiverStats>>,
+    /// What scheduling each of netjam's own threads got.
+    pub threads: Vec<crate::rt::ThreadRt>,
 }
 
 fn fixed_format(a: &RecvArgs) -> anyhow::Result<Option<(AudioFormat, u8)>> {
@@ -396,6 +432,7 @@ pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
         None => Box::new(RawSink::new(std::io::stdout(), a.sample_format)),
     };
     let limit = a.duration.map(|d| (d * format.rate as f64) as u64);
+    crate::rt::set_period_ns(netjam_engine::time::frames_to_ns(a.period.into(), format.rate));
     let endpoint = Box::new(
         PacedEndpoint::new(format.rate, a.period, None, format.channels, Some(sink))
             .with_limit(limit)
@@ -419,6 +456,9 @@ pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
     let (process, periods, dropped) = (stopped.process, stopped.periods, stopped.rx_overflow);
     let stats = process.receiver.stats();
     print_recv_summary(&stats);
+    if let Some(line) = crate::rt::report_line() {
+        eprintln!("netjam: {line}");
+    }
     if let Some(path) = &a.stats_json {
         let report = RecvReport {
             format: Some(format),
@@ -427,6 +467,7 @@ pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
             dropped_by_full_ring: dropped,
             discontinuities: process.receiver.recent_discontinuities().copied().collect(),
             series,
+            threads: crate::rt::threads(),
         };
         write_json(path, &report)?;
     }

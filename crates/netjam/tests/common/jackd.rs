@@ -69,13 +69,22 @@ impl Jackd {
 
     /// [`Jackd::start`] with `ports` physical capture and as many playback ports.
     pub fn start_with_ports(base: &str, period: u32, ports: u16) -> Self {
+        Self::start_full(base, period, ports, 48_000)
+    }
+
+    /// [`Jackd::start`] at another sample rate than 48 kHz.
+    pub fn start_at_rate(base: &str, period: u32, rate: u32) -> Self {
+        Self::start_full(base, period, 2, rate)
+    }
+
+    fn start_full(base: &str, period: u32, ports: u16, rate: u32) -> Self {
         require("jackd", "jackd2");
         require("jack_lsp", "jackd2");
         let turn = one_server_at_a_time();
         let mut failures = String::new();
         for slot in 0..4 {
             let name = format!("{base}-{slot}");
-            match Self::try_start(&name, period, ports) {
+            match Self::try_start(&name, period, ports, rate) {
                 Ok(mut server) => {
                     server.turn = Some(turn);
                     return server;
@@ -87,7 +96,7 @@ impl Jackd {
     }
 
     /// Start jackd as `name` unless a live server already has that name (another test run).
-    fn try_start(name: &str, period: u32, ports: u16) -> Result<Self, String> {
+    fn try_start(name: &str, period: u32, ports: u16, rate: u32) -> Result<Self, String> {
         let probe = Command::new("jack_lsp")
             .env("JACK_DEFAULT_SERVER", name)
             .env("JACK_NO_START_SERVER", "1")
@@ -105,7 +114,7 @@ impl Jackd {
                 "-d",
                 "dummy",
                 "-r",
-                "48000",
+                &rate.to_string(),
                 "-p",
                 &period.to_string(),
                 "-C",
