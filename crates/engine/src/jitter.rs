@@ -45,6 +45,8 @@ use crate::time::{frames_to_ms, frames_to_ns, ns_to_frames};
 
 /// The highest sample rate the buffer is sized for.
 pub const MAX_RATE: u32 = crate::wire::payload::MAX_RATE;
+/// The rate whose playout window every buffer reserves at least (see [`JitterBuffer::new`]).
+const RESERVED_RATE: u32 = 96_000;
 /// Playout window in seconds: the largest target plus room for early packets.
 const WINDOW_S: f64 = 0.35;
 /// Consecutive late packets, lasting at least [`LATE_RUN_RELOCK_NS`], that mean the
@@ -194,11 +196,16 @@ pub struct JitterBuffer {
 }
 
 impl JitterBuffer {
-    /// Reserve a buffer for up to `max_channels` at up to [`MAX_RATE`], playing `channels`
-    /// at `rate` to begin with.
+    /// Reserve a buffer for up to `max_channels`, playing `channels` at `rate` to begin
+    /// with. The ring holds the playout window at 96 kHz, or at `rate` when that is higher;
+    /// a later stream at a higher rate than that (up to [`MAX_RATE`]) plays with the window
+    /// the ring holds (at 192 kHz, 0.34 s instead of 0.35 s: still above the largest
+    /// target). Reserving for 192 kHz always would double every receiver's memory (a room
+    /// client holds 16), and all of it is locked under realtime.
     pub fn new(mode: BufferMode, rate: u32, channels: usize, max_channels: usize) -> Self {
         let max_channels = max_channels.max(channels).max(1);
-        let cap = ((MAX_RATE as f64 * WINDOW_S) as usize).next_power_of_two();
+        let sized_rate = rate.clamp(RESERVED_RATE, MAX_RATE);
+        let cap = ((sized_rate as f64 * WINDOW_S) as usize).next_power_of_two();
         let mut jb = Self {
             rate,
             channels,
@@ -252,7 +259,9 @@ impl JitterBuffer {
         let config = ConcealerConfig::for_format(self.rate, channels);
         self.concealer.reconfigure(config, channels);
         self.channels = channels;
-        let cap = ((self.rate as f64 * WINDOW_S) as u64).next_power_of_two();
+        let cap = ((self.rate as f64 * WINDOW_S) as u64)
+            .next_power_of_two()
+            .min(self.slot_ts.len() as u64);
         self.mask = cap - 1;
         self.drift.reset(self.rate);
         self.relock();
