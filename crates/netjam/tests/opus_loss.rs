@@ -214,18 +214,21 @@ fn lost_opus_packets_are_concealed_by_the_decoder_and_redundancy_rebuilds_them()
 
     check_common("no redundancy", &plain);
     let said = &plain.said;
-    // Each lost packet was concealed as its 120 frames, and nothing else was: a loss just
-    // before the receiver stopped may not have been played yet, and the first packets may
-    // be lost before the stream started.
+    // Each lost packet was concealed as its 120 frames, and nothing else was -- except a
+    // packet that came after its time (on a busy machine a thread of the sender, the link
+    // or the receiver can be held up past the buffer), which is counted as late. A loss
+    // just before the receiver stopped may not have been played yet, and the first packets
+    // may be lost before the stream started.
     let concealed_packets = plain.concealed_frames / PACKET;
     assert_eq!(plain.concealed_frames % PACKET, 0.0, "{said}");
     assert!(
-        (plain.lost - 3.0..=plain.lost + 1.0).contains(&concealed_packets),
-        "concealed {concealed_packets} packets' worth for {} lost\n{said}",
-        plain.lost
+        (plain.lost - 3.0..=plain.lost + plain.late + 1.0).contains(&concealed_packets),
+        "concealed {concealed_packets} packets' worth for {} lost and {} late\n{said}",
+        plain.lost,
+        plain.late
     );
     assert!(
-        plain.concealment_events > 0.0 && plain.concealment_events <= plain.lost,
+        plain.concealment_events > 0.0 && plain.concealment_events <= plain.lost + plain.late,
         "{} concealment events for {} lost\n{said}",
         plain.concealment_events,
         plain.lost
