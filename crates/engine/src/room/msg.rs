@@ -594,10 +594,10 @@ impl<'a> Control<'a> {
             Control::Challenge { cookie, server_nonce } => {
                 encode_message(buf, CHALLENGE, &[v, Arg::Blob(cookie), Arg::Blob(server_nonce)])
             }
-            Control::Join(j) if !j.hosts.is_empty() => encode_message(
-                buf,
-                JOIN,
-                &[
+            // The host addresses are a trailing argument, left out when there are none so
+            // that an older server reads the message as before.
+            Control::Join(j) => {
+                let args = [
                     v,
                     Arg::Blob(j.cookie),
                     Arg::Str(j.room),
@@ -610,29 +610,11 @@ impl<'a> Control<'a> {
                     Arg::Blob(j.create_key),
                     Arg::Blob(j.key_agreement),
                     Arg::Blob(j.hosts),
-                ],
-            ),
-            Control::Join(j) => encode_message(
-                buf,
-                JOIN,
-                &[
-                    v,
-                    Arg::Blob(j.cookie),
-                    Arg::Str(j.room),
-                    Arg::Str(j.name),
-                    Arg::Blob(j.client_nonce),
-                    Arg::Blob(j.authenticator),
-                    u(j.ssrc),
-                    u(j.packets_per_s),
-                    u(j.bytes_per_s),
-                    Arg::Blob(j.create_key),
-                    Arg::Blob(j.key_agreement),
-                ],
-            ),
-            Control::Rejoin(r) if !r.hosts.is_empty() => encode_message(
-                buf,
-                REJOIN,
-                &[
+                ];
+                encode_message(buf, JOIN, without_empty_hosts(&args, j.hosts))
+            }
+            Control::Rejoin(r) => {
+                let args = [
                     v,
                     Arg::Blob(r.cookie),
                     u(r.member_id),
@@ -641,21 +623,9 @@ impl<'a> Control<'a> {
                     Arg::Blob(r.authenticator),
                     Arg::Blob(r.key_agreement),
                     Arg::Blob(r.hosts),
-                ],
-            ),
-            Control::Rejoin(r) => encode_message(
-                buf,
-                REJOIN,
-                &[
-                    v,
-                    Arg::Blob(r.cookie),
-                    u(r.member_id),
-                    Arg::Blob(r.token),
-                    Arg::Blob(r.client_nonce),
-                    Arg::Blob(r.authenticator),
-                    Arg::Blob(r.key_agreement),
-                ],
-            ),
+                ];
+                encode_message(buf, REJOIN, without_empty_hosts(&args, r.hosts))
+            }
             Control::Welcome(w) => encode_message(
                 buf,
                 WELCOME,
@@ -790,6 +760,15 @@ pub fn decode_addrs(bytes: &[u8]) -> [Option<std::net::SocketAddr>; MAX_HOSTS] {
 /// control characters.
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= MAX_NAME_LEN && !name.chars().any(char::is_control)
+}
+
+/// `args` (whose last is the host addresses) without that last one when `hosts` is empty.
+fn without_empty_hosts<'a, 'b>(args: &'b [Arg<'a>], hosts: &[u8]) -> &'b [Arg<'a>] {
+    if hosts.is_empty() {
+        &args[..args.len() - 1]
+    } else {
+        args
+    }
 }
 
 #[cfg(test)]
