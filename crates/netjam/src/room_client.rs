@@ -436,6 +436,8 @@ pub struct RoomWires<S> {
     pub send: S,
     /// The send thread's route table ([`crate::session::NetIo::route`]).
     pub route: Arc<Mutex<RouteTable>>,
+    /// Whether to punch direct paths to other members (`jam --via-server` says no).
+    pub direct: bool,
 }
 
 impl<S> std::fmt::Debug for RoomWires<S> {
@@ -467,12 +469,19 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
         early,
         early_peers,
     } = seated;
-    let RoomWires { server, send, route } = wires;
+    let RoomWires {
+        server,
+        send,
+        route,
+        direct,
+    } = wires;
     let mut paths = DirectPaths::new(DirectConfig::default(), member_id);
     if let Some(rtt) = client.server_rtt_ns() {
         paths.set_server_rtt(rtt);
     }
-    for p in &early_peers {
+    // Without direct paths no peer is known to them: nothing is punched, all goes through
+    // the server.
+    for p in early_peers.iter().filter(|_| direct) {
         paths.set_peer(clock::now_ns(), p);
     }
     let mut roster = Roster {
@@ -545,7 +554,8 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                 while let Some(e) = client.poll_event() {
                     changed = true;
                     match e {
-                        RoomEvent::Peer(p) => paths.set_peer(clock::now_ns(), &p),
+                        RoomEvent::Peer(p) if direct => paths.set_peer(clock::now_ns(), &p),
+                        RoomEvent::Peer(_) => {}
                         RoomEvent::Routed { seq } => paths.routed(seq),
                         RoomEvent::Roster(entry) => {
                             if matches!(entry.kind, RosterKind::Left | RosterKind::Timeout) {

@@ -33,6 +33,9 @@ fn player(server: SocketAddr, name: &str, hz: &str) -> Proc {
     Proc::spawn_lines(
         Command::new(BIN)
             .args(["jam", "--server", &server.to_string(), "--room", "band"])
+            // What is asked of the server is what it forwards: no direct path between the
+            // two players (on loopback one would form within a few packets).
+            .arg("--via-server")
             .args([
                 "--name",
                 name,

@@ -76,6 +76,11 @@ pub struct JamArgs {
     /// and mute; empty seats are silent.
     #[arg(long, requires_all = ["room", "jack"])]
     pub member_ports: bool,
+    /// In a room: send and hear everything through the rooms server, never on a direct
+    /// path to another player (by default netjam punches one where the routers allow and
+    /// uses it when it is not slower).
+    #[arg(long, requires = "room")]
+    pub via_server: bool,
     /// In a room: also ask this STUN server (HOST[:PORT], port 3478 unless given) where it
     /// sees you, and say whether your router shows the same public port to it as to the
     /// rooms server (endpoint-independent mapping) or another one (port-randomising NAT).
