@@ -330,6 +330,15 @@ impl<P: Process> Process for EdgeProcess<P> {
         }
     }
 
+    /// Passed through on a device at 48 kHz. Behind the edges the extra ports would need
+    /// resamplers of their own, so they play silence (a room refuses `--member-ports` there).
+    fn extra_outputs(&mut self, frames: usize, outputs: &mut [f32]) {
+        match self.edges {
+            None => self.inner.extra_outputs(frames, outputs),
+            Some(_) => outputs.fill(0.0),
+        }
+    }
+
     fn skipped(&mut self, frames: u64) {
         let scale = |f: u64, rate: u32| f * u64::from(OPUS_RATE) / u64::from(rate.max(1));
         match &self.edges {
@@ -504,6 +513,33 @@ mod tests {
         assert!((hz - 1_000.0).abs() < 1.0, "{hz} Hz");
         eprintln!(
             "44.1 kHz edges: capture {capture_ns} ns + play {play_ns} ns; onset heard after {lag_ns} ns"
+        );
+    }
+
+    /// Fills its extra ports with ones.
+    struct Ports;
+
+    impl Process for Ports {
+        fn process(&mut self, _now_ns: u64, _input: &[f32], output: &mut [f32]) {
+            output.fill(0.0);
+        }
+
+        fn extra_outputs(&mut self, _frames: usize, outputs: &mut [f32]) {
+            outputs.fill(1.0);
+        }
+    }
+
+    #[test]
+    fn extra_ports_pass_through_at_48_khz_and_are_silent_behind_the_edges() {
+        let mut ports = [0.5f32; 4 * 64];
+        let mut straight = EdgeProcess::passthrough(Ports);
+        straight.extra_outputs(64, &mut ports);
+        assert!(ports.iter().all(|&x| x == 1.0), "the process's own ports");
+        let mut edged = EdgeProcess::new(Ports, 44_100, 64, 1, 1).unwrap();
+        edged.extra_outputs(64, &mut ports);
+        assert!(
+            ports.iter().all(|&x| x == 0.0),
+            "never 48 kHz samples on a 44.1 kHz port"
         );
     }
 

@@ -3,7 +3,9 @@
 //! hears four members, drops a stranger, takes mix commands from another thread, and
 //! records every member, the mix and its input (`--record`) through its rings to a writer,
 //! and fills one set of ports per control seat with the member sitting there
-//! (`--member-ports`), while a member moves between seats.
+//! (`--member-ports`), while a member moves between seats. So does a room with Opus on a
+//! 44.1 kHz device: the room process behind both edge resamplers, decoding two members'
+//! Opus and recording.
 //! Counted with a per-thread counting allocator on the thread that runs the callback, as
 //! the audio thread would.
 
@@ -13,6 +15,8 @@ use std::sync::Arc;
 use std::thread;
 
 use netjam::endpoint::Process;
+use netjam::opus::{decoders, OpusEncoder, OpusSettings};
+use netjam::resample::EdgeProcess;
 use netjam::session::{NetIo, Peer, RoomCommand, RoomConfig, RoomProcess, RoomStats};
 use netjam::transport::UdpTransport;
 use netjam_engine::sender::{Sender, SenderConfig};
@@ -269,6 +273,162 @@ fn room_callback_with_four_members_does_not_allocate() {
         during,
         0,
         "{during} allocations in {} room callbacks with {MEMBERS} members",
+        periods - from
+    );
+}
+
+fn opus_sender(channels: u16, seed: u64) -> Sender {
+    let format = AudioFormat::new(Codec::Opus, 48_000, channels).expect("format");
+    let settings = OpusSettings::new(2.5, 96 * u32::from(channels), 5).expect("settings");
+    let encoder =
+        OpusEncoder::new(format, settings).expect("libopus encoder (scripts/deps installs libopus0)");
+    Sender::with_encoder(
+        SenderConfig {
+            seed,
+            ..SenderConfig::new(format, settings.frames)
+        },
+        Some(Box::new(encoder)),
+    )
+    .expect("sender")
+}
+
+#[test]
+fn room_callback_with_opus_on_a_44_1_khz_device_does_not_allocate() {
+    const DEVICE_RATE: u32 = 44_100;
+    const OPUS_MEMBERS: u32 = 2;
+    let loopback = "127.0.0.1:0".parse().expect("addr");
+    let sink = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let socket = UdpTransport::bind(loopback).expect("bind");
+    let room_addr = socket.local_addr().expect("addr");
+    let (io, link) = NetIo::start(socket, Peer::Fixed(sink.local_addr().expect("addr"))).expect("io");
+    let mut config = RoomConfig::new(OPUS_MEMBERS as usize, 2);
+    config.receiver.decoders = decoders();
+    let (mut room, mut snapshots, mut commands) = RoomProcess::new(opus_sender(2, 1), link, config);
+    let take = std::env::temp_dir().join(format!("netjam-no-alloc-record-opus-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&take);
+    let (tap, writer) = netjam::record::start(netjam::record::RecordConfig {
+        dir: take.clone(),
+        rate: 48_000,
+        mix_channels: 2,
+        you_channels: 2,
+        names: Box::new(|id| Some(format!("player {id}"))),
+    })
+    .expect("recording");
+    room.set_recorder(tap);
+    let mut players: Vec<(Sender, Synth)> = (1..=OPUS_MEMBERS as u64)
+        .map(|i| {
+            let ch = if i % 2 == 0 { 2 } else { 1 };
+            (
+                opus_sender(ch, 10 + i),
+                Synth::new(SynthKind::Noise, 48_000, ch as usize, i),
+            )
+        })
+        .collect();
+    for (i, (s, _)) in players.iter().enumerate() {
+        commands
+            .push(RoomCommand::Assign {
+                ssrc: s.ssrc(),
+                member: i as u32 + 1,
+            })
+            .expect("command ring");
+    }
+    // Your own input stays out of what is played, so the output is the members alone.
+    commands
+        .push(RoomCommand::MonitorMute { mute: true })
+        .expect("command ring");
+    let mut room = EdgeProcess::new(room, DEVICE_RATE, PERIOD, 2, 2).expect("edges");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let members_thread = {
+        let stop = stop.clone();
+        thread::spawn(move || {
+            let out = UdpSocket::bind("127.0.0.1:0").expect("bind");
+            let period = frames_to_ns(PERIOD as u64, 48_000);
+            let start = netjam::clock::now_ns();
+            let mut cap = vec![0.0f32; PERIOD * 2];
+            let mut rtcp = [0u8; 1500];
+            let mut k = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                k += 1;
+                netjam::clock::sleep_until_ns(start + k * period);
+                let now = netjam::clock::now_ns();
+                for (s, synth) in &mut players {
+                    let n = PERIOD * s.format().channels as usize;
+                    synth.fill(&mut cap[..n]);
+                    s.push_frames(now, &cap[..n], |p| {
+                        let _ = out.send_to(p, room_addr);
+                    });
+                    if let Some(len) = s.poll_rtcp(now, &mut rtcp) {
+                        let _ = out.send_to(&rtcp[..len], room_addr);
+                    }
+                }
+            }
+        })
+    };
+
+    // The audio thread: 64 stereo frames a period at 44.1 kHz on their real schedule; 4 s,
+    // counted from 1 s on (both members' decoders exist by then).
+    let mut input = vec![0.0f32; PERIOD * 2];
+    let mut output = vec![0.0f32; PERIOD * 2];
+    let mut own = Synth::new(SynthKind::Music { bpm: 100.0 }, DEVICE_RATE, 2, 3);
+    let period = frames_to_ns(PERIOD as u64, DEVICE_RATE);
+    let periods = 4 * u64::from(DEVICE_RATE) / PERIOD as u64;
+    let from = periods / 4;
+    let start = netjam::clock::now_ns();
+    let (mut measured, mut energy) = (0, 0.0f64);
+    for k in 0..periods {
+        if k == from {
+            measured = alloc_count::allocations();
+            alloc_count::prove_counting();
+            measured += 1;
+        }
+        let deadline = start + (k + 1) * period;
+        netjam::clock::sleep_until_ns(deadline);
+        own.fill(&mut input);
+        room.process(deadline, &input, &mut output);
+        if k >= from {
+            energy += output.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>();
+        }
+    }
+    let during = alloc_count::allocations() - measured;
+    stop.store(true, Ordering::Relaxed);
+    members_thread.join().expect("members thread");
+    let underruns = room.underruns();
+    let mut room = room.into_inner();
+    let last: RoomStats = std::iter::from_fn(|| snapshots.pop().ok())
+        .last()
+        .expect("room snapshots")
+        .stats;
+    let stats = room.take_stats();
+    drop(room.take_recorder());
+    let recorded = writer.finish().expect("recording");
+    io.shutdown();
+    let _ = std::fs::remove_dir_all(&take);
+    let rms = (energy / ((periods - from) as f64 * PERIOD as f64 * 2.0)).sqrt();
+    println!(
+        "Opus room on a 44.1 kHz device: output rms {rms:.3}; recorded {} frames at 48 kHz for {periods} periods of {PERIOD} at 44.1 kHz",
+        recorded.frames
+    );
+    assert_eq!(underruns, 0, "the played edge ran dry");
+    assert!(rms > 0.01, "the members were heard: rms {rms}");
+    assert_eq!(last.active_members().count(), OPUS_MEMBERS as usize, "{last:?}");
+    for m in stats.active_members() {
+        assert!(m.heard.decoder.decoded_packets > 1000, "{:?}", m.heard);
+        assert_eq!(m.heard.undecodable, 0, "{:?}", m.heard);
+    }
+    // The recording runs on the process's 48 kHz timeline: 4 s of it, less what the
+    // capture edge's filter still held.
+    assert!(recorded.error.is_none(), "{recorded:?}");
+    let at_48k = periods * PERIOD as u64 * 48_000 / u64::from(DEVICE_RATE);
+    assert!(
+        (at_48k - 200..=at_48k).contains(&recorded.frames),
+        "{} frames recorded, {at_48k} expected",
+        recorded.frames
+    );
+    assert_eq!(
+        during,
+        0,
+        "{during} allocations in {} room callbacks behind the Opus edges",
         periods - from
     );
 }

@@ -616,9 +616,10 @@ fn open_audio(a: &mut JamArgs) -> anyhow::Result<Audio> {
 }
 
 /// Whether the stream is Opus on a device (or source) at another rate than 48 kHz, so the
-/// jam resamples at its edges. Rooms do not yet: there Opus needs the device at 48 kHz.
+/// jam resamples at its edges: in peer mode and in rooms alike (a room's member ports need
+/// the device at 48 kHz; the room refuses them otherwise, see `jam_room`).
 fn opus_edges(a: &JamArgs, rate: u32) -> bool {
-    a.wire.codec == Some(Codec::Opus) && rate != OPUS_RATE && a.server.is_none()
+    a.wire.codec == Some(Codec::Opus) && rate != OPUS_RATE
 }
 
 /// What you hear: your own format, on as many channels as the device plays (an --outputs

@@ -28,6 +28,7 @@ use crate::lifecycle::{any_for, cname, fresh_seed, Running};
 use crate::member_ports::{self, MemberPorts};
 use crate::record::{self, RecordConfig, RecordSummary};
 use crate::reflexive::{Mapping, Reflexive, ReflexiveQuery};
+use crate::resample::EdgeProcess;
 use crate::room_client::{self, CommandSource, JoinRequest, RoomWires, Roster, CONTROL_QUEUE, SEATS};
 use crate::series::BoundedSeries;
 use crate::server::DEFAULT_PORT;
@@ -194,7 +195,8 @@ struct HeardMember {
     /// How media reaches this member: `direct RTT x ms` or `via server RTT y ms`.
     path: String,
     /// Estimated one-way latency from their playing to your hearing: half the round trip,
-    /// a packet of audio, your jitter buffer and the devices' periods, ms.
+    /// a packet of audio, your jitter buffer, the devices' periods and your device's
+    /// resampler from Opus's 48 kHz (if it runs at another rate), ms.
     mouth_to_ear_ms: Option<f64>,
     gain_db: f32,
     pan: f32,
@@ -290,6 +292,9 @@ struct RoomReport {
     round_trip: Option<RoundTrips>,
     /// Where the rooms server (and `--stun`) saw this player.
     reflexive: Reflexive,
+    /// The resampler from Opus's 48 kHz to a device at another rate, ms (0 without one):
+    /// counted in every member's `mouth_to_ear_ms`.
+    hear_edge_ms: f64,
 }
 
 /// One round trip found in band: when (seconds into the session) and how long, ms.
@@ -386,6 +391,18 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     } = audio;
     let format = sender.format();
     let heard = heard_format(format, device_spec);
+    // The device's own rate: with Opus on a device at another rate than 48 kHz the room runs
+    // at 48 kHz between two edge resamplers (see `EdgeProcess`).
+    let device_rate = device_spec.map_or(format.rate, |s| s.rate);
+    if a.member_ports && device_rate != format.rate {
+        // The per-member ports are filled at the process's rate: following the edge would
+        // take a resampler for every seat's channels on the audio thread.
+        bail!(
+            "--member-ports with --codec opus needs the JACK server at Opus's {} Hz, and it runs at {device_rate} Hz: \
+             restart JACK at 48000 Hz (jackd -r 48000), or leave out --member-ports (the room's mix plays at any rate)",
+            format.rate
+        );
+    }
     let stun = a
         .stun
         .as_deref()
@@ -543,19 +560,48 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             Some(ports)
         }
     };
+    let process = match device_spec {
+        Some(spec) if spec.rate != format.rate => {
+            let p = EdgeProcess::new(
+                process,
+                spec.rate,
+                spec.period as usize,
+                spec.input_channels.into(),
+                spec.output_channels.into(),
+            )?;
+            let (capture, play) = p.delay_ns();
+            eprintln!(
+                "netjam: resampling the device's {} Hz to and from Opus's {} Hz adds {:.2} ms sending and {:.2} ms hearing (counted in the latency to each member){}",
+                spec.rate,
+                format.rate,
+                capture as f64 / 1e6,
+                play as f64 / 1e6,
+                if a.record.is_some() {
+                    format!("; the recording is at {} Hz", format.rate)
+                } else {
+                    String::new()
+                }
+            );
+            p
+        }
+        _ => EdgeProcess::passthrough(process),
+    };
+    let hear_edge_ms = process.delay_ns().1 as f64 / 1e6;
     let sink = heard_sink(&a, heard)?;
-    let limit = a.duration.map(|d| (d * format.rate as f64) as u64);
+    // The endpoint counts the device's frames.
+    let limit = a.duration.map(|d| (d * device_rate as f64) as u64);
     let Opened {
         endpoint,
         jack_info,
         card_info,
     } = open_endpoint(&a, jack, card, source, format, sink, limit)?;
     // What every member's path has besides the network and your buffer: a packet of audio,
-    // and a device period at each end (theirs taken to be like yours).
+    // a device period at each end (theirs taken to be like yours), and the resampler from
+    // Opus's 48 kHz to your device if it runs at another rate.
     let device_ms = jack_info.as_ref().map_or(0.0, |(_, _, spec)| {
-        2.0 * f64::from(spec.period) * 1e3 / f64::from(format.rate)
+        2.0 * f64::from(spec.period) * 1e3 / f64::from(device_rate)
     });
-    let fixed_ms = packet_ms + device_ms;
+    let fixed_ms = packet_ms + device_ms + hear_edge_ms;
     eprintln!(
         "netjam: in room {room:?} as member {member_id} from {} ({format}, {packets}); you hear the others, not yourself{}",
         io.local,
@@ -670,8 +716,14 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     }
     let roster = room_link.roster();
     room_link.leave();
-    let stopped = running.stop_with_bye(|p, now| p.finish(now))?;
-    let (mut process, periods) = (stopped.process, stopped.periods);
+    let stopped = running.stop_with_bye(|p, now| p.inner_mut().finish(now))?;
+    let edge_underruns = stopped.process.underruns();
+    if edge_underruns > 0 {
+        eprintln!(
+            "netjam: the resampler to the device ran short in {edge_underruns} periods (silence filled them)"
+        );
+    }
+    let (mut process, periods) = (stopped.process.into_inner(), stopped.periods);
     let stats = process.take_stats();
     remember(&mut everyone, heard_members(&stats, &roster, fixed_ms));
     let heard_final: Vec<HeardMember> = everyone.into_values().collect();
@@ -746,6 +798,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
                 record: recorded,
                 round_trip: round_trips,
                 reflexive,
+                hear_edge_ms,
             },
         )?;
     }
