@@ -18,19 +18,28 @@ use netjam_ensemble::discovery::Discovery;
 use netjam_ensemble::{Dest, Event, Member, MemberConfig};
 use netjam_osc::{Packet, TimeTag};
 
-/// The machine-wide monotonic clock, in nanoseconds.
+/// The machine-wide monotonic clock, in nanoseconds (on Unix: CLOCK_MONOTONIC, so two
+/// processes on one machine read the same time; elsewhere the process's own monotonic
+/// clock, which serves the ensemble as well since members only exchange differences).
+#[cfg(unix)]
 pub fn mono_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on the
-    // platforms netjam builds for, and clock_gettime writes only into `ts`.
+    // Unix platforms netjam builds for, and clock_gettime writes only into `ts`.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     if rc != 0 {
         return crate::clock::now_ns();
     }
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// See the Unix version.
+#[cfg(not(unix))]
+pub fn mono_ns() -> u64 {
+    crate::clock::now_ns()
 }
 
 /// A random member id (never 0).
