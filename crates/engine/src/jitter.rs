@@ -67,6 +67,8 @@ const REORDER_MEMORY_NS: u64 = 10_000_000_000;
 /// After this long without a packet the stream has paused or ended: what plays is
 /// silence, not concealment of a loss.
 const PAUSED_NS: u64 = 50_000_000;
+/// Time constant of [`JitterStats::added_latency_recent_ms`], ns.
+const RECENT_LATENCY_TAU_NS: f64 = 500_000_000.0;
 /// Slot value meaning "empty".
 const EMPTY: u64 = u64::MAX;
 /// The longest device period the buffer is sized for, in frames.
@@ -123,6 +125,10 @@ pub struct JitterStats {
     /// time plus the frame's place in the period): mean and max over packets, ms.
     pub added_latency_ms: f64,
     pub added_latency_max_ms: f64,
+    /// The same residence averaged over about the last second (an exponential mean with a
+    /// 0.5 s time constant), so a figure shown beside a current measurement is not diluted
+    /// by a start or a stall long past, ms.
+    pub added_latency_recent_ms: f64,
     /// Whether playout follows the sender's clock by resampling.
     pub drift_correction: bool,
     /// The sender's clock against ours and what the corrector does about it.
@@ -184,6 +190,11 @@ pub struct JitterBuffer {
     log: DiscontinuityLog,
     latency_sum_ms: f64,
     latency_n: u64,
+    /// Exponential mean of the residence and when it was last updated.
+    latency_recent_ms: f64,
+    latency_recent_at_ns: Option<u64>,
+    /// The residence of the packet whose first frame was played last, ms.
+    latency_last_ms: Option<f64>,
     /// Follows the sender's clock: always estimating, resampling when enabled.
     drift: DriftCorrector,
     drift_enabled: bool,
@@ -235,6 +246,9 @@ impl JitterBuffer {
             log: DiscontinuityLog::default(),
             latency_sum_ms: 0.0,
             latency_n: 0,
+            latency_recent_ms: 0.0,
+            latency_recent_at_ns: None,
+            latency_last_ms: None,
             drift: DriftCorrector::new(
                 rate.clamp(1, MAX_RATE),
                 max_channels,
@@ -309,6 +323,8 @@ impl JitterBuffer {
         self.log = DiscontinuityLog::default();
         self.latency_sum_ms = 0.0;
         self.latency_n = 0;
+        self.latency_recent_at_ns = None;
+        self.latency_last_ms = None;
         self.stats = JitterStats::default();
     }
 
@@ -354,6 +370,12 @@ impl JitterBuffer {
         self.delay.set_packet_rate(packets_per_second);
     }
 
+    /// How long the packet whose first frame was played last waited in the buffer, from
+    /// its arrival to that frame leaving (see [`JitterStats::added_latency_ms`]), ms.
+    pub fn last_residence_ms(&self) -> Option<f64> {
+        self.latency_last_ms
+    }
+
     /// A snapshot of the counters and gauges.
     pub fn stats(&self) -> JitterStats {
         let mut s = self.stats;
@@ -368,6 +390,11 @@ impl JitterBuffer {
         s.late_packets += d.late_packets;
         s.added_latency_ms = if self.latency_n > 0 {
             self.latency_sum_ms / self.latency_n as f64
+        } else {
+            0.0
+        };
+        s.added_latency_recent_ms = if self.latency_recent_at_ns.is_some() {
+            self.latency_recent_ms
         } else {
             0.0
         };
@@ -852,6 +879,16 @@ impl JitterBuffer {
                 let ms = out_ns.saturating_sub(self.slot_arrival[slot]) as f64 / 1e6;
                 self.latency_sum_ms += ms;
                 self.latency_n += 1;
+                self.latency_recent_ms = match self.latency_recent_at_ns {
+                    None => ms,
+                    Some(at) => {
+                        let dt = out_ns.saturating_sub(at) as f64;
+                        let w = (dt / RECENT_LATENCY_TAU_NS).min(1.0);
+                        self.latency_recent_ms + w * (ms - self.latency_recent_ms)
+                    }
+                };
+                self.latency_recent_at_ns = Some(out_ns);
+                self.latency_last_ms = Some(ms);
                 self.stats.added_latency_max_ms = self.stats.added_latency_max_ms.max(ms);
             }
         }
@@ -1054,6 +1091,40 @@ mod tests {
         let underrun_rate = st.underrun_periods as f64 / 7500.0;
         assert!(underrun_rate < 0.01, "{st:?}");
         assert!(st.target_ms > 1.5 && st.target_ms < 3.5, "{st:?}");
+    }
+
+    #[test]
+    fn recent_residence_follows_the_buffer_as_it_gives_latency_back() {
+        let jittery = LinkConfig {
+            delay_ns: 19_000_000,
+            jitter_ns: 8_000_000,
+            ..LinkConfig::ideal()
+        };
+        let mut s = sim(jittery, 3);
+        let t = run(&mut s, 0, 100_000, 1500, 100_000); // 2 s of heavy jitter
+        let deep = s.jb.stats();
+        s.link.set_config(LinkConfig {
+            delay_ns: 19_000_000,
+            ..LinkConfig::ideal()
+        });
+        run(&mut s, t, 100_000 + 1500 * F as u64, 15_000, 100_000); // 20 s clean
+        let st = s.jb.stats();
+        eprintln!(
+            "after the jitter: mean {:.2} ms, recent {:.2} ms (deep {:.2}), target {:.2} ms",
+            st.added_latency_ms, st.added_latency_recent_ms, deep.added_latency_recent_ms, st.target_ms
+        );
+        // The buffer came down; the whole-run mean still carries the jittery start, the
+        // recent figure is what a packet waits now: a period plus the target (plus where the
+        // arrivals fall between two callbacks, 0.1 ms here).
+        assert!(
+            deep.added_latency_recent_ms > st.added_latency_recent_ms + 2.0,
+            "{deep:?} {st:?}"
+        );
+        assert!(st.added_latency_ms > st.added_latency_recent_ms + 0.3, "{st:?}");
+        assert!(
+            (st.added_latency_recent_ms - (1.333 + st.target_ms)).abs() < 0.2,
+            "{st:?}"
+        );
     }
 
     #[test]

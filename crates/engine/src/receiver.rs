@@ -234,6 +234,11 @@ impl Receiver {
         self.jb.recent_discontinuities()
     }
 
+    /// How long the packet played last waited in the jitter buffer, ms.
+    pub fn last_residence_ms(&self) -> Option<f64> {
+        self.jb.last_residence_ms()
+    }
+
     pub fn stats(&self) -> ReceiverStats {
         let mut s = self.stats;
         s.jitter_buffer = self.jb.stats();

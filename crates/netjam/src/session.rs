@@ -506,6 +506,9 @@ pub struct JamStats {
     /// Bursts the round-trip meter found, and lost.
     pub round_trip_found: u64,
     pub round_trip_lost: u64,
+    /// How long the packet heard when the last round trip was measured had waited in the
+    /// jitter buffer, so the stages of that round trip can be set beside it, ms.
+    pub round_trip_buffer_ms: Option<f64>,
 }
 
 /// The audio-thread side of `netjam jam`: send what you play, hear what they play, on one
@@ -520,6 +523,8 @@ pub struct JamProcess {
     publisher: Publisher<JamStats>,
     meter: RoundTripMeter,
     measuring: bool,
+    /// The buffer's wait when the meter last found its burst.
+    buffer_at_round_trip_ms: Option<f64>,
     /// What is sent: the input plus, when measuring, the meter's burst.
     outgoing: Vec<f32>,
 }
@@ -553,6 +558,7 @@ impl JamProcess {
             publisher,
             meter,
             measuring: false,
+            buffer_at_round_trip_ms: None,
             outgoing,
         };
         (p, rx)
@@ -577,11 +583,21 @@ impl JamProcess {
 
     /// Both halves' statistics and the round trip.
     pub fn stats(&self) -> JamStats {
-        jam_stats(&self.sender, &self.receiver, &self.meter)
+        jam_stats(
+            &self.sender,
+            &self.receiver,
+            &self.meter,
+            self.buffer_at_round_trip_ms,
+        )
     }
 }
 
-fn jam_stats(sender: &Sender, receiver: &Receiver, meter: &RoundTripMeter) -> JamStats {
+fn jam_stats(
+    sender: &Sender,
+    receiver: &Receiver,
+    meter: &RoundTripMeter,
+    buffer_at_round_trip_ms: Option<f64>,
+) -> JamStats {
     let (found, lost) = meter.counts();
     let rate = sender.format().rate as f64;
     JamStats {
@@ -590,6 +606,7 @@ fn jam_stats(sender: &Sender, receiver: &Receiver, meter: &RoundTripMeter) -> Ja
         round_trip_ms: meter.last_rtt_frames().map(|f| f as f64 * 1000.0 / rate),
         round_trip_found: found,
         round_trip_lost: lost,
+        round_trip_buffer_ms: buffer_at_round_trip_ms,
     }
 }
 
@@ -620,7 +637,11 @@ impl Process for JamProcess {
         let heard_channels = self.receiver.output_format().map_or(1, |f| f.channels as usize);
         if self.measuring {
             // Before the gain: muting the other player must not blind the meter.
+            let found = self.meter.counts().0;
             self.meter.on_incoming(output, heard_channels);
+            if self.meter.counts().0 != found {
+                self.buffer_at_round_trip_ms = self.receiver.last_residence_ms();
+            }
         }
         let gain = f32::from_bits(self.gain.load(Ordering::Relaxed));
         if gain != 1.0 {
@@ -631,9 +652,10 @@ impl Process for JamProcess {
         }
         net.waker.unpark();
         let (sender, receiver, meter) = (&self.sender, &self.receiver, &self.meter);
+        let buffered = self.buffer_at_round_trip_ms;
         self.publisher
             .tick(output.len() / heard_channels.max(1), output, || {
-                jam_stats(sender, receiver, meter)
+                jam_stats(sender, receiver, meter, buffered)
             });
     }
 }

@@ -94,7 +94,9 @@ fn jam_against_reflect_hears_its_own_round_trip() {
         "no device with a paced source: {stages}"
     );
     // The stages add up to what was measured in band: the packet the sender waits for, the
-    // network both ways and the buffer's wait (arrival to playout, its period included).
+    // network both ways and the buffer's wait (arrival to playout, its period included) for
+    // the packet that brought the burst back, so a buffer that grew or shrank elsewhere in
+    // the run does not enter the sum.
     // The in-band meter sees capture and playout of one callback at the same media time, so
     // the sum may exceed it by up to the period the two share; never by more.
     let sum: f64 = ["packet_ms", "codec_ms", "network_ms", "jitter_buffer_ms"]

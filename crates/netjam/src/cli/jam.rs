@@ -216,7 +216,9 @@ struct Stages {
     /// The encoder's look-ahead (Opus), and the resamplers at the edges when the device
     /// runs at another rate than Opus's 48 kHz, ms.
     codec_ms: f64,
-    /// Mean time from a packet's arrival to its first frame played, ms.
+    /// Time from a packet's arrival to its first frame played: for the packet heard when
+    /// the in-band round trip was last measured (so the stages describe that round trip),
+    /// else the mean over about the last second, ms.
     jitter_buffer_ms: f64,
     /// The device's own buffering where netjam knows it (a period each way for JACK; the
     /// callbacks each way plus the capture-to-playback cushion for a sound card), ms.
@@ -495,7 +497,9 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         network_ms: stats.sent.rtt_ms,
         packet_ms,
         codec_ms: stats.sent.codec_delay_ms + hear_edge_ms,
-        jitter_buffer_ms: stats.heard.jitter_buffer.added_latency_ms,
+        jitter_buffer_ms: stats
+            .round_trip_buffer_ms
+            .unwrap_or(stats.heard.jitter_buffer.added_latency_recent_ms),
         device_ms: match (&jack, &device) {
             (Some(j), _) => Some(frames_ms(2.0 * f64::from(j.period))),
             (None, Some(d)) => Some(frames_ms(d.device_frames() as f64)),
