@@ -252,9 +252,24 @@ pub struct SendArgs {
     /// Local address to send from.
     #[arg(long)]
     pub bind: Option<SocketAddr>,
+    /// Write the sender's statistics and its clock thread's timing (every period that
+    /// started late, and where in the stream) as JSON to this file at the end.
+    #[arg(long, value_name = "FILE.json")]
+    pub stats_json: Option<PathBuf>,
+}
+
+/// What `netjam send --stats-json` writes.
+#[derive(Debug, serde::Serialize)]
+struct SendReport {
+    format: AudioFormat,
+    frames_per_packet: u32,
+    stats: netjam_engine::sender::SenderStats,
+    periods: PeriodStats,
+    threads: Vec<crate::rt::ThreadRt>,
 }
 
 pub fn run_send(a: SendArgs) -> anyhow::Result<()> {
+    check_outputs([(a.stats_json.as_deref(), "--stats-json")])?;
     let to = resolve(&a.to)?;
     let (mut source, default_codec) = a.source.open()?;
     // Opus runs at 48 kHz: a source at another rate passes an edge resampler first.
@@ -293,7 +308,8 @@ pub fn run_send(a: SendArgs) -> anyhow::Result<()> {
     let mut status = StatusLine::new();
     running.watch(&mut snaps, |s| status.show(&send_line(&s)));
     status.finish();
-    let process = running.stop_with_bye(|p, now| p.finish(now))?.process;
+    let stopped = running.stop_with_bye(|p, now| p.finish(now))?;
+    let (process, periods) = (stopped.process, stopped.periods);
     let s = process.sender.stats();
     eprintln!(
         "netjam: sent {} packets ({} frames){}",
@@ -302,8 +318,26 @@ pub fn run_send(a: SendArgs) -> anyhow::Result<()> {
         s.rtt_ms
             .map_or(String::new(), |r| format!(", last rtt {r:.1} ms"))
     );
+    if periods.missed_deadlines > 0 {
+        eprintln!(
+            "netjam: the sending thread started {} of {} periods late (worst {:.1} ms): those packets left late",
+            periods.missed_deadlines,
+            periods.periods,
+            periods.wake_late_max_us / 1e3
+        );
+    }
     if let Some(line) = crate::rt::report_line() {
         eprintln!("netjam: {line}");
+    }
+    if let Some(path) = &a.stats_json {
+        let report = SendReport {
+            format,
+            frames_per_packet: a.wire.frames,
+            stats: s,
+            periods,
+            threads: crate::rt::threads(),
+        };
+        write_json(path, &report)?;
     }
     Ok(())
 }

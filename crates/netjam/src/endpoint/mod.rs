@@ -131,6 +131,58 @@ pub struct PeriodStats {
     pub callback_histogram: [u64; HISTOGRAM_BUCKETS],
     /// Whether the audio thread ran under realtime scheduling.
     pub realtime: bool,
+    /// The last periods whose callback started more than a period late, oldest first, so
+    /// a glitch heard at a moment can be matched with the thread that missed it.
+    pub late_wakes: LateWakes,
+}
+
+/// One callback that started more than a period after its deadline.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct LateWake {
+    /// Which period (0 = the first), so `period × frames` is where in the stream it fell.
+    pub period: u64,
+    pub late_us: f64,
+}
+
+/// The last [`LATE_WAKES`] late callbacks, in a fixed array (no allocation on the audio
+/// thread); serialized oldest first.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LateWakes {
+    log: [LateWake; LATE_WAKES],
+    /// How many were recorded in all (the log keeps the last [`LATE_WAKES`]).
+    total: u64,
+}
+
+/// How many late callbacks [`LateWakes`] keeps.
+pub const LATE_WAKES: usize = 64;
+
+impl Default for LateWakes {
+    fn default() -> Self {
+        Self {
+            log: [LateWake::default(); LATE_WAKES],
+            total: 0,
+        }
+    }
+}
+
+impl LateWakes {
+    fn push(&mut self, w: LateWake) {
+        self.log[(self.total % LATE_WAKES as u64) as usize] = w;
+        self.total += 1;
+    }
+
+    /// The kept late callbacks, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &LateWake> {
+        let kept = self.total.min(LATE_WAKES as u64) as usize;
+        let first = (self.total as usize).wrapping_sub(kept);
+        (0..kept).map(move |i| &self.log[(first + i) % LATE_WAKES])
+    }
+}
+
+impl serde::Serialize for LateWakes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
 }
 
 /// Accumulates [`PeriodStats`] without allocating (for endpoints' callback threads).
@@ -151,6 +203,12 @@ impl PeriodTimer {
         s.periods += 1;
         if late_ns > period_ns || took_ns > period_ns {
             s.missed_deadlines += 1;
+        }
+        if late_ns > period_ns {
+            s.late_wakes.push(LateWake {
+                period: s.periods - 1,
+                late_us: late_ns as f64 / 1e3,
+            });
         }
         let (late, took) = (late_ns as f64 / 1e3, took_ns as f64 / 1e3);
         self.late_sum += late;
@@ -226,5 +284,30 @@ impl SampleFormat {
             SampleFormat::S24le => 3,
             SampleFormat::S32le | SampleFormat::F32le => 4,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn late_wakes_keep_the_last_ones_oldest_first() {
+        let mut t = PeriodTimer::default();
+        let period = 1_333_333;
+        for i in 0..200u64 {
+            // Every third period wakes two periods late; the others on time.
+            let late = if i % 3 == 0 { 2 * period } else { 1000 };
+            t.record(late, 10_000, period);
+        }
+        let s = t.stats();
+        assert_eq!(s.missed_deadlines, 67);
+        let kept: Vec<u64> = s.late_wakes.iter().map(|w| w.period).collect();
+        assert_eq!(kept.len(), LATE_WAKES);
+        assert_eq!(kept.first(), Some(&(3 * (67 - LATE_WAKES as u64))));
+        assert_eq!(kept.last(), Some(&198));
+        assert!(kept.windows(2).all(|w| w[1] == w[0] + 3));
+        let json = serde_json::to_value(s).expect("json");
+        assert_eq!(json["late_wakes"][0]["late_us"], 2.0 * period as f64 / 1e3);
     }
 }
