@@ -5,11 +5,12 @@
 //!
 //! Figures (p50/p99/max error, time to converge) are printed; run with `--nocapture`.
 
-use netjam_engine::link::{JitterDist, LinkConfig, LinkModel, LinkSchedule, LossModel};
+mod common;
+
+use common::{MS, S};
+use netjam_engine::link::{JitterDist, LinkConfig, LinkModel, LinkSchedule};
 use netjam_ensemble::clock::{ClockClient, ClockConfig, ClockServer, ProbeReply, ProbeRequest};
 
-const MS: u64 = 1_000_000;
-const S: u64 = 1_000 * MS;
 /// Reference time at virtual time 0.
 const REF0: u64 = 10 * S;
 /// Member local time at virtual time 0: 3.7 s behind the reference.
@@ -181,18 +182,9 @@ fn run(sc: &Scenario, config: &ClockConfig) -> Outcome {
     out
 }
 
+/// Seattle to Vermont, 19 ms one way, with `jitter_ns` of normal jitter and `loss`.
 fn path(jitter_ns: u64, loss: f64) -> LinkConfig {
-    LinkConfig {
-        delay_ns: 19 * MS,
-        jitter_ns,
-        jitter_dist: JitterDist::Normal,
-        loss: if loss > 0.0 {
-            LossModel::Bernoulli { p: loss }
-        } else {
-            LossModel::None
-        },
-        ..LinkConfig::ideal()
-    }
+    common::path(19 * MS, jitter_ns, loss, 0.0)
 }
 
 /// Checks every scenario shares: one step (the lock), monotonic (asserted in `run`),

@@ -6,15 +6,15 @@
 //! ensemble clock can line their times up. Figures are printed; run with `--nocapture`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use netjam_engine::link::{JitterDist, LinkConfig, LinkModel, LossModel};
+use common::{MS, S};
+use netjam_engine::link::{LinkConfig, LinkModel};
 use netjam_ensemble::{Dest, Event, Member, MemberConfig};
 use netjam_osc::{Arg, Message};
-
-const MS: u64 = 1_000_000;
-const S: u64 = 1_000 * MS;
 
 struct Node {
     member: Member,
@@ -194,18 +194,7 @@ impl Sim {
 }
 
 fn lossy_link(delay_ms: u64, jitter_ms: f64, loss: f64, reorder: f64) -> LinkConfig {
-    LinkConfig {
-        delay_ns: delay_ms * MS,
-        jitter_ns: (jitter_ms * MS as f64) as u64,
-        jitter_dist: JitterDist::Normal,
-        loss: if loss > 0.0 {
-            LossModel::Bernoulli { p: loss }
-        } else {
-            LossModel::None
-        },
-        reorder,
-        ..LinkConfig::default()
-    }
+    common::path(delay_ms * MS, (jitter_ms * MS as f64) as u64, loss, reorder)
 }
 
 #[test]

@@ -435,7 +435,7 @@ pub struct RoomWires<S> {
     /// Sends one datagram to an address on the stream's socket.
     pub send: S,
     /// The send thread's route table ([`crate::session::NetIo::route`]).
-    pub route: Arc<Mutex<RouteTable>>,
+    pub route: Arc<crate::session::SendRoute>,
     /// Whether to punch direct paths to other members (`jam --via-server` says no).
     pub direct: bool,
 }
@@ -632,9 +632,7 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                 let t = paths.route_table();
                 if t != table {
                     table = t;
-                    if let Ok(mut r) = route.lock() {
-                        *r = t;
-                    }
+                    route.set_table(t);
                 }
                 if changed || now.saturating_sub(refreshed) >= PATHS_REFRESH.as_nanos() as u64 {
                     refreshed = now;
@@ -657,9 +655,7 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                 }
             }
             // Media goes only to the server from here on (and stops soon).
-            if let Ok(mut r) = route.lock() {
-                *r = RouteTable::default();
-            }
+            route.set_table(RouteTable::default());
             client.leave(clock::now_ns());
             while let Some(n) = client.poll_transmit(&mut buf) {
                 send(&buf[..n], server);

@@ -17,10 +17,23 @@
 //! thread, which feeds the engine and plays. Packets the engine produces go to the send
 //! thread, which the audio thread wakes with `unpark` (a futex wake that never blocks) so
 //! nothing waits for a poll interval. Statistics come back as snapshots through a ring.
+//!
+//! Where the send thread sends each packet ([`SendRoute`]: the peer, fixed or learned by
+//! the receive thread, and a room's direct paths, set by the room client's control thread)
+//! is read per packet without a lock. With a `Mutex` there, a control thread at ordinary
+//! priority preempted while it held the lock would hold back every packet behind it, a
+//! priority inversion on the media path. Readers `load` an [`arc_swap::ArcSwap`] instead:
+//! lock-free (wait-free in the common case), and allocation-free once the thread's first
+//! load has set up its slots; writers store a fresh `Arc`, so they allocate, and only when
+//! the value changes, and they free what they replaced once no reader holds it, so the
+//! send thread never frees either. The send path must never lock, block, allocate or free
+//! per packet (`tests/no_alloc_send.rs` counts it).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+
+use arc_swap::{ArcSwap, ArcSwapOption};
 use std::thread::{self, JoinHandle, Thread};
 use std::time::Duration;
 
@@ -50,6 +63,105 @@ pub enum Peer {
     Learned,
 }
 
+/// Where the send thread sends each packet: to the peer (unless the room's route table
+/// says not to) and straight to every direct address in the table. Shared by the send
+/// thread, which reads it per packet without locking or allocating, the receive thread,
+/// which learns the peer (with [`Peer::Learned`]), and a room client's control thread,
+/// which sets the table. See the module docs for why it is not a `Mutex`.
+pub struct SendRoute {
+    peer: ArcSwapOption<SocketAddr>,
+    table: ArcSwap<RouteTable>,
+    /// Replaced values a reader still held when they were replaced, kept until none does:
+    /// the writer frees them, never the send thread (a free can take the allocator's lock).
+    /// Only writers touch these.
+    retired_peers: Mutex<Vec<Arc<SocketAddr>>>,
+    retired_tables: Mutex<Vec<Arc<RouteTable>>>,
+}
+
+/// Keeps `old`, just replaced, until no reader holds it, and frees the retired values no
+/// reader holds any more, here on the writer's thread. Once the swap has returned every
+/// reader holding `old` holds a counted reference, so a count of one is the writer's alone.
+fn retire<T>(retired: &Mutex<Vec<Arc<T>>>, old: Arc<T>) {
+    let Ok(mut retired) = retired.lock() else {
+        return;
+    };
+    retired.retain(|a| Arc::strong_count(a) > 1);
+    if Arc::strong_count(&old) > 1 {
+        retired.push(old);
+    }
+}
+
+impl std::fmt::Debug for SendRoute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendRoute")
+            .field("peer", &self.peer())
+            .field("table", &self.table())
+            .finish()
+    }
+}
+
+impl SendRoute {
+    /// To `peer` (none yet: nothing goes to a peer until one is learned), no direct paths.
+    pub fn new(peer: Option<SocketAddr>) -> Self {
+        Self {
+            peer: ArcSwapOption::new(peer.map(Arc::new)),
+            table: ArcSwap::from_pointee(RouteTable::default()),
+            retired_peers: Mutex::new(Vec::new()),
+            retired_tables: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Where packets to the peer go now. Lock-free; allocation-free after this thread's
+    /// first load.
+    pub fn peer(&self) -> Option<SocketAddr> {
+        self.peer.load().as_deref().copied()
+    }
+
+    /// The peer is now `from` (the source of an RTP packet): the receive thread, for
+    /// every packet. Lock-free and allocation-free while the address stays; allocates,
+    /// and takes a lock only writers of the peer take, when it changes.
+    pub fn learn_peer(&self, from: SocketAddr) {
+        if self.peer() != Some(from) {
+            if let Some(old) = self.peer.swap(Some(Arc::new(from))) {
+                retire(&self.retired_peers, old);
+            }
+        }
+    }
+
+    /// The route table in force. Lock-free; allocation-free after this thread's first load.
+    pub fn table(&self) -> RouteTable {
+        **self.table.load()
+    }
+
+    /// Send by `table` from now on: a control thread. Allocates, and takes a lock only
+    /// writers of the table take, when the table changes.
+    pub fn set_table(&self, table: RouteTable) {
+        if self.table() != table {
+            let old = self.table.swap(Arc::new(table));
+            retire(&self.retired_tables, old);
+        }
+    }
+
+    /// Send `packet` on `socket` where the route says: the send thread's whole per-packet
+    /// work. Never locks, blocks (the socket is a UDP socket), allocates or frees, once
+    /// this thread has loaded the route once. Errors are logged at debug level and the
+    /// packet goes on to the other addresses.
+    pub fn send(&self, socket: &UdpTransport, packet: &[u8]) {
+        // Copies, so no guard is held across the system calls.
+        let (to, table) = (self.peer(), self.table());
+        if let (Some(to), true) = (to, table.to_server) {
+            if let Err(e) = socket.send_to(packet, to) {
+                tracing::debug!("send to {to}: {e}");
+            }
+        }
+        for to in table.direct() {
+            if let Err(e) = socket.send_to(packet, to) {
+                tracing::debug!("send to {to}: {e}");
+            }
+        }
+    }
+}
+
 /// The audio thread's ends of the rings, and how to wake the send thread.
 #[derive(Debug)]
 pub struct AudioLink {
@@ -69,8 +181,8 @@ pub struct NetIo {
     /// The socket, for a control thread that sends on it too.
     pub socket: Arc<UdpTransport>,
     /// Where each outgoing packet goes besides (or instead of) the peer: a room client's
-    /// control thread sets it from its direct paths; by default only to the peer.
-    pub route: Arc<Mutex<RouteTable>>,
+    /// control thread sets its table from its direct paths; by default only to the peer.
+    pub route: Arc<SendRoute>,
     pub local: SocketAddr,
     threads: Vec<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
@@ -98,13 +210,12 @@ impl NetIo {
         let socket = Arc::new(socket);
         let socket_out = socket.clone();
         let stop = Arc::new(AtomicBool::new(false));
-        let learned: Arc<Mutex<Option<SocketAddr>>> = Arc::new(Mutex::new(match peer {
+        let route = Arc::new(SendRoute::new(match peer {
             Peer::Fixed(a) => Some(a),
             Peer::Learned => None,
         }));
         let (to_audio, from_net) = packet_ring(RING_BYTES);
         let (to_net, mut from_audio) = packet_ring(RING_BYTES);
-        let route = Arc::new(Mutex::new(RouteTable::default()));
         let rx_overflow = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let control_dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let control_from = match peer {
@@ -113,10 +224,10 @@ impl NetIo {
         };
 
         let rx = {
-            let (socket, stop, learned, overflow, control_dropped) = (
+            let (socket, stop, route, overflow, control_dropped) = (
                 socket.clone(),
                 stop.clone(),
-                learned.clone(),
+                route.clone(),
                 rx_overflow.clone(),
                 control_dropped.clone(),
             );
@@ -124,6 +235,9 @@ impl NetIo {
             thread::Builder::new().name("netjam-rx".into()).spawn(move || {
                 crate::rt::promote_current_thread(crate::rt::NETWORK_PRIORITY);
                 let mut buf = vec![0u8; MAX_DATAGRAM];
+                // This thread's first load sets up its lock-free read slots: now, not on
+                // the first packet.
+                let _ = route.peer();
                 while !stop.load(Ordering::Relaxed) {
                     match socket.recv(&mut buf) {
                         Ok(Some(r)) => {
@@ -155,9 +269,7 @@ impl NetIo {
                                 }
                             }
                             if matches!(peer, Peer::Learned) && classify(&buf[..r.len]) == PacketKind::Rtp {
-                                if let Ok(mut l) = learned.lock() {
-                                    *l = Some(r.from);
-                                }
+                                route.learn_peer(r.from);
                             }
                             // The playout clock cares when the audio thread can have the
                             // packet, so this thread's own wake-up delay counts as delay
@@ -182,6 +294,9 @@ impl NetIo {
             thread::Builder::new().name("netjam-tx".into()).spawn(move || {
                 crate::rt::promote_current_thread(crate::rt::NETWORK_PRIORITY);
                 let mut buf = vec![0u8; MAX_DATAGRAM];
+                // This thread's first load sets up its lock-free read slots: now, not on
+                // the first packet.
+                let _ = route.table();
                 loop {
                     let mut sent_any = false;
                     while let Some((_, len)) = from_audio.pop(&mut buf) {
@@ -189,18 +304,7 @@ impl NetIo {
                         if len == 0 {
                             continue;
                         }
-                        let to = learned.lock().ok().and_then(|l| *l);
-                        let table = route.lock().map(|t| *t).unwrap_or_default();
-                        if let (Some(to), true) = (to, table.to_server) {
-                            if let Err(e) = socket.send_to(&buf[..len], to) {
-                                tracing::debug!("send to {to}: {e}");
-                            }
-                        }
-                        for to in table.direct() {
-                            if let Err(e) = socket.send_to(&buf[..len], to) {
-                                tracing::debug!("send to {to}: {e}");
-                            }
-                        }
+                        route.send(&socket, &buf[..len]);
                     }
                     if stop.load(Ordering::Relaxed) && !sent_any {
                         break;

@@ -7,27 +7,12 @@ mod common;
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
-use common::Proc;
-
 const INTERVAL: Duration = Duration::from_millis(5);
 const PACKETS: u32 = 500;
 const STALL_MS: f64 = 300.0;
 /// How much sooner than the stall's end the last packet before it may be released late on a
 /// loaded machine (which shortens the gap the receiver sees).
 const SLIP_MS: f64 = 60.0;
-
-/// The first line from `p` that contains `what`, within `timeout`.
-fn line_with(p: &Proc, what: &str, timeout: Duration) -> String {
-    let deadline = Instant::now() + timeout;
-    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-        match p.line_within(left) {
-            Some(l) if l.contains(what) => return l,
-            Some(_) => {}
-            None => break,
-        }
-    }
-    panic!("impair said nothing with {what:?} within {timeout:?}");
-}
 
 #[test]
 fn a_scheduled_stall_holds_datagrams_and_releases_them_together_in_order() {
@@ -38,7 +23,7 @@ fn a_scheduled_stall_holds_datagrams_and_releases_them_together_in_order() {
         sink.local_addr().expect("addr"),
         &["--event", "1s:stall=300ms", "--duration", "8"],
     );
-    line_with(&impair, "scripted link events", Duration::from_secs(5));
+    impair.line_with("scripted link events", Duration::from_secs(5));
     let listed = impair.next_line(Duration::from_secs(5));
     assert!(
         listed.contains("1s:stall=300ms") && listed.contains("1.000 s to 1.300 s"),
@@ -69,8 +54,8 @@ fn a_scheduled_stall_holds_datagrams_and_releases_them_together_in_order() {
         }
         sender.send_to(&seq.to_be_bytes(), emulator).expect("send");
     }
-    let begins = line_with(&impair, "event begins", Duration::from_secs(5));
-    let ends = line_with(&impair, "event ends", Duration::from_secs(5));
+    let begins = impair.line_with("event begins", Duration::from_secs(5));
+    let ends = impair.line_with("event ends", Duration::from_secs(5));
     let got = receiver.join().expect("receiver");
     let (status, said) = impair.finish(Duration::from_secs(15));
     assert!(status.success(), "impair failed: {said:?}");

@@ -141,15 +141,7 @@ impl Servers {
 
     /// Interrupts the rooms server and returns its report.
     fn stop(mut self) -> serde_json::Value {
-        assert!(
-            self.room.running(),
-            "the server died: {:?}",
-            self.room.drain_lines()
-        );
-        self.room.interrupt();
-        let (status, said) = self.room.finish(STEP);
-        assert!(status.success(), "the server failed: {said:?}");
-        read_json(&self.json)
+        self.room.stop_server(&self.json, STEP)
     }
 }
 

@@ -9,15 +9,17 @@
 //! Counted with a per-thread counting allocator on the thread that runs the callback, as
 //! the audio thread would.
 
-use std::net::UdpSocket;
+use std::net::{SocketAddr, UdpSocket};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 
 use netjam::endpoint::Process;
 use netjam::opus::{decoders, OpusEncoder, OpusSettings};
+use netjam::record::{RecordSummary, RecordTap, RecordWriter};
 use netjam::resample::EdgeProcess;
-use netjam::session::{NetIo, Peer, RoomCommand, RoomConfig, RoomProcess, RoomStats};
+use netjam::session::{NetIo, Peer, RoomCommand, RoomConfig, RoomProcess, RoomStats, Snapshot};
 use netjam::transport::UdpTransport;
 use netjam_engine::sender::{Sender, SenderConfig};
 use netjam_engine::synth::{Synth, SynthKind};
@@ -43,25 +45,39 @@ fn sender(channels: u16, seed: u64) -> Sender {
     .expect("sender")
 }
 
-#[test]
-fn room_callback_with_four_members_does_not_allocate() {
-    let before = alloc_count::allocations();
-    drop(std::hint::black_box(Box::new(1u64)));
-    assert_eq!(
-        alloc_count::allocations(),
-        before + 1,
-        "the counter counts this thread"
-    );
+/// A room client on loopback as `jam --server` runs one: its network threads on a socket
+/// the members send to (`addr`), sending to a socket nobody reads (the server's place).
+struct LoopbackRoom {
+    io: NetIo,
+    addr: SocketAddr,
+    _server: UdpSocket,
+}
 
-    let loopback = "127.0.0.1:0".parse().expect("addr");
-    // Where the client sends (the room server's place): nobody reads it.
-    let sink = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    let socket = UdpTransport::bind(loopback).expect("bind");
-    let room_addr = socket.local_addr().expect("addr");
-    let (io, link) = NetIo::start(socket, Peer::Fixed(sink.local_addr().expect("addr"))).expect("io");
-    let (mut room, mut snapshots, mut commands) =
-        RoomProcess::new(sender(2, 1), link, RoomConfig::new(MEMBERS as usize, 2));
-    let take = std::env::temp_dir().join(format!("netjam-no-alloc-record-{}", std::process::id()));
+type RoomEnds = (
+    LoopbackRoom,
+    RoomProcess,
+    rtrb::Consumer<Snapshot<RoomStats>>,
+    rtrb::Producer<RoomCommand>,
+);
+
+fn room_on_loopback(sender: Sender, config: RoomConfig) -> RoomEnds {
+    let server = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let socket = UdpTransport::bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+    let addr = socket.local_addr().expect("addr");
+    let (io, link) = NetIo::start(socket, Peer::Fixed(server.local_addr().expect("addr"))).expect("io");
+    let (room, snapshots, commands) = RoomProcess::new(sender, link, config);
+    let room_io = LoopbackRoom {
+        io,
+        addr,
+        _server: server,
+    };
+    (room_io, room, snapshots, commands)
+}
+
+/// `--record` at 48 kHz, stereo mix and input, into a fresh temporary folder named by
+/// `tag`: the folder, the audio thread's tap and the writer.
+fn start_recording(tag: &str) -> (PathBuf, RecordTap, RecordWriter) {
+    let take = std::env::temp_dir().join(format!("netjam-no-alloc-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&take);
     let (tap, writer) = netjam::record::start(netjam::record::RecordConfig {
         dir: take.clone(),
@@ -71,10 +87,104 @@ fn room_callback_with_four_members_does_not_allocate() {
         names: Box::new(|id| Some(format!("player {id}"))),
     })
     .expect("recording");
+    (take, tap, writer)
+}
+
+/// The members play to `to` on their own thread, a period at a time on its real schedule
+/// with their RTCP, until `stop`; `after_period(k)` runs after period k.
+fn play_members(
+    mut players: Vec<(Sender, Synth)>,
+    to: SocketAddr,
+    stop: Arc<AtomicBool>,
+    mut after_period: impl FnMut(u64) + Send + 'static,
+) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        let out = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let period = frames_to_ns(PERIOD as u64, 48_000);
+        let start = netjam::clock::now_ns();
+        let mut cap = vec![0.0f32; PERIOD * 2];
+        let mut rtcp = [0u8; 1500];
+        let mut k = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            k += 1;
+            netjam::clock::sleep_until_ns(start + k * period);
+            let now = netjam::clock::now_ns();
+            for (s, synth) in &mut players {
+                let n = PERIOD * s.format().channels as usize;
+                synth.fill(&mut cap[..n]);
+                s.push_frames(now, &cap[..n], |p| {
+                    let _ = out.send_to(p, to);
+                });
+                if let Some(len) = s.poll_rtcp(now, &mut rtcp) {
+                    let _ = out.send_to(&rtcp[..len], to);
+                }
+            }
+            after_period(k);
+        }
+    })
+}
+
+/// The audio thread: `periods` periods of PERIOD frames of stereo music at `rate` through
+/// `process(k, deadline, input, output)` on their real schedule; the allocations this
+/// thread made from period `from` on.
+fn periods_on_time(
+    rate: u32,
+    periods: u64,
+    from: u64,
+    mut process: impl FnMut(u64, u64, &[f32], &mut [f32]),
+) -> u64 {
+    let mut input = vec![0.0f32; PERIOD * 2];
+    let mut output = vec![0.0f32; PERIOD * 2];
+    let mut own = Synth::new(SynthKind::Music { bpm: 100.0 }, rate, 2, 3);
+    let period = frames_to_ns(PERIOD as u64, rate);
+    let start = netjam::clock::now_ns();
+    let mut measured = 0;
+    for k in 0..periods {
+        if k == from {
+            measured = alloc_count::allocations();
+            alloc_count::prove_counting();
+            measured += 1;
+        }
+        let deadline = start + (k + 1) * period;
+        netjam::clock::sleep_until_ns(deadline);
+        own.fill(&mut input);
+        process(k, deadline, &input, &mut output);
+    }
+    alloc_count::allocations() - measured
+}
+
+/// After the members stopped: the room's last snapshot and final figures, and what the
+/// recording wrote (its folder removed).
+fn finish(
+    mut room: RoomProcess,
+    mut snapshots: rtrb::Consumer<Snapshot<RoomStats>>,
+    room_io: LoopbackRoom,
+    (take, writer): (PathBuf, RecordWriter),
+) -> (RoomStats, RoomStats, RecordSummary, RoomProcess) {
+    let last: RoomStats = std::iter::from_fn(|| snapshots.pop().ok())
+        .last()
+        .expect("room snapshots")
+        .stats;
+    let stats = room.take_stats();
+    drop(room.take_recorder());
+    let recorded = writer.finish().expect("recording");
+    room_io.io.shutdown();
+    let _ = std::fs::remove_dir_all(&take);
+    (last, stats, recorded, room)
+}
+
+#[test]
+fn room_callback_with_four_members_does_not_allocate() {
+    // The counter counts this thread.
+    alloc_count::prove_counting();
+
+    let (room_io, mut room, snapshots, mut commands) =
+        room_on_loopback(sender(2, 1), RoomConfig::new(MEMBERS as usize, 2));
+    let (take, tap, writer) = start_recording("record");
     room.set_recorder(tap);
     room.set_member_ports(PER_SEAT);
     // Members 1..=4 (mono and stereo), and a stranger (seed 9) who holds no slot.
-    let mut players: Vec<(Sender, Synth)> = (1..=MEMBERS as u64 + 1)
+    let players: Vec<(Sender, Synth)> = (1..=MEMBERS as u64 + 1)
         .map(|i| {
             let ch = if i % 2 == 0 { 2 } else { 1 };
             let seed = if i > MEMBERS as u64 { 9 } else { 10 + i };
@@ -103,97 +213,50 @@ fn room_callback_with_four_members_does_not_allocate() {
     // The members play on their own thread, which also turns the mix's knobs (as the OSC
     // thread would).
     let stop = Arc::new(AtomicBool::new(false));
-    let members_thread = {
-        let stop = stop.clone();
-        thread::spawn(move || {
-            let out = UdpSocket::bind("127.0.0.1:0").expect("bind");
-            let period = frames_to_ns(PERIOD as u64, 48_000);
-            let start = netjam::clock::now_ns();
-            let mut cap = vec![0.0f32; PERIOD * 2];
-            let mut rtcp = [0u8; 1500];
-            let mut k = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                k += 1;
-                netjam::clock::sleep_until_ns(start + k * period);
-                let now = netjam::clock::now_ns();
-                for (s, synth) in &mut players {
-                    let n = PERIOD * s.format().channels as usize;
-                    synth.fill(&mut cap[..n]);
-                    s.push_frames(now, &cap[..n], |p| {
-                        let _ = out.send_to(p, room_addr);
-                    });
-                    if let Some(len) = s.poll_rtcp(now, &mut rtcp) {
-                        let _ = out.send_to(&rtcp[..len], room_addr);
-                    }
-                }
-                if k % 100 == 0 {
-                    let member = (k / 100 % MEMBERS as u64) as u32 + 1;
-                    let step = (k / 100) as f32;
-                    let _ = commands.push(RoomCommand::Gain {
-                        member,
-                        db: -(step % 12.0),
-                    });
-                    let _ = commands.push(RoomCommand::Pan {
-                        member,
-                        pan: (step % 5.0) / 2.0 - 1.0,
-                    });
-                    let _ = commands.push(RoomCommand::Mute {
-                        member,
-                        mute: k % 300 == 0,
-                    });
-                    let _ = commands.push(RoomCommand::MonitorGain { db: -(step % 6.0) });
-                    // Pause the recording for a while now and then (silence in its files).
-                    let _ = commands.push(RoomCommand::Record { on: k % 500 != 0 });
-                    let _ = commands.push(RoomCommand::Seat {
-                        member: MEMBERS,
-                        seat: if k % 200 == 0 { MOVED_TO } else { SEATS[3] },
-                    });
-                }
-            }
-        })
-    };
+    let members_thread = play_members(players, room_io.addr, stop.clone(), move |k| {
+        if k % 100 == 0 {
+            let member = (k / 100 % MEMBERS as u64) as u32 + 1;
+            let step = (k / 100) as f32;
+            let _ = commands.push(RoomCommand::Gain {
+                member,
+                db: -(step % 12.0),
+            });
+            let _ = commands.push(RoomCommand::Pan {
+                member,
+                pan: (step % 5.0) / 2.0 - 1.0,
+            });
+            let _ = commands.push(RoomCommand::Mute {
+                member,
+                mute: k % 300 == 0,
+            });
+            let _ = commands.push(RoomCommand::MonitorGain { db: -(step % 6.0) });
+            // Pause the recording for a while now and then (silence in its files).
+            let _ = commands.push(RoomCommand::Record { on: k % 500 != 0 });
+            let _ = commands.push(RoomCommand::Seat {
+                member: MEMBERS,
+                seat: if k % 200 == 0 { MOVED_TO } else { SEATS[3] },
+            });
+        }
+    });
 
     // The audio thread: 64 stereo frames a period on their real schedule; 5 s, counted
     // from 1 s on (every member's stream has started, RTCP goes both ways).
-    let mut input = vec![0.0f32; PERIOD * 2];
-    let mut output = vec![0.0f32; PERIOD * 2];
     let seats = netjam::session::MAX_ROOM_MEMBERS;
     let mut ports = vec![0.0f32; seats * PER_SEAT * PERIOD];
     let mut port_energy = vec![0.0f64; seats * PER_SEAT];
-    let mut own = Synth::new(SynthKind::Music { bpm: 100.0 }, 48_000, 2, 3);
-    let period = frames_to_ns(PERIOD as u64, 48_000);
     let (periods, from) = (3750u64, 750u64);
-    let start = netjam::clock::now_ns();
-    let mut measured = 0;
-    for k in 0..periods {
-        if k == from {
-            measured = alloc_count::allocations();
-            alloc_count::prove_counting();
-            measured += 1;
-        }
-        let deadline = start + (k + 1) * period;
-        netjam::clock::sleep_until_ns(deadline);
-        own.fill(&mut input);
-        room.process(deadline, &input, &mut output);
+    let during = periods_on_time(48_000, periods, from, |k, deadline, input, output| {
+        room.process(deadline, input, output);
         room.extra_outputs(PERIOD, &mut ports);
         if k >= from {
             for (e, port) in port_energy.iter_mut().zip(ports.chunks_exact(PERIOD)) {
                 *e += port.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>();
             }
         }
-    }
-    let during = alloc_count::allocations() - measured;
+    });
     stop.store(true, Ordering::Relaxed);
     members_thread.join().expect("members thread");
-    let last: RoomStats = std::iter::from_fn(|| snapshots.pop().ok())
-        .last()
-        .expect("room snapshots")
-        .stats;
-    let stats = room.take_stats();
-    drop(room.take_recorder());
-    let recorded = writer.finish().expect("recording");
-    io.shutdown();
-    let _ = std::fs::remove_dir_all(&take);
+    let (last, stats, recorded, room) = finish(room, snapshots, room_io, (take, writer));
     println!(
         "recorded {} frames into {} files; {} periods dropped, {} frames padded",
         recorded.frames,
@@ -296,26 +359,13 @@ fn opus_sender(channels: u16, seed: u64) -> Sender {
 fn room_callback_with_opus_on_a_44_1_khz_device_does_not_allocate() {
     const DEVICE_RATE: u32 = 44_100;
     const OPUS_MEMBERS: u32 = 2;
-    let loopback = "127.0.0.1:0".parse().expect("addr");
-    let sink = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    let socket = UdpTransport::bind(loopback).expect("bind");
-    let room_addr = socket.local_addr().expect("addr");
-    let (io, link) = NetIo::start(socket, Peer::Fixed(sink.local_addr().expect("addr"))).expect("io");
     let mut config = RoomConfig::new(OPUS_MEMBERS as usize, 2);
     config.receiver.decoders = decoders();
-    let (mut room, mut snapshots, mut commands) = RoomProcess::new(opus_sender(2, 1), link, config);
-    let take = std::env::temp_dir().join(format!("netjam-no-alloc-record-opus-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&take);
-    let (tap, writer) = netjam::record::start(netjam::record::RecordConfig {
-        dir: take.clone(),
-        rate: 48_000,
-        mix_channels: 2,
-        you_channels: 2,
-        names: Box::new(|id| Some(format!("player {id}"))),
-    })
-    .expect("recording");
+    let (room_io, mut room, snapshots, mut commands) = room_on_loopback(opus_sender(2, 1), config);
+    let room_addr = room_io.addr;
+    let (take, tap, writer) = start_recording("record-opus");
     room.set_recorder(tap);
-    let mut players: Vec<(Sender, Synth)> = (1..=OPUS_MEMBERS as u64)
+    let players: Vec<(Sender, Synth)> = (1..=OPUS_MEMBERS as u64)
         .map(|i| {
             let ch = if i % 2 == 0 { 2 } else { 1 };
             (
@@ -339,71 +389,23 @@ fn room_callback_with_opus_on_a_44_1_khz_device_does_not_allocate() {
     let mut room = EdgeProcess::new(room, DEVICE_RATE, PERIOD, 2, 2).expect("edges");
 
     let stop = Arc::new(AtomicBool::new(false));
-    let members_thread = {
-        let stop = stop.clone();
-        thread::spawn(move || {
-            let out = UdpSocket::bind("127.0.0.1:0").expect("bind");
-            let period = frames_to_ns(PERIOD as u64, 48_000);
-            let start = netjam::clock::now_ns();
-            let mut cap = vec![0.0f32; PERIOD * 2];
-            let mut rtcp = [0u8; 1500];
-            let mut k = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                k += 1;
-                netjam::clock::sleep_until_ns(start + k * period);
-                let now = netjam::clock::now_ns();
-                for (s, synth) in &mut players {
-                    let n = PERIOD * s.format().channels as usize;
-                    synth.fill(&mut cap[..n]);
-                    s.push_frames(now, &cap[..n], |p| {
-                        let _ = out.send_to(p, room_addr);
-                    });
-                    if let Some(len) = s.poll_rtcp(now, &mut rtcp) {
-                        let _ = out.send_to(&rtcp[..len], room_addr);
-                    }
-                }
-            }
-        })
-    };
+    let members_thread = play_members(players, room_addr, stop.clone(), |_| {});
 
     // The audio thread: 64 stereo frames a period at 44.1 kHz on their real schedule; 4 s,
     // counted from 1 s on (both members' decoders exist by then).
-    let mut input = vec![0.0f32; PERIOD * 2];
-    let mut output = vec![0.0f32; PERIOD * 2];
-    let mut own = Synth::new(SynthKind::Music { bpm: 100.0 }, DEVICE_RATE, 2, 3);
-    let period = frames_to_ns(PERIOD as u64, DEVICE_RATE);
     let periods = 4 * u64::from(DEVICE_RATE) / PERIOD as u64;
     let from = periods / 4;
-    let start = netjam::clock::now_ns();
-    let (mut measured, mut energy) = (0, 0.0f64);
-    for k in 0..periods {
-        if k == from {
-            measured = alloc_count::allocations();
-            alloc_count::prove_counting();
-            measured += 1;
-        }
-        let deadline = start + (k + 1) * period;
-        netjam::clock::sleep_until_ns(deadline);
-        own.fill(&mut input);
-        room.process(deadline, &input, &mut output);
+    let mut energy = 0.0f64;
+    let during = periods_on_time(DEVICE_RATE, periods, from, |k, deadline, input, output| {
+        room.process(deadline, input, output);
         if k >= from {
             energy += output.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>();
         }
-    }
-    let during = alloc_count::allocations() - measured;
+    });
     stop.store(true, Ordering::Relaxed);
     members_thread.join().expect("members thread");
     let underruns = room.underruns();
-    let mut room = room.into_inner();
-    let last: RoomStats = std::iter::from_fn(|| snapshots.pop().ok())
-        .last()
-        .expect("room snapshots")
-        .stats;
-    let stats = room.take_stats();
-    drop(room.take_recorder());
-    let recorded = writer.finish().expect("recording");
-    io.shutdown();
-    let _ = std::fs::remove_dir_all(&take);
+    let (last, stats, recorded, _) = finish(room.into_inner(), snapshots, room_io, (take, writer));
     let rms = (energy / ((periods - from) as f64 * PERIOD as f64 * 2.0)).sqrt();
     println!(
         "Opus room on a 44.1 kHz device: output rms {rms:.3}; recorded {} frames at 48 kHz for {periods} periods of {PERIOD} at 44.1 kHz",

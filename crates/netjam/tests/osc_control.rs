@@ -10,23 +10,15 @@ use std::net::{SocketAddr, UdpSocket};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{address_in, free_udp_port, require, Proc, BIN};
+use common::{
+    address_in, free_udp_port, oscdump_lines, python_json_lines, require, require_python_osc, Proc, BIN,
+};
 use netjam::control::{
     command_ring, CommandRx, ControlCommand, ControlHandle, ControlServer, ControlState, Surface,
 };
 use netjam_osc::{encode_message, Arg, Message};
 
 const WAIT: Duration = Duration::from_secs(10);
-
-fn require_python_osc() {
-    let ok = Command::new("python3")
-        .args(["-c", "import pythonosc.udp_client, pythonosc.osc_message"])
-        .output();
-    assert!(
-        ok.is_ok_and(|o| o.status.success()),
-        "python3 with the pythonosc module (python-osc) is not installed: run scripts/deps"
-    );
-}
 
 fn room_server(ring: usize) -> (ControlHandle, CommandRx) {
     let (tx, rx) = command_ring(ring);
@@ -142,23 +134,10 @@ for _ in range(3):
 
 #[test]
 fn python_osc_sets_a_member_gain_and_queries_meta_and_value() {
-    require_python_osc();
+    require_python_osc("pythonosc.udp_client, pythonosc.osc_message");
     let (server, mut rx) = room_server(16);
     let port = server.local_addr().port().to_string();
-    let out = Command::new("python3")
-        .args(["-c", PY_CLIENT, &port])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python-osc client: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let replies: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let replies = python_json_lines(PY_CLIENT, &port);
     // The metadata, in python-osc's decoding.
     assert_eq!(replies[0][0], "/_meta");
     assert_eq!(replies[0][1][0], "/member2/gain");
@@ -220,15 +199,7 @@ fn liblo_sets_through_oscsend_and_reads_our_replies_in_oscdump() {
     let stats = client.query("/member1/stats");
     client.send("/_meta", &[Arg::Str("/member1/gain")]);
     let meta = client.reply_bytes().expect("metadata reply");
-    let port = free_udp_port();
-    let dump = Proc::spawn(
-        Command::new("oscdump")
-            .args(["-L", &port.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null()),
-        "oscdump",
-    );
-    let lines = oscdump_lines(dump, port, &[&value, &stats, &meta]);
+    let lines = oscdump_lines(free_udp_port(), &[&value, &stats, &meta], WAIT);
     assert!(lines[0].ends_with("/member1/gain f -3.500000"), "{}", lines[0]);
     assert!(
         lines[1].ends_with("/member1/stats Niif Nil 0 0 0.000000"),
@@ -241,44 +212,6 @@ fn liblo_sets_through_oscsend_and_reads_our_replies_in_oscdump() {
         lines[2]
     );
     assert!(lines[2].contains("\"unit\":\"dB\""), "{}", lines[2]);
-}
-
-/// Sends each packet to oscdump on `port` and returns the lines it prints for them. The
-/// first is sent until oscdump prints (it gives no sign of being ready).
-fn oscdump_lines(dump: Proc, port: u16, packets: &[&[u8]]) -> Vec<String> {
-    let mut dump = dump;
-    let stdout = dump.child.stdout.take().unwrap();
-    let (tx, lines) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for l in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let to = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut got = Vec::new();
-    let deadline = Instant::now() + WAIT;
-    while got.is_empty() {
-        assert!(Instant::now() < deadline, "oscdump printed nothing");
-        socket.send_to(packets[0], to).unwrap();
-        if let Ok(l) = lines.recv_timeout(Duration::from_millis(250)) {
-            got.push(l);
-        }
-    }
-    // Only one copy of the first packet is wanted; later copies are skipped below.
-    for p in &packets[1..] {
-        socket.send_to(p, to).unwrap();
-        loop {
-            let l = lines.recv_timeout(WAIT).expect("oscdump line");
-            if l != got[0] {
-                got.push(l);
-                break;
-            }
-        }
-    }
-    drop(dump);
-    got
 }
 
 /// The field `key` of the JSON in a `/stats` reply.

@@ -213,15 +213,7 @@ impl RoomServer {
     /// Interrupts it (as Ctrl-C would) and returns its report; it must still have been
     /// running and must exit cleanly.
     fn stop(mut self) -> serde_json::Value {
-        assert!(
-            self.proc.running(),
-            "the server died: {:?}",
-            self.proc.drain_lines()
-        );
-        self.proc.interrupt();
-        let (status, said) = self.proc.finish(STEP);
-        assert!(status.success(), "the server failed: {said:?}");
-        read_json(&self.json)
+        self.proc.stop_server(&self.json, STEP)
     }
 }
 

@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::signal::{goertzel, read_channel0};
-use common::{address_in, free_udp_port, read_json, require, tmp, Proc, BIN};
+use common::{address_in, read_json, require, require_python_osc, room_server, tmp, Proc, BIN};
 use netjam_osc::{encode_message, Arg, Packet};
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -39,19 +39,6 @@ fn player(server: SocketAddr, name: &str, hz: &str, seconds: &str, extra: &[&str
             .args(extra),
         "jam --server",
     )
-}
-
-/// Waits for a line of `p` containing `needle`; returns it.
-fn line_with(p: &Proc, needle: &str, within: Duration) -> String {
-    let deadline = Instant::now() + within;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match p.line_within(left) {
-            Some(l) if l.contains(needle) => return l,
-            Some(_) => {}
-            None => panic!("no line with {needle:?} within {within:?}"),
-        }
-    }
 }
 
 /// The seats `/roster` names: (seat, name).
@@ -110,29 +97,16 @@ fn tone_db(path: &std::path::Path, hz: f64, seconds: f64) -> f64 {
 #[test]
 fn each_player_sets_their_own_mix_over_osc() {
     require("oscsend", "liblo-tools");
-    let python_osc = Command::new("python3")
-        .args(["-c", "import pythonosc.udp_client"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        python_osc,
-        "python3 with the pythonosc module (python-osc) is not installed: run scripts/deps"
-    );
+    require_python_osc("pythonosc.udp_client");
 
-    let port = free_udp_port();
-    let server_addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let server = Proc::spawn_lines(
-        Command::new(BIN).args(["server", "--listen", &server_addr.to_string(), "--duration", "40"]),
-        "netjam server",
-    );
-    line_with(&server, "serving rooms", WAIT);
+    let (server, server_addr) = room_server("40", WAIT);
 
     let mut bo = player(server_addr, "bo", "330", "10", &[]);
-    line_with(&bo, "in room", WAIT);
+    bo.line_with("in room", WAIT);
     let mut cy = player(server_addr, "cy", "440", "10", &[]);
-    line_with(&cy, "in room", WAIT);
+    cy.line_with("in room", WAIT);
     let mut ana = player(server_addr, "ana", "220", "7", &["--osc", "0"]);
-    let osc = address_in(&line_with(&ana, "OSC control on", WAIT));
+    let osc = address_in(&ana.line_with("OSC control on", WAIT));
 
     // Ana's seats, once the roster has both others.
     let deadline = Instant::now() + WAIT;

@@ -8,25 +8,12 @@ mod common;
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::jackd::Jackd;
-use common::{free_udp_port, read_json, tmp, Proc, BIN};
+use common::{read_json, room_server, tmp, Proc, BIN};
 
 const WAIT: Duration = Duration::from_secs(15);
-
-/// Waits for a line of `p` containing `needle`; returns it.
-fn line_with(p: &Proc, needle: &str, within: Duration) -> String {
-    let deadline = Instant::now() + within;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match p.line_within(left) {
-            Some(l) if l.contains(needle) => return l,
-            Some(_) => {}
-            None => panic!("no line with {needle:?} within {within:?}"),
-        }
-    }
-}
 
 fn player(jack: &Jackd, server: SocketAddr, name: &str, extra: &[&str]) -> Proc {
     Proc::spawn_lines(
@@ -52,16 +39,10 @@ fn player(jack: &Jackd, server: SocketAddr, name: &str, extra: &[&str]) -> Proc 
 #[test]
 fn a_player_monitoring_through_sends_the_burst_back_through_the_room() {
     let jack = Jackd::start("netjam-test-roomrt", 64);
-    let port = free_udp_port();
-    let server_addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let server = Proc::spawn_lines(
-        Command::new(BIN).args(["server", "--listen", &server_addr.to_string(), "--duration", "40"]),
-        "netjam server",
-    );
-    line_with(&server, "serving rooms", WAIT);
+    let (server, server_addr) = room_server("40", WAIT);
 
     let bo = player(&jack, server_addr, "bo", &["--duration", "30"]);
-    line_with(&bo, "in room", WAIT);
+    bo.line_with("in room", WAIT);
     jack.wait_for_port("bo:send_1", "bo");
     jack.wait_for_port("bo:receive_1", "bo");
     jack.connect("bo:receive_1", "bo:send_1");

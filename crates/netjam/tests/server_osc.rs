@@ -11,23 +11,12 @@ use std::net::{SocketAddr, UdpSocket};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{address_in, free_udp_port, require, tmp, Proc, BIN};
+use common::{
+    address_in, free_udp_port, oscdump_lines, python_json_lines, require, require_python_osc, tmp, Proc, BIN,
+};
 use netjam_osc::{encode_message, Message};
 
 const WAIT: Duration = Duration::from_secs(15);
-
-/// Waits for a line of `p` containing `needle`; returns it.
-fn line_with(p: &Proc, needle: &str, within: Duration) -> String {
-    let deadline = Instant::now() + within;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match p.line_within(left) {
-            Some(l) if l.contains(needle) => return l,
-            Some(_) => {}
-            None => panic!("no line with {needle:?} within {within:?}"),
-        }
-    }
-}
 
 fn player(server: SocketAddr, name: &str, hz: &str) -> Proc {
     Proc::spawn_lines(
@@ -96,60 +85,10 @@ ask("/delay")
 ask("/_meta", "/delay")
 "#;
 
-/// Sends each packet to oscdump on `port` and returns the lines it prints for them. The
-/// first is sent until oscdump prints (it gives no sign of being ready).
-fn oscdump_lines(port: u16, packets: &[Vec<u8>]) -> Vec<String> {
-    let mut dump = Proc::spawn(
-        Command::new("oscdump")
-            .args(["-L", &port.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null()),
-        "oscdump",
-    );
-    let stdout = dump.child.stdout.take().unwrap();
-    let (tx, lines) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for l in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let to = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut got = Vec::new();
-    let deadline = Instant::now() + WAIT;
-    while got.is_empty() {
-        assert!(Instant::now() < deadline, "oscdump printed nothing");
-        socket.send_to(&packets[0], to).unwrap();
-        if let Ok(l) = lines.recv_timeout(Duration::from_millis(250)) {
-            got.push(l);
-        }
-    }
-    // Only one copy of the first packet is wanted; later copies are skipped below.
-    for p in &packets[1..] {
-        socket.send_to(p, to).unwrap();
-        loop {
-            let l = lines.recv_timeout(WAIT).expect("oscdump line");
-            if l != got[0] {
-                got.push(l);
-                break;
-            }
-        }
-    }
-    got
-}
-
 #[test]
 fn python_osc_and_liblo_read_a_servers_members_and_stats() {
     require("oscdump", "liblo-tools");
-    let python_osc = Command::new("python3")
-        .args(["-c", "import pythonosc.udp_client, pythonosc.osc_message"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        python_osc,
-        "python3 with the pythonosc module (python-osc) is not installed: run scripts/deps"
-    );
+    require_python_osc("pythonosc.udp_client, pythonosc.osc_message");
 
     let port = free_udp_port();
     let server_addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
@@ -159,13 +98,13 @@ fn python_osc_and_liblo_read_a_servers_members_and_stats() {
             .args(["--osc", "0", "--duration", "60"]),
         "netjam server",
     );
-    let osc = address_in(&line_with(&server, "OSC queries on", WAIT));
+    let osc = address_in(&server.line_with("OSC queries on", WAIT));
     assert!(osc.ip().is_loopback(), "OSC listens on {osc} by default");
 
     let ana = player(server_addr, "ana", "220");
-    line_with(&ana, "in room", WAIT);
+    ana.line_with("in room", WAIT);
     let bo = player(server_addr, "bo", "330");
-    line_with(&bo, "in room", WAIT);
+    bo.line_with("in room", WAIT);
 
     // Both seated and both forwarded (the report is refreshed four times a second).
     let deadline = Instant::now() + WAIT;
@@ -195,20 +134,7 @@ fn python_osc_and_liblo_read_a_servers_members_and_stats() {
     };
 
     // python-osc's view.
-    let out = Command::new("python3")
-        .args(["-c", PY_CLIENT, &osc.port().to_string()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python-osc client: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let said: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let said = python_json_lines(PY_CLIENT, &osc.port().to_string());
     let of = |address: &str| -> Vec<&serde_json::Value> {
         said.iter().filter(|r| r[0] == address).map(|r| &r[1]).collect()
     };
@@ -245,7 +171,8 @@ fn python_osc_and_liblo_read_a_servers_members_and_stats() {
     let stats = replies(osc, "/stats", "/stats");
     let mut packets = members;
     packets.extend(stats);
-    let lines = oscdump_lines(free_udp_port(), &packets);
+    let packets: Vec<&[u8]> = packets.iter().map(Vec::as_slice).collect();
+    let lines = oscdump_lines(free_udp_port(), &packets, WAIT);
     assert_eq!(lines.len(), 4, "{lines:#?}");
     for l in &lines[..2] {
         assert!(l.contains("/members ssishhhh \"band\" "), "{l}");

@@ -168,6 +168,19 @@ impl Default for RouteTable {
 }
 
 impl RouteTable {
+    /// A table naming `direct` (the first [`MAX_DIRECT`] of them), and the server too if
+    /// `to_server`: for a shell or a test that steers a send thread by hand.
+    pub fn new(to_server: bool, direct: &[SocketAddr]) -> Self {
+        let mut t = Self {
+            to_server,
+            direct: [None; MAX_DIRECT],
+        };
+        for (slot, a) in t.direct.iter_mut().zip(direct) {
+            *slot = Some(*a);
+        }
+        t
+    }
+
     /// The members' direct addresses media goes to.
     pub fn direct(&self) -> impl Iterator<Item = SocketAddr> + '_ {
         self.direct.iter().flatten().copied()

@@ -416,26 +416,7 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     process.measure_round_trip(a.measure_roundtrip);
     // The device's own rate: its frames, periods and the --duration limit count in it.
     let device_rate = device_spec.map_or(format.rate, |s| s.rate);
-    let process = match device_spec {
-        Some(spec) if spec.rate != format.rate => {
-            let p = EdgeProcess::new(
-                process,
-                spec.rate,
-                spec.period as usize,
-                spec.input_channels.into(),
-                spec.output_channels.into(),
-            )?;
-            let (capture, play) = p.delay_ns();
-            eprintln!(
-                "netjam: resampling the device's {} Hz to and from Opus's 48000 Hz adds {:.2} ms sending and {:.2} ms hearing (counted in the codec delay)",
-                spec.rate,
-                capture as f64 / 1e6,
-                play as f64 / 1e6
-            );
-            p
-        }
-        _ => EdgeProcess::passthrough(process),
-    };
+    let process = device_edges(process, device_spec, format.rate, "(counted in the codec delay)")?;
     let hear_edge_ms = process.delay_ns().1 as f64 / 1e6;
     let sink = heard_sink(&a, format)?;
     let limit = a.duration.map(|d| (d * device_rate as f64) as u64);
@@ -624,6 +605,36 @@ fn open_audio(a: &mut JamArgs) -> anyhow::Result<Audio> {
 /// the device at 48 kHz; the room refuses them otherwise, see `jam_room`).
 fn opus_edges(a: &JamArgs, rate: u32) -> bool {
     a.wire.codec == Some(Codec::Opus) && rate != OPUS_RATE
+}
+
+/// The jam's process as the device runs it: wrapped in edge resamplers when the device's
+/// rate is not the stream's (Opus at 48 kHz on a device at another rate, see `opus_edges`),
+/// saying on stderr what they add, `counted` telling where that delay is counted; passed
+/// straight through otherwise. Peer mode and rooms alike.
+pub(crate) fn device_edges<P>(
+    process: P,
+    device_spec: Option<crate::endpoint::StreamSpec>,
+    stream_rate: u32,
+    counted: &str,
+) -> anyhow::Result<EdgeProcess<P>> {
+    let Some(spec) = device_spec.filter(|s| s.rate != stream_rate) else {
+        return Ok(EdgeProcess::passthrough(process));
+    };
+    let p = EdgeProcess::new(
+        process,
+        spec.rate,
+        spec.period as usize,
+        spec.input_channels.into(),
+        spec.output_channels.into(),
+    )?;
+    let (capture, play) = p.delay_ns();
+    eprintln!(
+        "netjam: resampling the device's {} Hz to and from Opus's {stream_rate} Hz adds {:.2} ms sending and {:.2} ms hearing {counted}",
+        spec.rate,
+        capture as f64 / 1e6,
+        play as f64 / 1e6
+    );
+    Ok(p)
 }
 
 /// What you hear: your own format, on as many channels as the device plays (an --outputs

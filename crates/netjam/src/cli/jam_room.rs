@@ -17,7 +17,9 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use netjam_engine::receiver::ReceiverConfig;
 
-use super::jam::{bind, device_status, heard_format, heard_sink, open_endpoint, Audio, JamArgs, Opened};
+use super::jam::{
+    bind, device_edges, device_status, heard_format, heard_sink, open_endpoint, Audio, JamArgs, Opened,
+};
 use super::stream::{packets_text, write_json};
 use crate::control::{
     command_ring, ControlCommand, ControlHandle, ControlServer, ControlState, MemberStats as OscMemberStats,
@@ -28,7 +30,6 @@ use crate::lifecycle::{any_for, cname, fresh_seed, Running};
 use crate::member_ports::{self, MemberPorts};
 use crate::record::{self, RecordConfig, RecordSummary};
 use crate::reflexive::{Mapping, Reflexive, ReflexiveQuery};
-use crate::resample::EdgeProcess;
 use crate::room_client::{self, CommandSource, JoinRequest, RoomWires, Roster, CONTROL_QUEUE, SEATS};
 use crate::series::BoundedSeries;
 use crate::server::DEFAULT_PORT;
@@ -560,32 +561,11 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             Some(ports)
         }
     };
-    let process = match device_spec {
-        Some(spec) if spec.rate != format.rate => {
-            let p = EdgeProcess::new(
-                process,
-                spec.rate,
-                spec.period as usize,
-                spec.input_channels.into(),
-                spec.output_channels.into(),
-            )?;
-            let (capture, play) = p.delay_ns();
-            eprintln!(
-                "netjam: resampling the device's {} Hz to and from Opus's {} Hz adds {:.2} ms sending and {:.2} ms hearing (counted in the latency to each member){}",
-                spec.rate,
-                format.rate,
-                capture as f64 / 1e6,
-                play as f64 / 1e6,
-                if a.record.is_some() {
-                    format!("; the recording is at {} Hz", format.rate)
-                } else {
-                    String::new()
-                }
-            );
-            p
-        }
-        _ => EdgeProcess::passthrough(process),
-    };
+    let mut counted = String::from("(counted in the latency to each member)");
+    if a.record.is_some() {
+        counted += &format!("; the recording is at {} Hz", format.rate);
+    }
+    let process = device_edges(process, device_spec, format.rate, &counted)?;
     let hear_edge_ms = process.delay_ns().1 as f64 / 1e6;
     let sink = heard_sink(&a, heard)?;
     // The endpoint counts the device's frames.

@@ -118,6 +118,30 @@ impl Proc {
             .args(["-INT", &self.child.id().to_string()])
             .status();
     }
+
+    /// The first line it prints that contains `needle`, waiting at most `within` in all
+    /// (started with [`Proc::spawn_lines`]).
+    pub fn line_with(&self, needle: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.line_within(left) {
+                Some(l) if l.contains(needle) => return l,
+                Some(_) => {}
+                None => break,
+            }
+        }
+        panic!("{} printed no line with {needle:?} within {within:?}", self.what);
+    }
+
+    /// Interrupts a server (as Ctrl-C would) and returns the report it wrote to `json`; it
+    /// must still have been running and must exit cleanly within `timeout`.
+    pub fn stop_server(&mut self, json: &Path, timeout: Duration) -> serde_json::Value {
+        assert!(self.running(), "the server died: {:?}", self.drain_lines());
+        self.interrupt();
+        let (status, said) = self.finish(timeout);
+        assert!(status.success(), "the server failed: {said:?}");
+        read_json(json)
+    }
 }
 
 impl Drop for Proc {
@@ -199,6 +223,92 @@ pub fn tmp(tag: &str, name: &str) -> PathBuf {
 pub fn read_json(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// `netjam server` on a free loopback port for at most `duration_s` seconds, once it says
+/// it is serving rooms (within `timeout`): the process and its address.
+pub fn room_server(duration_s: &str, timeout: Duration) -> (Proc, SocketAddr) {
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_udp_port()));
+    let server = Proc::spawn_lines(
+        Command::new(BIN).args(["server", "--listen", &addr.to_string(), "--duration", duration_s]),
+        "netjam server",
+    );
+    server.line_with("serving rooms", timeout);
+    (server, addr)
+}
+
+/// Runs the python `script` with the argument `arg`, which must succeed, and parses each
+/// line it prints as JSON.
+pub fn python_json_lines(script: &str, arg: &str) -> Vec<serde_json::Value> {
+    let out = Command::new("python3")
+        .args(["-c", script, arg])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "python-osc client: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// Panics unless python3 can import `modules` from python-osc (e.g.
+/// `"pythonosc.udp_client, pythonosc.osc_message"`); scripts/deps installs it.
+pub fn require_python_osc(modules: &str) {
+    let ok = Command::new("python3")
+        .args(["-c", &format!("import {modules}")])
+        .output();
+    assert!(
+        ok.is_ok_and(|o| o.status.success()),
+        "python3 with the pythonosc module (python-osc) is not installed: run scripts/deps"
+    );
+}
+
+/// Starts liblo's `oscdump` on `port`, sends it each packet and returns the lines it prints
+/// for them, waiting at most `timeout` for each. The first is sent until oscdump prints (it
+/// gives no sign of being ready).
+pub fn oscdump_lines(port: u16, packets: &[&[u8]], timeout: Duration) -> Vec<String> {
+    let mut dump = Proc::spawn(
+        Command::new("oscdump")
+            .args(["-L", &port.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+        "oscdump",
+    );
+    let stdout = dump.child.stdout.take().expect("stdout");
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let to = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut got = Vec::new();
+    let deadline = Instant::now() + timeout;
+    while got.is_empty() {
+        assert!(Instant::now() < deadline, "oscdump printed nothing");
+        socket.send_to(packets[0], to).expect("send");
+        if let Ok(l) = lines.recv_timeout(Duration::from_millis(250)) {
+            got.push(l);
+        }
+    }
+    // Only one copy of the first packet is wanted; later copies are skipped below.
+    for p in &packets[1..] {
+        socket.send_to(p, to).expect("send");
+        loop {
+            let l = lines.recv_timeout(timeout).expect("oscdump line");
+            if l != got[0] {
+                got.push(l);
+                break;
+            }
+        }
+    }
+    drop(dump);
+    got
 }
 
 /// Panics unless `tool` is on the PATH; scripts/deps installs it with Debian's `package`.
