@@ -19,6 +19,9 @@
 //!   relayed and the music goes on; a direct path cut mid-stream (a drop rule between the
 //!   two routers) comes back through the server with a bounded loss.
 //!
+//! * retries: two players behind cone routers whose direct way is blocked when they join
+//!   stay relayed; once it opens, their next attempt finds the direct path.
+//!
 //! Printed for the benchmarks: the time from `jam` start to first audio heard
 //! through each kind of router (direct and relayed), the success matrix of the router
 //! kinds, and the outage a changed mapping or a cut direct path costs.
@@ -870,5 +873,66 @@ fn a_direct_path_cut_mid_stream_comes_back_through_the_server() {
             "heard only {after_s:.2} s of the 1.5 s after the cut"
         );
         assert!(path.starts_with("via server"), "{path}");
+    }
+}
+
+#[test]
+fn a_pair_blocked_when_joining_goes_direct_once_the_way_opens() {
+    let _one = one_lab();
+    let Some(lab) = lab_or_skip(&[RouterKind::Cone, RouterKind::Cone]) else {
+        return;
+    };
+    let retry = netjam_engine::nat::direct::DirectConfig::default();
+    let dir = tmp_dir("nat-direct-retry");
+    let servers = Servers::start(&lab, &dir);
+    // The way between the two homes is closed (the server stays reachable).
+    lab.cut(&lab.homes[0], &lab.homes[1]).expect("cut");
+    let tones = [("ana", 950.0), ("bo", 1550.0)];
+    let mut players = Vec::new();
+    for (i, (name, hz)) in tones.iter().enumerate() {
+        let input = dir.join(format!("{name}.wav"));
+        write_tone(&input, *hz, AMP, 20.0);
+        let mut p = Player::start(&lab, &lab.homes[i].ns, name, &input, &dir, 15.0, false);
+        p.wait_seated();
+        players.push(p);
+    }
+    for (i, other) in [(0, "bo"), (1, "ana")] {
+        let (_, direct) = players[i].path_to(other);
+        assert!(
+            !direct,
+            "{}: direct through a closed way: {:#?}",
+            players[i].name, players[i].said
+        );
+    }
+    let opened = Instant::now();
+    lab.uncut(&lab.homes[0]).expect("uncut");
+    // The next attempt comes at most the first wait after the first one gave up.
+    let bound = Duration::from_nanos(retry.retry_after_ns + retry.punch_for_ns) + Duration::from_secs(3);
+    for (i, other) in [(0, "bo"), (1, "ana")] {
+        let (at, _) = players[i].wait_stamped("a direct path after the way opened", |l| {
+            l.starts_with(&format!("netjam: direct path to {other} at"))
+        });
+        let after = at.saturating_duration_since(opened);
+        eprintln!(
+            "retry: {} went direct to {other} {:.1} s after the way between the routers opened (retries after {:.0} s)",
+            players[i].name,
+            after.as_secs_f64(),
+            retry.retry_after_ns as f64 / 1e9
+        );
+        assert!(after <= bound, "direct only after {after:?}");
+    }
+    let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
+    let _server = servers.stop();
+    for (me, other) in [(0, 1), (1, 0)] {
+        let s = heard_s(&players[me], tones[other].1);
+        assert!(
+            s >= 12.0,
+            "{} heard {} for only {s:.2} s of 14",
+            players[me].name,
+            tones[other].0
+        );
+        let entry = heard_entries(&reports[me], tones[other].0);
+        let path = entry.first().and_then(|e| e["path"].as_str()).unwrap_or_default();
+        assert!(path.starts_with("direct RTT "), "{path}");
     }
 }

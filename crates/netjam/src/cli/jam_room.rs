@@ -105,6 +105,11 @@ fn path_text(p: Option<&PathInfo>, rtcp_rtt_ms: Option<f64>) -> String {
                 ms(p.relay_rtt_ms.or(rtcp_rtt_ms))
             )
         }
+        Some(p) if p.slower => format!(
+            "via server RTT {} ms (direct {} ms, slower)",
+            ms(p.relay_rtt_ms.or(rtcp_rtt_ms)),
+            ms(p.direct_rtt_ms)
+        ),
         Some(p) => format!("via server RTT {} ms", ms(p.relay_rtt_ms.or(rtcp_rtt_ms))),
         None => format!("via server RTT {} ms", ms(rtcp_rtt_ms)),
     }
@@ -636,6 +641,11 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
                 PathState::Direct => Some(format!(
                     "netjam: direct path to {who} at {}: RTT {} ms, through the server {} ms",
                     p.addr.map_or("-".into(), |a| a.to_string()),
+                    p.direct_rtt_ms.map_or("-".into(), |x| format!("{x:.2}")),
+                    p.relay_rtt_ms.map_or("-".into(), |x| format!("{x:.2}")),
+                )),
+                PathState::Relayed if was == Some(PathState::Direct) && p.slower => Some(format!(
+                    "netjam: the direct path to {who} became slower (RTT {} ms, through the server {} ms): through the server again",
                     p.direct_rtt_ms.map_or("-".into(), |x| format!("{x:.2}")),
                     p.relay_rtt_ms.map_or("-".into(), |x| format!("{x:.2}")),
                 )),

@@ -322,6 +322,11 @@ impl NatLab {
         )
     }
 
+    /// Undoes [`NatLab::cut`] on `a`'s router: the way between the homes is open again.
+    pub fn uncut(&self, a: &Home) -> Result<(), String> {
+        in_ns(&a.router, "nft", &["delete", "table", "inet", "cut"]).map(drop)
+    }
+
     /// Packets the firewall router of `home` dropped as unsolicited.
     pub fn firewall_drops(&self, home: &Home) -> Option<u64> {
         let rules = in_ns(&home.router, "nft", &["list", "table", "inet", "fw"]).ok()?;
