@@ -40,6 +40,10 @@
 //! before the path is taken out of the table, so a shell that sends what
 //! [`DirectPaths::poll_transmit`] gives before it reads the table tells the server first.
 //!
+//! Candidates are where the server sees the member and the host addresses it declared; a
+//! declared address with an unspecified IP (`0.0.0.0:PORT`) stands for that port at the
+//! address the server sees it at — a port its router forwards to it on request (UPnP).
+//!
 //! Calling loop: [`DirectPaths::set_peer`] / [`DirectPaths::remove_peer`] /
 //! [`DirectPaths::routed`] / [`DirectPaths::set_server_rtt`] from the room client's
 //! events; [`DirectPaths::handle_probe`] for every `/netjam/probe` datagram from anyone;
@@ -398,10 +402,18 @@ impl DirectPaths {
             return;
         }
         let mut cands = [None; MAX_CANDIDATES];
-        for (c, a) in cands
-            .iter_mut()
-            .zip(core::iter::once(e.observed).chain(e.hosts).flatten())
-        {
+        // A declared host with an unspecified IP is a port the member's router forwards
+        // to it (UPnP): at the address the server sees the member at.
+        let at_observed = |h: SocketAddr| match (h.ip().is_unspecified(), e.observed) {
+            (false, _) => Some(h),
+            (true, Some(o)) => Some(SocketAddr::new(o.ip(), h.port())),
+            (true, None) => None,
+        };
+        for (c, a) in cands.iter_mut().zip(
+            core::iter::once(e.observed)
+                .flatten()
+                .chain(e.hosts.into_iter().flatten().filter_map(at_observed)),
+        ) {
             *c = Some(a);
         }
         let idx = match self.peers.iter().position(|p| p.member_id == e.member_id) {
@@ -917,6 +929,40 @@ mod tests {
         assert_eq!(c.path(2).map(|p| p.state), Some(PathState::Punching));
         assert!(c.stats().rejected > 0 && d.stats().rejected > 0);
     }
+    #[test]
+    fn a_forwarded_port_declared_without_an_address_is_probed_where_the_server_sees_the_member() {
+        let mut a = DirectPaths::new(DirectConfig::default(), 1);
+        let mut e = entry(2, "2.2.2.2:2", 7);
+        e.hosts[0] = "0.0.0.0:777".parse().ok();
+        e.hosts[1] = "10.0.0.5:5".parse().ok();
+        a.set_peer(0, &e);
+        let mut buf = [0u8; 256];
+        let mut to = Vec::new();
+        while let Some((t, _)) = a.poll_transmit(0, &mut buf) {
+            to.push(t);
+        }
+        for want in ["2.2.2.2:2", "2.2.2.2:777", "10.0.0.5:5"] {
+            assert!(
+                to.contains(&Target::Addr(want.parse().unwrap())),
+                "{want}: {to:?}"
+            );
+        }
+        assert!(!to
+            .iter()
+            .any(|t| matches!(t, Target::Addr(x) if x.ip().is_unspecified())));
+        // Without an address from the server there is nothing to fill in.
+        let mut b = DirectPaths::new(DirectConfig::default(), 1);
+        e.observed = None;
+        b.set_peer(0, &e);
+        let mut probed = Vec::new();
+        while let Some((t, _)) = b.poll_transmit(0, &mut buf) {
+            if t != Target::Server {
+                probed.push(t);
+            }
+        }
+        assert_eq!(probed, [Target::Addr("10.0.0.5:5".parse().unwrap())]);
+    }
+
     const MS: u64 = 1_000_000;
     const S: u64 = 1_000_000_000;
 
