@@ -16,6 +16,7 @@ pub mod link_emulator;
 pub mod loopback;
 pub mod member_ports;
 pub mod opus;
+pub mod port_map;
 pub mod probe;
 pub mod record;
 pub mod reflexive;

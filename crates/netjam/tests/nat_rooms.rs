@@ -19,6 +19,13 @@
 //!   relayed and the music goes on; a direct path cut mid-stream (a drop rule between the
 //!   two routers) comes back through the server with a bounded loss.
 //!
+//! * retries: two players behind cone routers whose direct way is blocked when they join
+//!   stay relayed; once it opens, their next attempt finds the direct path.
+//!
+//! * router help: two players behind port-randomising routers that run miniupnpd (UPnP-IGD)
+//!   go direct with `--upnp` through the ports their routers forward (without it such a
+//!   pair stays relayed, see the success matrix).
+//!
 //! Printed for the benchmarks: the time from `jam` start to first audio heard
 //! through each kind of router (direct and relayed), the success matrix of the router
 //! kinds, and the outage a changed mapping or a cut direct path costs.
@@ -162,6 +169,20 @@ struct Player {
 
 impl Player {
     fn start(lab: &NatLab, ns: &str, name: &str, input: &Path, dir: &Path, seconds: f64, stun: bool) -> Self {
+        Self::start_with(lab, ns, name, input, dir, seconds, stun, &[])
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn start_with(
+        lab: &NatLab,
+        ns: &str,
+        name: &str,
+        input: &Path,
+        dir: &Path,
+        seconds: f64,
+        stun: bool,
+        extra: &[&str],
+    ) -> Self {
         let output = dir.join(format!("{name}.heard.wav"));
         let json = dir.join(format!("{name}.json"));
         let mut cmd = lab.command(ns, BIN);
@@ -173,6 +194,7 @@ impl Player {
             .arg("--stats-json")
             .arg(&json)
             .env("NETJAM_NO_REALTIME", "1")
+            .args(extra)
             .stdout(Stdio::null());
         if stun {
             cmd.args(["--stun", &format!("{}:{STUN_PORT}", lab.stun_ip)]);
@@ -862,5 +884,170 @@ fn a_direct_path_cut_mid_stream_comes_back_through_the_server() {
             "heard only {after_s:.2} s of the 1.5 s after the cut"
         );
         assert!(path.starts_with("via server"), "{path}");
+    }
+}
+
+#[test]
+fn a_pair_blocked_when_joining_goes_direct_once_the_way_opens() {
+    let _one = one_lab();
+    let Some(lab) = lab_or_skip(&[RouterKind::Cone, RouterKind::Cone]) else {
+        return;
+    };
+    let retry = netjam_engine::nat::direct::DirectConfig::default();
+    let dir = tmp_dir("nat-direct-retry");
+    let servers = Servers::start(&lab, &dir);
+    // The way between the two homes is closed (the server stays reachable).
+    lab.cut(&lab.homes[0], &lab.homes[1]).expect("cut");
+    let tones = [("ana", 950.0), ("bo", 1550.0)];
+    let mut players = Vec::new();
+    for (i, (name, hz)) in tones.iter().enumerate() {
+        let input = dir.join(format!("{name}.wav"));
+        write_tone(&input, *hz, AMP, 20.0);
+        let mut p = Player::start(&lab, &lab.homes[i].ns, name, &input, &dir, 15.0, false);
+        p.wait_seated();
+        players.push(p);
+    }
+    for (i, other) in [(0, "bo"), (1, "ana")] {
+        let (_, direct) = players[i].path_to(other);
+        assert!(
+            !direct,
+            "{}: direct through a closed way: {:#?}",
+            players[i].name, players[i].said
+        );
+    }
+    let opened = Instant::now();
+    lab.uncut(&lab.homes[0]).expect("uncut");
+    // The next attempt comes at most the first wait after the first one gave up.
+    let bound = Duration::from_nanos(retry.retry_after_ns + retry.punch_for_ns) + Duration::from_secs(3);
+    for (i, other) in [(0, "bo"), (1, "ana")] {
+        let (at, _) = players[i].wait_stamped("a direct path after the way opened", |l| {
+            l.starts_with(&format!("netjam: direct path to {other} at"))
+        });
+        let after = at.saturating_duration_since(opened);
+        eprintln!(
+            "retry: {} went direct to {other} {:.1} s after the way between the routers opened (retries after {:.0} s)",
+            players[i].name,
+            after.as_secs_f64(),
+            retry.retry_after_ns as f64 / 1e9
+        );
+        assert!(after <= bound, "direct only after {after:?}");
+    }
+    let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
+    let _server = servers.stop();
+    for (me, other) in [(0, 1), (1, 0)] {
+        let s = heard_s(&players[me], tones[other].1);
+        assert!(
+            s >= 12.0,
+            "{} heard {} for only {s:.2} s of 14",
+            players[me].name,
+            tones[other].0
+        );
+        let entry = heard_entries(&reports[me], tones[other].0);
+        let path = entry.first().and_then(|e| e["path"].as_str()).unwrap_or_default();
+        assert!(path.starts_with("direct RTT "), "{path}");
+    }
+}
+
+#[test]
+fn players_behind_port_randomising_routers_go_direct_through_ports_their_routers_forward() {
+    let _one = one_lab();
+    require("miniupnpd", "miniupnpd-nftables");
+    let Some(lab) = lab_or_skip(&[RouterKind::Symmetric, RouterKind::Symmetric]) else {
+        return;
+    };
+    let dir = tmp_dir("nat-direct-upnp");
+    let mut daemons = Vec::new();
+    for home in &lab.homes {
+        let mut cmd = lab.upnp_gateway(home, &dir).expect("UPnP on the router");
+        let d = Proc::spawn_lines(&mut cmd, "miniupnpd");
+        let deadline = Instant::now() + STEP;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match d.line_within(left) {
+                Some(l) if l.contains("HTTP listening") => break,
+                Some(_) => {}
+                None => panic!(
+                    "miniupnpd in {} did not start: {:?}",
+                    home.router,
+                    d.drain_lines()
+                ),
+            }
+        }
+        daemons.push(d);
+    }
+    let servers = Servers::start(&lab, &dir);
+    let tones = [("ana", 950.0), ("bo", 1550.0)];
+    let mut players = Vec::new();
+    for (i, (name, hz)) in tones.iter().enumerate() {
+        let input = dir.join(format!("{name}.wav"));
+        write_tone(&input, *hz, AMP, 20.0);
+        let mut p = Player::start_with(
+            &lab,
+            &lab.homes[i].ns,
+            name,
+            &input,
+            &dir,
+            6.0,
+            false,
+            &["--upnp"],
+        );
+        let line = p.wait_line("the router's port mapping", |l| {
+            l.starts_with("netjam: your router at") || l.starts_with("netjam: --upnp")
+        });
+        eprintln!("upnp: {name}: {line}");
+        assert!(line.contains("forwards UDP port"), "{name}: {line}");
+        p.wait_seated();
+        players.push(p);
+    }
+    let joined = players[1].seated.expect("seated");
+    for (i, other) in [(0, "bo"), (1, "ana")] {
+        let (at, direct) = players[i].path_to(other);
+        let after = at.saturating_duration_since(joined).as_secs_f64();
+        let (_, line) =
+            players[i].seen_or_wait("its path line", |l| l.contains(&format!(" path to {other} ")));
+        eprintln!("upnp: {}: {line}", players[i].name);
+        eprintln!(
+            "symmetric+UPnP <-> symmetric+UPnP: {} has a {} path to {other} {:.0} ms after bo was seated",
+            players[i].name,
+            if direct { "direct" } else { "relayed" },
+            after * 1e3
+        );
+        assert!(
+            direct,
+            "{}: {:#?}\nconnection tracking:\n{}",
+            players[i].name,
+            players[i].said,
+            routers_conntrack(&lab)
+        );
+        assert!(after <= 1.0, "direct only after {after:.2} s");
+    }
+    let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
+    let _server = servers.stop();
+    for (me, other) in [(0, 1), (1, 0)] {
+        let s = heard_s(&players[me], tones[other].1);
+        assert!(
+            s >= 3.5,
+            "{} heard {} for only {s:.2} s",
+            players[me].name,
+            tones[other].0
+        );
+        let entry = heard_entries(&reports[me], tones[other].0);
+        let path = entry.first().and_then(|e| e["path"].as_str()).unwrap_or_default();
+        assert!(path.starts_with("direct RTT "), "{path}");
+    }
+    // Each player took its mapping away when it left.
+    for (home, d) in lab.homes.iter().zip(&daemons) {
+        let rules = in_ns(
+            &home.router,
+            "nft",
+            &["list", "chain", "inet", "upnp", "upnp_dnat"],
+        )
+        .unwrap_or_default();
+        assert!(
+            !rules.contains("dport"),
+            "{}: mappings left: {rules}\n{:?}",
+            home.router,
+            d.drain_lines()
+        );
     }
 }

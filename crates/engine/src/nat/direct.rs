@@ -16,6 +16,22 @@
 //! [`DirectConfig::missed_limit`] probe intervals pass (beyond one round trip) without an
 //! ack; media then goes back through the server at once.
 //!
+//! **Slower paths.** The direct round trip compared is the smallest of the last
+//! [`RTT_WINDOW`] acks (queueing only ever adds to a sample). A direct path that answers
+//! but is slower than the way through the server is kept open and measured (probed like a
+//! direct one, [`PathInfo::slower`]) while media goes through the server. The figures are
+//! weighed again at every ack, with hysteresis: media leaves a direct path once it has
+//! been slower by more than [`DirectConfig::rtt_slack_ns`] plus
+//! [`DirectConfig::rtt_hysteresis_ns`] for [`DirectConfig::switch_hold_ns`], and comes
+//! back once it has been within [`DirectConfig::rtt_slack_ns`] for as long.
+//!
+//! **Retries.** A pair whose punching found no answer, or whose direct path died, punches
+//! again after [`DirectConfig::retry_after_ns`], doubling after each further failure up
+//! to [`DirectConfig::retry_max_ns`], so a router that lets the pair through later (it
+//! rebooted, a firewall rule went, the other player moved) still gives them a direct
+//! path. A valid probe from the other side while relayed makes this side punch along,
+//! at most once per [`DirectConfig::retry_after_ns`].
+//!
 //! Routing is the sender's: this client tells the server (`/netjam/route`, retried until
 //! `/netjam/routed`) which members it reaches directly, and the server stops forwarding
 //! its media to them. [`DirectPaths::route_table`] says where each media packet goes: to
@@ -23,6 +39,10 @@
 //! straight to every member on a direct path. When a path dies, the new list is queued
 //! before the path is taken out of the table, so a shell that sends what
 //! [`DirectPaths::poll_transmit`] gives before it reads the table tells the server first.
+//!
+//! Candidates are where the server sees the member and the host addresses it declared; a
+//! declared address with an unspecified IP (`0.0.0.0:PORT`) stands for that port at the
+//! address the server sees it at — a port its router forwards to it on request (UPnP).
 //!
 //! Calling loop: [`DirectPaths::set_peer`] / [`DirectPaths::remove_peer`] /
 //! [`DirectPaths::routed`] / [`DirectPaths::set_server_rtt`] from the room client's
@@ -48,6 +68,8 @@ pub const MAX_DIRECT: usize = 16;
 const MAX_CANDIDATES: usize = 1 + MAX_HOSTS + 2;
 /// Probes remembered per member for their round trip.
 const SENT_RING: usize = 64;
+/// Acks whose smallest round trip is the direct path's figure.
+pub const RTT_WINDOW: usize = 8;
 
 /// Timers and limits of [`DirectPaths`].
 #[derive(Debug, Clone, serde::Serialize)]
@@ -65,8 +87,18 @@ pub struct DirectConfig {
     /// still be taken: the two round trips are measured by different messages on a
     /// loaded machine, so equal paths must not flap.
     pub rtt_slack_ns: u64,
-    /// After a pair gave up or a direct path died, punch again after this long.
+    /// Beyond [`DirectConfig::rtt_slack_ns`], how much slower a direct path in use must
+    /// become before media leaves it (it comes back within the slack): the band that
+    /// keeps a path at the edge from flapping.
+    pub rtt_hysteresis_ns: u64,
+    /// How long the figures must keep saying so before media moves between a direct path
+    /// that answers and the server.
+    pub switch_hold_ns: u64,
+    /// After a pair gave up or a direct path died, punch again after this long; each
+    /// further failure doubles the wait.
     pub retry_after_ns: u64,
+    /// The longest wait between two attempts.
+    pub retry_max_ns: u64,
     /// Resend an unacknowledged route list this often.
     pub route_retry_ns: u64,
     /// Members tracked at most (room size).
@@ -81,7 +113,10 @@ impl Default for DirectConfig {
             keep_interval_ns: 25_000_000,
             missed_limit: 3,
             rtt_slack_ns: 1_000_000,
+            rtt_hysteresis_ns: 1_000_000,
+            switch_hold_ns: 1_000_000_000,
             retry_after_ns: 10_000_000_000,
+            retry_max_ns: 60_000_000_000,
             route_retry_ns: 30_000_000,
             max_peers: MAX_DIRECT,
         }
@@ -109,7 +144,7 @@ pub struct PathInfo {
     pub state: PathState,
     /// The direct address in use (or last confirmed).
     pub addr: Option<SocketAddr>,
-    /// The latest direct round trip, ms.
+    /// The direct round trip: the smallest of the last [`RTT_WINDOW`] acks, ms.
     pub direct_rtt_ms: Option<f64>,
     /// The round trip through the server (ours plus theirs), ms.
     pub relay_rtt_ms: Option<f64>,
@@ -117,6 +152,11 @@ pub struct PathInfo {
     pub direct_count: u32,
     /// Times a direct path died.
     pub died: u32,
+    /// Relayed although a direct path answers, because it is slower than through the
+    /// server; it is kept open and measured.
+    pub slower: bool,
+    /// Attempts in a row that found no direct path (the next waits longer).
+    pub failures: u32,
 }
 
 /// What happened to a path.
@@ -135,7 +175,8 @@ pub enum PathEvent {
     Relayed {
         /// The member.
         member_id: u32,
-        /// The direct path was up and stopped answering (else: punching gave up).
+        /// The direct path was up and stopped answering (else: punching gave up, or the
+        /// direct path is slower than through the server).
         died: bool,
     },
 }
@@ -221,9 +262,31 @@ struct PeerPath {
     sent: [(u32, u64); SENT_RING],
     last_ack_at: u64,
     rtt_ns: Option<u64>,
+    /// The latest acks' round trips (0: none), oldest overwritten.
+    rtts: [u64; RTT_WINDOW],
+    rtt_next: usize,
+    /// Since when the figures have said media should move (u64::MAX: they do not).
+    move_since: u64,
+    /// Relayed, but a direct path answers (slower): kept probed.
+    standby: bool,
+    failures: u32,
+    punched_at: u64,
     peer_server_rtt_ns: Option<u64>,
     direct_count: u32,
     died: u32,
+}
+
+impl PeerPath {
+    /// The direct path's figure: the smallest recent round trip.
+    fn direct_rtt(&self) -> Option<u64> {
+        self.rtts.iter().copied().filter(|&r| r > 0).min()
+    }
+
+    fn forget_rtts(&mut self) {
+        self.rtts = [0; RTT_WINDOW];
+        self.rtt_next = 0;
+        self.move_since = u64::MAX;
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -309,10 +372,12 @@ impl DirectPaths {
             member_id: p.member_id,
             state: p.state,
             addr: p.addr,
-            direct_rtt_ms: p.rtt_ns.map(|r| r as f64 / 1e6),
+            direct_rtt_ms: p.direct_rtt().or(p.rtt_ns).map(|r| r as f64 / 1e6),
             relay_rtt_ms: self.relay_rtt(p).map(|r| r as f64 / 1e6),
             direct_count: p.direct_count,
             died: p.died,
+            slower: p.state == PathState::Relayed && p.standby,
+            failures: p.failures,
         })
     }
 
@@ -350,10 +415,18 @@ impl DirectPaths {
             return;
         }
         let mut cands = [None; MAX_CANDIDATES];
-        for (c, a) in cands
-            .iter_mut()
-            .zip(core::iter::once(e.observed).chain(e.hosts).flatten())
-        {
+        // A declared host with an unspecified IP is a port the member's router forwards
+        // to it (UPnP): at the address the server sees the member at.
+        let at_observed = |h: SocketAddr| match (h.ip().is_unspecified(), e.observed) {
+            (false, _) => Some(h),
+            (true, Some(o)) => Some(SocketAddr::new(o.ip(), h.port())),
+            (true, None) => None,
+        };
+        for (c, a) in cands.iter_mut().zip(
+            core::iter::once(e.observed)
+                .flatten()
+                .chain(e.hosts.into_iter().flatten().filter_map(at_observed)),
+        ) {
             *c = Some(a);
         }
         let idx = match self.peers.iter().position(|p| p.member_id == e.member_id) {
@@ -365,6 +438,8 @@ impl DirectPaths {
                 if p.state == PathState::Direct {
                     self.set_state(now_ns, i, PathState::Relayed, true);
                 }
+                // New addresses or a new token: a fresh start, no back-off.
+                self.peers[i].failures = 0;
                 i
             }
             None => {
@@ -385,6 +460,12 @@ impl DirectPaths {
                     sent: [(0, 0); SENT_RING],
                     last_ack_at: 0,
                     rtt_ns: None,
+                    rtts: [0; RTT_WINDOW],
+                    rtt_next: 0,
+                    move_since: u64::MAX,
+                    standby: false,
+                    failures: 0,
+                    punched_at: 0,
                     peer_server_rtt_ns: None,
                     direct_count: 0,
                     died: 0,
@@ -404,7 +485,11 @@ impl DirectPaths {
     fn start_punching(&mut self, now: u64, i: usize) {
         let p = &mut self.peers[i];
         p.state = PathState::Punching;
+        p.standby = false;
+        p.addr = None;
+        p.forget_rtts();
         p.punch_until = now + self.cfg.punch_for_ns;
+        p.punched_at = now;
         p.next_probe_at = now;
         p.retry_at = u64::MAX;
         self.probe_due(now, i);
@@ -451,13 +536,28 @@ impl DirectPaths {
         }
     }
 
+    /// How long to wait before the next attempt after `failures` in a row.
+    fn backoff(&self, failures: u32) -> u64 {
+        let doublings = failures.saturating_sub(1).min(16);
+        self.cfg
+            .retry_after_ns
+            .saturating_mul(1 << doublings)
+            .min(self.cfg.retry_max_ns.max(self.cfg.retry_after_ns))
+    }
+
+    /// Moves peer `i` to `state`. Into [`PathState::Relayed`]: with `standby` set, the
+    /// direct path is slower but kept; else this attempt failed and the next is scheduled.
     fn set_state(&mut self, now: u64, i: usize, state: PathState, died: bool) {
+        let retry_in = self.backoff(self.peers[i].failures + 1);
         let p = &mut self.peers[i];
         let was_direct = p.state == PathState::Direct;
         p.state = state;
+        p.move_since = u64::MAX;
         let member_id = p.member_id;
         match state {
             PathState::Direct => {
+                p.standby = false;
+                p.failures = 0;
                 p.direct_count += 1;
                 p.next_probe_at = now + self.cfg.keep_interval_ns;
                 let (addr, rtt_ns) = (p.addr, p.rtt_ns.unwrap_or(0));
@@ -473,8 +573,15 @@ impl DirectPaths {
             PathState::Relayed => {
                 if died {
                     p.died += 1;
+                    p.standby = false;
                 }
-                p.retry_at = now + self.cfg.retry_after_ns;
+                if p.standby {
+                    p.retry_at = u64::MAX;
+                } else {
+                    p.failures += 1;
+                    p.retry_at = now + retry_in;
+                    p.next_probe_at = u64::MAX;
+                }
                 self.push_event(PathEvent::Relayed { member_id, died });
                 if was_direct {
                     self.route_changed(now);
@@ -495,6 +602,12 @@ impl DirectPaths {
                 self.peers[i].next_probe_at = now + self.cfg.punch_interval_ns;
             }
             PathState::Direct => {
+                if let Some(to) = p.addr {
+                    self.send_probe(now, i, to);
+                }
+                self.peers[i].next_probe_at = now + self.cfg.keep_interval_ns;
+            }
+            PathState::Relayed if p.standby => {
                 if let Some(to) = p.addr {
                     self.send_probe(now, i, to);
                 }
@@ -572,8 +685,11 @@ impl DirectPaths {
                         .map_or(1 + MAX_HOSTS, |k| 1 + MAX_HOSTS + k);
                     p.candidates[slot] = Some(from);
                 }
-                if p.state == PathState::Relayed && p.died == 0 && p.direct_count == 0 {
-                    // The other side punches now (it learned of us later): punch along.
+                // The other side punches now (it learned of us later, or it tries again
+                // before we do): punch along, but not more often than we would retry.
+                let first = p.died == 0 && p.direct_count == 0 && p.failures <= 1;
+                let rested = now_ns >= p.punched_at.saturating_add(self.cfg.retry_after_ns);
+                if p.state == PathState::Relayed && !p.standby && (first || rested) {
                     self.start_punching(now_ns, i);
                 }
             }
@@ -594,16 +710,55 @@ impl DirectPaths {
         // The other side's own delay in answering is not the path's.
         let rtt = (now - at).saturating_sub(hold_ns).max(1);
         let relay = self.relay_rtt(&self.peers[i]);
+        let (slack, band, hold) = (
+            self.cfg.rtt_slack_ns,
+            self.cfg.rtt_hysteresis_ns,
+            self.cfg.switch_hold_ns,
+        );
         let p = &mut self.peers[i];
+        let best_before = p.direct_rtt();
         p.rtt_ns = Some(rtt);
         p.last_ack_at = now;
-        if p.state == PathState::Punching {
-            let fast_enough = relay.map_or(true, |r| rtt <= r + self.cfg.rtt_slack_ns);
-            if fast_enough {
+        p.rtts[p.rtt_next] = rtt;
+        p.rtt_next = (p.rtt_next + 1) % RTT_WINDOW;
+        let direct = p.direct_rtt().unwrap_or(rtt);
+        // Within the slack of the way through the server (or that way is not measured yet).
+        let fast_enough = relay.map_or(true, |r| direct <= r + slack);
+        let too_slow = relay.is_some_and(|r| direct > r + slack + band);
+        match p.state {
+            PathState::Punching if fast_enough => {
                 p.addr = Some(from);
                 self.set_state(now, i, PathState::Direct, false);
             }
+            PathState::Punching => {
+                // It answers, but slower: remember the quickest address that did.
+                if best_before.map_or(true, |b| rtt <= b) {
+                    p.addr = Some(from);
+                }
+            }
+            PathState::Direct | PathState::Relayed => {
+                let (in_use, standby) = (p.state == PathState::Direct, p.standby);
+                let wants_move = if in_use { too_slow } else { standby && fast_enough };
+                if !wants_move {
+                    p.move_since = u64::MAX;
+                } else if p.move_since == u64::MAX {
+                    p.move_since = now;
+                } else if now - p.move_since >= hold {
+                    if in_use {
+                        p.standby = true;
+                        self.set_state(now, i, PathState::Relayed, false);
+                    } else {
+                        self.set_state(now, i, PathState::Direct, false);
+                    }
+                }
+            }
         }
+    }
+
+    /// When a path that carries (or could carry) media is dead without a further ack.
+    fn dead_at(&self, p: &PeerPath) -> u64 {
+        let grace = p.rtt_ns.unwrap_or(0) + u64::from(self.cfg.missed_limit) * self.cfg.keep_interval_ns;
+        p.last_ack_at.saturating_add(grace)
     }
 
     /// Runs the timers due at `now_ns`: probes, the end of punching, dead paths, route
@@ -613,15 +768,23 @@ impl DirectPaths {
             let p = self.peers[i];
             match p.state {
                 PathState::Punching if now_ns >= p.punch_until => {
+                    // Answered, but slower than the server: keep it measured.
+                    self.peers[i].standby = p.addr.is_some() && p.direct_rtt().is_some();
                     self.set_state(now_ns, i, PathState::Relayed, false);
                 }
-                PathState::Direct => {
-                    let grace =
-                        p.rtt_ns.unwrap_or(0) + u64::from(self.cfg.missed_limit) * self.cfg.keep_interval_ns;
-                    if now_ns > p.last_ack_at.saturating_add(grace) {
-                        self.set_state(now_ns, i, PathState::Relayed, true);
-                        continue;
-                    }
+                PathState::Direct if now_ns > self.dead_at(&p) => {
+                    self.set_state(now_ns, i, PathState::Relayed, true);
+                    continue;
+                }
+                PathState::Relayed if p.standby && now_ns > self.dead_at(&p) => {
+                    // The slower path stopped answering too: an attempt that failed.
+                    let retry_in = self.backoff(p.failures + 1);
+                    let q = &mut self.peers[i];
+                    q.standby = false;
+                    q.failures += 1;
+                    q.retry_at = now_ns + retry_in;
+                    q.next_probe_at = u64::MAX;
+                    continue;
                 }
                 PathState::Relayed if now_ns >= p.retry_at => {
                     self.start_punching(now_ns, i);
@@ -646,11 +809,8 @@ impl DirectPaths {
             t = t.min(p.next_probe_at);
             match p.state {
                 PathState::Punching => t = t.min(p.punch_until),
-                PathState::Direct => {
-                    let grace =
-                        p.rtt_ns.unwrap_or(0) + u64::from(self.cfg.missed_limit) * self.cfg.keep_interval_ns;
-                    t = t.min(p.last_ack_at.saturating_add(grace) + 1);
-                }
+                PathState::Direct => t = t.min(self.dead_at(p).saturating_add(1)),
+                PathState::Relayed if p.standby => t = t.min(self.dead_at(p).saturating_add(1)),
                 PathState::Relayed => t = t.min(p.retry_at),
             }
         }
@@ -781,5 +941,308 @@ mod tests {
         exchange(&mut c, &mut d, 0, aa, ba);
         assert_eq!(c.path(2).map(|p| p.state), Some(PathState::Punching));
         assert!(c.stats().rejected > 0 && d.stats().rejected > 0);
+    }
+    #[test]
+    fn a_forwarded_port_declared_without_an_address_is_probed_where_the_server_sees_the_member() {
+        let mut a = DirectPaths::new(DirectConfig::default(), 1);
+        let mut e = entry(2, "2.2.2.2:2", 7);
+        e.hosts[0] = "0.0.0.0:777".parse().ok();
+        e.hosts[1] = "10.0.0.5:5".parse().ok();
+        a.set_peer(0, &e);
+        let mut buf = [0u8; 256];
+        let mut to = Vec::new();
+        while let Some((t, _)) = a.poll_transmit(0, &mut buf) {
+            to.push(t);
+        }
+        for want in ["2.2.2.2:2", "2.2.2.2:777", "10.0.0.5:5"] {
+            assert!(
+                to.contains(&Target::Addr(want.parse().unwrap())),
+                "{want}: {to:?}"
+            );
+        }
+        assert!(!to
+            .iter()
+            .any(|t| matches!(t, Target::Addr(x) if x.ip().is_unspecified())));
+        // Without an address from the server there is nothing to fill in.
+        let mut b = DirectPaths::new(DirectConfig::default(), 1);
+        e.observed = None;
+        b.set_peer(0, &e);
+        let mut probed = Vec::new();
+        while let Some((t, _)) = b.poll_transmit(0, &mut buf) {
+            if t != Target::Server {
+                probed.push(t);
+            }
+        }
+        assert_eq!(probed, [Target::Addr("10.0.0.5:5".parse().unwrap())]);
+    }
+
+    const MS: u64 = 1_000_000;
+    const S: u64 = 1_000_000_000;
+
+    /// Two clients in virtual time on a direct link with a one-way delay (per datagram,
+    /// from `delay`) that can be blocked; their round trip through the server is set.
+    struct Pair {
+        now: u64,
+        a: DirectPaths,
+        b: DirectPaths,
+        addrs: [SocketAddr; 2],
+        /// (deliver at, to b?, from, bytes)
+        flying: Vec<(u64, bool, SocketAddr, Vec<u8>)>,
+        blocked: bool,
+        delay: Box<dyn FnMut(u64) -> u64>,
+        /// (when, a's event)
+        events: Vec<(u64, PathEvent)>,
+    }
+
+    impl Pair {
+        fn new(server_rtt: u64, delay: impl FnMut(u64) -> u64 + 'static) -> Self {
+            let addrs: [SocketAddr; 2] = ["1.1.1.1:1".parse().unwrap(), "2.2.2.2:2".parse().unwrap()];
+            let mut a = DirectPaths::new(DirectConfig::default(), 1);
+            let mut b = DirectPaths::new(DirectConfig::default(), 2);
+            a.set_server_rtt(server_rtt);
+            b.set_server_rtt(server_rtt);
+            a.set_peer(0, &entry(2, "2.2.2.2:2", 7));
+            b.set_peer(0, &entry(1, "1.1.1.1:1", 7));
+            Self {
+                now: 0,
+                a,
+                b,
+                addrs,
+                flying: Vec::new(),
+                blocked: false,
+                delay: Box::new(delay),
+                events: Vec::new(),
+            }
+        }
+
+        fn flush(&mut self) {
+            let mut buf = [0u8; 256];
+            for to_b in [true, false] {
+                let (me, other) = if to_b { (0, 1) } else { (1, 0) };
+                let p = if to_b { &mut self.a } else { &mut self.b };
+                while let Some((t, n)) = p.poll_transmit(self.now, &mut buf) {
+                    if t == Target::Addr(self.addrs[other]) && !self.blocked {
+                        let at = self.now + (self.delay)(self.now);
+                        self.flying.push((at, to_b, self.addrs[me], buf[..n].to_vec()));
+                    }
+                }
+            }
+            while let Some(e) = self.a.poll_event() {
+                self.events.push((self.now, e));
+            }
+            // b's events are not looked at; the server applies every route list.
+            while self.b.poll_event().is_some() {}
+            self.a.routed(self.a.route_seq);
+            self.b.routed(self.b.route_seq);
+        }
+
+        fn run_until(&mut self, until: u64) {
+            loop {
+                self.flush();
+                let next = [self.a.poll_timeout(), self.b.poll_timeout()]
+                    .into_iter()
+                    .flatten()
+                    .chain(self.flying.iter().map(|f| f.0))
+                    .min()
+                    .unwrap_or(u64::MAX);
+                if next > until {
+                    self.now = until;
+                    return;
+                }
+                self.now = self.now.max(next);
+                let now = self.now;
+                let (due, later): (Vec<_>, Vec<_>) = self.flying.drain(..).partition(|f| f.0 <= now);
+                self.flying = later;
+                for (_, to_b, from, bytes) in due {
+                    let p = if to_b { &mut self.b } else { &mut self.a };
+                    p.handle_probe(now, from, &bytes);
+                }
+                for p in [&mut self.a, &mut self.b] {
+                    if p.poll_timeout().is_some_and(|t| t <= now) {
+                        p.handle_timeout(now);
+                    }
+                }
+            }
+        }
+
+        fn state(&self) -> PathState {
+            self.a.path(2).map(|p| p.state).expect("a path to b")
+        }
+
+        /// When a's path became direct and when it went back to the server, from `since`.
+        fn changes(&self, since: u64) -> Vec<(u64, bool)> {
+            self.events
+                .iter()
+                .filter(|(t, _)| *t >= since)
+                .map(|(t, e)| (*t, matches!(e, PathEvent::Direct { .. })))
+                .collect()
+        }
+    }
+
+    #[test]
+    fn a_pair_that_found_no_path_tries_again_backing_off_and_goes_direct_once_let_through() {
+        let mut w = Pair::new(20 * MS, |_| 2 * MS);
+        w.blocked = true;
+        w.run_until(25 * S);
+        // Attempts start at 0, 11 s (10 s after the first gave up) and 32 s (20 s after
+        // the second): the second has given up, the third has not started.
+        let gave_up: Vec<u64> = w.changes(0).iter().map(|c| c.0).collect();
+        assert_eq!(gave_up, [S, 12 * S]);
+        assert_eq!(w.a.path(2).map(|p| p.failures), Some(2));
+        assert!(w.a.route_table().to_server && w.a.route_table().direct().count() == 0);
+        // The routers let them through; the next attempt finds the path.
+        w.blocked = false;
+        w.run_until(40 * S);
+        let c = w.changes(25 * S);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert!(c[0].1 && (32 * S..32 * S + 10 * MS).contains(&c[0].0), "{c:?}");
+        assert_eq!(w.state(), PathState::Direct);
+        assert!(w.a.route_table().direct().eq([w.addrs[1]]));
+
+        // The direct path dies: through the server at once, punching again 10 s later
+        // (a path that worked starts the back-off over), and direct again once it answers.
+        w.blocked = true;
+        let cut = w.now;
+        w.run_until(cut + 15 * S);
+        let c = w.changes(cut);
+        assert_eq!(c.len(), 2, "{c:?}");
+        assert!(!c[0].1 && c[0].0 - cut <= 150 * MS, "{c:?}");
+        assert_eq!(
+            (c[1].1, c[1].0 - c[0].0),
+            (false, 11 * S),
+            "gave up 10 s + 1 s later"
+        );
+        w.blocked = false;
+        w.run_until(cut + 45 * S);
+        let c = w.changes(cut);
+        assert_eq!(c.len(), 3, "{c:?}");
+        // The next attempt, 20 s on, finds it in one round trip.
+        assert!(
+            c[2].1 && (20 * S..20 * S + 10 * MS).contains(&(c[2].0 - c[1].0)),
+            "{c:?}"
+        );
+    }
+
+    #[test]
+    fn retries_back_off_to_the_longest_wait_and_stay_there() {
+        let mut w = Pair::new(20 * MS, |_| 2 * MS);
+        w.blocked = true;
+        w.run_until(400 * S);
+        let gave_up: Vec<u64> = w.changes(0).iter().map(|c| c.0 / MS).collect();
+        let gaps: Vec<u64> = gave_up.windows(2).map(|g| g[1] - g[0]).collect();
+        // 1 s of punching after each wait.
+        assert_eq!(
+            gaps,
+            [11_000, 21_000, 41_000, 61_000, 61_000, 61_000, 61_000, 61_000]
+        );
+        let st = w.a.stats();
+        // Probes only while punching: 50 per attempt to the one candidate.
+        assert!(st.probes_sent <= 9 * 51, "{st:?}");
+    }
+
+    #[test]
+    fn media_leaves_a_direct_path_that_became_slower_and_comes_back_with_hysteresis() {
+        use std::cell::Cell;
+        use std::rc::Rc;
+        // Through the server: 5 ms + 5 ms. Direct one way: settable.
+        let one_way = Rc::new(Cell::new(2 * MS));
+        let d = one_way.clone();
+        let mut w = Pair::new(5 * MS, move |_| d.get());
+        w.run_until(2 * S);
+        assert_eq!(w.state(), PathState::Direct);
+        let info = w.a.path(2).expect("path");
+        assert_eq!((info.direct_rtt_ms, info.relay_rtt_ms), (Some(4.0), Some(10.0)));
+
+        // Slower by 0.5 ms, inside the slack, then by 1.5 ms, inside the band: stays.
+        for rtt in [10_500_000, 11_500_000] {
+            one_way.set(rtt / 2);
+            let t = w.now;
+            w.run_until(t + 10 * S);
+            assert!(w.changes(t).is_empty(), "{rtt}: {:?}", w.changes(t));
+            assert_eq!(w.state(), PathState::Direct);
+        }
+        // Slower by 3 ms: media goes through the server after the hold (plus the window
+        // of acks that still remember the faster path), and the path is kept measured.
+        one_way.set(6_500_000);
+        let t = w.now;
+        w.run_until(t + 10 * S);
+        let c = w.changes(t);
+        assert_eq!(c.len(), 1, "{c:?}");
+        let after = c[0].0 - t;
+        assert!(!c[0].1 && (S..S + 250 * MS).contains(&after), "{after}");
+        assert!(matches!(
+            w.events.last(),
+            Some((_, PathEvent::Relayed { died: false, .. }))
+        ));
+        let info = w.a.path(2).expect("path");
+        assert_eq!(
+            (info.state, info.slower, info.direct_rtt_ms),
+            (PathState::Relayed, true, Some(13.0))
+        );
+        assert!(w.a.route_table().to_server && w.a.route_table().direct().count() == 0);
+
+        // Back inside the band: stays on the server (hysteresis).
+        one_way.set(5_750_000);
+        let t = w.now;
+        w.run_until(t + 10 * S);
+        assert!(w.changes(t).is_empty(), "{:?}", w.changes(t));
+        assert_eq!(w.a.path(2).map(|p| p.slower), Some(true));
+        // Within the slack again: direct after the hold.
+        one_way.set(5_250_000);
+        let t = w.now;
+        w.run_until(t + 10 * S);
+        let c = w.changes(t);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert!(c[0].1 && (S..S + 250 * MS).contains(&(c[0].0 - t)), "{c:?}");
+        assert!(w.a.route_table().direct().eq([w.addrs[1]]));
+
+        // A slower path that then stops answering: an attempt that failed, retried later.
+        one_way.set(6_500_000);
+        let t = w.now;
+        w.run_until(t + 5 * S);
+        w.blocked = true;
+        let t = w.now;
+        w.run_until(t + S);
+        let info = w.a.path(2).expect("path");
+        assert_eq!(
+            (info.state, info.slower, info.failures),
+            (PathState::Relayed, false, 1)
+        );
+    }
+
+    #[test]
+    fn a_jittery_direct_path_near_the_edge_does_not_flap() {
+        // Through the server 10 ms; direct 10 ms plus 0-6 ms of jitter (an LCG): its smallest
+        // recent round trip sits within the slack, single acks often beyond the band.
+        let mut x = 12_345u64;
+        let mut w = Pair::new(5 * MS, move |_| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            5 * MS + (x >> 33) % (3 * MS)
+        });
+        w.run_until(120 * S);
+        let c = w.changes(0);
+        assert!(c.first().is_some_and(|c| c.1), "{c:?}");
+        assert!(c.len() <= 2, "flapped: {c:?}");
+    }
+
+    #[test]
+    fn a_path_slower_from_the_start_is_kept_measured_and_taken_once_it_is_not() {
+        use std::cell::Cell;
+        use std::rc::Rc;
+        let one_way = Rc::new(Cell::new(8 * MS));
+        let d = one_way.clone();
+        let mut w = Pair::new(5 * MS, move |_| d.get());
+        w.run_until(3 * S);
+        let info = w.a.path(2).expect("path");
+        assert_eq!((info.state, info.slower), (PathState::Relayed, true));
+        assert_eq!(info.failures, 0);
+        one_way.set(3 * MS);
+        let t = w.now;
+        w.run_until(t + 3 * S);
+        let c = w.changes(t);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert!(c[0].1 && c[0].0 - t <= S + 250 * MS, "{c:?}");
     }
 }

@@ -95,6 +95,36 @@ fn host_addresses(local: SocketAddr, server: SocketAddr) -> Vec<SocketAddr> {
     }
 }
 
+/// How long `--upnp` waits for the home router.
+const UPNP_WAIT: Duration = Duration::from_secs(2);
+
+/// `--upnp`: asks the router to forward the stream's port, saying what came of it.
+fn ask_router(hosts: &[SocketAddr], local: SocketAddr) -> Option<crate::port_map::PortMapping> {
+    let Some(host) = hosts.iter().find(|h| h.is_ipv4() && !h.ip().is_loopback()) else {
+        eprintln!(
+            "netjam: --upnp: no address of your own on a home network to map a port to; going on without"
+        );
+        return None;
+    };
+    let started = std::time::Instant::now();
+    match crate::port_map::map_udp(SocketAddr::new(host.ip(), local.port()), UPNP_WAIT) {
+        Ok(m) => {
+            eprintln!(
+                "netjam: your router at {} forwards UDP port {} to you (UPnP, {:.0} ms; it says its address is {})",
+                m.gateway.ip(),
+                m.external_port,
+                started.elapsed().as_secs_f64() * 1e3,
+                m.external_ip.map_or("-".into(), |ip| ip.to_string())
+            );
+            Some(m)
+        }
+        Err(e) => {
+            eprintln!("netjam: --upnp: {e:#}; going on without a port mapping");
+            None
+        }
+    }
+}
+
 /// How media reaches a member, for the status line and the summary.
 fn path_text(p: Option<&PathInfo>, rtcp_rtt_ms: Option<f64>) -> String {
     let ms = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.1}"));
@@ -106,6 +136,11 @@ fn path_text(p: Option<&PathInfo>, rtcp_rtt_ms: Option<f64>) -> String {
                 ms(p.relay_rtt_ms.or(rtcp_rtt_ms))
             )
         }
+        Some(p) if p.slower => format!(
+            "via server RTT {} ms (direct {} ms, slower)",
+            ms(p.relay_rtt_ms.or(rtcp_rtt_ms)),
+            ms(p.direct_rtt_ms)
+        ),
         Some(p) => format!("via server RTT {} ms", ms(p.relay_rtt_ms.or(rtcp_rtt_ms))),
         None => format!("via server RTT {} ms", ms(rtcp_rtt_ms)),
     }
@@ -414,6 +449,13 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let bytes_per_s =
         (packets_per_s as usize * (sender.max_packet_bytes() + 28)) as u32 + RTCP_PACKETS_PER_S * 1500;
     eprintln!("netjam: joining room {room:?} on {server} as {name:?}");
+    let mut hosts = host_addresses(socket.local_addr()?, server);
+    let port_mapping = if a.upnp {
+        ask_router(&hosts, socket.local_addr()?)
+    } else {
+        None
+    };
+    hosts.extend(port_mapping.iter().flat_map(|m| m.candidates()));
     let mut ask = ReflexiveQuery::new(server, stun, crate::clock::now_ns());
     let seated = room_client::join_asking(
         &socket,
@@ -426,7 +468,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             packets_per_s: packets_per_s + RTCP_PACKETS_PER_S,
             bytes_per_s,
             timeout: JOIN_TIMEOUT,
-            hosts: host_addresses(socket.local_addr()?, server),
+            hosts,
         },
         Some(&mut ask),
     )?;
@@ -619,6 +661,11 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
                     p.direct_rtt_ms.map_or("-".into(), |x| format!("{x:.2}")),
                     p.relay_rtt_ms.map_or("-".into(), |x| format!("{x:.2}")),
                 )),
+                PathState::Relayed if was == Some(PathState::Direct) && p.slower => Some(format!(
+                    "netjam: the direct path to {who} became slower (RTT {} ms, through the server {} ms): through the server again",
+                    p.direct_rtt_ms.map_or("-".into(), |x| format!("{x:.2}")),
+                    p.relay_rtt_ms.map_or("-".into(), |x| format!("{x:.2}")),
+                )),
                 PathState::Relayed if was == Some(PathState::Direct) => Some(format!(
                     "netjam: the direct path to {who} stopped answering: through the server again"
                 )),
@@ -696,6 +743,10 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     }
     let roster = room_link.roster();
     room_link.leave();
+    if let Some(m) = port_mapping {
+        // Not left behind in the router (on an error exit the lease runs out instead).
+        m.remove(Duration::from_secs(1));
+    }
     let stopped = running.stop_with_bye(|p, now| p.inner_mut().finish(now))?;
     let edge_underruns = stopped.process.underruns();
     if edge_underruns > 0 {

@@ -322,6 +322,69 @@ impl NatLab {
         )
     }
 
+    /// Undoes [`NatLab::cut`] on `a`'s router: the way between the homes is open again.
+    pub fn uncut(&self, a: &Home) -> Result<(), String> {
+        in_ns(&a.router, "nft", &["delete", "table", "inet", "cut"]).map(drop)
+    }
+
+    /// Readies `home`'s NAT router to forward ports on request (UPnP-IGD, NAT-PMP/PCP) and
+    /// returns the command that runs the daemon, miniupnpd, on its lan side (the caller
+    /// spawns it and kills it when done; it says "HTTP listening" on stderr when ready).
+    /// Its files go into `dir`.
+    ///
+    /// miniupnpd will not map ports on a router whose wan address is private, and every
+    /// address in this lab is: the router's wan gets a public-looking address first
+    /// (11.99.0.x, which exists only inside the lab), which miniupnpd reports as the
+    /// router's, while the router goes on translating to its 10.99.0.x address (the one on
+    /// the public network's subnet). Players take the mapped port at the address the rooms
+    /// server sees them at.
+    pub fn upnp_gateway(&self, home: &Home, dir: &std::path::Path) -> Result<Command, String> {
+        let r = &home.router;
+        let [_, _, _, last] = home.wan.octets();
+        ip(&["-n", r, "addr", "flush", "dev", "wan"])?;
+        ip(&[
+            "-n",
+            r,
+            "addr",
+            "add",
+            &format!("11.99.0.{last}/32"),
+            "dev",
+            "wan",
+        ])?;
+        ip(&["-n", r, "addr", "add", &format!("{}/24", home.wan), "dev", "wan"])?;
+        ip(&["-n", r, "route", "replace", "default", "via", "10.99.0.1"])?;
+        nft(
+            r,
+            "table inet upnp {\n chain forward {\n  type filter hook forward priority filter; policy accept;\n  jump upnp_forward\n }\n \
+             chain upnp_forward {\n }\n chain prerouting {\n  type nat hook prerouting priority dstnat; policy accept;\n  jump upnp_dnat\n }\n \
+             chain postrouting {\n  type nat hook postrouting priority srcnat; policy accept;\n  jump upnp_snat\n }\n \
+             chain upnp_dnat {\n }\n chain upnp_snat {\n }\n}\n",
+        )?;
+        let lan = format!("10.98.{}.0/24", home.ip.octets()[2]);
+        let conf = dir.join(format!("miniupnpd-{r}.conf"));
+        std::fs::write(
+            &conf,
+            format!(
+                "ext_ifname=wan\nlistening_ip=lan\nhttp_port=0\nenable_upnp=yes\nenable_natpmp=yes\nsecure_mode=yes\n\
+                 uuid=3d3cec3a-8cf0-11e0-98ee-0000000000{last:02x}\nlease_file={}\n\
+                 upnp_table_name=upnp\nupnp_nat_table_name=upnp\nupnp_forward_chain=upnp_forward\n\
+                 upnp_nat_chain=upnp_dnat\nupnp_nat_postrouting_chain=upnp_snat\n\
+                 allow 1024-65535 {lan} 1024-65535\ndeny 0-65535 0.0.0.0/0 0-65535\n",
+                dir.join(format!("miniupnpd-{r}.leases")).display()
+            ),
+        )
+        .map_err(|e| format!("writing {}: {e}", conf.display()))?;
+        let mut c = self.command(r, "miniupnpd");
+        c.arg("-f")
+            .arg(&conf)
+            .arg("-d")
+            .arg("-P")
+            .arg(dir.join(format!("miniupnpd-{r}.pid")))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        Ok(c)
+    }
+
     /// Packets the firewall router of `home` dropped as unsolicited.
     pub fn firewall_drops(&self, home: &Home) -> Option<u64> {
         let rules = in_ns(&home.router, "nft", &["list", "table", "inet", "fw"]).ok()?;
