@@ -11,8 +11,8 @@
 //! the caller draws (this module never reads a clock or a random source, never touches a
 //! socket).
 //!
-//! * **Membership.** A hello goes to the discovery targets every
-//!   [`MemberConfig::hello_interval_ns`], carrying the ensemble name, the member id and
+//! * **Membership.** A hello goes to the discovery targets and to every member known
+//!   every [`MemberConfig::hello_interval_ns`], carrying the ensemble name, the member id and
 //!   the version of its service list; a member heard for the first time gets a hello
 //!   back at once. A member whose announced version differs from the list held is asked
 //!   for its list (again at each hello, until it arrives), so tables converge after any
@@ -398,6 +398,17 @@ impl Member {
         if now_ns >= self.next_hello_ns {
             self.next_hello_ns = now_ns + self.config.hello_interval_ns;
             self.hello(Dest::Discovery, 0);
+            // And to every member known, so one reached only through a unicast path (a
+            // relay, another subnet: not among the discovery targets) stays known.
+            let known: Vec<SocketAddr> = self
+                .table
+                .members()
+                .filter(|m| m.id != self.config.id)
+                .filter_map(|m| m.addr)
+                .collect();
+            for a in known {
+                self.hello(Dest::Peer(a), 0);
+            }
             // Keep asking for lists we do not have.
             let wanted: Vec<(u64, SocketAddr)> = self
                 .table
