@@ -100,14 +100,14 @@ impl TempoView {
     /// in force then, or the beat falls in none of the two segments' stretches (a change
     /// that did not start on a whole beat skips some).
     pub fn time_of_beat(&self, beat: f64) -> Option<f64> {
-        let cur = self.current?;
-        let t = cur.time_of(beat);
-        match &self.next {
-            Some(n) if t >= n.start_ns as f64 => {
+        let on_current = self.current.map(|c| c.time_of(beat));
+        match (&self.next, on_current) {
+            (Some(n), Some(t)) if t < n.start_ns as f64 => Some(t),
+            (Some(n), _) => {
                 let tn = n.time_of(beat);
                 (tn >= n.start_ns as f64).then_some(tn)
             }
-            _ => Some(t),
+            (None, t) => t,
         }
     }
 }
@@ -184,16 +184,6 @@ impl TempoMap {
             current: i.map(|i| self.segments[i]),
             next: self.segments.get(next).copied(),
         }
-    }
-
-    /// The start of the segment after the view at `t_ns` (when the view must be
-    /// published again so the audio thread sees the one after).
-    pub fn next_change_after_view(&self, t_ns: u64) -> Option<u64> {
-        let i = self.index_at(t_ns).map_or(0, |i| i + 1);
-        self.segments
-            .get(i + 1)
-            .and(self.segments.get(i))
-            .map(|s| s.start_ns)
     }
 
     /// The beat at `t_ns`.
@@ -573,7 +563,23 @@ mod tests {
         assert_eq!(a.at(S).unwrap().bpm, 100.0);
         assert_eq!(a.from(5 * S).len(), 1);
         assert_eq!(a.from(S).len(), 2);
-        assert_eq!(a.next_change_after_view(0), None);
+    }
+
+    #[test]
+    fn a_view_whose_first_segment_is_still_ahead_finds_its_beats() {
+        let seg = TempoSegment {
+            start_ns: 10 * S,
+            start_beat: 3.0,
+            bpm: 60.0,
+            by: 1,
+        };
+        let mut m = TempoMap::new();
+        m.insert(seg);
+        let v = m.view(9 * S);
+        assert_eq!((v.current, v.next), (None, Some(seg)));
+        assert_eq!(v.beat_at(9 * S), None);
+        assert_eq!(v.time_of_beat(2.0), None);
+        assert_eq!(v.time_of_beat(4.0), Some(11e9));
     }
 
     #[test]

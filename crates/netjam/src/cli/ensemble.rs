@@ -398,6 +398,15 @@ fn list(a: ListArgs) -> anyhow::Result<()> {
             }
         ));
     }
+    if let Some(ens) = m.ensemble_time(mono_ns()) {
+        if let (Some(seg), Some(beat)) = (m.tempo().at(ens), m.tempo().beat_at(ens)) {
+            out(format_args!(
+                "tempo bpm={} beat={beat:.3} at={}",
+                seg.bpm,
+                ens_s(ens)
+            ));
+        }
+    }
     for r in m.table().services() {
         let others: Vec<String> = r
             .offered_by
