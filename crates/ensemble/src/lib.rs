@@ -11,6 +11,8 @@
 //! * [`table`]: who is in the ensemble and who provides which service.
 //! * [`address`]: services from addresses (`/synth1/...`, literal `!synth1/...`).
 //! * [`reliable`]: acknowledged, retransmitted, ordered streams per sender.
+//! * [`beat`]: the shared beat (a tempo map on ensemble time, set by timed messages that
+//!   take effect on the same beat everywhere) and a sample-accurate click on it.
 //! * [`inbox`]: timed messages taken by the audio thread in the period they fall in.
 //! * [`discovery`]: where hellos go on a local network with no configuration.
 //! * [`wire`]: the ensemble's own OSC messages.
@@ -21,6 +23,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod address;
+pub mod beat;
 pub mod clock;
 pub mod discovery;
 pub mod inbox;

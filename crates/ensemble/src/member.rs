@@ -11,8 +11,8 @@
 //! the caller draws (this module never reads a clock or a random source, never touches a
 //! socket).
 //!
-//! * **Membership.** A hello goes to the discovery targets every
-//!   [`MemberConfig::hello_interval_ns`], carrying the ensemble name, the member id and
+//! * **Membership.** A hello goes to the discovery targets and to every member known
+//!   every [`MemberConfig::hello_interval_ns`], carrying the ensemble name, the member id and
 //!   the version of its service list; a member heard for the first time gets a hello
 //!   back at once. A member whose announced version differs from the list held is asked
 //!   for its list (again at each hello, until it arrives), so tables converge after any
@@ -33,6 +33,11 @@
 //!   comes: as an [`Event::Message`], or into an [`AudioInbox`] for services the audio
 //!   thread serves. Services tapped by others copy each arriving message to the tappers,
 //!   with the same time and reliability.
+//! * **Beat.** [`Member::set_tempo`] plans a tempo change on a whole beat (or bar) ahead
+//!   and sends it reliably to every member as a message timed for that beat; each member
+//!   puts it in its [`TempoMap`] as it arrives, so the audio thread, reading the map
+//!   through a [`TempoReader`], switches at the exact frame. A member heard for the first
+//!   time is sent the segments in force and planned. See [`crate::beat`].
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -42,6 +47,7 @@ use netjam_osc::{Arg, Message, TimeTag};
 use serde::Serialize;
 
 use crate::address::{check_service, readdress, service_of, AddressError};
+use crate::beat::{tempo_share, TempoError, TempoMap, TempoPublisher, TempoReader, TempoSegment, TempoView};
 use crate::clock::{
     clock_share, ClockClient, ClockConfig, ClockPublisher, ClockReader, ClockSegment, ClockServer,
     ClockStats, ProbeReply, ProbeRequest, PING_ADDRESS, PONG_ADDRESS,
@@ -51,6 +57,7 @@ use crate::reliable::{Arrival, InStream, OutStream};
 use crate::table::{newer, ServiceTable};
 use crate::wire::{
     encode_vec, Data, ServiceList, Wire, WireError, HELLO_REPLY, HELLO_SYNCED, MSG_RELIABLE, MSG_TAP_COPY,
+    TEMPO,
 };
 
 const MS: u64 = 1_000_000;
@@ -148,6 +155,8 @@ pub enum Event {
         reference: u64,
     },
     Message(Delivery),
+    /// A tempo segment was set here or arrived (it starts at its own time).
+    Tempo(TempoSegment),
 }
 
 /// Why a message could not be sent.
@@ -163,6 +172,10 @@ pub enum SendError {
     NotAMessage(String),
     #[error(transparent)]
     Wire(#[from] WireError),
+    #[error("this member has no ensemble time yet")]
+    NoClock,
+    #[error(transparent)]
+    Tempo(#[from] TempoError),
 }
 
 /// Counts, for the stats.
@@ -216,12 +229,17 @@ pub struct Member {
     events: VecDeque<Event>,
     stats: MemberStats,
     scratch: Vec<u8>,
+    tempo: TempoMap,
+    tempo_publisher: TempoPublisher,
+    tempo_reader: TempoReader,
+    tempo_published: Option<TempoView>,
 }
 
 impl Member {
     /// A member starting at local time `now`; its first hello is due at once.
     pub fn new(config: MemberConfig, now_ns: u64) -> Self {
         let (publisher, reader) = clock_share();
+        let (tempo_publisher, tempo_reader) = tempo_share();
         let mut table = ServiceTable::new();
         table.insert(config.id, None, now_ns);
         table.set_services(config.id, 0, ServiceList::default());
@@ -246,6 +264,10 @@ impl Member {
             events: VecDeque::new(),
             stats: MemberStats::default(),
             scratch: Vec::new(),
+            tempo: TempoMap::new(),
+            tempo_publisher,
+            tempo_reader,
+            tempo_published: None,
             config,
         }
     }
@@ -319,6 +341,83 @@ impl Member {
         self.segment.map(|s| s.map(now_ns))
     }
 
+    /// The shared beat for other threads (the audio thread): lock- and allocation-free.
+    pub fn tempo_reader(&self) -> TempoReader {
+        self.tempo_reader.clone()
+    }
+
+    /// The tempo segments this member knows.
+    pub fn tempo(&self) -> &TempoMap {
+        &self.tempo
+    }
+
+    /// Sets the ensemble's tempo to `bpm`: with none yet, from ensemble time 0 and beat 0
+    /// (members setting the same tempo independently agree); otherwise from the first
+    /// whole beat — bar, with `beats_per_bar` — at least `lead_ns` ahead, so the message
+    /// reaches every member before it takes effect. Sent reliably to every member known,
+    /// timed for that beat. Returns the segment.
+    pub fn set_tempo(
+        &mut self,
+        now_ns: u64,
+        bpm: f64,
+        lead_ns: u64,
+        beats_per_bar: Option<u32>,
+    ) -> Result<TempoSegment, SendError> {
+        let ens = self.ensemble_time(now_ns).ok_or(SendError::NoClock)?;
+        let seg = self
+            .tempo
+            .change(ens, lead_ns, bpm, self.config.id, beats_per_bar)?;
+        let peers: Vec<(u64, SocketAddr)> = self
+            .table
+            .members()
+            .filter(|m| m.id != self.config.id)
+            .filter_map(|m| m.addr.map(|a| (m.id, a)))
+            .collect();
+        for (id, addr) in peers {
+            self.send_tempo(now_ns, id, addr, &seg)?;
+        }
+        self.tempo_in(now_ns, seg);
+        Ok(seg)
+    }
+
+    fn send_tempo(
+        &mut self,
+        now_ns: u64,
+        to: u64,
+        addr: SocketAddr,
+        seg: &TempoSegment,
+    ) -> Result<(), SendError> {
+        let m = encode_vec(
+            TEMPO,
+            &[
+                Arg::Long(seg.start_ns as i64),
+                Arg::Double(seg.start_beat),
+                Arg::Double(seg.bpm),
+                Arg::Long(seg.by as i64),
+            ],
+        )?;
+        self.send_data(now_ns, to, addr, &m, seg.start_ns.max(2), MSG_RELIABLE)
+    }
+
+    /// A tempo segment set here or arrived: into the map, out to the audio thread.
+    fn tempo_in(&mut self, now_ns: u64, seg: TempoSegment) {
+        if self.tempo.insert(seg) {
+            self.events.push_back(Event::Tempo(seg));
+            self.publish_tempo(now_ns);
+        }
+    }
+
+    fn publish_tempo(&mut self, now_ns: u64) {
+        let Some(ens) = self.ensemble_time(now_ns) else {
+            return;
+        };
+        let view = self.tempo.view(ens);
+        if (view.current.is_some() || view.next.is_some()) && self.tempo_published != Some(view) {
+            self.tempo_publisher.publish(view);
+            self.tempo_published = Some(view);
+        }
+    }
+
     /// The clock reference (`None` while unsynced; this member's own id when it is it).
     pub fn reference(&self) -> Option<u64> {
         match &self.role {
@@ -390,6 +489,18 @@ impl Member {
         if let (Some(due), Some(seg)) = (self.scheduler.next_due(), self.segment) {
             t = t.min(local_of(&seg, due.0));
         }
+        // The audio thread's view holds two segments: publish again when the second
+        // starts if a third is waiting.
+        if let (Some(next), Some(seg)) = (self.tempo_published.and_then(|v| v.next), self.segment) {
+            if self
+                .tempo
+                .segments()
+                .last()
+                .is_some_and(|l| l.start_ns > next.start_ns)
+            {
+                t = t.min(local_of(&seg, next.start_ns));
+            }
+        }
         t
     }
 
@@ -398,6 +509,17 @@ impl Member {
         if now_ns >= self.next_hello_ns {
             self.next_hello_ns = now_ns + self.config.hello_interval_ns;
             self.hello(Dest::Discovery, 0);
+            // And to every member known, so one reached only through a unicast path (a
+            // relay, another subnet: not among the discovery targets) stays known.
+            let known: Vec<SocketAddr> = self
+                .table
+                .members()
+                .filter(|m| m.id != self.config.id)
+                .filter_map(|m| m.addr)
+                .collect();
+            for a in known {
+                self.hello(Dest::Peer(a), 0);
+            }
             // Keep asking for lists we do not have.
             let wanted: Vec<(u64, SocketAddr)> = self
                 .table
@@ -443,6 +565,7 @@ impl Member {
             });
         }
         self.drain_timed(now_ns);
+        self.publish_tempo(now_ns);
     }
 
     /// Takes one datagram that arrived from `from` at local time `now`. Anything that is
@@ -507,6 +630,12 @@ impl Member {
                     self.events.push_back(Event::MemberJoined { id });
                     if flags & HELLO_REPLY == 0 {
                         self.hello(Dest::Peer(from), HELLO_REPLY);
+                    }
+                    // The beat in force and planned, for the newcomer.
+                    let now_ens = self.ensemble_time(now_ns).unwrap_or(0);
+                    let segs = self.tempo.from(now_ens).to_vec();
+                    for seg in segs {
+                        let _ = self.send_tempo(now_ns, id, from, &seg);
                     }
                 }
                 let mut ask = false;
@@ -659,6 +788,20 @@ impl Member {
             .member(provider)
             .and_then(|m| m.addr)
             .ok_or_else(|| SendError::NoProvider(service.to_string()))?;
+        self.send_data(now_ns, provider, addr, message, time_ns, flags)?;
+        Ok(provider)
+    }
+
+    /// One message to member `provider` at `addr`, best effort or on its reliable stream.
+    fn send_data(
+        &mut self,
+        now_ns: u64,
+        provider: u64,
+        addr: SocketAddr,
+        message: &[u8],
+        time_ns: u64,
+        flags: u32,
+    ) -> Result<(), SendError> {
         let mut data = Data {
             from: self.config.id,
             to: provider,
@@ -677,7 +820,7 @@ impl Member {
             if !stream.sent(now_ns, self.config.retransmit_ns, bytes.clone()) {
                 // Queued behind the send window; sent as acknowledgements come back.
                 self.stats.sent += 1;
-                return Ok(provider);
+                return Ok(());
             }
             bytes
         } else {
@@ -688,7 +831,7 @@ impl Member {
             to: Dest::Peer(addr),
             bytes,
         });
-        Ok(provider)
+        Ok(())
     }
 
     /// A message for one of this member's services arrived (or was sent locally).
@@ -697,6 +840,26 @@ impl Member {
             self.stats.rejected += 1;
             return;
         };
+        if m.address() == TEMPO {
+            // Ensemble state, not a service's message: into the map as it arrives (its
+            // own start time says when it takes effect).
+            let seg = match (m.arg(0), m.arg(1), m.arg(2), m.arg(3)) {
+                (Some(Arg::Long(t)), Some(Arg::Double(b)), Some(Arg::Double(bpm)), Some(Arg::Long(by))) => {
+                    Some(TempoSegment {
+                        start_ns: t.max(0) as u64,
+                        start_beat: b,
+                        bpm,
+                        by: by as u64,
+                    })
+                }
+                _ => None,
+            };
+            match seg {
+                Some(seg) if seg.is_valid() => self.tempo_in(now_ns, seg),
+                _ => self.stats.rejected += 1,
+            }
+            return;
+        }
         let Ok((service, _)) = service_of(m.address()) else {
             self.stats.rejected += 1;
             return;

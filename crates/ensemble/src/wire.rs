@@ -15,6 +15,9 @@
 //!   unacknowledged sequence: a receiver that lost the stream's state, e.g. after
 //!   dropping the sender for silence, restarts there instead of waiting for ever), flags ([`MSG_RELIABLE`],
 //!   [`MSG_TAP_COPY`]), ensemble time, the user's OSC message.
+//! * `/_ens/tempo ,hddh` — carried as the user message of a `/_ens/msg` (reliable,
+//!   timed for its start): start (ensemble ns), beat at the start, beats per minute,
+//!   the member that set it. See [`crate::beat`].
 //! * `/_ens/ack ,hhii` — from (the receiver), to (the sender), next sequence expected,
 //!   sequence just received.
 //!
@@ -28,6 +31,7 @@ pub const SERVICES: &str = "/_ens/svc";
 pub const BYE: &str = "/_ens/bye";
 pub const MSG: &str = "/_ens/msg";
 pub const ACK: &str = "/_ens/ack";
+pub const TEMPO: &str = "/_ens/tempo";
 
 /// Hello flag: the sender's ensemble time is valid (it may serve as clock reference).
 pub const HELLO_SYNCED: u32 = 1;

@@ -620,3 +620,86 @@ fn garbage_and_mutated_messages_never_panic_a_member() {
     sim.run_until(sim.now + 100 * MS);
     assert!(received(&sim, b, "y").iter().any(|g| g.1 == 77));
 }
+
+#[test]
+fn a_tempo_change_lands_on_the_same_beat_on_every_member() {
+    // 19 ms ± 1.5 ms with 5 % loss: the change must arrive (reliably) before its beat.
+    let mut sim = Sim::new(lossy_link(19, 1.5, 0.05, 0.0), 11);
+    let nodes: Vec<usize> = [0x41u64, 0x42, 0x43]
+        .iter()
+        .map(|id| sim.join(*id, &[]))
+        .collect();
+    sim.run_until(30 * S);
+    // Each member's beat at true (virtual) time `v`, read through its audio-thread reader.
+    let beats_at = |sim: &Sim, v: u64| -> Vec<f64> {
+        nodes
+            .iter()
+            .map(|&k| {
+                let n = sim.nodes[k].as_ref().unwrap();
+                let ens = n.member.ensemble_time(v + n.offset).unwrap();
+                let view = n.member.tempo_reader().view().expect("a published beat");
+                view.beat_at(ens).expect("a tempo in force")
+            })
+            .collect()
+    };
+    let spread_ms = |b: &[f64], bpm: f64| {
+        let (lo, hi) = b
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(l, h), x| (l.min(*x), h.max(*x)));
+        (hi - lo) * 60_000.0 / bpm
+    };
+    let l = sim.local(nodes[0]);
+    let first = sim
+        .node(nodes[0])
+        .member
+        .set_tempo(l, 120.0, 300 * MS, None)
+        .unwrap();
+    assert_eq!((first.start_ns, first.start_beat, first.bpm), (0, 0.0, 120.0));
+    sim.flush(nodes[0]);
+    sim.run_until(sim.now + 2 * S);
+    let b = beats_at(&sim, sim.now);
+    println!(
+        "120 BPM on three members: beats {b:?}, spread {:.4} ms",
+        spread_ms(&b, 120.0)
+    );
+    assert!(spread_ms(&b, 120.0) < 0.5, "{b:?}");
+    // Another member changes it on the next bar of four, 0.3 s ahead at least.
+    let l = sim.local(nodes[2]);
+    let change = sim
+        .node(nodes[2])
+        .member
+        .set_tempo(l, 90.0, 300 * MS, Some(4))
+        .unwrap();
+    assert_eq!(change.start_beat % 4.0, 0.0);
+    sim.flush(nodes[2]);
+    let due_local = l + (change.start_ns - sim.node(nodes[2]).member.ensemble_time(l).unwrap());
+    let due_virtual = due_local - sim.nodes[nodes[2]].as_ref().unwrap().offset;
+    assert!(due_virtual >= sim.now + 300 * MS);
+    // Before the change, everyone knows it (it arrived ahead of its beat), and the beat it
+    // starts on falls at the same true time everywhere.
+    sim.run_until(due_virtual - MS);
+    for &k in &nodes {
+        let n = sim.nodes[k].as_ref().unwrap();
+        assert!(n.member.tempo().segments().contains(&change), "member {k}");
+        assert!(n.events.iter().any(|(_, e)| *e == Event::Tempo(change)));
+    }
+    let before = beats_at(&sim, due_virtual - MS);
+    sim.run_until(due_virtual + 2 * S);
+    let after = beats_at(&sim, due_virtual + 2 * S);
+    println!(
+        "change to 90 BPM on beat {}: spread before {:.4} ms, 2 s after {:.4} ms",
+        change.start_beat,
+        spread_ms(&before, 120.0),
+        spread_ms(&after, 90.0)
+    );
+    assert!(spread_ms(&after, 90.0) < 0.5, "{after:?}");
+    // 2 s at 90 BPM is 3 beats past the change on every member.
+    for b in &after {
+        assert!((b - (change.start_beat + 3.0)).abs() < 0.002, "{after:?}");
+    }
+    // A newcomer hears the beat in force without asking.
+    let late = sim.join(0x44, &[]);
+    sim.run_until(sim.now + 5 * S);
+    let n = sim.nodes[late].as_ref().unwrap();
+    assert_eq!(n.member.tempo().from(0).last(), Some(&change));
+}

@@ -116,3 +116,45 @@ fn taking_due_timed_messages_does_not_allocate() {
     assert_eq!(allocs, 0, "the audio thread allocated");
     assert_eq!((taken, late), (N, 0));
 }
+
+#[test]
+fn reading_the_beat_and_rendering_clicks_does_not_allocate() {
+    use netjam_ensemble::beat::{tempo_share, ClickTrack, TempoSegment, TempoView};
+    let (mut publisher, reader) = tempo_share();
+    let seg = |start_ns: u64, start_beat: f64, bpm: f64| TempoSegment {
+        start_ns,
+        start_beat,
+        bpm,
+        by: 1,
+    };
+    publisher.publish(TempoView {
+        current: Some(seg(0, 0.0, 120.0)),
+        next: Some(seg(2_000_000_000, 4.0, 150.0)),
+    });
+    let mut clicks = ClickTrack::new(48_000, 0.5, 4);
+    let mut out = vec![0f32; 64 * 2];
+    let audio = std::thread::spawn(move || {
+        let before = alloc_count::allocations();
+        alloc_count::prove_counting();
+        let mut onsets = 0u64;
+        // 10 s of 64-frame periods at 48 kHz.
+        for p in 0..7_500u64 {
+            let start = p * 64 * 1_000_000_000 / 48_000;
+            out.fill(0.0);
+            if let Some(view) = reader.view() {
+                clicks.render(&view, start, 64, 2, &mut out, |_| onsets += 1);
+            }
+        }
+        (alloc_count::allocations() - before - 1, onsets)
+    });
+    for k in 0..2_000u64 {
+        publisher.publish(TempoView {
+            current: Some(seg(0, 0.0, 120.0)),
+            next: Some(seg(2_000_000_000, 4.0, 150.0 + (k % 2) as f64)),
+        });
+    }
+    let (allocs, onsets) = audio.join().expect("audio thread");
+    assert_eq!(allocs, 0, "the audio thread allocated");
+    // 4 beats at 120 BPM, then about 20 at 150 BPM.
+    assert!((20..=26).contains(&onsets), "{onsets} clicks");
+}

@@ -332,3 +332,230 @@ pub fn bind_ip(local_only: bool) -> IpAddr {
         IpAddr::V4(Ipv4Addr::UNSPECIFIED)
     }
 }
+
+/// The shared beat in a jam: the ensemble member runs on a thread of its own, and
+/// [`BeatClicks`] mixes a click on the ensemble's beat into what the player hears.
+pub mod beat {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::thread::JoinHandle;
+
+    use anyhow::Context;
+    use netjam_ensemble::beat::{ClickTrack, TempoReader};
+    use netjam_ensemble::clock::ClockReader;
+    use netjam_ensemble::Event;
+
+    use super::{mono_ns, Node, NodeConfig};
+    use crate::endpoint::Process;
+
+    const MS: u64 = 1_000_000;
+
+    /// What the audio thread tells the member's thread (all atomics).
+    #[derive(Debug, Default)]
+    pub struct BeatShared {
+        /// CLOCK_MONOTONIC (ns) of the first frame of what is heard, plus one; 0 until
+        /// the first period.
+        pub first_frame_mono: AtomicU64,
+        /// Clicks played.
+        pub clicks: AtomicU64,
+    }
+
+    /// Wraps the jam's process (transparently: it dereferences to it) and adds a click
+    /// on every beat of the ensemble to what is heard, at the frame the beat falls on.
+    /// The period's start in ensemble time comes from the period's timestamp through the
+    /// ensemble clock. Never allocates, locks or blocks in [`Process::process`].
+    pub struct BeatClicks<P> {
+        inner: P,
+        beat: Option<Beat>,
+    }
+
+    /// What the clicks need; absent without an ensemble.
+    struct Beat {
+        clicks: ClickTrack,
+        clock: ClockReader,
+        tempo: TempoReader,
+        /// CLOCK_MONOTONIC minus the process clock the endpoint stamps periods with.
+        mono_offset: i64,
+        channels: usize,
+        shared: Arc<BeatShared>,
+    }
+
+    impl<P> std::fmt::Debug for BeatClicks<P> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("BeatClicks").finish_non_exhaustive()
+        }
+    }
+
+    impl<P> BeatClicks<P> {
+        /// Clicks at `rate` Hz on `channels` interleaved channels, `gain_db` below full
+        /// scale, on `beat`'s ensemble (none without one: the process is left as it is).
+        pub fn new(inner: P, beat: Option<&JamBeat>, rate: u32, channels: usize, gain_db: f32) -> Self {
+            let level = 10f32.powf(gain_db / 20.0);
+            let beat = beat.map(|b| Beat {
+                clicks: ClickTrack::new(rate, level, 4),
+                clock: b.clock.clone(),
+                tempo: b.tempo.clone(),
+                mono_offset: mono_ns() as i64 - crate::clock::now_ns() as i64,
+                channels: channels.max(1),
+                shared: Arc::clone(&b.shared),
+            });
+            Self { inner, beat }
+        }
+
+        /// The wrapped process.
+        pub fn into_process(self) -> P {
+            self.inner
+        }
+    }
+
+    impl<P> std::ops::Deref for BeatClicks<P> {
+        type Target = P;
+        fn deref(&self) -> &P {
+            &self.inner
+        }
+    }
+
+    impl<P> std::ops::DerefMut for BeatClicks<P> {
+        fn deref_mut(&mut self) -> &mut P {
+            &mut self.inner
+        }
+    }
+
+    impl<P: Process> Process for BeatClicks<P> {
+        fn process(&mut self, now_ns: u64, input: &[f32], output: &mut [f32]) {
+            self.inner.process(now_ns, input, output);
+            let Some(b) = self.beat.as_mut() else {
+                return;
+            };
+            let mono = (now_ns as i64 + b.mono_offset).max(0) as u64;
+            let _ =
+                b.shared
+                    .first_frame_mono
+                    .compare_exchange(0, mono + 1, Ordering::Relaxed, Ordering::Relaxed);
+            let (Some(start), Some(view)) = (b.clock.ensemble_ns(mono), b.tempo.view()) else {
+                return;
+            };
+            let frames = output.len() / b.channels;
+            let shared = &b.shared;
+            b.clicks.render(&view, start, frames, b.channels, output, |_| {
+                shared.clicks.fetch_add(1, Ordering::Relaxed);
+            });
+        }
+
+        fn skipped(&mut self, frames: u64) {
+            self.inner.skipped(frames);
+        }
+
+        fn extra_outputs(&mut self, frames: usize, outputs: &mut [f32]) {
+            self.inner.extra_outputs(frames, outputs);
+        }
+    }
+
+    /// A member of an ensemble running beside a jam.
+    #[derive(Debug)]
+    pub struct JamBeat {
+        pub clock: ClockReader,
+        pub tempo: TempoReader,
+        pub shared: Arc<BeatShared>,
+        stop: Arc<AtomicBool>,
+        thread: Option<JoinHandle<()>>,
+    }
+
+    impl JamBeat {
+        /// Joins the ensemble; once its clock is known, sets `propose_bpm` if the ensemble
+        /// has no tempo yet (it follows the one it has otherwise). Says on stderr what it
+        /// joined, the tempo, and where the first frame heard lies on the machine's clock.
+        pub fn start(cfg: NodeConfig, propose_bpm: Option<f64>) -> anyhow::Result<Self> {
+            let name = cfg.ensemble.clone();
+            let node = Node::start(cfg)?;
+            let clock = node.member_ref().clock_reader();
+            let tempo = node.member_ref().tempo_reader();
+            let shared = Arc::new(BeatShared::default());
+            let stop = Arc::new(AtomicBool::new(false));
+            eprintln!(
+                "netjam: ensemble {name}: member {:016x} on {}",
+                node.member_ref().id(),
+                node.local_addr()
+            );
+            let (stop_t, shared_t) = (stop.clone(), shared.clone());
+            let thread = std::thread::Builder::new()
+                .name("ensemble".into())
+                .spawn(move || run(node, name, propose_bpm, &stop_t, &shared_t))
+                .context("cannot start the ensemble thread")?;
+            Ok(Self {
+                clock,
+                tempo,
+                shared,
+                stop,
+                thread: Some(thread),
+            })
+        }
+
+        /// Leaves the ensemble.
+        pub fn stop(&mut self) {
+            self.stop.store(true, Ordering::Relaxed);
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+
+    impl Drop for JamBeat {
+        fn drop(&mut self) {
+            self.stop();
+        }
+    }
+
+    fn run(mut node: Node, name: String, propose: Option<f64>, stop: &AtomicBool, shared: &BeatShared) {
+        let mut locked_at = None;
+        let mut proposed = propose.is_none();
+        let mut told_frame = false;
+        while !stop.load(Ordering::Relaxed) {
+            node.run(Some(mono_ns() + 100 * MS), |_, ev| {
+                if let Event::Tempo(t) = ev {
+                    eprintln!(
+                        "netjam: ensemble {name}: {} BPM from beat {} (ensemble time {:.3} s)",
+                        t.bpm,
+                        t.start_beat,
+                        t.start_ns as f64 / 1e9
+                    );
+                }
+                true
+            });
+            let now = mono_ns();
+            if locked_at.is_none() && node.member_ref().ensemble_time(now).is_some() {
+                locked_at = Some(now);
+                eprintln!("netjam: ensemble {name}: clock locked");
+            }
+            // One more hello round after the lock, so the tempo others hold has arrived.
+            if let (false, Some(l), Some(bpm)) = (proposed, locked_at, propose) {
+                if now >= l + 600 * MS {
+                    proposed = true;
+                    let m = node.member();
+                    let held = m.ensemble_time(now).and_then(|e| m.tempo().at(e).map(|s| s.bpm));
+                    match held {
+                        Some(b) if (b - bpm).abs() > 1e-9 => eprintln!(
+                            "netjam: ensemble {name} plays at {b} BPM: following it (netjam ensemble tempo {name} {bpm} changes it)"
+                        ),
+                        Some(_) => {}
+                        None => {
+                            if let Err(e) = m.set_tempo(now, bpm, 300 * MS, None) {
+                                eprintln!("netjam: ensemble {name}: cannot set the tempo: {e}");
+                            }
+                        }
+                    }
+                    node.flush();
+                }
+            }
+            let first = shared.first_frame_mono.load(Ordering::Relaxed);
+            if !told_frame && first != 0 {
+                told_frame = true;
+                eprintln!(
+                    "netjam: ensemble {name}: the first frame heard is at monotonic {} ns",
+                    first - 1
+                );
+            }
+        }
+        node.leave();
+    }
+}

@@ -30,6 +30,9 @@ pub enum EnsembleCommand {
     Send(SendArgs),
     /// Show the ensemble clock: the reference, this member's offset and error bound.
     Clock(ClockArgs),
+    /// Set the ensemble's tempo: from the next beat (or bar) far enough ahead to reach
+    /// every member, the same beat everywhere; with no tempo yet, from ensemble time 0.
+    Tempo(TempoArgs),
 }
 
 /// Where members look for each other.
@@ -118,12 +121,89 @@ pub struct ClockArgs {
     pub net: NetArgs,
 }
 
+#[derive(Debug, Args)]
+pub struct TempoArgs {
+    pub name: String,
+    /// Beats per minute.
+    pub bpm: f64,
+    /// Start on the first beat of a bar of this many beats rather than on the next beat.
+    #[arg(long, value_name = "BEATS")]
+    pub bar: Option<u32>,
+    /// How far ahead the change may start at the earliest, in seconds (it must reach
+    /// every member before its beat).
+    #[arg(long, default_value_t = 0.3)]
+    pub lead: f64,
+    /// Give up when the ensemble clock does not lock (or the change is not acknowledged)
+    /// within this many seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub wait: f64,
+    #[command(flatten)]
+    pub net: NetArgs,
+}
+
+/// `netjam jam --ensemble NAME`: hear a click on the ensemble's shared beat.
+#[derive(Debug, Clone, Args)]
+pub struct JamEnsembleArgs {
+    /// Join ensemble NAME (see `netjam ensemble`) and hear a click on its shared beat,
+    /// mixed into what you hear: every member's click lands on the same beat.
+    #[arg(long, value_name = "NAME")]
+    pub ensemble: Option<String>,
+    /// With --ensemble: the tempo to click at if the ensemble has none yet (otherwise its
+    /// own is followed; `netjam ensemble tempo NAME BPM` changes it for everyone).
+    #[arg(long, value_name = "BPM", requires = "ensemble")]
+    pub tempo: Option<f64>,
+    /// With --ensemble: the click's level in dB below full scale.
+    #[arg(long, value_name = "DB", default_value_t = -12.0, allow_negative_numbers = true)]
+    pub click_gain: f32,
+    /// With --ensemble: stay on this machine (127.0.0.1, no broadcast).
+    #[arg(long, requires = "ensemble")]
+    pub ensemble_local: bool,
+    /// With --ensemble: first UDP port of the ensemble's discovery list.
+    #[arg(long, value_name = "PORT", default_value_t = DEFAULT_BASE_PORT)]
+    pub ensemble_port: u16,
+}
+
+impl JamEnsembleArgs {
+    /// Joins the ensemble when --ensemble is given.
+    pub fn start(&self) -> anyhow::Result<Option<crate::ensemble::beat::JamBeat>> {
+        let Some(name) = &self.ensemble else {
+            return Ok(None);
+        };
+        if let Some(bpm) = self.tempo {
+            if !(netjam_ensemble::beat::MIN_BPM..=netjam_ensemble::beat::MAX_BPM).contains(&bpm) {
+                bail!(
+                    "--tempo {bpm}: give {}–{} beats per minute",
+                    netjam_ensemble::beat::MIN_BPM,
+                    netjam_ensemble::beat::MAX_BPM
+                );
+            }
+        }
+        let cfg = NodeConfig {
+            ensemble: name.clone(),
+            id: random_id()?,
+            services: Vec::new(),
+            taps: Vec::new(),
+            discovery: Discovery {
+                base_port: self.ensemble_port,
+                ports: DEFAULT_PORTS,
+                broadcast: !self.ensemble_local,
+            },
+            bind_ip: bind_ip(self.ensemble_local),
+            osc_bridge: None,
+        };
+        crate::ensemble::beat::JamBeat::start(cfg, self.tempo)
+            .with_context(|| format!("cannot join ensemble {name:?}"))
+            .map(Some)
+    }
+}
+
 pub fn run(cmd: EnsembleCommand) -> anyhow::Result<()> {
     match cmd {
         EnsembleCommand::Join(a) => join(a),
         EnsembleCommand::List(a) => list(a),
         EnsembleCommand::Send(a) => send(a),
         EnsembleCommand::Clock(a) => clock(a),
+        EnsembleCommand::Tempo(a) => tempo(a),
     }
 }
 
@@ -233,6 +313,13 @@ fn print_event(node: &Node, ev: &Event) {
             out(format_args!("services {}", list.join(" ")));
         }
         Event::ClockLocked { reference } => out(format_args!("clock-locked {reference:016x}")),
+        Event::Tempo(t) => out(format_args!(
+            "tempo bpm={} beat={} from={} by={:016x}",
+            t.bpm,
+            t.start_beat,
+            ens_s(t.start_ns),
+            t.by
+        )),
         Event::ClockReference { id } => match id {
             Some(id) => out(format_args!("clock-reference {id:016x}")),
             None => out(format_args!("clock-reference none")),
@@ -310,6 +397,15 @@ fn list(a: ListArgs) -> anyhow::Result<()> {
                 ""
             }
         ));
+    }
+    if let Some(ens) = m.ensemble_time(mono_ns()) {
+        if let (Some(seg), Some(beat)) = (m.tempo().at(ens), m.tempo().beat_at(ens)) {
+            out(format_args!(
+                "tempo bpm={} beat={beat:.3} at={}",
+                seg.bpm,
+                ens_s(ens)
+            ));
+        }
     }
     for r in m.table().services() {
         let others: Vec<String> = r
@@ -527,6 +623,56 @@ fn clock(a: ClockArgs) -> anyhow::Result<()> {
             _ => out(format_args!("clock reference={reference} ensemble={ens} (this member)")),
         }
         printed += 1;
+    }
+    node.leave();
+    Ok(())
+}
+
+fn tempo(a: TempoArgs) -> anyhow::Result<()> {
+    if a.bar == Some(0) {
+        bail!("--bar 0: a bar has at least one beat");
+    }
+    let mut node = start(&a.name, &a.net, Vec::new(), Vec::new(), None)?;
+    let give_up = mono_ns() + secs(a.wait, "--wait")?;
+    // Wait for the clock, then one more hello round so every member is known (and has
+    // sent the beat it holds) before planning the change.
+    while !synced(node.member_ref()) && mono_ns() < give_up {
+        let t = mono_ns() + 20 * MS;
+        node.run(Some(t), |_, _| true);
+    }
+    if !synced(node.member_ref()) {
+        bail!(
+            "the clock of ensemble {:?} did not lock within {} s: is a member running (netjam ensemble join {}), on this network and discovery ports? Or try a longer --wait",
+            a.name,
+            a.wait,
+            a.name
+        );
+    }
+    node.run(Some(mono_ns() + 600 * MS), |_, _| true);
+    let now = mono_ns();
+    let seg = node
+        .member()
+        .set_tempo(now, a.bpm, secs(a.lead, "--lead")?, a.bar)
+        .context("cannot set the tempo")?;
+    out(format_args!(
+        "tempo bpm={} beat={} from={} to {} member(s)",
+        seg.bpm,
+        seg.start_beat,
+        ens_s(seg.start_ns),
+        node.member_ref().table().len().saturating_sub(1)
+    ));
+    node.flush();
+    let until = mono_ns() + secs(a.wait, "--wait")?;
+    while node.member_ref().unacked() > 0 && mono_ns() < until {
+        let t = mono_ns() + 10 * MS;
+        node.run(Some(t), |_, _| true);
+    }
+    if node.member_ref().unacked() > 0 {
+        bail!(
+            "{} member(s) did not acknowledge the tempo within {} s",
+            node.member_ref().unacked(),
+            a.wait
+        );
     }
     node.leave();
     Ok(())

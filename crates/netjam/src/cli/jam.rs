@@ -177,6 +177,8 @@ pub struct JamArgs {
     /// The address OSC control listens on (default: this machine only).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1", requires = "osc")]
     pub osc_bind: std::net::IpAddr,
+    #[command(flatten)]
+    pub ensemble: super::ensemble::JamEnsembleArgs,
 }
 
 /// What a sound card replaces: the other sources, JACK, and the sinks for what you hear.
@@ -365,6 +367,9 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     if a.outputs.is_some() && !a.jack && !a.wants_card() {
         bail!("--outputs picks channels of a device: use it with --jack or --device (a file or stdout gets every channel you hear)");
     }
+    if a.ensemble.ensemble.is_some() && a.room.is_some() {
+        bail!("--ensemble works with --peer for now (a room as the ensemble is not built yet): play with --peer, or leave out --ensemble");
+    }
     let audio = open_audio(&mut a)?;
     if a.server.is_some() {
         return super::jam_room::run(a, audio);
@@ -424,6 +429,15 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     let device_rate = device_spec.map_or(format.rate, |s| s.rate);
     let process = device_edges(process, device_spec, format.rate, "(counted in the codec delay)")?;
     let hear_edge_ms = process.delay_ns().1 as f64 / 1e6;
+    // The ensemble's click, mixed into what you hear (a no-op without --ensemble).
+    let mut beat = a.ensemble.start()?;
+    let process = crate::ensemble::beat::BeatClicks::new(
+        process,
+        beat.as_ref(),
+        device_rate,
+        heard.channels.into(),
+        a.ensemble.click_gain,
+    );
     let sink = heard_sink(&a, format)?;
     let limit = a.duration.map(|d| (d * device_rate as f64) as u64);
     let Opened {
@@ -463,7 +477,10 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
             "netjam: the resampler to the device ran short in {edge_underruns} periods (silence filled them)"
         );
     }
-    let (process, periods) = (stopped.process.into_inner(), stopped.periods);
+    let (process, periods) = (stopped.process.into_process().into_inner(), stopped.periods);
+    if let Some(b) = beat.as_mut() {
+        b.stop();
+    }
     let stats = process.stats();
     let jb = &stats.heard.jitter_buffer;
     eprintln!(
