@@ -580,6 +580,30 @@ fn a_mapping_that_changes_keeps_the_seat_and_the_audio_returns() {
 }
 
 /// Every router's UDP connection-tracking table, to tell why a direct path failed.
+/// ana and bo (players 0 and 1) each found a direct path to the other within a second of
+/// bo being seated.
+fn both_direct_within_a_second(players: &mut [Player], lab: &NatLab, pair: &str) {
+    let joined = players[1].seated.expect("seated");
+    for (i, other) in [(0, "bo"), (1, "ana")] {
+        let (at, direct) = players[i].path_to(other);
+        let after = at.saturating_duration_since(joined).as_secs_f64();
+        eprintln!(
+            "{pair}: {} has a {} path to {other} {:.0} ms after bo was seated",
+            players[i].name,
+            if direct { "direct" } else { "relayed" },
+            after * 1e3
+        );
+        assert!(
+            direct,
+            "{}: {:#?}\nconnection tracking:\n{}",
+            players[i].name,
+            players[i].said,
+            routers_conntrack(lab)
+        );
+        assert!(after <= 1.0, "direct only after {after:.2} s");
+    }
+}
+
 fn routers_conntrack(lab: &NatLab) -> String {
     lab.homes
         .iter()
@@ -632,25 +656,7 @@ fn players_behind_cone_routers_go_direct_and_the_server_forwards_none_of_their_m
         p.wait_seated();
         players.push(p);
     }
-    let joined = players[1].seated.expect("seated");
-    for (i, other) in [(0, "bo"), (1, "ana")] {
-        let (at, direct) = players[i].path_to(other);
-        let after = at.saturating_duration_since(joined).as_secs_f64();
-        eprintln!(
-            "cone <-> cone: {} has a {} path to {other} {:.0} ms after bo was seated",
-            players[i].name,
-            if direct { "direct" } else { "relayed" },
-            after * 1e3
-        );
-        assert!(
-            direct,
-            "{}: {:#?}\nconnection tracking:\n{}",
-            players[i].name,
-            players[i].said,
-            routers_conntrack(&lab)
-        );
-        assert!(after <= 1.0, "direct only after {after:.2} s");
-    }
+    both_direct_within_a_second(&mut players, &lab, "cone <-> cone");
     let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
     let server = servers.stop();
     // The server forwarded none of their media once the path was direct: at most what
@@ -999,27 +1005,11 @@ fn players_behind_port_randomising_routers_go_direct_through_ports_their_routers
         p.wait_seated();
         players.push(p);
     }
-    let joined = players[1].seated.expect("seated");
+    both_direct_within_a_second(&mut players, &lab, "symmetric+UPnP <-> symmetric+UPnP");
     for (i, other) in [(0, "bo"), (1, "ana")] {
-        let (at, direct) = players[i].path_to(other);
-        let after = at.saturating_duration_since(joined).as_secs_f64();
         let (_, line) =
             players[i].seen_or_wait("its path line", |l| l.contains(&format!(" path to {other} ")));
         eprintln!("upnp: {}: {line}", players[i].name);
-        eprintln!(
-            "symmetric+UPnP <-> symmetric+UPnP: {} has a {} path to {other} {:.0} ms after bo was seated",
-            players[i].name,
-            if direct { "direct" } else { "relayed" },
-            after * 1e3
-        );
-        assert!(
-            direct,
-            "{}: {:#?}\nconnection tracking:\n{}",
-            players[i].name,
-            players[i].said,
-            routers_conntrack(&lab)
-        );
-        assert!(after <= 1.0, "direct only after {after:.2} s");
     }
     let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
     let _server = servers.stop();

@@ -207,6 +207,23 @@ pub fn run(cmd: EnsembleCommand) -> anyhow::Result<()> {
     }
 }
 
+/// Send what is queued, wait up to `wait` seconds (`--wait`) until every reliable message
+/// is acknowledged, then leave; fails saying how many were `not_acked` otherwise.
+fn leave_when_acknowledged(mut node: Node, wait: f64, not_acked: &str) -> anyhow::Result<()> {
+    node.flush();
+    let until = mono_ns() + secs(wait, "--wait")?;
+    while node.member_ref().unacked() > 0 && mono_ns() < until {
+        let t = mono_ns() + 10 * MS;
+        node.run(Some(t), |_, _| true);
+    }
+    let left = node.member_ref().unacked();
+    if left > 0 {
+        bail!("{left} {not_acked} within {wait} s");
+    }
+    node.leave();
+    Ok(())
+}
+
 fn secs(s: f64, what: &str) -> anyhow::Result<u64> {
     if !(s.is_finite() && s >= 0.0) {
         bail!("{what} must be a number of seconds, not {s}");
@@ -577,21 +594,7 @@ fn send(a: SendArgs) -> anyhow::Result<()> {
             if time == 0 { "now".to_string() } else { ens_s(time) }
         ));
     }
-    node.flush();
-    let until = mono_ns() + secs(a.wait, "--wait")?;
-    while node.member_ref().unacked() > 0 && mono_ns() < until {
-        let t = mono_ns() + 10 * MS;
-        node.run(Some(t), |_, _| true);
-    }
-    if node.member_ref().unacked() > 0 {
-        bail!(
-            "{} message(s) not acknowledged within {} s",
-            node.member_ref().unacked(),
-            a.wait
-        );
-    }
-    node.leave();
-    Ok(())
+    leave_when_acknowledged(node, a.wait, "message(s) not acknowledged")
 }
 
 fn clock(a: ClockArgs) -> anyhow::Result<()> {
@@ -661,19 +664,5 @@ fn tempo(a: TempoArgs) -> anyhow::Result<()> {
         ens_s(seg.start_ns),
         node.member_ref().table().len().saturating_sub(1)
     ));
-    node.flush();
-    let until = mono_ns() + secs(a.wait, "--wait")?;
-    while node.member_ref().unacked() > 0 && mono_ns() < until {
-        let t = mono_ns() + 10 * MS;
-        node.run(Some(t), |_, _| true);
-    }
-    if node.member_ref().unacked() > 0 {
-        bail!(
-            "{} member(s) did not acknowledge the tempo within {} s",
-            node.member_ref().unacked(),
-            a.wait
-        );
-    }
-    node.leave();
-    Ok(())
+    leave_when_acknowledged(node, a.wait, "member(s) did not acknowledge the tempo")
 }
