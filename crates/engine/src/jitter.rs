@@ -1101,6 +1101,9 @@ mod tests {
             ..LinkConfig::ideal()
         };
         let mut s = sim(jittery, 3);
+        // As in `jam`: the drift corrector gives latency back by resampling, where bit-exact
+        // playout keeps an excess below a skip's worth.
+        s.jb.set_drift_correction(true);
         let t = run(&mut s, 0, 100_000, 1500, 100_000); // 2 s of heavy jitter
         let deep = s.jb.stats();
         s.link.set_config(LinkConfig {
@@ -1114,15 +1117,16 @@ mod tests {
             st.added_latency_ms, st.added_latency_recent_ms, deep.added_latency_recent_ms, st.target_ms
         );
         // The buffer came down; the whole-run mean still carries the jittery start, the
-        // recent figure is what a packet waits now: a period plus the target (plus where the
-        // arrivals fall between two callbacks, 0.1 ms here).
+        // recent figure is what a packet waits now: a period plus the target plus the
+        // resampler's delay (plus where the arrivals fall between two callbacks, 0.1 ms here).
         assert!(
             deep.added_latency_recent_ms > st.added_latency_recent_ms + 2.0,
             "{deep:?} {st:?}"
         );
         assert!(st.added_latency_ms > st.added_latency_recent_ms + 0.3, "{st:?}");
+        let resampler_ms = RESAMPLER_DELAY_FRAMES as f64 * 1e3 / RATE as f64;
         assert!(
-            (st.added_latency_recent_ms - (1.333 + st.target_ms)).abs() < 0.2,
+            (st.added_latency_recent_ms - (1.333 + st.target_ms + resampler_ms)).abs() < 0.2,
             "{st:?}"
         );
     }
