@@ -61,6 +61,11 @@ const SHRINK_KEEP_NS: i64 = 100_000;
 /// Without drift correction a catch-up is a splice in an otherwise bit-exact stream: only
 /// an excess this large is worth one.
 const BIT_EXACT_SHRINK_NS: i64 = 5_000_000;
+/// Without drift correction an adaptive target never goes below this. Bit-exact playout
+/// cannot give latency back without a splice, so a target that gambles on a quiet machine
+/// buys nothing: the first scheduling hiccup (an ordinary machine's threads wake up to
+/// 1–2 ms late every few seconds) costs a splice and then the latency anyway.
+pub const BIT_EXACT_MIN_TARGET_NS: u64 = 2_000_000;
 /// A gap (later audio has arrived) is waited for, like a frame not yet due, only while the
 /// stream has reordered packets this recently: otherwise it is a loss, concealed in place.
 const REORDER_MEMORY_NS: u64 = 10_000_000_000;
@@ -379,7 +384,7 @@ impl JitterBuffer {
     /// A snapshot of the counters and gauges.
     pub fn stats(&self) -> JitterStats {
         let mut s = self.stats;
-        s.target_ms = (self.delay.target_ns() + self.redundancy_wait_ns) as f64 / 1e6;
+        s.target_ms = self.wait_target_ns() as f64 / 1e6;
         s.pdv_ms = self.delay.last_pdv_ns() as f64 / 1e6;
         s.pdv_p99_ms = self.delay.pdv_quantile_ns(0.99) as f64 / 1e6;
         // A compressed stream's decoder conceals losses; the buffer's own concealer only
@@ -678,7 +683,17 @@ impl JitterBuffer {
     /// One period plus the target, in ns: how long after the earliest arrival of a
     /// period's first frame that period starts.
     fn target_ns(&self, period_ns: i64) -> i64 {
-        period_ns + (self.delay.target_ns() + self.redundancy_wait_ns) as i64
+        period_ns + self.wait_target_ns() as i64
+    }
+
+    /// What playout holds beyond one period: the estimator's target (at least
+    /// [`BIT_EXACT_MIN_TARGET_NS`] for an adaptive bit-exact stream) plus the redundancy wait.
+    fn wait_target_ns(&self) -> u64 {
+        let mut target = self.delay.target_ns();
+        if !self.drift_enabled && matches!(self.delay.mode(), BufferMode::Auto { .. }) {
+            target = target.max(BIT_EXACT_MIN_TARGET_NS);
+        }
+        target + self.redundancy_wait_ns
     }
 
     /// When frame `ts` would arrive on the fastest path: the drift-free lower envelope of
@@ -779,7 +794,7 @@ impl JitterBuffer {
         // land on (an excess larger than the buffer holds is caught up over several windows).
         // The buffer must still hold the target beyond this period afterwards, whatever
         // the error says (an arrival estimate that lags a step of the sender's clock).
-        let keep = ns_to_frames(self.delay.target_ns() + self.redundancy_wait_ns, self.rate);
+        let keep = ns_to_frames(self.wait_target_ns(), self.rate);
         let skip = skip.min(self.highest_end.saturating_sub(play_ts + frames + keep));
         if skip > 0 && self.skip_with_crossfade(play_ts, skip, block) {
             self.stats.skipped_frames += skip;
