@@ -22,9 +22,10 @@
 //! * retries: two players behind cone routers whose direct way is blocked when they join
 //!   stay relayed; once it opens, their next attempt finds the direct path.
 //!
-//! * router help: two players behind port-randomising routers that run miniupnpd (UPnP-IGD)
-//!   go direct with `--upnp` through the ports their routers forward (without it such a
-//!   pair stays relayed, see the success matrix).
+//! * router help: two players behind port-randomising routers that run miniupnpd go direct
+//!   with `--port-map` (or its old name `--upnp`) through the ports their routers forward,
+//!   once by UPnP-IGD and once by PCP (without it such a pair stays relayed, see the success
+//!   matrix), and say which protocol gave the mapping and how long it took.
 //!
 //! Printed for the benchmarks: the time from `jam` start to first audio heard
 //! through each kind of router (direct and relayed), the success matrix of the router
@@ -44,7 +45,7 @@ use std::sync::mpsc;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use common::natlab::{in_ns, LabError, NatLab, RouterKind};
+use common::natlab::{in_ns, LabError, Mapper, NatLab, RouterKind};
 use common::signal::{read_channel0, tone_amp, write_tone, RATE};
 use common::{address_in, read_json, require, tmp_dir, Proc, BIN};
 
@@ -954,62 +955,91 @@ fn a_pair_blocked_when_joining_goes_direct_once_the_way_opens() {
     }
 }
 
-#[test]
-fn players_behind_port_randomising_routers_go_direct_through_ports_their_routers_forward() {
+/// miniupnpd on each router of `lab`, answering `speaks`, once it says it is ready.
+fn port_mappers(lab: &NatLab, dir: &Path, speaks: Mapper) -> Vec<Proc> {
+    lab.homes
+        .iter()
+        .map(|home| {
+            let mut cmd = lab
+                .upnp_gateway(home, dir, speaks)
+                .expect("port mapping on the router");
+            let d = Proc::spawn_lines(&mut cmd, "miniupnpd");
+            let deadline = Instant::now() + STEP;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match d.line_within(left) {
+                    Some(l) if l.contains(speaks.ready_line()) => break,
+                    Some(_) => {}
+                    None => panic!(
+                        "miniupnpd in {} did not start: {:?}",
+                        home.router,
+                        d.drain_lines()
+                    ),
+                }
+            }
+            d
+        })
+        .collect()
+}
+
+/// The port forwardings miniupnpd holds in `home`'s router (one nft rule each).
+fn forwardings(home: &common::natlab::Home) -> Vec<String> {
+    in_ns(
+        &home.router,
+        "nft",
+        &["list", "chain", "inet", "upnp", "upnp_dnat"],
+    )
+    .unwrap_or_default()
+    .lines()
+    .filter(|l| l.contains("dport"))
+    .map(|l| l.trim().to_string())
+    .collect()
+}
+
+/// Two players behind port-randomising routers that forward ports by `speaks` go direct
+/// with `--port-map` (`flag`), say which protocol gave the mapping, and take it away
+/// when they leave.
+fn mapped_ports_go_direct(speaks: Mapper, flag: &str, protocol: &str) {
     let _one = one_lab();
     require("miniupnpd", "miniupnpd-nftables");
     let Some(lab) = lab_or_skip(&[RouterKind::Symmetric, RouterKind::Symmetric]) else {
         return;
     };
-    let dir = tmp_dir("nat-direct-upnp");
-    let mut daemons = Vec::new();
-    for home in &lab.homes {
-        let mut cmd = lab.upnp_gateway(home, &dir).expect("UPnP on the router");
-        let d = Proc::spawn_lines(&mut cmd, "miniupnpd");
-        let deadline = Instant::now() + STEP;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match d.line_within(left) {
-                Some(l) if l.contains("HTTP listening") => break,
-                Some(_) => {}
-                None => panic!(
-                    "miniupnpd in {} did not start: {:?}",
-                    home.router,
-                    d.drain_lines()
-                ),
-            }
-        }
-        daemons.push(d);
-    }
+    let dir = tmp_dir(&format!("nat-direct-{protocol}"));
+    let daemons = port_mappers(&lab, &dir, speaks);
     let servers = Servers::start(&lab, &dir);
     let tones = [("ana", 950.0), ("bo", 1550.0)];
     let mut players = Vec::new();
     for (i, (name, hz)) in tones.iter().enumerate() {
         let input = dir.join(format!("{name}.wav"));
         write_tone(&input, *hz, AMP, 20.0);
-        let mut p = Player::start_with(
-            &lab,
-            &lab.homes[i].ns,
-            name,
-            &input,
-            &dir,
-            6.0,
-            false,
-            &["--upnp"],
-        );
+        let mut p = Player::start_with(&lab, &lab.homes[i].ns, name, &input, &dir, 6.0, false, &[flag]);
         let line = p.wait_line("the router's port mapping", |l| {
-            l.starts_with("netjam: your router at") || l.starts_with("netjam: --upnp")
+            l.starts_with("netjam: your router at") || l.starts_with("netjam: --port-map")
         });
-        eprintln!("upnp: {name}: {line}");
+        eprintln!("{protocol}: {name}: {line}");
         assert!(line.contains("forwards UDP port"), "{name}: {line}");
+        assert!(line.contains(&format!("({protocol}, ")), "{name}: {line}");
+        // "... (PCP, 12 ms; ...)": the time from asking to the mapping.
+        let ms: f64 = line
+            .split(&format!("({protocol}, "))
+            .nth(1)
+            .and_then(|r| r.split(" ms").next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no time in {line}"));
+        assert!(ms < 2000.0, "{name}: the mapping took {ms} ms");
         p.wait_seated();
         players.push(p);
     }
-    both_direct_within_a_second(&mut players, &lab, "symmetric+UPnP <-> symmetric+UPnP");
+    both_direct_within_a_second(
+        &mut players,
+        &lab,
+        &format!("symmetric+{protocol} <-> symmetric+{protocol}"),
+    );
     for (i, other) in [(0, "bo"), (1, "ana")] {
         let (_, line) =
             players[i].seen_or_wait("its path line", |l| l.contains(&format!(" path to {other} ")));
-        eprintln!("upnp: {}: {line}", players[i].name);
+        eprintln!("{protocol}: {}: {line}", players[i].name);
     }
     let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
     let _server = servers.stop();
@@ -1027,17 +1057,23 @@ fn players_behind_port_randomising_routers_go_direct_through_ports_their_routers
     }
     // Each player took its mapping away when it left.
     for (home, d) in lab.homes.iter().zip(&daemons) {
-        let rules = in_ns(
-            &home.router,
-            "nft",
-            &["list", "chain", "inet", "upnp", "upnp_dnat"],
-        )
-        .unwrap_or_default();
+        let left = forwardings(home);
         assert!(
-            !rules.contains("dport"),
-            "{}: mappings left: {rules}\n{:?}",
+            left.is_empty(),
+            "{}: mappings left: {left:?}\n{:?}",
             home.router,
             d.drain_lines()
         );
     }
+}
+
+#[test]
+fn players_behind_port_randomising_routers_go_direct_through_ports_their_routers_forward() {
+    // The old flag's name still works.
+    mapped_ports_go_direct(Mapper::Upnp, "--upnp", "UPnP-IGD");
+}
+
+#[test]
+fn routers_that_speak_pcp_forward_ports_too() {
+    mapped_ports_go_direct(Mapper::PcpNatPmp, "--port-map", "PCP");
 }

@@ -327,10 +327,10 @@ impl NatLab {
         in_ns(&a.router, "nft", &["delete", "table", "inet", "cut"]).map(drop)
     }
 
-    /// Readies `home`'s NAT router to forward ports on request (UPnP-IGD, NAT-PMP/PCP) and
-    /// returns the command that runs the daemon, miniupnpd, on its lan side (the caller
-    /// spawns it and kills it when done; it says "HTTP listening" on stderr when ready).
-    /// Its files go into `dir`.
+    /// Readies `home`'s NAT router to forward ports on request by the protocols `speaks`
+    /// and returns the command that runs the daemon, miniupnpd, on its lan side (the caller
+    /// spawns it and kills it when done; it prints [`Mapper::ready_line`] on stderr when
+    /// ready). Its files go into `dir`.
     ///
     /// miniupnpd will not map ports on a router whose wan address is private, and every
     /// address in this lab is: the router's wan gets a public-looking address first
@@ -338,7 +338,12 @@ impl NatLab {
     /// router's, while the router goes on translating to its 10.99.0.x address (the one on
     /// the public network's subnet). Players take the mapped port at the address the rooms
     /// server sees them at.
-    pub fn upnp_gateway(&self, home: &Home, dir: &std::path::Path) -> Result<Command, String> {
+    pub fn upnp_gateway(
+        &self,
+        home: &Home,
+        dir: &std::path::Path,
+        speaks: Mapper,
+    ) -> Result<Command, String> {
         let r = &home.router;
         let [_, _, _, last] = home.wan.octets();
         ip(&["-n", r, "addr", "flush", "dev", "wan"])?;
@@ -365,11 +370,13 @@ impl NatLab {
         std::fs::write(
             &conf,
             format!(
-                "ext_ifname=wan\nlistening_ip=lan\nhttp_port=0\nenable_upnp=yes\nenable_natpmp=yes\nsecure_mode=yes\n\
+                "ext_ifname=wan\nlistening_ip=lan\nhttp_port=0\nenable_upnp={}\nenable_natpmp={}\nsecure_mode=yes\n\
                  uuid=3d3cec3a-8cf0-11e0-98ee-0000000000{last:02x}\nlease_file={}\n\
                  upnp_table_name=upnp\nupnp_nat_table_name=upnp\nupnp_forward_chain=upnp_forward\n\
                  upnp_nat_chain=upnp_dnat\nupnp_nat_postrouting_chain=upnp_snat\n\
                  allow 1024-65535 {lan} 1024-65535\ndeny 0-65535 0.0.0.0/0 0-65535\n",
+                yes(speaks == Mapper::Upnp),
+                yes(speaks == Mapper::PcpNatPmp),
                 dir.join(format!("miniupnpd-{r}.leases")).display()
             ),
         )
@@ -402,6 +409,33 @@ impl NatLab {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", ns, program]);
         c
+    }
+}
+
+/// Which protocols a router's miniupnpd answers ([`NatLab::upnp_gateway`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mapper {
+    /// UPnP-IGD only.
+    Upnp,
+    /// PCP and NAT-PMP (one switch in miniupnpd), no UPnP-IGD.
+    PcpNatPmp,
+}
+
+impl Mapper {
+    /// What miniupnpd prints once it answers.
+    pub fn ready_line(self) -> &'static str {
+        match self {
+            Mapper::Upnp => "HTTP listening",
+            Mapper::PcpNatPmp => "Listening for NAT-PMP/PCP traffic",
+        }
+    }
+}
+
+fn yes(on: bool) -> &'static str {
+    if on {
+        "yes"
+    } else {
+        "no"
     }
 }
 
