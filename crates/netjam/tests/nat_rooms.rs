@@ -25,7 +25,8 @@
 //! * router help: two players behind port-randomising routers that run miniupnpd go direct
 //!   with `--port-map` (or its old name `--upnp`) through the ports their routers forward,
 //!   once by UPnP-IGD and once by PCP (without it such a pair stays relayed, see the success
-//!   matrix), and say which protocol gave the mapping and how long it took.
+//!   matrix), and say which protocol gave the mapping and how long it took; a player that
+//!   ends by an error or by SIGTERM leaves no forwarding in its router.
 //!
 //! Printed for the benchmarks: the time from `jam` start to first audio heard
 //! through each kind of router (direct and relayed), the success matrix of the router
@@ -1076,4 +1077,80 @@ fn players_behind_port_randomising_routers_go_direct_through_ports_their_routers
 #[test]
 fn routers_that_speak_pcp_forward_ports_too() {
     mapped_ports_go_direct(Mapper::PcpNatPmp, "--port-map", "PCP");
+}
+
+/// A player that ends by an error (a wrong room password) and one stopped by SIGTERM
+/// mid-stream both leave no forwarding in their routers.
+#[test]
+fn no_port_mapping_is_left_behind_by_an_error_or_a_signal() {
+    let _one = one_lab();
+    require("miniupnpd", "miniupnpd-nftables");
+    let Some(lab) = lab_or_skip(&[RouterKind::Symmetric, RouterKind::Symmetric]) else {
+        return;
+    };
+    let dir = tmp_dir("nat-portmap-exits");
+    let daemons = port_mappers(&lab, &dir, Mapper::PcpNatPmp);
+    let servers = Servers::start(&lab, &dir);
+    let input = dir.join("tone.wav");
+    write_tone(&input, 950.0, AMP, 20.0);
+    let mapped = |p: &mut Player| {
+        let line = p.wait_line("the router's port mapping", |l| {
+            l.starts_with("netjam: your router at") || l.starts_with("netjam: --port-map")
+        });
+        assert!(line.contains("forwards UDP port"), "{}: {line}", p.name);
+    };
+    let mut ana = Player::start_with(
+        &lab,
+        &lab.homes[0].ns,
+        "ana",
+        &input,
+        &dir,
+        30.0,
+        false,
+        &["--port-map", "--password", "right"],
+    );
+    mapped(&mut ana);
+    ana.wait_seated();
+    assert_eq!(
+        forwardings(&lab.homes[0]).len(),
+        1,
+        "ana's router forwards her port"
+    );
+    // bo gets his mapping, then the room refuses him: an error exit.
+    let mut bo = Player::start_with(
+        &lab,
+        &lab.homes[1].ns,
+        "bo",
+        &input,
+        &dir,
+        30.0,
+        false,
+        &["--port-map", "--password", "wrong"],
+    );
+    mapped(&mut bo);
+    let status = bo.proc.wait_for(STEP);
+    assert!(
+        !status.success(),
+        "bo joined with a wrong password: {:#?}",
+        bo.said
+    );
+    let left = forwardings(&lab.homes[1]);
+    assert!(
+        left.is_empty(),
+        "bo's error exit left {left:?}\n{:?}",
+        daemons[1].drain_lines()
+    );
+    // ana is stopped as a service manager or a closed terminal would stop her.
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &ana.proc.child.id().to_string()])
+        .status();
+    let status = ana.proc.wait_for(STEP);
+    assert!(status.success(), "ana after SIGTERM: {status:?}");
+    let left = forwardings(&lab.homes[0]);
+    assert!(
+        left.is_empty(),
+        "ana's SIGTERM left {left:?}\n{:?}",
+        daemons[0].drain_lines()
+    );
+    let _server = servers.stop();
 }

@@ -452,6 +452,9 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     eprintln!("netjam: joining room {room:?} on {server} as {name:?}");
     let mut hosts = host_addresses(socket.local_addr()?, server);
     let port_mapping = if a.port_map {
+        // Ctrl-C or SIGTERM from now on ends the stream (at once if it has not started)
+        // instead of the process, so the mapping is removed on the way out.
+        let _ = interrupt_flag();
         ask_router(&hosts, socket.local_addr()?)
     } else {
         None
