@@ -22,6 +22,10 @@
 //! * retries: two players behind cone routers whose direct way is blocked when they join
 //!   stay relayed; once it opens, their next attempt finds the direct path.
 //!
+//! * a slower direct path: two players behind cone routers whose direct way crosses a
+//!   `netjam impair` delay (the way to the server does not) measure the direct path, keep
+//!   media with the server and say `via server … (direct x ms, slower)`.
+//!
 //! * router help: two players behind port-randomising routers that run miniupnpd go direct
 //!   with `--port-map` (or its old name `--upnp`) through the ports their routers forward,
 //!   once by UPnP-IGD and once by PCP (without it such a pair stays relayed, see the success
@@ -1153,4 +1157,116 @@ fn no_port_mapping_is_left_behind_by_an_error_or_a_signal() {
         daemons[0].drain_lines()
     );
     let _server = servers.stop();
+}
+
+/// Two players behind cone routers whose direct way crosses a `netjam impair` delay of
+/// [`DETOUR_MS`] each way while their way to the server does not: the direct path answers
+/// but is slower, so media stays with the server and both say so.
+#[test]
+fn a_direct_path_slower_than_the_server_is_measured_and_not_used() {
+    const DETOUR_MS: f64 = 10.0;
+    let _one = one_lab();
+    let Some(mut lab) = lab_or_skip(&[RouterKind::Cone, RouterKind::Cone]) else {
+        return;
+    };
+    let dir = tmp_dir("nat-direct-slower");
+    let ports = [5000u16, 5001];
+    let via = std::net::SocketAddrV4::new(std::net::Ipv4Addr::new(10, 99, 0, 3), 7000);
+    let (ana_home, bo_home) = (lab.homes[0].clone(), lab.homes[1].clone());
+    let mid = lab
+        .detour(&ana_home, ports[0], &bo_home, ports[1], via)
+        .expect("the detour");
+    let bo_public = SocketAddr::new(lab.homes[1].public_ip().into(), ports[1]);
+    let impair = Proc::spawn_lines(
+        lab.command(&mid, BIN)
+            .args(["impair", "--listen", &via.to_string()])
+            .args(["--forward", &bo_public.to_string()])
+            .args(["--delay", &DETOUR_MS.to_string()])
+            .stdout(Stdio::null()),
+        "netjam impair",
+    );
+    impair.line_with("netjam impair:", STEP);
+    let servers = Servers::start(&lab, &dir);
+    let tones = [("ana", 950.0), ("bo", 1550.0)];
+    let mut players = Vec::new();
+    for (i, (name, hz)) in tones.iter().enumerate() {
+        let input = dir.join(format!("{name}.wav"));
+        write_tone(&input, *hz, AMP, 20.0);
+        let listen = format!("{}:{}", lab.homes[i].ip, ports[i]);
+        let mut p = Player::start_with(
+            &lab,
+            &lab.homes[i].ns,
+            name,
+            &input,
+            &dir,
+            6.0,
+            false,
+            &["--listen", &listen],
+        );
+        let seen = p.server_sees();
+        assert_eq!(
+            seen.port(),
+            ports[i],
+            "{name}: the cone router did not keep the socket's port, which the detour needs"
+        );
+        p.wait_seated();
+        players.push(p);
+    }
+    for (i, other) in [(0, "bo"), (1, "ana")] {
+        let (_, direct) = players[i].path_to(other);
+        let (_, line) = players[i].seen_or_wait("its path line", |l| {
+            l.starts_with(&format!("netjam: no direct path to {other} "))
+                || l.starts_with(&format!("netjam: direct path to {other} "))
+        });
+        eprintln!("detour: {}: {line}", players[i].name);
+        assert!(!direct, "{}: {line}", players[i].name);
+        assert!(
+            line.contains("slower than through the server"),
+            "{}: {line}\nconnection tracking:\n{}\nthe emulator: {:?}",
+            players[i].name,
+            routers_conntrack(&lab),
+            impair.drain_lines()
+        );
+        // "(direct RTT 20.41 ms, ...": at least the detour's two delays.
+        let rtt: f64 = line
+            .split("direct RTT ")
+            .nth(1)
+            .and_then(|r| r.split(" ms").next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no direct RTT in {line}"));
+        assert!(
+            rtt >= 2.0 * DETOUR_MS,
+            "{}: a direct RTT of {rtt} ms through the detour",
+            players[i].name
+        );
+    }
+    let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
+    let server = servers.stop();
+    let forwarded = count(&server["shell"], "sent");
+    let total: u64 = reports
+        .iter()
+        .map(|r| r["stats"]["sent"]["packets"].as_u64().unwrap_or(0))
+        .sum();
+    eprintln!("detour: the server forwarded {forwarded} copies of the {total} packets ana and bo sent");
+    assert!(total > 1000, "{total}");
+    assert!(
+        forwarded as f64 >= 0.8 * total as f64,
+        "only {forwarded} of {total} went through the server"
+    );
+    for (me, other) in [(0, 1), (1, 0)] {
+        let s = heard_s(&players[me], tones[other].1);
+        assert!(
+            s >= 3.5,
+            "{} heard {} for only {s:.2} s",
+            players[me].name,
+            tones[other].0
+        );
+        let entry = heard_entries(&reports[me], tones[other].0);
+        let path = entry.first().and_then(|e| e["path"].as_str()).unwrap_or_default();
+        eprintln!("detour: {}'s report: {} {path}", players[me].name, tones[other].0);
+        assert!(
+            path.starts_with("via server") && path.ends_with("slower)"),
+            "{path}"
+        );
+    }
 }

@@ -327,6 +327,66 @@ impl NatLab {
         in_ns(&a.router, "nft", &["delete", "table", "inet", "cut"]).map(drop)
     }
 
+    /// Sends the direct way between two homes through a namespace of its own on the public
+    /// network, at `via`, where the caller runs `netjam impair --listen VIA --forward
+    /// B_PUBLIC` (returns that namespace), while their way to the servers stays as it was.
+    ///
+    /// Each router rewrites the destination of its home's datagrams to the other's public
+    /// `ip:port` into `via`. The emulator takes `a`'s datagrams on `via` and sends them on
+    /// from another socket; that namespace rewrites their source into `via` as well, so
+    /// each router's connection tracking maps everything that comes back from `via` to the
+    /// other home's public address and neither player can tell. `b`'s datagrams reach the
+    /// emulator only as answers to its own (those that come first are dropped: `b` keeps
+    /// punching), so it always takes `a` for its client. The homes' sockets must have fixed
+    /// ports (`a_port`, `b_port`) that their cone routers keep.
+    pub fn detour(
+        &mut self,
+        a: &Home,
+        a_port: u16,
+        b: &Home,
+        b_port: u16,
+        via: std::net::SocketAddrV4,
+    ) -> Result<String, String> {
+        let d = format!("{}d", self.public.trim_end_matches('p'));
+        let p = self.public.clone();
+        self.add_ns(&d)?;
+        ip(&[
+            "-n", &d, "link", "add", "eth0", "type", "veth", "peer", "name", "todetour", "netns", &p,
+        ])?;
+        ip(&["-n", &p, "link", "set", "todetour", "master", "br0", "up"])?;
+        ip(&[
+            "-n",
+            &d,
+            "addr",
+            "add",
+            &format!("{}/24", via.ip()),
+            "dev",
+            "eth0",
+        ])?;
+        ip(&["-n", &d, "link", "set", "eth0", "up"])?;
+        let b_public = b.public_ip();
+        nft(
+            &d,
+            &format!(
+                "table ip detour {{\n chain pre {{\n  type filter hook prerouting priority -150; policy accept;\n  \
+                 ip saddr {b_public} udp sport {b_port} ct state new drop\n }}\n \
+                 chain post {{\n  type nat hook postrouting priority srcnat; policy accept;\n  \
+                 ip daddr {b_public} udp dport {b_port} snat to {via}\n }}\n}}\n"
+            ),
+        )?;
+        for (from, to, port) in [(a, b, b_port), (b, a, a_port)] {
+            nft(
+                &from.router,
+                &format!(
+                    "table ip detour {{\n chain pre {{\n  type nat hook prerouting priority dstnat;\n  \
+                     iifname \"lan\" ip daddr {} udp dport {port} dnat to {via}\n }}\n}}\n",
+                    to.public_ip()
+                ),
+            )?;
+        }
+        Ok(d)
+    }
+
     /// Readies `home`'s NAT router to forward ports on request by the protocols `speaks`
     /// and returns the command that runs the daemon, miniupnpd, on its lan side (the caller
     /// spawns it and kills it when done; it prints [`Mapper::ready_line`] on stderr when
