@@ -100,6 +100,7 @@ fn tone_of(kind: RouterKind) -> f64 {
         RouterKind::Cone => 950.0,
         RouterKind::Symmetric => 1550.0,
         RouterKind::Firewall => 2150.0,
+        RouterKind::Sequential => 2750.0,
     }
 }
 
@@ -381,7 +382,7 @@ fn players_behind_three_kinds_of_router_share_a_room() {
         let differs = line.contains("not where the rooms server does");
         match home.kind {
             RouterKind::Cone | RouterKind::Firewall => assert!(same, "{}: {line}", p.name),
-            RouterKind::Symmetric => assert!(differs, "{}: {line}", p.name),
+            RouterKind::Symmetric | RouterKind::Sequential => assert!(differs, "{}: {line}", p.name),
         }
         p.wait_seated();
     }
@@ -1268,5 +1269,70 @@ fn a_direct_path_slower_than_the_server_is_measured_and_not_used() {
             path.starts_with("via server") && path.ends_with("slower)"),
             "{path}"
         );
+    }
+}
+
+/// A player behind a router that hands out ports in sequence and one behind a cone router
+/// go direct: the first predicts its router's next ports from the two servers' answers and
+/// declares them, and the second's probes to them open its router for the first's. A
+/// third behind another such router, asking no second server, predicts nothing and stays
+/// relayed: the prediction is what opens the way.
+#[test]
+fn a_router_that_hands_out_ports_in_sequence_is_punched_through_by_prediction() {
+    let _one = one_lab();
+    let kinds = [RouterKind::Sequential, RouterKind::Cone, RouterKind::Sequential];
+    let Some(lab) = lab_or_skip(&kinds) else {
+        return;
+    };
+    let dir = tmp_dir("nat-direct-sequential");
+    let servers = Servers::start(&lab, &dir);
+    let tones = [("ana", 950.0), ("bo", 1550.0), ("cy", 2150.0)];
+    let mut players = Vec::new();
+    for (i, (name, hz)) in tones.iter().enumerate() {
+        let input = dir.join(format!("{name}.wav"));
+        write_tone(&input, *hz, AMP, 20.0);
+        let stun = *name != "cy";
+        let mut p = Player::start(&lab, &lab.homes[i].ns, name, &input, &dir, 6.0, stun);
+        if *name == "ana" {
+            let line = p.wait_line("the predicted ports", |l| {
+                l.starts_with("netjam: your router gives each new destination the next port")
+            });
+            eprintln!("sequential: {name}: {line}");
+            assert!(line.contains("(+1)"), "{line}");
+        }
+        p.wait_seated();
+        players.push(p);
+    }
+    both_direct_within_a_second(&mut players[..2], &lab, "sequential <-> cone");
+    for (me, other) in [(2, "bo"), (1, "cy")] {
+        let (_, direct) = players[me].path_to(other);
+        assert!(
+            !direct,
+            "{} -> {other} without a prediction: {:#?}",
+            players[me].name, players[me].said
+        );
+    }
+    for p in &players[1..] {
+        assert!(
+            !p.said.iter().any(|l| l.contains("the next port")),
+            "{} predicted: {:#?}",
+            p.name,
+            p.said
+        );
+    }
+    let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
+    let _server = servers.stop();
+    for (me, other, how) in [(0, 1, "direct RTT "), (1, 0, "direct RTT "), (2, 1, "via server")] {
+        let s = heard_s(&players[me], tones[other].1);
+        assert!(
+            s >= 3.5,
+            "{} heard {} for only {s:.2} s",
+            players[me].name,
+            tones[other].0
+        );
+        let entry = heard_entries(&reports[me], tones[other].0);
+        let path = entry.first().and_then(|e| e["path"].as_str()).unwrap_or_default();
+        eprintln!("sequential: {} hears {} {path}", players[me].name, tones[other].0);
+        assert!(path.starts_with(how), "{path}");
     }
 }

@@ -168,6 +168,29 @@ fn say_reflexive(r: &Reflexive, server: SocketAddr) {
     }
 }
 
+/// Where the two servers' answers show a router that gives each new destination the next
+/// port(s), the ports it will likely give the other players, as candidates at the address
+/// the server sees this player at (`0.0.0.0:PORT`), as many as the join has room for.
+fn predicted_candidates(r: &Reflexive, declared: usize) -> Vec<SocketAddr> {
+    let (Some(first), Some(second)) = (r.server_sees, r.stun_sees) else {
+        return Vec::new();
+    };
+    let room = netjam_engine::room::msg::MAX_HOSTS.saturating_sub(declared);
+    let Some(p) = netjam_engine::nat::predict::sequential(first, second, room) else {
+        return Vec::new();
+    };
+    let ports = p.ports();
+    eprintln!(
+        "netjam: your router gives each new destination the next port (+{}): the other players also try ports {}",
+        p.stride,
+        ports.iter().map(u16::to_string).collect::<Vec<_>>().join(", ")
+    );
+    ports
+        .iter()
+        .map(|&port| SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), port))
+        .collect()
+}
+
 /// OSC commands, turned into the audio thread's by the control seat they name.
 struct OscCommands {
     rx: crate::control::CommandRx,
@@ -461,6 +484,12 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     };
     hosts.extend(port_mapping.iter().flat_map(|m| m.candidates()));
     let mut ask = ReflexiveQuery::new(server, stun, crate::clock::now_ns());
+    if stun.is_some() {
+        // Both answers before the join, so that the ports a router handing them out in
+        // sequence will give the next destinations go with the join as candidates.
+        ask.finish(&socket, STUN_WAIT);
+        hosts.extend(predicted_candidates(&ask.report(), hosts.len()));
+    }
     let seated = room_client::join_asking(
         &socket,
         &JoinRequest {

@@ -22,6 +22,9 @@ use std::net::Ipv4Addr;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
+/// Ports a [`RouterKind::Sequential`] router hands out before it starts over.
+pub const SEQUENTIAL_PORTS: u16 = 64;
+
 /// What a home's router does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RouterKind {
@@ -31,6 +34,10 @@ pub enum RouterKind {
     Symmetric,
     /// No NAT; drops inbound packets that do not belong to a flow the home started.
     Firewall,
+    /// NAT that gives each new UDP flow the next public port from 20000 on (nftables
+    /// `snat to WAN : numgen inc`, starting over after [`SEQUENTIAL_PORTS`] flows), as
+    /// routers with a sequential port allocator do.
+    Sequential,
 }
 
 impl RouterKind {
@@ -39,6 +46,7 @@ impl RouterKind {
             RouterKind::Cone => "cone",
             RouterKind::Symmetric => "symmetric",
             RouterKind::Firewall => "firewall",
+            RouterKind::Sequential => "sequential",
         }
     }
 }
@@ -233,11 +241,21 @@ impl NatLab {
         ])?;
         in_ns(&r, "sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
         match h.kind {
-            RouterKind::Cone | RouterKind::Symmetric => {
-                let how = if h.kind == RouterKind::Cone {
-                    "masquerade"
-                } else {
-                    "masquerade random"
+            RouterKind::Cone | RouterKind::Symmetric | RouterKind::Sequential => {
+                // A map, not `numgen ... offset 20000`: the counter is in host byte
+                // order and a port in network order, while a map's ports are written right.
+                let ports: Vec<String> = (0..SEQUENTIAL_PORTS)
+                    .map(|i| format!("{i} : {}", 20000 + i))
+                    .collect();
+                let sequential = format!(
+                    "meta l4proto udp snat to {} : numgen inc mod {SEQUENTIAL_PORTS} map {{ {} }}",
+                    h.wan,
+                    ports.join(", ")
+                );
+                let how = match h.kind {
+                    RouterKind::Cone => "masquerade",
+                    RouterKind::Symmetric => "masquerade random",
+                    _ => &sequential,
                 };
                 nft(&r, &nat_rules(how))?;
                 // Like every home router, drop what comes in on the wan for the router
