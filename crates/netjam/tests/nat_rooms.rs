@@ -310,6 +310,34 @@ impl Player {
     }
 }
 
+/// One player per `(name, Hz)` of `tones`, the i-th at home i playing its tone for
+/// `seconds(i)` with the extra arguments `args(i)`; `before_seat` reads what each says
+/// before its seat (its own checks), then it waits to be seated. In `tones`' order.
+fn seat_players(
+    lab: &NatLab,
+    dir: &Path,
+    tones: &[(&str, f64)],
+    seconds: impl Fn(usize) -> f64,
+    args: impl Fn(usize) -> Vec<String>,
+    mut before_seat: impl FnMut(usize, &mut Player),
+) -> Vec<Player> {
+    tones
+        .iter()
+        .enumerate()
+        .map(|(i, (name, hz))| {
+            let input = dir.join(format!("{name}.wav"));
+            write_tone(&input, *hz, AMP, 20.0);
+            let args = args(i);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let mut p =
+                Player::start_with(lab, &lab.homes[i].ns, name, &input, dir, seconds(i), false, &args);
+            before_seat(i, &mut p);
+            p.wait_seated();
+            p
+        })
+        .collect()
+}
+
 /// `name`'s entries in a player's report (`heard`).
 fn heard_entries<'a>(report: &'a serde_json::Value, name: &str) -> Vec<&'a serde_json::Value> {
     report["heard"]
@@ -655,14 +683,8 @@ fn players_behind_cone_routers_go_direct_and_the_server_forwards_none_of_their_m
     let dir = tmp_dir("nat-direct-cone");
     let servers = Servers::start(&lab, &dir);
     let tones = [("ana", 950.0), ("bo", 1550.0)];
-    let mut players = Vec::new();
-    for (i, (name, hz)) in tones.iter().enumerate() {
-        let input = dir.join(format!("{name}.wav"));
-        write_tone(&input, *hz, AMP, 20.0);
-        let mut p = Player::start(&lab, &lab.homes[i].ns, name, &input, &dir, 6.0 - i as f64, false);
-        p.wait_seated();
-        players.push(p);
-    }
+    // bo plays a second less than ana.
+    let mut players = seat_players(&lab, &dir, &tones, |i| 6.0 - i as f64, |_| vec![], |_, _| {});
     both_direct_within_a_second(&mut players, &lab, "cone <-> cone");
     let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
     let server = servers.stop();
@@ -829,14 +851,7 @@ fn a_direct_path_cut_mid_stream_comes_back_through_the_server() {
     let dir = tmp_dir("nat-direct-cut");
     let servers = Servers::start(&lab, &dir);
     let tones = [("ana", 950.0), ("bo", 1550.0)];
-    let mut players = Vec::new();
-    for (i, (name, hz)) in tones.iter().enumerate() {
-        let input = dir.join(format!("{name}.wav"));
-        write_tone(&input, *hz, AMP, 20.0);
-        let mut p = Player::start(&lab, &lab.homes[i].ns, name, &input, &dir, 7.0, false);
-        p.wait_seated();
-        players.push(p);
-    }
+    let mut players = seat_players(&lab, &dir, &tones, |_| 7.0, |_| vec![], |_, _| {});
     for (i, other) in [(0, "bo"), (1, "ana")] {
         assert!(
             players[i].path_to(other).1,
@@ -912,14 +927,7 @@ fn a_pair_blocked_when_joining_goes_direct_once_the_way_opens() {
     // The way between the two homes is closed (the server stays reachable).
     lab.cut(&lab.homes[0], &lab.homes[1]).expect("cut");
     let tones = [("ana", 950.0), ("bo", 1550.0)];
-    let mut players = Vec::new();
-    for (i, (name, hz)) in tones.iter().enumerate() {
-        let input = dir.join(format!("{name}.wav"));
-        write_tone(&input, *hz, AMP, 20.0);
-        let mut p = Player::start(&lab, &lab.homes[i].ns, name, &input, &dir, 15.0, false);
-        p.wait_seated();
-        players.push(p);
-    }
+    let mut players = seat_players(&lab, &dir, &tones, |_| 15.0, |_| vec![], |_, _| {});
     for (i, other) in [(0, "bo"), (1, "ana")] {
         let (_, direct) = players[i].path_to(other);
         assert!(
@@ -1015,28 +1023,30 @@ fn mapped_ports_go_direct(speaks: Mapper, flag: &str, protocol: &str) {
     let daemons = port_mappers(&lab, &dir, speaks);
     let servers = Servers::start(&lab, &dir);
     let tones = [("ana", 950.0), ("bo", 1550.0)];
-    let mut players = Vec::new();
-    for (i, (name, hz)) in tones.iter().enumerate() {
-        let input = dir.join(format!("{name}.wav"));
-        write_tone(&input, *hz, AMP, 20.0);
-        let mut p = Player::start_with(&lab, &lab.homes[i].ns, name, &input, &dir, 6.0, false, &[flag]);
-        let line = p.wait_line("the router's port mapping", |l| {
-            l.starts_with("netjam: your router at") || l.starts_with("netjam: --port-map")
-        });
-        eprintln!("{protocol}: {name}: {line}");
-        assert!(line.contains("forwards UDP port"), "{name}: {line}");
-        assert!(line.contains(&format!("({protocol}, ")), "{name}: {line}");
-        // "... (PCP, 12 ms; ...)": the time from asking to the mapping.
-        let ms: f64 = line
-            .split(&format!("({protocol}, "))
-            .nth(1)
-            .and_then(|r| r.split(" ms").next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no time in {line}"));
-        assert!(ms < 2000.0, "{name}: the mapping took {ms} ms");
-        p.wait_seated();
-        players.push(p);
-    }
+    let mut players = seat_players(
+        &lab,
+        &dir,
+        &tones,
+        |_| 6.0,
+        |_| vec![flag.into()],
+        |_, p| {
+            let name = p.name.clone();
+            let line = p.wait_line("the router's port mapping", |l| {
+                l.starts_with("netjam: your router at") || l.starts_with("netjam: --port-map")
+            });
+            eprintln!("{protocol}: {name}: {line}");
+            assert!(line.contains("forwards UDP port"), "{name}: {line}");
+            assert!(line.contains(&format!("({protocol}, ")), "{name}: {line}");
+            // "... (PCP, 12 ms; ...)": the time from asking to the mapping.
+            let ms: f64 = line
+                .split(&format!("({protocol}, "))
+                .nth(1)
+                .and_then(|r| r.split(" ms").next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no time in {line}"));
+            assert!(ms < 2000.0, "{name}: the mapping took {ms} ms");
+        },
+    );
     both_direct_within_a_second(
         &mut players,
         &lab,
@@ -1189,30 +1199,23 @@ fn a_direct_path_slower_than_the_server_is_measured_and_not_used() {
     impair.line_with("netjam impair:", STEP);
     let servers = Servers::start(&lab, &dir);
     let tones = [("ana", 950.0), ("bo", 1550.0)];
-    let mut players = Vec::new();
-    for (i, (name, hz)) in tones.iter().enumerate() {
-        let input = dir.join(format!("{name}.wav"));
-        write_tone(&input, *hz, AMP, 20.0);
-        let listen = format!("{}:{}", lab.homes[i].ip, ports[i]);
-        let mut p = Player::start_with(
-            &lab,
-            &lab.homes[i].ns,
-            name,
-            &input,
-            &dir,
-            6.0,
-            false,
-            &["--listen", &listen],
-        );
-        let seen = p.server_sees();
-        assert_eq!(
-            seen.port(),
-            ports[i],
-            "{name}: the cone router did not keep the socket's port, which the detour needs"
-        );
-        p.wait_seated();
-        players.push(p);
-    }
+    let listen = |i: usize| vec!["--listen".into(), format!("{}:{}", lab.homes[i].ip, ports[i])];
+    let mut players = seat_players(
+        &lab,
+        &dir,
+        &tones,
+        |_| 6.0,
+        listen,
+        |i, p| {
+            let seen = p.server_sees();
+            assert_eq!(
+                seen.port(),
+                ports[i],
+                "{}: the cone router did not keep the socket's port, which the detour needs",
+                p.name
+            );
+        },
+    );
     for (i, other) in [(0, "bo"), (1, "ana")] {
         let (_, direct) = players[i].path_to(other);
         let (_, line) = players[i].seen_or_wait("its path line", |l| {
@@ -1287,22 +1290,27 @@ fn a_router_that_hands_out_ports_in_sequence_is_punched_through_by_prediction() 
     let dir = tmp_dir("nat-direct-sequential");
     let servers = Servers::start(&lab, &dir);
     let tones = [("ana", 950.0), ("bo", 1550.0), ("cy", 2150.0)];
-    let mut players = Vec::new();
-    for (i, (name, hz)) in tones.iter().enumerate() {
-        let input = dir.join(format!("{name}.wav"));
-        write_tone(&input, *hz, AMP, 20.0);
-        let stun = *name != "cy";
-        let mut p = Player::start(&lab, &lab.homes[i].ns, name, &input, &dir, 6.0, stun);
-        if *name == "ana" {
-            let line = p.wait_line("the predicted ports", |l| {
-                l.starts_with("netjam: your router gives each new destination the next port")
-            });
-            eprintln!("sequential: {name}: {line}");
-            assert!(line.contains("(+1)"), "{line}");
-        }
-        p.wait_seated();
-        players.push(p);
-    }
+    // cy asks no second server.
+    let stun = |i: usize| match i {
+        2 => vec![],
+        _ => vec!["--stun".into(), format!("{}:{STUN_PORT}", lab.stun_ip)],
+    };
+    let mut players = seat_players(
+        &lab,
+        &dir,
+        &tones,
+        |_| 6.0,
+        stun,
+        |i, p| {
+            if i == 0 {
+                let line = p.wait_line("the predicted ports", |l| {
+                    l.starts_with("netjam: your router gives each new destination the next port")
+                });
+                eprintln!("sequential: {}: {line}", p.name);
+                assert!(line.contains("(+1)"), "{line}");
+            }
+        },
+    );
     both_direct_within_a_second(&mut players[..2], &lab, "sequential <-> cone");
     for (me, other) in [(2, "bo"), (1, "cy")] {
         let (_, direct) = players[me].path_to(other);
