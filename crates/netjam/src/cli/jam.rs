@@ -85,7 +85,7 @@ pub struct JamArgs {
     /// UPnP-IGD, whichever it speaks), and offer it to the other players as one more way to
     /// reach you directly; it helps where the router gives every destination another public
     /// port. Waits at most 2 s for a router to answer, then goes on without; the mapping is
-    /// removed when you leave, on an error or Ctrl-C too.
+    /// removed when you leave, on an error, Ctrl-C or SIGTERM too.
     #[arg(
         long,
         visible_alias = "upnp",
@@ -96,6 +96,8 @@ pub struct JamArgs {
     /// In a room: also ask this STUN server (HOST[:PORT], port 3478 unless given) where it
     /// sees you, and say whether your router shows the same public port to it as to the
     /// rooms server (endpoint-independent mapping) or another one (port-randomising NAT).
+    /// Where the router gives each new destination the next port, its next few ports go to
+    /// the other players to try. The join waits for both answers (at most 1 s).
     #[arg(long, value_name = "HOST[:PORT]", requires = "room")]
     pub stun: Option<String>,
     /// Local address to send from and listen on (default: port 4464 with --peer, where the
