@@ -1,6 +1,6 @@
 //! Asking the home router to forward a UDP port to this player, for `jam --port-map`: by
 //! UPnP-IGD (the `igd-next` crate), PCP or NAT-PMP (the `crab_nat` crate, PCP first and
-//! NAT-PMP where the router answers that it only speaks that). A router that gives every
+//! NAT-PMP where PCP gets no mapping). A router that gives every
 //! destination another public port (a port-randomising NAT) defeats punching; a port it
 //! forwards on request does not, so the mapped port is offered to the other members as one
 //! more candidate address, and their authenticated probes find out whether it works.
@@ -277,8 +277,8 @@ fn keep_igd(gw: Gateway, local: SocketAddr, port: u16) -> anyhow::Result<Keeper>
     )
 }
 
-/// PCP, falling back to NAT-PMP where the router says it speaks only that, through a
-/// runtime of this thread's own (crab_nat is asynchronous).
+/// PCP, then NAT-PMP where PCP got no mapping, through a runtime of this thread's own
+/// (crab_nat is asynchronous).
 fn ask_pmp(gateway: IpAddr, local: SocketAddr, wait: Duration) -> anyhow::Result<PortMapping> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -297,15 +297,21 @@ fn ask_pmp(gateway: IpAddr, local: SocketAddr, wait: Duration) -> anyhow::Result
         timeout_config: Some(timeouts),
     };
     let gw = crab_nat::GatewayAddress::from(gateway);
-    let mapping = rt
-        .block_on(crab_nat::PortMapping::new(
-            gw,
-            local.ip(),
-            crab_nat::InternetProtocol::Udp,
-            internal,
-            options,
-        ))
-        .map_err(|e| anyhow!("the router at {gateway} did not map a port: {e}"))?;
+    let udp = crab_nat::InternetProtocol::Udp;
+    let pcp = rt.block_on(crab_nat::pcp::port_mapping(
+        crab_nat::pcp::BaseMapRequest::new(gw, local.ip(), udp, internal),
+        None,
+        None,
+        options,
+    ));
+    let mapping = match pcp {
+        Ok(m) => m,
+        // Not only where the router answers that it speaks NAT-PMP alone (one round trip):
+        // one that ignores PCP gets asked by NAT-PMP too, in what is left of the wait.
+        Err(pcp) => rt
+            .block_on(crab_nat::natpmp::port_mapping(gw, udp, internal, options))
+            .map_err(|e| anyhow!("the router at {gateway} did not map a port (PCP: {pcp}; NAT-PMP: {e})"))?,
+    };
     let (protocol, external_ip) = match mapping.mapping_type() {
         crab_nat::PortMappingType::Pcp { external_ip, .. } => (Protocol::Pcp, Some(external_ip)),
         crab_nat::PortMappingType::NatPmp => (

@@ -28,7 +28,7 @@
 //!
 //! * router help: two players behind port-randomising routers that run miniupnpd go direct
 //!   with `--port-map` (or its old name `--upnp`) through the ports their routers forward,
-//!   once by UPnP-IGD and once by PCP (without it such a pair stays relayed, see the success
+//!   by UPnP-IGD, by PCP and by NAT-PMP (without it such a pair stays relayed, see the success
 //!   matrix), and say which protocol gave the mapping and how long it took; a player that
 //!   ends by an error or by SIGTERM leaves no forwarding in its router.
 //!
@@ -1092,6 +1092,12 @@ fn players_behind_port_randomising_routers_go_direct_through_ports_their_routers
 #[test]
 fn routers_that_speak_pcp_forward_ports_too() {
     mapped_ports_go_direct(Mapper::PcpNatPmp, "--port-map", "PCP");
+}
+
+/// PCP goes unanswered (a first try and two retries: about a second), then NAT-PMP maps.
+#[test]
+fn routers_that_ignore_pcp_forward_ports_by_nat_pmp() {
+    mapped_ports_go_direct(Mapper::NatPmp, "--port-map", "NAT-PMP");
 }
 
 /// A player that ends by an error (a wrong room password) and one stopped by SIGTERM

@@ -443,6 +443,14 @@ impl NatLab {
              chain postrouting {\n  type nat hook postrouting priority srcnat; policy accept;\n  jump upnp_snat\n }\n \
              chain upnp_dnat {\n }\n chain upnp_snat {\n }\n}\n",
         )?;
+        if speaks == Mapper::NatPmp {
+            // The first byte of the UDP payload is the version: 0 NAT-PMP, 2 PCP.
+            nft(
+                r,
+                "table inet nopcp {\n chain input {\n  type filter hook input priority filter - 10; policy accept;\n  \
+                 iifname \"lan\" udp dport 5351 @th,64,8 2 counter drop\n }\n}\n",
+            )?;
+        }
         let lan = format!("10.98.{}.0/24", home.ip.octets()[2]);
         let conf = dir.join(format!("miniupnpd-{r}.conf"));
         std::fs::write(
@@ -454,7 +462,7 @@ impl NatLab {
                  upnp_nat_chain=upnp_dnat\nupnp_nat_postrouting_chain=upnp_snat\n\
                  allow 1024-65535 {lan} 1024-65535\ndeny 0-65535 0.0.0.0/0 0-65535\n",
                 yes(speaks == Mapper::Upnp),
-                yes(speaks == Mapper::PcpNatPmp),
+                yes(speaks != Mapper::Upnp),
                 dir.join(format!("miniupnpd-{r}.leases")).display()
             ),
         )
@@ -497,6 +505,9 @@ pub enum Mapper {
     Upnp,
     /// PCP and NAT-PMP (one switch in miniupnpd), no UPnP-IGD.
     PcpNatPmp,
+    /// NAT-PMP only: [`Mapper::PcpNatPmp`] behind a rule that drops PCP requests (version
+    /// 2) to the router, as a router that ignores PCP.
+    NatPmp,
 }
 
 impl Mapper {
@@ -504,7 +515,7 @@ impl Mapper {
     pub fn ready_line(self) -> &'static str {
         match self {
             Mapper::Upnp => "HTTP listening",
-            Mapper::PcpNatPmp => "Listening for NAT-PMP/PCP traffic",
+            Mapper::PcpNatPmp | Mapper::NatPmp => "Listening for NAT-PMP/PCP traffic",
         }
     }
 }
