@@ -814,3 +814,24 @@ pub mod beat {
         node.leave();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relay_addresses_carry_a_member_id_and_no_real_address_is_taken_for_one() {
+        for id in [0, 1, 0xFFFF, 0x1_0000, u32::MAX] {
+            assert_eq!(relayed_member(&relay_addr(id)), Some(id));
+        }
+        for real in [
+            "127.0.0.1:0",
+            "[::1]:0",
+            "[100::5]:4464",
+            "[2001:db8::1]:0",
+            "10.0.0.1:14640",
+        ] {
+            assert_eq!(relayed_member(&real.parse().unwrap()), None, "{real}");
+        }
+    }
+}

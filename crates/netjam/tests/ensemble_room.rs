@@ -3,7 +3,8 @@
 //! members that know only the server and the ensemble's name find each other, a message
 //! reaches the member offering its service and no other, a timed message fires on every
 //! member together, the clock agrees with the server's, a killed member's services
-//! disappear; and two `netjam jam --room --ensemble` players click on the same beat.
+//! disappear; and two `netjam jam --room --ensemble` players click on the same beat,
+//! and on the same bar after `netjam ensemble tempo --server` changes the tempo.
 //!
 //! Every process here shares the machine's monotonic clock, which is also the server's
 //! ensemble time, so the true clock offset is zero and a firing or a click is a true
@@ -180,7 +181,7 @@ fn player(server: &str, room: &str, name: &str, out: &Path) -> Proc {
 }
 
 #[test]
-fn two_room_players_click_on_the_same_beat() {
+fn two_room_players_click_on_the_same_beat_and_change_tempo_on_the_same_bar() {
     let (_server, addr) = common::room_server("60", Duration::from_secs(15));
     let room = format!("beat-{}", std::process::id());
     let server = addr.to_string();
@@ -191,6 +192,26 @@ fn two_room_players_click_on_the_same_beat() {
     for p in [&a, &b] {
         p.wait_err("clock lock", within, |l| l.contains("clock locked"));
         p.wait_err("the tempo", within, |l| l.contains(": 120 BPM from beat 0"));
+    }
+    // A third member, through the server, changes the tempo on the next bar of four.
+    let out = Command::new(NETJAM)
+        .args(["ensemble", "tempo", &room, "90", "--bar", "4", "--wait", "10"])
+        .args(["--server", &server])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "netjam ensemble tempo: {said} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let change_beat: f64 = field(&said, "beat=").parse().unwrap();
+    let change_ns = ens_ns(&field(&said, "from=")) as f64;
+    assert_eq!(change_beat % 4.0, 0.0, "{said}");
+    for p in [&a, &b] {
+        p.wait_err("the change", within, |l| {
+            l.contains(&format!(": 90 BPM from beat {change_beat} "))
+        });
     }
     let start = Instant::now();
     for p in [&mut a, &mut b] {
@@ -224,14 +245,34 @@ fn two_room_players_click_on_the_same_beat() {
         deltas[deltas.len() / 2] / MS,
         deltas.last().unwrap() / MS
     );
-    // The ensemble time is the server's monotonic clock, so beat k is at k × 0.5 s of it.
+    // The ensemble time is the server's monotonic clock, so before the change beat k is
+    // at k × 0.5 s of it; the change lands on its bar, and the beats after it are 2/3 s apart.
     for (who, t) in [("a", &ta), ("b", &tb)] {
-        for &x in t {
+        for &x in t.iter().filter(|x| **x < change_ns - MS) {
             let off = (x + 250.0 * MS).rem_euclid(500.0 * MS) - 250.0 * MS;
             assert!(
                 off.abs() < 2.0 * MS,
                 "player {who}: a click {:.3} ms off the beat",
                 off / MS
+            );
+        }
+        let after: Vec<f64> = t.iter().copied().filter(|x| *x >= change_ns - 2.0 * MS).collect();
+        assert!(
+            after.len() >= 3,
+            "player {who}: {} clicks after the change",
+            after.len()
+        );
+        assert!(
+            (after[0] - change_ns).abs() < 2.0 * MS,
+            "player {who}: the first 90 BPM click is {:.3} ms from its beat",
+            (after[0] - change_ns) / MS
+        );
+        for w in after.windows(2) {
+            let gap = w[1] - w[0];
+            assert!(
+                (gap - 2e9 / 3.0).abs() < 2.0 * MS,
+                "player {who}: a 90 BPM beat {:.3} ms long",
+                gap / MS
             );
         }
     }
