@@ -277,3 +277,90 @@ fn two_room_players_click_on_the_same_beat_and_change_tempo_on_the_same_bar() {
         }
     }
 }
+
+/// The clock through the server over an emulated long link: a member in this process
+/// reaches the server only through `netjam impair` (19 ms one way, 1.5 ms normal jitter
+/// both ways), and its true error is its ensemble time minus the machine's monotonic
+/// clock (the server's). Prints the time to lock, from when on the error stayed within
+/// 0.5 ms, p50/p99/max of the error from 30 s after the lock (as the LAN bench in
+/// `ensemble_clock_impair` does) and the member's own bound:
+/// `cargo test --release -p netjam --test ensemble_room -- --ignored --nocapture`
+/// (`NETJAM_BENCH_SECS` sets its length after the lock, default 90 s).
+#[test]
+#[ignore]
+fn bench_clock_error_through_the_server_over_19_ms() {
+    use netjam::ensemble::{mono_ns, Node, NodeConfig, RoomReach};
+    let secs: u64 = std::env::var("NETJAM_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(90);
+    let (_server, addr) = common::room_server(&(secs + 60).to_string(), Duration::from_secs(15));
+    let (_link, link) = common::impair(
+        addr,
+        &["--delay", "19", "--jitter", "1.5", "--jitter-dist", "normal"],
+    );
+    let started = mono_ns();
+    let mut node = Node::start(NodeConfig {
+        ensemble: format!("far-{}", std::process::id()),
+        id: 7,
+        services: Vec::new(),
+        taps: Vec::new(),
+        discovery: netjam_ensemble::discovery::Discovery::local(1),
+        bind_ip: "127.0.0.1".parse().unwrap(),
+        osc_bridge: None,
+        room: Some(RoomReach {
+            server: link,
+            room: format!("far-{}", std::process::id()),
+            name: "far".into(),
+            password: String::new(),
+            join_timeout_ns: 10_000_000_000,
+        }),
+    })
+    .unwrap();
+    let locked = loop {
+        node.run(Some(mono_ns() + 10_000_000), |_, _| true);
+        if node.member_ref().clock_stats().is_some_and(|s| s.locked) {
+            break mono_ns();
+        }
+        assert!(
+            mono_ns() - started < 30_000_000_000,
+            "no lock through impair within 30 s"
+        );
+    };
+    let mut errors = Vec::new();
+    let mut next = mono_ns();
+    while next < locked + secs * 1_000_000_000 {
+        next += 10_000_000;
+        node.run(Some(next), |_, _| true);
+        let now = mono_ns();
+        if let Some(e) = node.member_ref().ensemble_time(now) {
+            errors.push((now - locked, (e as i64 - now as i64).unsigned_abs()));
+        }
+    }
+    let st = node.member_ref().clock_stats().unwrap();
+    node.leave();
+    let settled = errors
+        .iter()
+        .rposition(|(_, e)| *e > 500_000)
+        .and_then(|i| errors.get(i + 1))
+        .map_or(0.0, |(t, _)| *t as f64 / 1e9);
+    let mut late: Vec<u64> = errors
+        .iter()
+        .filter(|(t, _)| *t >= 30_000_000_000)
+        .map(|(_, e)| *e)
+        .collect();
+    if late.is_empty() {
+        late = errors.iter().map(|(_, e)| *e).collect();
+    }
+    late.sort_unstable();
+    let p = |q: f64| late[((late.len() - 1) as f64 * q).round() as usize] as f64 / MS;
+    println!(
+        "clock through the server over impair 19 ms ± 1.5 ms: locked {:.2} s after start, within 0.5 ms for good from {settled:.1} s after the lock; error from 30 s after the lock p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms ({secs} s run); bound {:.3} ms, min rtt {:.2} ms",
+        (locked - started) as f64 / 1e9,
+        p(0.5),
+        p(0.99),
+        p(1.0),
+        st.error_bound_ns as f64 / MS,
+        st.min_rtt_ns as f64 / MS
+    );
+}
