@@ -419,7 +419,10 @@ impl Node {
         while let Some(ev) = link.client.poll_event() {
             match ev {
                 RoomEvent::Refused { reason, .. } => self.refused = Some(reason),
-                RoomEvent::Lost => tracing::warn!("the rooms server at {} stopped answering", link.server),
+                // Before the seat, the caller says it (with what to do) when it gives up.
+                RoomEvent::Lost if link.client.seat().is_some() => {
+                    tracing::warn!("the rooms server at {} stopped answering", link.server)
+                }
                 _ => {}
             }
         }
