@@ -778,3 +778,39 @@ fn ensemble_seats_relay_ensemble_datagrams_in_their_room_only_and_carry_no_media
     );
     assert_eq!(w.server.stats().clock_probes, 1);
 }
+
+#[test]
+fn seats_without_media_have_a_limit_of_their_own_beside_the_players() {
+    let cfg = ServerConfig {
+        max_members_per_room: 2,
+        max_ensemble_seats_per_room: 2,
+        ..ServerConfig::default()
+    };
+    let mut w = World::new(cfg, 0.0, 12);
+    let seats = [
+        w.add(1, "band", "Ana", "", 1),
+        w.add_with(2, "band", "ens-a", "", 2, 0),
+        w.add(3, "band", "Bo", "", 3),
+        w.add_with(4, "band", "ens-b", "", 4, 0),
+    ];
+    w.run_for(500 * MS);
+    for i in seats {
+        assert_eq!(joined(&w.peers[i].events).len(), 1, "seat {i} taken");
+    }
+    let player = w.add(5, "band", "Cy", "", 5);
+    let ens = w.add_with(6, "band", "ens-c", "", 6, 0);
+    w.run_for(500 * MS);
+    for i in [player, ens] {
+        assert!(
+            w.peers[i].events.iter().any(|e| matches!(
+                e,
+                RoomEvent::Refused {
+                    code: Some(RefuseCode::RoomFull),
+                    ..
+                }
+            )),
+            "seat {i}: {:?}",
+            w.peers[i].events
+        );
+    }
+}

@@ -61,8 +61,11 @@ use crate::nat::stun;
 /// Limits and timers of a [`Server`].
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ServerConfig {
-    /// Most members in one room.
+    /// Most members with media (players) in one room.
     pub max_members_per_room: usize,
+    /// Most seats without media (ensemble members) in one room, besides its players: a
+    /// band whose every player also runs an ensemble member still fits.
+    pub max_ensemble_seats_per_room: usize,
     /// Most members on the server.
     pub max_members: usize,
     /// Most rooms on the server.
@@ -110,6 +113,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             max_members_per_room: 16,
+            max_ensemble_seats_per_room: 32,
             max_members: 4096,
             max_rooms: 1024,
             keepalive_ms: 1000,
@@ -978,7 +982,13 @@ impl Server {
         let Some(Some(r)) = self.rooms.get(room) else {
             return;
         };
-        if r.members.len() >= self.cfg.max_members_per_room {
+        let like = r.members.iter().filter(|&&o| self.has_media(o) == media).count();
+        let cap = if media {
+            self.cfg.max_members_per_room
+        } else {
+            self.cfg.max_ensemble_seats_per_room
+        };
+        if like >= cap {
             return self.refuse(src, RefuseCode::RoomFull);
         }
         // Resolve an SSRC collision inside the room by assigning a free one.
