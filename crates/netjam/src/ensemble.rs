@@ -339,6 +339,13 @@ impl Node {
                     self.send_errors += 1;
                 }
             }
+            if link.client.seat().is_some() {
+                for (to, bytes) in std::mem::take(&mut link.held) {
+                    if !Self::through_server(&self.socket, link, to, &bytes) {
+                        self.send_errors += 1;
+                    }
+                }
+            }
         }
         while let Some(t) = self.member.poll_transmit() {
             if let Some(link) = self.room.as_mut() {
@@ -346,25 +353,8 @@ impl Node {
                     if link.held.len() < HELD_BEFORE_SEAT {
                         link.held.push((t.to, t.bytes));
                     }
-                    continue;
-                }
-                let held = std::mem::take(&mut link.held);
-                for (to, bytes) in held
-                    .iter()
-                    .map(|(d, b)| (*d, b.as_slice()))
-                    .chain([(t.to, &t.bytes[..])])
-                {
-                    let sent = match to {
-                        Dest::Discovery => Self::envelope(&self.socket, link, ENS_EVERYONE, bytes),
-                        Dest::Peer(a) => match relayed_member(&a) {
-                            Some(id) => Self::envelope(&self.socket, link, id, bytes),
-                            // The clock server itself.
-                            None => self.socket.send_to(bytes, a).is_ok(),
-                        },
-                    };
-                    if !sent {
-                        self.send_errors += 1;
-                    }
+                } else if !Self::through_server(&self.socket, link, t.to, &t.bytes) {
+                    self.send_errors += 1;
                 }
                 continue;
             }
@@ -382,6 +372,18 @@ impl Node {
                     }
                 }
             }
+        }
+    }
+
+    /// One of the member's datagrams in a room: to every ensemble member of the room or to
+    /// one (both in a `/netjam/ens`), or a clock probe straight to the server.
+    fn through_server(socket: &UdpSocket, link: &mut RoomLink, to: Dest, bytes: &[u8]) -> bool {
+        match to {
+            Dest::Discovery => Self::envelope(socket, link, ENS_EVERYONE, bytes),
+            Dest::Peer(a) => match relayed_member(&a) {
+                Some(id) => Self::envelope(socket, link, id, bytes),
+                None => socket.send_to(bytes, a).is_ok(),
+            },
         }
     }
 
