@@ -733,9 +733,14 @@ pub mod beat {
             let shared = Arc::new(BeatShared::default());
             let stop = Arc::new(AtomicBool::new(false));
             eprintln!(
-                "netjam: ensemble {name}: member {:016x} on {}",
+                "netjam: ensemble {name}: member {:016x} on {}{}",
                 node.member_ref().id(),
-                node.local_addr()
+                node.local_addr(),
+                if node.in_room() {
+                    ", through the rooms server (its clock is the ensemble's)"
+                } else {
+                    ""
+                }
             );
             let (stop_t, shared_t) = (stop.clone(), shared.clone());
             let thread = std::thread::Builder::new()
