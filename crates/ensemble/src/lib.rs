@@ -32,4 +32,4 @@ pub mod reliable;
 pub mod table;
 pub mod wire;
 
-pub use member::{Delivery, Dest, Event, Member, MemberConfig, SendError, Transmit};
+pub use member::{Delivery, Dest, Event, Member, MemberConfig, SendError, Transmit, SERVER_REFERENCE};

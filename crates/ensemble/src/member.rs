@@ -27,6 +27,11 @@
 //!   reference answers probes with its *ensemble* time, so when the reference changes
 //!   (it left, or a smaller id became valid) the new one continues the same time line
 //!   and followers move by no more than its error.
+//!   With [`MemberConfig::clock_server`] set (an ensemble that is a room on a rooms
+//!   server) nobody is chosen: every member follows the clock that answers probes at that
+//!   address, reported as reference [`SERVER_REFERENCE`]. The server is the one place
+//!   every member of a room reaches, so each member measures only its own path to it, and
+//!   members joining or leaving never move the time line.
 //! * **Delivery.** [`Member::send`] takes one encoded OSC message whose address starts
 //!   with a service (`/synth1/...`, or `!synth1/...` for a literal address), an ensemble
 //!   time (0: now) and best-effort or reliable. The provider delivers it when its time
@@ -62,6 +67,9 @@ use crate::wire::{
 
 const MS: u64 = 1_000_000;
 
+/// The reference id that stands for [`MemberConfig::clock_server`] (member ids are never 0).
+pub const SERVER_REFERENCE: u64 = 0;
+
 /// Settings of a [`Member`].
 #[derive(Debug, Clone)]
 pub struct MemberConfig {
@@ -81,6 +89,9 @@ pub struct MemberConfig {
     /// Timed messages held for the network thread: how many, and how large.
     pub timed_slots: usize,
     pub timed_slot_bytes: usize,
+    /// Follow the clock answering probes at this address (a rooms server) instead of
+    /// choosing a member as the reference.
+    pub clock_server: Option<SocketAddr>,
 }
 
 impl MemberConfig {
@@ -95,6 +106,7 @@ impl MemberConfig {
             clock: ClockConfig::default(),
             timed_slots: 1024,
             timed_slot_bytes: 1536,
+            clock_server: None,
         }
     }
 }
@@ -243,6 +255,20 @@ impl Member {
         let mut table = ServiceTable::new();
         table.insert(config.id, None, now_ns);
         table.set_services(config.id, 0, ServiceList::default());
+        let mut events = VecDeque::new();
+        let role = match config.clock_server {
+            Some(_) => {
+                events.push_back(Event::ClockReference {
+                    id: Some(SERVER_REFERENCE),
+                });
+                Role::Following {
+                    reference: SERVER_REFERENCE,
+                    client: Box::new(ClockClient::new(config.clock.clone())),
+                    locked: false,
+                }
+            }
+            None => Role::Unsynced,
+        };
         Self {
             next_alone_ns: now_ns + config.alone_wait_ns,
             table,
@@ -250,7 +276,7 @@ impl Member {
             taps: Vec::new(),
             version: 0,
             next_hello_ns: now_ns,
-            role: Role::Unsynced,
+            role,
             segment: None,
             published: None,
             publisher,
@@ -261,7 +287,7 @@ impl Member {
             scheduler: Scheduler::new(config.timed_slots, config.timed_slot_bytes + 12),
             audio: BTreeMap::new(),
             transmits: VecDeque::new(),
-            events: VecDeque::new(),
+            events,
             stats: MemberStats::default(),
             scratch: Vec::new(),
             tempo: TempoMap::new(),
@@ -427,6 +453,14 @@ impl Member {
         }
     }
 
+    /// Where the reference answers clock probes.
+    fn reference_addr(&self, reference: u64) -> Option<SocketAddr> {
+        match self.config.clock_server {
+            Some(a) if reference == SERVER_REFERENCE => Some(a),
+            _ => self.table.member(reference).and_then(|m| m.addr),
+        }
+    }
+
     /// The estimate of the reference's clock, while following one.
     pub fn clock_stats(&self) -> Option<ClockStats> {
         match &self.role {
@@ -535,11 +569,9 @@ impl Member {
             self.drop_member(id, true);
         }
         self.choose_reference(now_ns);
-        if let Role::Following {
-            reference, client, ..
-        } = &mut self.role
-        {
-            if let Some(addr) = self.table.member(*reference).and_then(|m| m.addr) {
+        let reference_addr = self.reference().and_then(|r| self.reference_addr(r));
+        if let Role::Following { client, .. } = &mut self.role {
+            if let Some(addr) = reference_addr {
                 let mut buf = [0u8; 64];
                 while let Some(p) = client.poll_transmit(now_ns) {
                     if let Ok(n) = p.encode(&mut buf) {
@@ -585,6 +617,7 @@ impl Member {
             return;
         }
         if bytes.starts_with(PONG_ADDRESS.as_bytes()) {
+            let expected = self.reference().and_then(|r| self.reference_addr(r));
             if let (
                 Ok(rep),
                 Role::Following {
@@ -593,9 +626,7 @@ impl Member {
             ) = (ProbeReply::decode(bytes), &mut self.role)
             {
                 let r = *reference;
-                if self.table.member(r).and_then(|m| m.addr) == Some(from)
-                    && client.handle_reply(now_ns, &rep)
-                {
+                if expected == Some(from) && client.handle_reply(now_ns, &rep) && r != SERVER_REFERENCE {
                     self.table.insert(r, Some(from), now_ns);
                 }
                 self.follow_segment();
@@ -1032,6 +1063,9 @@ impl Member {
     /// The reference is the smallest id among members with a valid time (this one
     /// included); see the module docs.
     fn choose_reference(&mut self, now_ns: u64) {
+        if self.config.clock_server.is_some() {
+            return;
+        }
         let me = self.config.id;
         let mine_valid = self.segment.is_some();
         let best = self

@@ -375,9 +375,6 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     if a.outputs.is_some() && !a.jack && !a.wants_card() {
         bail!("--outputs picks channels of a device: use it with --jack or --device (a file or stdout gets every channel you hear)");
     }
-    if a.ensemble.ensemble.is_some() && a.room.is_some() {
-        bail!("--ensemble works with --peer for now (a room as the ensemble is not built yet): play with --peer, or leave out --ensemble");
-    }
     let audio = open_audio(&mut a)?;
     if a.server.is_some() {
         return super::jam_room::run(a, audio);

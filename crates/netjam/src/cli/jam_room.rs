@@ -51,7 +51,7 @@ const STUN_WAIT: Duration = Duration::from_millis(1000);
 const STUN_PORT: u16 = 3478;
 
 /// `HOST` or `HOST:PORT` (port 4464 unless given).
-fn resolve_server(s: &str) -> anyhow::Result<SocketAddr> {
+pub(crate) fn resolve_server(s: &str) -> anyhow::Result<SocketAddr> {
     resolve(s, DEFAULT_PORT, "--server")
 }
 
@@ -642,6 +642,16 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     }
     let process = device_edges(process, device_spec, format.rate, &counted)?;
     let hear_edge_ms = process.delay_ns().1 as f64 / 1e6;
+    // The ensemble's click (with --ensemble): the room is the ensemble, through its server.
+    let password = a.password.clone().unwrap_or_default();
+    let mut beat = a.ensemble.start_in_room(server, &room, &password)?;
+    let process = crate::ensemble::beat::BeatClicks::new(
+        process,
+        beat.as_ref(),
+        device_rate,
+        heard.channels.into(),
+        a.ensemble.click_gain,
+    );
     let sink = heard_sink(&a, heard)?;
     // The endpoint counts the device's frames.
     let limit = a.duration.map(|d| (d * device_rate as f64) as u64);
@@ -781,13 +791,17 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         m.remove(crate::port_map::REMOVE_WAIT);
     }
     let stopped = running.stop_with_bye(|p, now| p.inner_mut().finish(now))?;
+    if let Some(b) = beat.as_mut() {
+        b.stop();
+    }
+
     let edge_underruns = stopped.process.underruns();
     if edge_underruns > 0 {
         eprintln!(
             "netjam: the resampler to the device ran short in {edge_underruns} periods (silence filled them)"
         );
     }
-    let (mut process, periods) = (stopped.process.into_inner(), stopped.periods);
+    let (mut process, periods) = (stopped.process.into_process().into_inner(), stopped.periods);
     let stats = process.take_stats();
     remember(&mut everyone, heard_members(&stats, &roster, fixed_ms));
     let heard_final: Vec<HeardMember> = everyone.into_values().collect();
