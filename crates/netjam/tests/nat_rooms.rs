@@ -659,6 +659,26 @@ fn count(v: &serde_json::Value, key: &str) -> u64 {
 }
 
 /// Seconds of `hz` heard in a player's output.
+/// Asserts that `players[me]` heard `tones[other]` for at least `min_s` seconds, and gives
+/// the path its final report says it heard that player on.
+fn heard_path<'a>(
+    players: &[Player],
+    reports: &'a [serde_json::Value],
+    tones: &[(&str, f64)],
+    (me, other): (usize, usize),
+    min_s: f64,
+) -> &'a str {
+    let s = heard_s(&players[me], tones[other].1);
+    assert!(
+        s >= min_s,
+        "{} heard {} for only {s:.2} s",
+        players[me].name,
+        tones[other].0
+    );
+    let entry = heard_entries(&reports[me], tones[other].0);
+    entry.first().and_then(|e| e["path"].as_str()).unwrap_or_default()
+}
+
 fn heard_s(p: &Player, hz: f64) -> f64 {
     block_s(levels(&p.output, hz).iter().filter(|b| b.0 > PRESENT).count())
 }
@@ -955,16 +975,8 @@ fn a_pair_blocked_when_joining_goes_direct_once_the_way_opens() {
     }
     let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
     let _server = servers.stop();
-    for (me, other) in [(0, 1), (1, 0)] {
-        let s = heard_s(&players[me], tones[other].1);
-        assert!(
-            s >= 12.0,
-            "{} heard {} for only {s:.2} s of 14",
-            players[me].name,
-            tones[other].0
-        );
-        let entry = heard_entries(&reports[me], tones[other].0);
-        let path = entry.first().and_then(|e| e["path"].as_str()).unwrap_or_default();
+    for pair in [(0, 1), (1, 0)] {
+        let path = heard_path(&players, &reports, &tones, pair, 12.0);
         assert!(path.starts_with("direct RTT "), "{path}");
     }
 }
@@ -1059,16 +1071,8 @@ fn mapped_ports_go_direct(speaks: Mapper, flag: &str, protocol: &str) {
     }
     let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
     let _server = servers.stop();
-    for (me, other) in [(0, 1), (1, 0)] {
-        let s = heard_s(&players[me], tones[other].1);
-        assert!(
-            s >= 3.5,
-            "{} heard {} for only {s:.2} s",
-            players[me].name,
-            tones[other].0
-        );
-        let entry = heard_entries(&reports[me], tones[other].0);
-        let path = entry.first().and_then(|e| e["path"].as_str()).unwrap_or_default();
+    for pair in [(0, 1), (1, 0)] {
+        let path = heard_path(&players, &reports, &tones, pair, 3.5);
         assert!(path.starts_with("direct RTT "), "{path}");
     }
     // Each player took its mapping away when it left.
@@ -1264,15 +1268,7 @@ fn a_direct_path_slower_than_the_server_is_measured_and_not_used() {
         "only {forwarded} of {total} went through the server"
     );
     for (me, other) in [(0, 1), (1, 0)] {
-        let s = heard_s(&players[me], tones[other].1);
-        assert!(
-            s >= 3.5,
-            "{} heard {} for only {s:.2} s",
-            players[me].name,
-            tones[other].0
-        );
-        let entry = heard_entries(&reports[me], tones[other].0);
-        let path = entry.first().and_then(|e| e["path"].as_str()).unwrap_or_default();
+        let path = heard_path(&players, &reports, &tones, (me, other), 3.5);
         eprintln!("detour: {}'s report: {} {path}", players[me].name, tones[other].0);
         assert!(
             path.starts_with("via server") && path.ends_with("slower)"),
@@ -1337,15 +1333,7 @@ fn a_router_that_hands_out_ports_in_sequence_is_punched_through_by_prediction() 
     let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
     let _server = servers.stop();
     for (me, other, how) in [(0, 1, "direct RTT "), (1, 0, "direct RTT "), (2, 1, "via server")] {
-        let s = heard_s(&players[me], tones[other].1);
-        assert!(
-            s >= 3.5,
-            "{} heard {} for only {s:.2} s",
-            players[me].name,
-            tones[other].0
-        );
-        let entry = heard_entries(&reports[me], tones[other].0);
-        let path = entry.first().and_then(|e| e["path"].as_str()).unwrap_or_default();
+        let path = heard_path(&players, &reports, &tones, (me, other), 3.5);
         eprintln!("sequential: {} hears {} {path}", players[me].name, tones[other].0);
         assert!(path.starts_with(how), "{path}");
     }
