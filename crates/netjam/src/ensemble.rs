@@ -3,7 +3,8 @@
 //! loop that feeds the member, sends what it asks and sleeps until its next timeout.
 //! Optionally an OSC bridge: a plain OSC UDP port whose messages are routed to services
 //! (bundles at their time tags), and to whose senders the messages this member's
-//! services receive are forwarded.
+//! services receive are forwarded. Optionally a WebSocket bridge doing the same for web
+//! pages ([`crate::ws_bridge`]).
 //!
 //! Local time is the machine's `CLOCK_MONOTONIC` in nanoseconds, shared by every process
 //! on the machine (so a test can compare when members on one machine acted). This module
@@ -17,6 +18,8 @@ use anyhow::{bail, Context};
 use netjam_ensemble::discovery::Discovery;
 use netjam_ensemble::{Dest, Event, Member, MemberConfig};
 use netjam_osc::{Packet, TimeTag};
+
+use crate::ws_bridge::{WsBridge, WsBridgeStats, WsInput};
 
 /// The machine-wide monotonic clock, in nanoseconds (on Unix: CLOCK_MONOTONIC, so two
 /// processes on one machine read the same time; elsewhere the process's own monotonic
@@ -70,6 +73,7 @@ enum Input {
         bytes: Vec<u8>,
         bridge: bool,
     },
+    Ws(WsInput),
 }
 
 /// A running member with its sockets.
@@ -82,6 +86,9 @@ pub struct Node {
     bridge_clients: Vec<SocketAddr>,
     targets: Vec<SocketAddr>,
     rx: Receiver<Input>,
+    /// For bridges opened after the start.
+    tx: Sender<Input>,
+    ws: Option<WsBridge>,
     /// Datagrams that could not be sent (counted; the protocol recovers).
     pub send_errors: u64,
 }
@@ -152,7 +159,7 @@ impl Node {
                 let b = UdpSocket::bind(addr)
                     .with_context(|| format!("cannot open the OSC bridge on {addr}: is the port free?"))?;
                 let at = b.local_addr().context("OSC bridge address")?;
-                spawn_receiver(&b, true, tx)?;
+                spawn_receiver(&b, true, tx.clone())?;
                 Some((b, at))
             }
             None => None,
@@ -177,6 +184,8 @@ impl Node {
             bridge_clients: Vec::new(),
             targets: cfg.discovery.targets(),
             rx,
+            tx,
+            ws: None,
             send_errors: 0,
         };
         node.member.handle_timeout(now);
@@ -198,6 +207,20 @@ impl Node {
 
     pub fn bridge_addr(&self) -> Option<SocketAddr> {
         self.bridge.as_ref().map(|b| b.1)
+    }
+
+    /// Opens the WebSocket bridge on `addr` (see [`crate::ws_bridge`]); returns the
+    /// address it listens on.
+    pub fn start_ws_bridge(&mut self, addr: SocketAddr) -> anyhow::Result<SocketAddr> {
+        let ws = WsBridge::start(addr, self.tx.clone(), Input::Ws)?;
+        let at = ws.local_addr();
+        self.ws = Some(ws);
+        Ok(at)
+    }
+
+    /// The WebSocket bridge's counters, when it is open.
+    pub fn ws_stats(&self) -> Option<WsBridgeStats> {
+        self.ws.as_ref().map(WsBridge::stats)
     }
 
     /// Sends everything the member has to send.
@@ -257,6 +280,15 @@ impl Node {
                     bridge: true,
                     ..
                 }) => self.bridge_in(from, &bytes),
+                Some(Input::Ws(i)) => {
+                    let frame = self.ws.as_mut().and_then(|w| w.input(i));
+                    if let Some((client, bytes)) = frame {
+                        self.route_osc(&format_args!("web page {client}"), &bytes);
+                        if let Some(w) = &self.ws {
+                            w.taken();
+                        }
+                    }
+                }
                 None => {}
             }
             let now = mono_ns();
@@ -285,8 +317,13 @@ impl Node {
             }
             self.bridge_clients.push(from);
         }
+        self.route_osc(&from, bytes);
+    }
+
+    /// One OSC packet from a bridge: each message to its service, a bundle's at its time.
+    fn route_osc(&mut self, from: &dyn std::fmt::Display, bytes: &[u8]) {
         let Ok(p) = Packet::decode(bytes) else {
-            tracing::warn!("OSC bridge: a malformed packet from {from} was dropped");
+            tracing::warn!("bridge: a malformed packet from {from} was dropped");
             return;
         };
         let now = mono_ns();
@@ -304,7 +341,7 @@ impl Node {
                 _ => 0,
             };
             if let Err(e) = self.member.send(now, &m, time, true) {
-                tracing::warn!("OSC bridge: message from {from} not routed: {e}");
+                tracing::warn!("bridge: message from {from} not routed: {e}");
             }
         }
     }
@@ -314,6 +351,9 @@ impl Node {
             for c in &self.bridge_clients {
                 let _ = b.send_to(bytes, c);
             }
+        }
+        if let Some(w) = &mut self.ws {
+            w.broadcast(bytes);
         }
     }
 

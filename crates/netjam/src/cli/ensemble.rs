@@ -66,6 +66,11 @@ pub struct JoinArgs {
     /// messages this member's services receive go back to whoever sent there.
     #[arg(long, value_name = "ADDR:PORT")]
     pub osc_bridge: Option<SocketAddr>,
+    /// A WebSocket port (ws://ADDR:PORT/) for web pages: each binary frame is one OSC
+    /// packet, routed like the OSC bridge's; messages this member's services receive go
+    /// to every connected page. Text frames are refused.
+    #[arg(long = "ws", value_name = "ADDR:PORT")]
+    pub ws_bridge: Option<SocketAddr>,
     /// Leave after this many seconds.
     #[arg(long)]
     pub duration: Option<f64>,
@@ -370,6 +375,11 @@ fn join(a: JoinArgs) -> anyhow::Result<()> {
     if let Some(b) = node.bridge_addr() {
         out(format_args!("osc-bridge {b}"));
     }
+    if let Some(addr) = a.ws_bridge {
+        let at = node.start_ws_bridge(addr)?;
+        out(format_args!("ws-bridge {at}"));
+    }
+    let mut ws_seen = node.ws_stats();
     let deadline = a
         .duration
         .map(|d| secs(d, "--duration"))
@@ -384,6 +394,16 @@ fn join(a: JoinArgs) -> anyhow::Result<()> {
             print_event(n, &ev);
             true
         });
+        let ws = node.ws_stats();
+        if ws != ws_seen {
+            if let Some(st) = ws {
+                out(format_args!(
+                    "ws-bridge-stats {}",
+                    serde_json::to_string(&st).unwrap_or_default()
+                ));
+            }
+            ws_seen = ws;
+        }
         if stop.load(std::sync::atomic::Ordering::Relaxed) || deadline.is_some_and(|d| mono_ns() >= d) {
             break;
         }
