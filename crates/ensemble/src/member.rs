@@ -17,7 +17,9 @@
 //!   back at once. A member whose announced version differs from the list held is asked
 //!   for its list (again at each hello, until it arrives), so tables converge after any
 //!   loss. A member silent for [`MemberConfig::member_timeout_ns`] is dropped and its
-//!   services withdrawn; one that leaves says bye.
+//!   services withdrawn; one that leaves says bye. The table is capped (members, services
+//!   and taps per member, name lengths: see [`crate::table`]); datagrams from a member
+//!   it refused are dropped and counted in [`MemberStats`].
 //! * **Clock.** Every member whose ensemble time is valid says so in its hellos; the one
 //!   with the smallest id among them is the reference, and the others follow it with a
 //!   [`ClockClient`]. A member that hears of nobody valid for
@@ -54,7 +56,7 @@ use crate::clock::{
 };
 use crate::inbox::{audio_inbox, AudioInbox, AudioSender};
 use crate::reliable::{Arrival, InStream, OutStream};
-use crate::table::{newer, ServiceTable};
+use crate::table::{newer, ServiceTable, MAX_SERVICES, MAX_TAPS};
 use crate::wire::{
     encode_vec, Data, ServiceList, Wire, WireError, HELLO_REPLY, HELLO_SYNCED, MSG_RELIABLE, MSG_TAP_COPY,
     TEMPO,
@@ -190,6 +192,14 @@ pub struct MemberStats {
     /// Timed messages delivered at once because the scheduler was full.
     pub timed_overflow: u64,
     pub tap_copies: u64,
+    /// Datagrams from a newcomer not entered because the table was full (see
+    /// [`crate::table`]).
+    pub refused_members: u64,
+    /// Service lists refused for breaking the table's caps.
+    pub refused_lists: u64,
+    /// Messages, queries and acknowledgements from a member the table does not hold
+    /// (refused for room), dropped.
+    pub refused_unknown: u64,
 }
 
 #[derive(Debug)]
@@ -288,6 +298,9 @@ impl Member {
         let mut s = self.stats;
         s.retransmits = self.out_streams.values().map(|o| o.retransmits).sum();
         s.duplicates = self.in_streams.values().map(|i| i.duplicates).sum();
+        let r = self.table.refusals();
+        s.refused_members = r.members;
+        s.refused_lists = r.lists;
         s
     }
 
@@ -295,6 +308,9 @@ impl Member {
     pub fn offer(&mut self, service: &str) -> Result<(), AddressError> {
         check_service(service)?;
         if !self.services.iter().any(|s| s == service) {
+            if self.services.len() >= MAX_SERVICES {
+                return Err(AddressError::TooMany(MAX_SERVICES));
+            }
             self.services.push(service.to_string());
             self.services_changed();
         }
@@ -317,6 +333,9 @@ impl Member {
         check_service(tapper)?;
         let t = (tappee.to_string(), tapper.to_string());
         if !self.taps.contains(&t) {
+            if self.taps.len() >= MAX_TAPS {
+                return Err(AddressError::TooMany(MAX_TAPS));
+            }
             self.taps.push(t);
             self.services_changed();
         }
@@ -602,9 +621,16 @@ impl Member {
             }
             return;
         }
-        let Ok(w) = Wire::decode(bytes) else {
-            self.stats.rejected += 1;
-            return;
+        let w = match Wire::decode(bytes) {
+            Ok(w) => w,
+            Err(WireError::OverCap) => {
+                self.table.count_refused_list();
+                return;
+            }
+            Err(_) => {
+                self.stats.rejected += 1;
+                return;
+            }
         };
         // Nobody else may speak with this member's id (it would take over its own entry).
         let claimed = match &w {
@@ -653,7 +679,9 @@ impl Member {
             }
             Wire::ServicesQuery { from: who, to } => {
                 if to == self.config.id {
-                    self.table.insert(who, Some(from), now_ns);
+                    if !self.admit(who, from, now_ns) {
+                        return;
+                    }
                     self.send_services(Dest::Peer(from));
                 }
             }
@@ -679,7 +707,9 @@ impl Member {
                 got,
             } => {
                 if to == self.config.id {
-                    self.table.insert(who, Some(from), now_ns);
+                    if !self.admit(who, from, now_ns) {
+                        return;
+                    }
                     if let Some(o) = self.out_streams.get_mut(&who) {
                         o.ack(now_ns, next, got);
                         // Room in the send window: queued messages go now.
@@ -697,7 +727,11 @@ impl Member {
                     self.stats.rejected += 1;
                     return;
                 }
-                self.table.insert(d.from, Some(from), now_ns);
+                // Only members the table holds get a reliable stream here, so the
+                // streams are bounded by the table's cap.
+                if !self.admit(d.from, from, now_ns) {
+                    return;
+                }
                 if d.flags & MSG_RELIABLE == 0 {
                     self.accept(now_ns, d.from, d.flags, d.time_ns, d.payload);
                     return;
@@ -737,6 +771,17 @@ impl Member {
                 }
             }
         }
+    }
+
+    /// Enters (or refreshes) member `id` heard at `from`; `false` (counted) when the
+    /// table is full and does not hold it.
+    fn admit(&mut self, id: u64, from: SocketAddr, now_ns: u64) -> bool {
+        self.table.insert(id, Some(from), now_ns);
+        let held = self.table.member(id).is_some();
+        if !held {
+            self.stats.refused_unknown += 1;
+        }
+        held
     }
 
     /// Sends one encoded OSC message to the service its address names, for ensemble time

@@ -10,7 +10,8 @@
 //! string against symbol, blobs, time tags) for no gain.
 //!
 //! Everything that comes from outside is bounded: [`MAX_CLIENTS`] connections (one
-//! more is answered `503` and closed), [`MAX_FRAME_BYTES`] per message (a larger one
+//! more is answered `503` and closed, holding the accepting thread at most
+//! [`REFUSE_TIME`]), [`MAX_FRAME_BYTES`] per message (a larger one
 //! closes the connection with 1009), [`HANDSHAKE_TIMEOUT`] for the HTTP upgrade,
 //! [`MAX_PENDING_IN`] frames waiting for the member's thread (beyond: dropped, counted)
 //! and [`OUTBOX_SLOTS`] messages waiting for a slow page (beyond: dropped, counted; a
@@ -47,6 +48,8 @@ pub const MAX_PENDING_IN: usize = 1024;
 pub const OUTBOX_SLOTS: usize = 256;
 /// Time a connection has to complete the HTTP upgrade.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest a refused connection holds the accepting thread.
+pub const REFUSE_TIME: Duration = Duration::from_millis(200);
 /// A page that does not take a message within this long is disconnected.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -252,12 +255,7 @@ fn accept_loop<T: Send + 'static>(listener: TcpListener, shared: Shared<T>) {
         };
         if shared.live.load(Ordering::Acquire) >= MAX_CLIENTS {
             bump(&shared.counters.refused_full);
-            let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
-            let mut s = &stream;
-            let _ = s.write_all(
-                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            );
-            let _ = stream.shutdown(Shutdown::Both);
+            refuse(&stream);
             continue;
         }
         shared.live.fetch_add(1, Ordering::AcqRel);
@@ -267,6 +265,41 @@ fn accept_loop<T: Send + 'static>(listener: TcpListener, shared: Shared<T>) {
             shared.live.fetch_sub(1, Ordering::AcqRel);
         }
     }
+}
+
+/// Answers `503` to a connection beyond [`MAX_CLIENTS`], within [`REFUSE_TIME`]: reads
+/// the request first and the client's close after, so the answer is not lost to a reset
+/// (closing a socket with unread bytes resets it).
+fn refuse(stream: &TcpStream) {
+    let deadline = Instant::now() + REFUSE_TIME;
+    let mut buf = [0u8; 2048];
+    let mut tail = [0u8; 4];
+    let mut read_until = |stop_at_blank_line: bool| loop {
+        let mut s = stream;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || s.set_read_timeout(Some(left)).is_err() {
+            return;
+        }
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                // The last four bytes seen, to find the end of the request's headers.
+                for &b in &buf[..n] {
+                    tail = [tail[1], tail[2], tail[3], b];
+                }
+                if stop_at_blank_line && &tail == b"\r\n\r\n" {
+                    return;
+                }
+            }
+        }
+    };
+    read_until(true);
+    let _ = stream.set_write_timeout(Some(REFUSE_TIME));
+    let mut w = stream;
+    let _ =
+        w.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    let _ = stream.shutdown(Shutdown::Write);
+    read_until(false);
 }
 
 /// The reader's stream: reads the socket (within a deadline while handshaking), and

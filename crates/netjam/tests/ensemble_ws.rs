@@ -4,7 +4,9 @@
 //! the bridge member's service, and its round trips (through one bridge, and from one
 //! bridge through the ensemble to another) are measured and printed. Hostile pages (text
 //! frames, an oversized frame, garbage, one page too many) are refused, counted, and the
-//! bridge keeps serving.
+//! bridge keeps serving. And a member flooded with hostile datagrams on its ensemble port
+//! (garbage, hundreds of forged members, service lists beyond the caps) keeps serving:
+//! once the flood stops and the forged members time out, a message reaches it again.
 //!
 //! Loopback only; each test has its own ensemble and discovery ports; every wait is
 //! bounded. Run with `--nocapture` for the figures.
@@ -221,4 +223,77 @@ for attempt in range(100):
     });
     println!("{st}");
     assert_eq!(stat(&st, "dropped_in"), 0, "{st}");
+}
+
+#[test]
+fn a_member_flooded_with_hostile_datagrams_keeps_serving() {
+    use netjam_ensemble::table::{MAX_MEMBERS, MAX_SERVICES};
+    use netjam_ensemble::wire::{ServiceList, Wire};
+    let band = Band::new(3);
+    let synth = band.join(&["synth"], &[]);
+    let desk = band.join(&["desk"], &[]);
+    ready(&[&synth, &desk], &["synth", "desk"]);
+    // "member ID on ADDR in ensemble ...": where its ensemble socket is.
+    let line = synth.wait_for("member line", |l| l.starts_with("member "));
+    let at: std::net::SocketAddr = line.split_whitespace().nth(3).unwrap().parse().unwrap();
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut sent = 0u32;
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for round in 0..5u64 {
+        // Forged members, four times the table's cap.
+        for i in 0..(4 * MAX_MEMBERS as u64) {
+            let id = 0x7000_0000 + round * 1_000 + i;
+            let hello = Wire::Hello {
+                ensemble: &band.name,
+                id,
+                version: 1,
+                flags: 0,
+            };
+            s.send_to(&hello.encode().unwrap(), at).unwrap();
+            let list = Wire::Services {
+                id,
+                version: 1,
+                list: ServiceList {
+                    services: (0..=MAX_SERVICES).map(|k| format!("f{k}")).collect(),
+                    taps: Vec::new(),
+                },
+            };
+            s.send_to(&list.encode().unwrap(), at).unwrap();
+            sent += 2;
+        }
+        // One name of 60,000 bytes, and garbage.
+        let huge = Wire::Services {
+            id: 0x7000_0000 + round * 1_000,
+            version: 2,
+            list: ServiceList {
+                services: vec!["n".repeat(60_000)],
+                taps: Vec::new(),
+            },
+        };
+        s.send_to(&huge.encode().unwrap(), at).unwrap();
+        for _ in 0..500 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 1400) as usize;
+            let b: Vec<u8> = (0..len).map(|k| (x >> (k % 56)) as u8).collect();
+            let _ = s.send_to(&b, at);
+        }
+        sent += 501;
+    }
+    println!("sent {sent} hostile datagrams to the synth's member");
+    // It is still running, and once the forged members time out (3 s) a new member is
+    // let in again: `send` waits up to 10 s and retransmits.
+    let flood_end = std::time::Instant::now();
+    band.send(&["/synth/after_flood", "i:3"]);
+    let got = synth.wait_for("the message after the flood", |l| {
+        l.contains("/synth/after_flood")
+    });
+    assert!(got.contains("i:3"), "{got}");
+    println!(
+        "a new member's message reached the flooded member {:?} after the flood (forged members time out after 3 s)",
+        flood_end.elapsed()
+    );
+    let mut synth = synth;
+    assert!(synth.child.try_wait().unwrap().is_none(), "the member exited");
 }
