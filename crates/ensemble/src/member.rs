@@ -20,6 +20,8 @@
 //!   services withdrawn; one that leaves says bye. The table is capped (members, services
 //!   and taps per member, name lengths: see [`crate::table`]); datagrams from a member
 //!   it refused are dropped and counted in [`MemberStats`].
+//!   With [`MemberConfig::secret`], every datagram is sealed and only sealed ones that
+//!   check out are taken ([`crate::auth`]).
 //! * **Clock.** Every member whose ensemble time is valid says so in its hellos; the one
 //!   with the smallest id among them is the reference, and the others follow it with a
 //!   [`ClockClient`]. A member that hears of nobody valid for
@@ -49,6 +51,7 @@ use netjam_osc::{Arg, Message, TimeTag};
 use serde::Serialize;
 
 use crate::address::{check_service, readdress, service_of, AddressError};
+use crate::auth::Secret;
 use crate::beat::{tempo_share, TempoError, TempoMap, TempoPublisher, TempoReader, TempoSegment, TempoView};
 use crate::clock::{
     clock_share, ClockClient, ClockConfig, ClockPublisher, ClockReader, ClockSegment, ClockServer,
@@ -83,6 +86,9 @@ pub struct MemberConfig {
     /// Timed messages held for the network thread: how many, and how large.
     pub timed_slots: usize,
     pub timed_slot_bytes: usize,
+    /// The ensemble's shared secret: with one, every datagram sent is sealed and only
+    /// sealed ones that check out are taken (see [`crate::auth`]).
+    pub secret: Option<Secret>,
 }
 
 impl MemberConfig {
@@ -97,6 +103,7 @@ impl MemberConfig {
             clock: ClockConfig::default(),
             timed_slots: 1024,
             timed_slot_bytes: 1536,
+            secret: None,
         }
     }
 }
@@ -200,6 +207,8 @@ pub struct MemberStats {
     /// Messages, queries and acknowledgements from a member the table does not hold
     /// (refused for room), dropped.
     pub refused_unknown: u64,
+    /// With a secret: datagrams not sealed with it (members without it, or forged).
+    pub unauthenticated: u64,
 }
 
 #[derive(Debug)]
@@ -460,7 +469,11 @@ impl Member {
     }
 
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.transmits.pop_front()
+        let mut t = self.transmits.pop_front()?;
+        if let Some(s) = &self.config.secret {
+            t.bytes = s.seal(&t.bytes);
+        }
+        Some(t)
     }
 
     pub fn poll_event(&mut self) -> Option<Event> {
@@ -590,6 +603,16 @@ impl Member {
     /// Takes one datagram that arrived from `from` at local time `now`. Anything that is
     /// not a well-formed ensemble message for this member is counted and ignored.
     pub fn handle(&mut self, now_ns: u64, from: SocketAddr, bytes: &[u8]) {
+        let bytes = match &self.config.secret {
+            Some(s) => match s.open(bytes) {
+                Ok(inner) => inner,
+                Err(_) => {
+                    self.stats.unauthenticated += 1;
+                    return;
+                }
+            },
+            None => bytes,
+        };
         if bytes.starts_with(PING_ADDRESS.as_bytes()) {
             if let (Ok(req), Some(ens)) = (ProbeRequest::decode(bytes), self.ensemble_time(now_ns)) {
                 let rep = self.clock_server.answer(ens, &req);

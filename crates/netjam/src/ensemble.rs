@@ -15,6 +15,7 @@ use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context};
+use netjam_ensemble::auth::Secret;
 use netjam_ensemble::discovery::Discovery;
 use netjam_ensemble::{Dest, Event, Member, MemberConfig};
 use netjam_osc::{Packet, TimeTag};
@@ -131,6 +132,12 @@ fn spawn_receiver(socket: &UdpSocket, bridge: bool, tx: Sender<Input>) -> anyhow
 impl Node {
     /// Binds the first free discovery port, offers the services and starts listening.
     pub fn start(cfg: NodeConfig) -> anyhow::Result<Node> {
+        Self::start_with(cfg, None)
+    }
+
+    /// [`Node::start`] for an ensemble with a shared secret: every datagram is sealed,
+    /// and members without the secret are ignored (see `netjam_ensemble::auth`).
+    pub fn start_with(cfg: NodeConfig, secret: Option<Secret>) -> anyhow::Result<Node> {
         let mut bound = None;
         for port in cfg.discovery.port_list() {
             if let Ok(s) = UdpSocket::bind(SocketAddr::new(cfg.bind_ip, port)) {
@@ -165,7 +172,9 @@ impl Node {
             None => None,
         };
         let now = mono_ns();
-        let mut member = Member::new(MemberConfig::new(&cfg.ensemble, cfg.id), now);
+        let mut config = MemberConfig::new(&cfg.ensemble, cfg.id);
+        config.secret = secret;
+        let mut member = Member::new(config, now);
         for s in &cfg.services {
             member
                 .offer(s)

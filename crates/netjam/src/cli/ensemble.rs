@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use netjam_ensemble::address::service_of;
+use netjam_ensemble::auth::Secret;
 use netjam_ensemble::discovery::{Discovery, DEFAULT_BASE_PORT, DEFAULT_PORTS};
 use netjam_ensemble::{Event, Member};
 use netjam_osc::{encode_message, message_len, Arg, Message};
@@ -50,7 +51,15 @@ pub struct NetArgs {
     /// This member's id in hex (default: random).
     #[arg(long, value_name = "HEX")]
     pub id: Option<String>,
+    /// The ensemble's shared secret: every datagram is sealed with an HMAC and members
+    /// without the same secret are ignored. Prefer the environment variable
+    /// NETJAM_ENSEMBLE_SECRET (a command line is visible to every user of the machine).
+    #[arg(long, value_name = "SECRET")]
+    pub secret: Option<String>,
 }
+
+/// The variable that holds the ensemble's shared secret when `--secret` is not given.
+pub const SECRET_ENV: &str = "NETJAM_ENSEMBLE_SECRET";
 
 #[derive(Debug, Args)]
 pub struct JoinArgs {
@@ -253,15 +262,24 @@ fn start(
         ports: net.discovery_ports.max(1),
         broadcast: !net.local,
     };
-    Node::start(NodeConfig {
-        ensemble: name.to_string(),
-        id,
-        services,
-        taps,
-        discovery,
-        bind_ip: bind_ip(net.local),
-        osc_bridge: bridge,
-    })
+    let secret = match net.secret.clone().or_else(|| std::env::var(SECRET_ENV).ok()) {
+        Some(s) => Some(Secret::new(s.as_bytes()).with_context(|| {
+            format!("--secret / {SECRET_ENV}: give a non-empty secret, or leave both unset")
+        })?),
+        None => None,
+    };
+    Node::start_with(
+        NodeConfig {
+            ensemble: name.to_string(),
+            id,
+            services,
+            taps,
+            discovery,
+            bind_ip: bind_ip(net.local),
+            osc_bridge: bridge,
+        },
+        secret,
+    )
 }
 
 fn out(line: std::fmt::Arguments<'_>) {
@@ -575,7 +593,7 @@ fn send(a: SendArgs) -> anyhow::Result<()> {
             .filter(|s| node.member_ref().table().provider(s).is_none())
             .collect();
         bail!(
-            "no member of ensemble {:?} offers {:?} (waited {} s): is a member running with --service, on this network and discovery ports?",
+            "no member of ensemble {:?} offers {:?} (waited {} s): is a member running with --service, on this network and discovery ports, and with the same --secret / {SECRET_ENV} if the ensemble has one?",
             a.name,
             missing,
             a.wait
