@@ -218,10 +218,10 @@ impl Node {
         self.bridge.as_ref().map(|b| b.1)
     }
 
-    /// Opens the WebSocket bridge on `addr` (see [`crate::ws_bridge`]); returns the
-    /// address it listens on.
-    pub fn start_ws_bridge(&mut self, addr: SocketAddr) -> anyhow::Result<SocketAddr> {
-        let ws = WsBridge::start(addr, self.tx.clone(), Input::Ws)?;
+    /// Opens the WebSocket bridge on `addr` (see [`crate::ws_bridge`]), letting in
+    /// browsers' pages from `origins` only (empty: any); returns the address it listens on.
+    pub fn start_ws_bridge(&mut self, addr: SocketAddr, origins: Vec<String>) -> anyhow::Result<SocketAddr> {
+        let ws = WsBridge::start(addr, origins, self.tx.clone(), Input::Ws)?;
         let at = ws.local_addr();
         self.ws = Some(ws);
         Ok(at)

@@ -9,6 +9,11 @@
 //! mapping would be a format of our own that loses OSC's types (int32 against float32,
 //! string against symbol, blobs, time tags) for no gain.
 //!
+//! A browser lets any web site open a WebSocket to `127.0.0.1`, so a page the musician
+//! happens to visit could reach the bridge. With allowed origins given
+//! (`--ws-origin`), a handshake whose `Origin` header is not among them is answered
+//! `403` (programs other than browsers send no `Origin` and are let in).
+//!
 //! Everything that comes from outside is bounded: [`MAX_CLIENTS`] connections (one
 //! more is answered `503` and closed, holding the accepting thread at most
 //! [`REFUSE_TIME`]), [`MAX_FRAME_BYTES`] per message (a larger one
@@ -32,7 +37,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde::Serialize;
+use tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tungstenite::handshake::HandshakeError;
+use tungstenite::http::StatusCode;
 use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::protocol::{CloseFrame, Role, WebSocketConfig, WebSocketContext};
 use tungstenite::Message;
@@ -64,6 +71,8 @@ pub struct WsBridgeStats {
     pub refused_full: u64,
     /// Connections that failed or timed out in the handshake.
     pub handshake_failed: u64,
+    /// Handshakes refused (`403`) for an `Origin` not allowed.
+    pub refused_origin: u64,
     /// Binary frames handed to the member.
     pub frames_in: u64,
     /// Messages written to pages.
@@ -85,6 +94,7 @@ pub struct WsCounters {
     accepted: AtomicU64,
     refused_full: AtomicU64,
     handshake_failed: AtomicU64,
+    refused_origin: AtomicU64,
     frames_in: AtomicU64,
     frames_out: AtomicU64,
     dropped_in: AtomicU64,
@@ -101,6 +111,7 @@ impl WsCounters {
             accepted: g(&self.accepted),
             refused_full: g(&self.refused_full),
             handshake_failed: g(&self.handshake_failed),
+            refused_origin: g(&self.refused_origin),
             frames_in: g(&self.frames_in),
             frames_out: g(&self.frames_out),
             dropped_in: g(&self.dropped_in),
@@ -150,9 +161,11 @@ pub struct WsBridge {
 
 impl WsBridge {
     /// Listens on `addr`; what pages send arrives on `tx` as [`WsInput`] (wrapped by
-    /// `wrap`, so the caller can merge it into its own channel).
+    /// `wrap`, so the caller can merge it into its own channel). With `origins`, only
+    /// browsers' pages from those origins (e.g. `http://localhost:8000`) are let in.
     pub fn start<T: Send + 'static>(
         addr: SocketAddr,
+        origins: Vec<String>,
         tx: Sender<T>,
         wrap: fn(WsInput) -> T,
     ) -> anyhow::Result<WsBridge> {
@@ -165,6 +178,7 @@ impl WsBridge {
             counters: counters.clone(),
             pending: pending.clone(),
             live: Arc::new(AtomicUsize::new(0)),
+            origins: Arc::new(origins),
             tx,
             wrap,
         };
@@ -229,6 +243,8 @@ struct Shared<T> {
     pending: Arc<AtomicUsize>,
     /// Connections holding threads now (handshaking or open).
     live: Arc<AtomicUsize>,
+    /// Allowed `Origin`s (empty: any).
+    origins: Arc<Vec<String>>,
     tx: Sender<T>,
     wrap: fn(WsInput) -> T,
 }
@@ -239,6 +255,7 @@ impl<T> Clone for Shared<T> {
             counters: self.counters.clone(),
             pending: self.pending.clone(),
             live: self.live.clone(),
+            origins: self.origins.clone(),
             tx: self.tx.clone(),
             wrap: self.wrap,
         }
@@ -401,7 +418,22 @@ fn write_loop(mut socket: TcpStream, rx: Receiver<Out>, counters: &WsCounters) {
 fn read_loop<T>(client: u64, duplex: Duplex, shared: &Shared<T>) {
     let c = &shared.counters;
     let outbox = WsOutbox(duplex.out.clone());
-    let mut ws = match tungstenite::accept_with_config(duplex, Some(config())) {
+    let origins = &shared.origins;
+    // The result type is tungstenite's handshake callback's, not ours to shrink.
+    #[allow(clippy::result_large_err)]
+    let check_origin = |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
+        let origin = req.headers().get("origin").map(|o| o.to_str().unwrap_or(""));
+        match origin {
+            Some(o) if !origins.is_empty() && !origins.iter().any(|a| a.eq_ignore_ascii_case(o)) => {
+                bump(&c.refused_origin);
+                let mut refusal = ErrorResponse::new(Some("origin not allowed".into()));
+                *refusal.status_mut() = StatusCode::FORBIDDEN;
+                Err(refusal)
+            }
+            _ => Ok(resp),
+        }
+    };
+    let mut ws = match tungstenite::accept_hdr_with_config(duplex, check_origin, Some(config())) {
         Ok(ws) => ws,
         Err(HandshakeError::Interrupted(_)) | Err(HandshakeError::Failure(_)) => {
             bump(&c.handshake_failed);

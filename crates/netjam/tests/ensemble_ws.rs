@@ -1,7 +1,7 @@
 //! The ensemble's WebSocket bridge (`netjam ensemble join --ws`) against a WebSocket
 //! client nobody here wrote: Python's `websockets`, with python-osc building and reading
 //! the OSC packets. A page reaches a service on another member, hears what is sent to
-//! the bridge member's service, and its round trips (through one bridge, and from one
+//! the bridge member's service (a page from another web site is refused), and its round trips (through one bridge, and from one
 //! bridge through the ensemble to another) are measured and printed. Hostile pages (text
 //! frames, an oversized frame, garbage, one page too many) are refused, counted, and the
 //! bridge keeps serving. And a member flooded with hostile datagrams on its ensemble port
@@ -56,7 +56,10 @@ fn stat(line: &str, key: &str) -> u64 {
 fn a_web_page_reaches_a_service_elsewhere_and_hears_its_members_service() {
     require_websockets();
     let band = Band::new(0);
-    let desk = band.join(&["desk"], &["--ws", "127.0.0.1:0"]);
+    let desk = band.join(
+        &["desk"],
+        &["--ws", "127.0.0.1:0", "--ws-origin", "http://band.example"],
+    );
     let synth = band.join(&["synth"], &[]);
     let port = ws_port(&desk);
     ready(&[&desk, &synth], &["desk", "synth"]);
@@ -64,10 +67,17 @@ fn a_web_page_reaches_a_service_elsewhere_and_hears_its_members_service() {
         r#"
 import time
 from websockets.sync.client import connect
+from websockets.exceptions import InvalidStatus
+# A page from another web site is refused.
+try:
+    connect("ws://127.0.0.1:{port}/", open_timeout=10, origin="http://elsewhere.example")
+    print("elsewhere accepted", flush=True)
+except InvalidStatus as e:
+    print("elsewhere", e.response.status_code, flush=True)
 from pythonosc.osc_message_builder import OscMessageBuilder
 from pythonosc.osc_bundle_builder import OscBundleBuilder
 from pythonosc.osc_message import OscMessage
-with connect("ws://127.0.0.1:{port}/", open_timeout=10) as ws:
+with connect("ws://127.0.0.1:{port}/", open_timeout=10, origin="http://band.example") as ws:
     b = OscMessageBuilder("/synth/from_web"); b.add_arg(7); b.add_arg(2.5); b.add_arg("hi")
     ws.send(b.build().dgram)
     print("sent", flush=True)
@@ -82,6 +92,8 @@ with connect("ws://127.0.0.1:{port}/", open_timeout=10) as ws:
 "#
     );
     let py = spawn(Command::new("python3").args(["-c", &script]));
+    let other = py.wait_for("the other site's fate", |l| l.starts_with("elsewhere "));
+    assert_eq!(other, "elsewhere 403");
     py.wait_for("the page's message to go", |l| l == "sent");
     let got = synth.wait_for("the page's message", |l| l.contains("/synth/from_web"));
     assert!(got.contains("i:7 f:2.5 s:hi"), "{got}");
@@ -96,6 +108,7 @@ with connect("ws://127.0.0.1:{port}/", open_timeout=10) as ws:
         l.starts_with("ws-bridge-stats ") && stat(l, "frames_in") >= 2 && stat(l, "frames_out") >= 1
     });
     assert_eq!(stat(&st, "accepted"), 1, "{st}");
+    assert_eq!(stat(&st, "refused_origin"), 1, "{st}");
 }
 
 #[test]

@@ -80,6 +80,11 @@ pub struct JoinArgs {
     /// to every connected page. Text frames are refused.
     #[arg(long = "ws", value_name = "ADDR:PORT")]
     pub ws_bridge: Option<SocketAddr>,
+    /// With --ws: let in browsers' pages from this origin only (e.g.
+    /// `http://localhost:8000`; repeat for more). Without it any web site the browser
+    /// visits may connect; programs that send no Origin are always let in.
+    #[arg(long = "ws-origin", value_name = "ORIGIN", requires = "ws_bridge")]
+    pub ws_origins: Vec<String>,
     /// Leave after this many seconds.
     #[arg(long)]
     pub duration: Option<f64>,
@@ -394,7 +399,7 @@ fn join(a: JoinArgs) -> anyhow::Result<()> {
         out(format_args!("osc-bridge {b}"));
     }
     if let Some(addr) = a.ws_bridge {
-        let at = node.start_ws_bridge(addr)?;
+        let at = node.start_ws_bridge(addr, a.ws_origins.clone())?;
         out(format_args!("ws-bridge {at}"));
     }
     let mut ws_seen = node.ws_stats();
