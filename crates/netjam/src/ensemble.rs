@@ -3,7 +3,8 @@
 //! loop that feeds the member, sends what it asks and sleeps until its next timeout.
 //! Optionally an OSC bridge: a plain OSC UDP port whose messages are routed to services
 //! (bundles at their time tags), and to whose senders the messages this member's
-//! services receive are forwarded.
+//! services receive are forwarded. Optionally a WebSocket bridge doing the same for web
+//! pages ([`crate::ws_bridge`]).
 //!
 //! Through a rooms server (`--server`: the room is the ensemble) the node takes a seat
 //! without media in the room named after the ensemble (the room protocol's
@@ -34,6 +35,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{bail, Context};
 use netjam_engine::room::msg::{Control, ENS_EVERYONE, MAX_ENS_LEN};
 use netjam_engine::room::{ClientConfig, RoomClient, RoomEvent};
+use netjam_ensemble::auth::Secret;
 use netjam_ensemble::clock::PONG_ADDRESS;
 use netjam_ensemble::discovery::Discovery;
 use netjam_ensemble::{Dest, Event, Member, MemberConfig};
@@ -81,6 +83,7 @@ struct RoomLink {
     held: Vec<(Dest, Vec<u8>)>,
     buf: Vec<u8>,
 }
+use crate::ws_bridge::{WsBridge, WsBridgeStats, WsInput};
 
 /// The machine-wide monotonic clock, in nanoseconds (on Unix: CLOCK_MONOTONIC, so two
 /// processes on one machine read the same time; elsewhere the process's own monotonic
@@ -136,6 +139,7 @@ enum Input {
         bytes: Vec<u8>,
         bridge: bool,
     },
+    Ws(WsInput),
 }
 
 /// A running member with its sockets.
@@ -151,6 +155,9 @@ pub struct Node {
     room: Option<RoomLink>,
     /// Why the rooms server refused the seat, until taken.
     refused: Option<String>,
+    /// For bridges opened after the start.
+    tx: Sender<Input>,
+    ws: Option<WsBridge>,
     /// Datagrams that could not be sent (counted; the protocol recovers).
     pub send_errors: u64,
 }
@@ -193,8 +200,14 @@ fn spawn_receiver(socket: &UdpSocket, bridge: bool, tx: Sender<Input>) -> anyhow
 impl Node {
     /// Binds the first free discovery port, offers the services and starts listening.
     pub fn start(cfg: NodeConfig) -> anyhow::Result<Node> {
+        Self::start_with(cfg, None)
+    }
+
+    /// [`Node::start`] for an ensemble with a shared secret: every datagram is sealed,
+    /// and members without the secret are ignored (see `netjam_ensemble::auth`).
+    pub fn start_with(cfg: NodeConfig, secret: Option<Secret>) -> anyhow::Result<Node> {
         if let Some(r) = cfg.room.clone() {
-            return Self::start_in_room(cfg, r);
+            return Self::start_in_room(cfg, r, secret);
         }
         let mut bound = None;
         for port in cfg.discovery.port_list() {
@@ -217,12 +230,12 @@ impl Node {
             )?;
         }
         let targets = cfg.discovery.targets();
-        Self::start_on(cfg, socket, targets, None)
+        Self::start_on(cfg, socket, targets, None, secret)
     }
 
     /// Takes a seat without media in the room, then runs as on a LAN with every datagram
     /// through the server (see the module docs).
-    fn start_in_room(cfg: NodeConfig, r: RoomReach) -> anyhow::Result<Node> {
+    fn start_in_room(cfg: NodeConfig, r: RoomReach, secret: Option<Secret>) -> anyhow::Result<Node> {
         let bind = crate::lifecycle::any_for(r.server);
         let socket = UdpSocket::bind(bind).with_context(|| format!("cannot open a UDP socket on {bind}"))?;
         let mut rc = ClientConfig::new(&r.room, &r.name, &r.password, 0);
@@ -241,7 +254,7 @@ impl Node {
         let mut cfg = cfg;
         cfg.room = None;
         let server = r.server;
-        let mut node = Self::start_on(cfg, socket, Vec::new(), Some((link, server)))?;
+        let mut node = Self::start_on(cfg, socket, Vec::new(), Some((link, server)), secret)?;
         // Wait for the seat, so a refusal or an unreachable server is said at once.
         let give_up = mono_ns() + r.join_timeout_ns;
         while node.room.as_ref().is_some_and(|l| l.client.seat().is_none()) {
@@ -270,6 +283,7 @@ impl Node {
         socket: UdpSocket,
         targets: Vec<SocketAddr>,
         room: Option<(RoomLink, SocketAddr)>,
+        secret: Option<Secret>,
     ) -> anyhow::Result<Node> {
         let local = socket.local_addr().context("ensemble socket address")?;
         let (tx, rx) = channel();
@@ -279,7 +293,7 @@ impl Node {
                 let b = UdpSocket::bind(addr)
                     .with_context(|| format!("cannot open the OSC bridge on {addr}: is the port free?"))?;
                 let at = b.local_addr().context("OSC bridge address")?;
-                spawn_receiver(&b, true, tx)?;
+                spawn_receiver(&b, true, tx.clone())?;
                 Some((b, at))
             }
             None => None,
@@ -287,6 +301,7 @@ impl Node {
         let now = mono_ns();
         let mut mc = MemberConfig::new(&cfg.ensemble, cfg.id);
         mc.clock_server = room.as_ref().map(|(_, server)| *server);
+        mc.secret = secret;
         let mut member = Member::new(mc, now);
         for s in &cfg.services {
             member
@@ -308,6 +323,8 @@ impl Node {
             rx,
             room: room.map(|(l, _)| l),
             refused: None,
+            tx,
+            ws: None,
             send_errors: 0,
         };
         node.member.handle_timeout(now);
@@ -329,6 +346,20 @@ impl Node {
 
     pub fn bridge_addr(&self) -> Option<SocketAddr> {
         self.bridge.as_ref().map(|b| b.1)
+    }
+
+    /// Opens the WebSocket bridge on `addr` (see [`crate::ws_bridge`]), letting in
+    /// browsers' pages from `origins` only (empty: any); returns the address it listens on.
+    pub fn start_ws_bridge(&mut self, addr: SocketAddr, origins: Vec<String>) -> anyhow::Result<SocketAddr> {
+        let ws = WsBridge::start(addr, origins, self.tx.clone(), Input::Ws)?;
+        let at = ws.local_addr();
+        self.ws = Some(ws);
+        Ok(at)
+    }
+
+    /// The WebSocket bridge's counters, when it is open.
+    pub fn ws_stats(&self) -> Option<WsBridgeStats> {
+        self.ws.as_ref().map(WsBridge::stats)
     }
 
     /// Sends everything the member (and, in a room, the room client) has to send.
@@ -510,6 +541,15 @@ impl Node {
                     bridge: true,
                     ..
                 }) => self.bridge_in(from, &bytes),
+                Some(Input::Ws(i)) => {
+                    let frame = self.ws.as_mut().and_then(|w| w.input(i));
+                    if let Some((client, bytes)) = frame {
+                        self.route_osc(&format_args!("web page {client}"), &bytes);
+                        if let Some(w) = &self.ws {
+                            w.taken();
+                        }
+                    }
+                }
                 None => {}
             }
             self.timers(mono_ns());
@@ -536,8 +576,13 @@ impl Node {
             }
             self.bridge_clients.push(from);
         }
+        self.route_osc(&from, bytes);
+    }
+
+    /// One OSC packet from a bridge: each message to its service, a bundle's at its time.
+    fn route_osc(&mut self, from: &dyn std::fmt::Display, bytes: &[u8]) {
         let Ok(p) = Packet::decode(bytes) else {
-            tracing::warn!("OSC bridge: a malformed packet from {from} was dropped");
+            tracing::warn!("bridge: a malformed packet from {from} was dropped");
             return;
         };
         let now = mono_ns();
@@ -555,7 +600,7 @@ impl Node {
                 _ => 0,
             };
             if let Err(e) = self.member.send(now, &m, time, true) {
-                tracing::warn!("OSC bridge: message from {from} not routed: {e}");
+                tracing::warn!("bridge: message from {from} not routed: {e}");
             }
         }
     }
@@ -565,6 +610,9 @@ impl Node {
             for c in &self.bridge_clients {
                 let _ = b.send_to(bytes, c);
             }
+        }
+        if let Some(w) = &mut self.ws {
+            w.broadcast(bytes);
         }
     }
 

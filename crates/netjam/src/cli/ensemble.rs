@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use netjam_ensemble::address::service_of;
+use netjam_ensemble::auth::Secret;
 use netjam_ensemble::discovery::{Discovery, DEFAULT_BASE_PORT, DEFAULT_PORTS};
 use netjam_ensemble::{Event, Member};
 use netjam_osc::{encode_message, message_len, Arg, Message};
@@ -62,7 +63,15 @@ pub struct NetArgs {
     /// With --server: the room's password.
     #[arg(long, value_name = "TEXT", requires = "server", default_value = "")]
     pub password: String,
+    /// The ensemble's shared secret: every datagram is sealed with an HMAC and members
+    /// without the same secret are ignored. Prefer the environment variable
+    /// NETJAM_ENSEMBLE_SECRET (a command line is visible to every user of the machine).
+    #[arg(long, value_name = "SECRET")]
+    pub secret: Option<String>,
 }
+
+/// The variable that holds the ensemble's shared secret when `--secret` is not given.
+pub const SECRET_ENV: &str = "NETJAM_ENSEMBLE_SECRET";
 
 #[derive(Debug, Args)]
 pub struct JoinArgs {
@@ -78,6 +87,16 @@ pub struct JoinArgs {
     /// messages this member's services receive go back to whoever sent there.
     #[arg(long, value_name = "ADDR:PORT")]
     pub osc_bridge: Option<SocketAddr>,
+    /// A WebSocket port (ws://ADDR:PORT/) for web pages: each binary frame is one OSC
+    /// packet, routed like the OSC bridge's; messages this member's services receive go
+    /// to every connected page. Text frames are refused.
+    #[arg(long = "ws", value_name = "ADDR:PORT")]
+    pub ws_bridge: Option<SocketAddr>,
+    /// With --ws: let in browsers' pages from this origin only (e.g.
+    /// `http://localhost:8000`; repeat for more). Without it any web site the browser
+    /// visits may connect; programs that send no Origin are always let in.
+    #[arg(long = "ws-origin", value_name = "ORIGIN", requires = "ws_bridge")]
+    pub ws_origins: Vec<String>,
     /// Leave after this many seconds.
     #[arg(long)]
     pub duration: Option<f64>,
@@ -321,16 +340,25 @@ fn start(
         }),
         None => None,
     };
-    Node::start(NodeConfig {
-        ensemble: name.to_string(),
-        id,
-        services,
-        taps,
-        discovery,
-        bind_ip: bind_ip(net.local),
-        osc_bridge: bridge,
-        room,
-    })
+    let secret = match net.secret.clone().or_else(|| std::env::var(SECRET_ENV).ok()) {
+        Some(s) => Some(Secret::new(s.as_bytes()).with_context(|| {
+            format!("--secret / {SECRET_ENV}: give a non-empty secret, or leave both unset")
+        })?),
+        None => None,
+    };
+    Node::start_with(
+        NodeConfig {
+            ensemble: name.to_string(),
+            id,
+            services,
+            taps,
+            discovery,
+            bind_ip: bind_ip(net.local),
+            osc_bridge: bridge,
+            room,
+        },
+        secret,
+    )
 }
 
 /// A member's address as shown: `via-server:ID` for one reached through the rooms server.
@@ -461,6 +489,11 @@ fn join(a: JoinArgs) -> anyhow::Result<()> {
     if let Some(b) = node.bridge_addr() {
         out(format_args!("osc-bridge {b}"));
     }
+    if let Some(addr) = a.ws_bridge {
+        let at = node.start_ws_bridge(addr, a.ws_origins.clone())?;
+        out(format_args!("ws-bridge {at}"));
+    }
+    let mut ws_seen = node.ws_stats();
     let deadline = a
         .duration
         .map(|d| secs(d, "--duration"))
@@ -475,6 +508,16 @@ fn join(a: JoinArgs) -> anyhow::Result<()> {
             print_event(n, &ev);
             true
         });
+        let ws = node.ws_stats();
+        if ws != ws_seen {
+            if let Some(st) = ws {
+                out(format_args!(
+                    "ws-bridge-stats {}",
+                    serde_json::to_string(&st).unwrap_or_default()
+                ));
+            }
+            ws_seen = ws;
+        }
         if stop.load(std::sync::atomic::Ordering::Relaxed) || deadline.is_some_and(|d| mono_ns() >= d) {
             break;
         }
@@ -649,7 +692,7 @@ fn send(a: SendArgs) -> anyhow::Result<()> {
             .filter(|s| node.member_ref().table().provider(s).is_none())
             .collect();
         bail!(
-            "no member of ensemble {:?} offers {:?} (waited {} s): is a member running with --service, on this network and discovery ports?",
+            "no member of ensemble {:?} offers {:?} (waited {} s): is a member running with --service, on this network and discovery ports, and with the same --secret / {SECRET_ENV} if the ensemble has one?",
             a.name,
             missing,
             a.wait
