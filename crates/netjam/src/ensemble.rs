@@ -358,12 +358,17 @@ pub mod beat {
         pub first_frame_mono: AtomicU64,
         /// Clicks played.
         pub clicks: AtomicU64,
+        /// Frames between a period leaving netjam and it sounding (the device's output
+        /// latency, as its endpoint reports it; 0 for files): the click is rendered this
+        /// much earlier, so it *sounds* on the beat.
+        pub output_latency_frames: AtomicU64,
     }
 
     /// Wraps the jam's process (transparently: it dereferences to it) and adds a click
     /// on every beat of the ensemble to what is heard, at the frame the beat falls on.
     /// The period's start in ensemble time comes from the period's timestamp through the
-    /// ensemble clock. Never allocates, locks or blocks in [`Process::process`].
+    /// ensemble clock, plus the output latency ([`BeatShared::output_latency_frames`]):
+    /// what is rendered now sounds that much later. Never allocates, locks or blocks in [`Process::process`].
     pub struct BeatClicks<P> {
         inner: P,
         beat: Option<Beat>,
@@ -377,6 +382,7 @@ pub mod beat {
         /// CLOCK_MONOTONIC minus the process clock the endpoint stamps periods with.
         mono_offset: i64,
         channels: usize,
+        rate: u32,
         shared: Arc<BeatShared>,
     }
 
@@ -390,14 +396,39 @@ pub mod beat {
         /// Clicks at `rate` Hz on `channels` interleaved channels, `gain_db` below full
         /// scale, on `beat`'s ensemble (none without one: the process is left as it is).
         pub fn new(inner: P, beat: Option<&JamBeat>, rate: u32, channels: usize, gain_db: f32) -> Self {
+            match beat {
+                Some(b) => Self::with_readers(
+                    inner,
+                    b.clock.clone(),
+                    b.tempo.clone(),
+                    Arc::clone(&b.shared),
+                    rate,
+                    channels,
+                    gain_db,
+                ),
+                None => Self { inner, beat: None },
+            }
+        }
+
+        /// As [`BeatClicks::new`], from the ensemble's readers themselves.
+        pub fn with_readers(
+            inner: P,
+            clock: ClockReader,
+            tempo: TempoReader,
+            shared: Arc<BeatShared>,
+            rate: u32,
+            channels: usize,
+            gain_db: f32,
+        ) -> Self {
             let level = 10f32.powf(gain_db / 20.0);
-            let beat = beat.map(|b| Beat {
+            let beat = Some(Beat {
                 clicks: ClickTrack::new(rate, level, 4),
-                clock: b.clock.clone(),
-                tempo: b.tempo.clone(),
+                clock,
+                tempo,
                 mono_offset: mono_ns() as i64 - crate::clock::now_ns() as i64,
                 channels: channels.max(1),
-                shared: Arc::clone(&b.shared),
+                rate: rate.max(1),
+                shared,
             });
             Self { inner, beat }
         }
@@ -435,11 +466,13 @@ pub mod beat {
             let (Some(start), Some(view)) = (b.clock.ensemble_ns(mono), b.tempo.view()) else {
                 return;
             };
+            let latency = shared_latency_ns(&b.shared, b.rate);
             let frames = output.len() / b.channels;
             let shared = &b.shared;
-            b.clicks.render(&view, start, frames, b.channels, output, |_| {
-                shared.clicks.fetch_add(1, Ordering::Relaxed);
-            });
+            b.clicks
+                .render(&view, start + latency, frames, b.channels, output, |_| {
+                    shared.clicks.fetch_add(1, Ordering::Relaxed);
+                });
         }
 
         fn skipped(&mut self, frames: u64) {
@@ -449,6 +482,13 @@ pub mod beat {
         fn extra_outputs(&mut self, frames: usize, outputs: &mut [f32]) {
             self.inner.extra_outputs(frames, outputs);
         }
+    }
+
+    /// The output latency in ensemble nanoseconds (the ensemble clock's rate error is
+    /// well below a frame over any device latency).
+    fn shared_latency_ns(shared: &BeatShared, rate: u32) -> u64 {
+        let frames = shared.output_latency_frames.load(Ordering::Relaxed);
+        netjam_engine::time::frames_to_ns(frames, rate)
     }
 
     /// A member of an ensemble running beside a jam.
@@ -510,6 +550,7 @@ pub mod beat {
         let mut locked_at = None;
         let mut proposed = propose.is_none();
         let mut told_frame = false;
+        let mut told_latency = 0;
         while !stop.load(Ordering::Relaxed) {
             node.run(Some(mono_ns() + 100 * MS), |_, ev| {
                 if let Event::Tempo(t) = ev {
@@ -547,6 +588,13 @@ pub mod beat {
                     node.flush();
                 }
             }
+            let latency = shared.output_latency_frames.load(Ordering::Relaxed);
+            if latency != told_latency {
+                told_latency = latency;
+                eprintln!(
+                    "netjam: ensemble {name}: the output latency is {latency} frames: the click is rendered that much early, to sound on the beat"
+                );
+            }
             let first = shared.first_frame_mono.load(Ordering::Relaxed);
             if !told_frame && first != 0 {
                 told_frame = true;
@@ -557,5 +605,69 @@ pub mod beat {
             }
         }
         node.leave();
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use netjam_ensemble::beat::{tempo_share, TempoSegment, TempoView};
+        use netjam_ensemble::clock::{clock_share, ClockSegment};
+
+        use super::*;
+
+        /// Plays silence.
+        struct Quiet;
+
+        impl Process for Quiet {
+            fn process(&mut self, _now_ns: u64, _input: &[f32], output: &mut [f32]) {
+                output.fill(0.0);
+            }
+        }
+
+        /// The frame of the first click heard over one second of 64-frame periods at
+        /// 48 kHz from ensemble time 0.99 s (120 BPM: beat 2 falls at 1 s, frame 480),
+        /// with the device's output latency `latency` frames.
+        fn first_click(latency: u64) -> usize {
+            let (mut clock_w, clock) = clock_share();
+            let (mut tempo_w, tempo) = tempo_share();
+            // Ensemble time is the local clock.
+            clock_w.publish(ClockSegment {
+                local_origin_ns: 0,
+                ensemble_origin_ns: 0,
+                rate: 0.0,
+            });
+            tempo_w.publish(TempoView {
+                current: Some(TempoSegment {
+                    start_ns: 0,
+                    start_beat: 0.0,
+                    bpm: 120.0,
+                    by: 1,
+                }),
+                next: None,
+            });
+            let shared = Arc::new(BeatShared::default());
+            shared.output_latency_frames.store(latency, Ordering::Relaxed);
+            let mut p = BeatClicks::with_readers(Quiet, clock, tempo, shared.clone(), 48_000, 2, 0.0);
+            if let Some(b) = p.beat.as_mut() {
+                b.mono_offset = 0;
+            }
+            let t0 = 990 * MS;
+            let mut heard: Vec<f32> = Vec::new();
+            let mut out = [0f32; 128];
+            for k in 0..750u64 {
+                let now = t0 + netjam_engine::time::frames_to_ns(64 * k, 48_000);
+                p.process(now, &[], &mut out);
+                heard.extend(out.iter().step_by(2));
+            }
+            assert_eq!(shared.clicks.load(Ordering::Relaxed), 2);
+            heard.iter().position(|x| x.abs() > 0.5).expect("a click")
+        }
+
+        #[test]
+        fn the_click_is_rendered_earlier_by_the_output_latency() {
+            assert_eq!(first_click(0), 480);
+            for latency in [37, 256, 300] {
+                assert_eq!(first_click(latency), 480 - latency as usize, "latency {latency}");
+            }
+        }
     }
 }

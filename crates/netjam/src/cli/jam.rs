@@ -10,6 +10,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU32;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
@@ -463,6 +464,13 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         }
         let mut line = jam_line(&s);
         device_status(&mut line, &mut status, &mut realtime_told, &jack_info, &card_info);
+        // The click sounds on the beat: it is rendered earlier by what JACK says its
+        // ports' playback latency is (files and stdout play at once).
+        if let (Some(b), Some((_, monitor, _))) = (&beat, &jack_info) {
+            b.shared
+                .output_latency_frames
+                .store(monitor.output_latency_frames(), Ordering::Relaxed);
+        }
         status.show(&line);
         if let Some(c) = &control {
             c.publish(&s);
