@@ -368,6 +368,10 @@ pub mod beat {
         /// latency, as its endpoint reports it; 0 for files): the click is rendered this
         /// much earlier, so it *sounds* on the beat.
         pub output_latency_frames: AtomicU64,
+        /// Frames between a sound reaching the device and the period that holds it (the
+        /// device's input latency; 0 for files): where the stream sent stands in
+        /// ensemble time counts from when it was played.
+        pub input_latency_frames: AtomicU64,
         /// `--delay-to-beat`: beats to hear the other players late by (0: off).
         pub delay_beats: AtomicU64,
         /// Where the delayed stream stands ([`super::super::beat_delay::DelayState::to_word`])
@@ -508,12 +512,15 @@ pub mod beat {
             let latency = shared_latency_ns(&b.shared, b.rate);
             let frames = output.len() / b.channels;
             let period_ns = netjam_engine::time::frames_to_ns(frames as u64, b.rate);
-            // The next frame sent is captured one period after this one started.
+            // The next frame sent is captured one period after this one started, and was
+            // played the input latency before that.
             if let Some((ssrc, rtp_ts, rate)) = self.inner.sent() {
+                let input_frames = b.shared.input_latency_frames.load(Ordering::Relaxed);
+                let input_ns = netjam_engine::time::frames_to_ns(input_frames, b.rate);
                 b.sent.publish(StreamMark {
                     ssrc,
                     rtp_ts,
-                    ensemble_ns: start + period_ns,
+                    ensemble_ns: (start + period_ns).saturating_sub(input_ns),
                     rate,
                 });
             }

@@ -504,11 +504,15 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         let mut line = jam_line(&s);
         device_status(&mut line, &mut status, &mut realtime_told, &jack_info, &card_info);
         // The click sounds on the beat: it is rendered earlier by what JACK says its
-        // ports' playback latency is (files and stdout play at once).
+        // ports' playback latency is (files and stdout play at once); what is sent is
+        // placed in ensemble time by the capture latency.
         if let (Some(b), Some((_, monitor, _))) = (&beat, &jack_info) {
             b.shared
                 .output_latency_frames
                 .store(monitor.output_latency_frames(), Ordering::Relaxed);
+            b.shared
+                .input_latency_frames
+                .store(monitor.input_latency_frames(), Ordering::Relaxed);
         }
         if let (Some(b), Some(unit)) = (&beat, a.delay_to_beat) {
             let want = b.shared.delay_want_ns.load(Ordering::Relaxed);

@@ -61,7 +61,8 @@ const STATUS_SERVER_FAILED: c_int = 0x10;
 const PORT_IS_INPUT: c_ulong = 0x1;
 const PORT_IS_OUTPUT: c_ulong = 0x2;
 const PORT_IS_PHYSICAL: c_ulong = 0x4;
-/// `JackPlaybackLatency` of `jack_latency_callback_mode_t`.
+/// `JackCaptureLatency` and `JackPlaybackLatency` of `jack_latency_callback_mode_t`.
+const CAPTURE_LATENCY: c_int = 0;
 const PLAYBACK_LATENCY: c_int = 1;
 const AUDIO_TYPE: &CStr = c"32 bit float mono audio";
 
@@ -325,6 +326,8 @@ struct CallbackStats {
     priority: AtomicI32,
     /// The largest playback latency of the receive ports (frames), as the server reports it.
     output_latency: AtomicU64,
+    /// The largest capture latency of the send ports (frames).
+    input_latency: AtomicU64,
 }
 
 /// What the process callback owns; boxed so its address stays fixed while JACK holds it.
@@ -577,6 +580,12 @@ impl JackMonitor {
         self.stats.output_latency.load(Ordering::Relaxed)
     }
 
+    /// Frames between a sound reaching the capture side and netjam's period holding it:
+    /// the largest capture latency the server reports for the send ports (0 as above).
+    pub fn input_latency_frames(&self) -> u64 {
+        self.stats.input_latency.load(Ordering::Relaxed)
+    }
+
     /// xruns the server reported since the client started.
     pub fn xruns(&self) -> u64 {
         self.stats.xruns.load(Ordering::Relaxed)
@@ -770,19 +779,19 @@ impl JackEndpoint {
         })
     }
 
-    /// The largest playback latency of the receive ports (frames; 0 when libjack cannot
+    /// The largest latency of `ports` in direction `mode` (frames; 0 when libjack cannot
     /// tell). Not for the process callback.
-    fn output_latency(&self) -> u64 {
+    fn port_latency(&self, ports: &[*mut Port], mode: c_int) -> u64 {
         let Some(get) = self.client.api.port_get_latency_range else {
             return 0;
         };
-        self.receive
+        ports
             .iter()
             .map(|&port| {
                 let mut range = LatencyRange::default();
                 // SAFETY: the client is open, `port` is one of its ports and `range` is
                 // writable; this is not a JACK callback.
-                unsafe { get(port, PLAYBACK_LATENCY, &mut range) };
+                unsafe { get(port, mode, &mut range) };
                 u64::from(range.max)
             })
             .max()
@@ -977,9 +986,13 @@ impl Endpoint for JackEndpoint {
                 break Ok(StopReason::Stopped);
             }
             self.apply_renames();
+            self.stats.output_latency.store(
+                self.port_latency(&self.receive, PLAYBACK_LATENCY),
+                Ordering::Relaxed,
+            );
             self.stats
-                .output_latency
-                .store(self.output_latency(), Ordering::Relaxed);
+                .input_latency
+                .store(self.port_latency(&self.send, CAPTURE_LATENCY), Ordering::Relaxed);
             std::thread::sleep(Duration::from_millis(10));
         };
         // SAFETY: the client is active; jack_deactivate returns after the process callback
