@@ -430,7 +430,7 @@ pub mod beat {
         ) -> Self {
             match beat {
                 Some(b) => {
-                    let mut p = Self::with_readers(
+                    let p = Self::with_readers(
                         inner,
                         b.clock.clone(),
                         b.tempo.clone(),
@@ -439,12 +439,10 @@ pub mod beat {
                         channels,
                         gain_db,
                     );
-                    if let (Some(beat), Some((sent, heard))) = (p.beat.as_mut(), b.marks.take()) {
-                        beat.sent = sent;
-                        beat.heard = heard;
-                        beat.delay = delay_max_ns.map(|max| DelayLine::new(rate, channels, max));
+                    match b.marks.take() {
+                        Some((sent, heard)) => p.with_marks(sent, heard, delay_max_ns),
+                        None => p,
                     }
-                    p
                 }
                 None => Self { inner, beat: None },
             }
@@ -474,6 +472,23 @@ pub mod beat {
                 delay: None,
             });
             Self { inner, beat }
+        }
+
+        /// Publish where the stream sent stands through `sent`, read where the stream
+        /// heard stands from `heard`, and with `delay_max_ns` reserve a delay line that
+        /// long for `--delay-to-beat` ([`BeatShared::delay_beats`] turns it on).
+        pub fn with_marks(
+            mut self,
+            sent: Publisher<StreamMark>,
+            heard: Reader<StreamMark>,
+            delay_max_ns: Option<u64>,
+        ) -> Self {
+            if let Some(b) = self.beat.as_mut() {
+                b.sent = sent;
+                b.heard = heard;
+                b.delay = delay_max_ns.map(|max| DelayLine::new(b.rate, b.channels, max));
+            }
+            self
         }
 
         /// The wrapped process.
