@@ -504,8 +504,8 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         let mut line = jam_line(&s);
         device_status(&mut line, &mut status, &mut realtime_told, &jack_info, &card_info);
         // The click sounds on the beat: it is rendered earlier by what JACK says its
-        // ports' playback latency is (files and stdout play at once); what is sent is
-        // placed in ensemble time by the capture latency.
+        // ports' playback latency is, or the sound card's host (files and stdout play at
+        // once); what is sent is placed in ensemble time by JACK's capture latency.
         if let (Some(b), Some((_, monitor, _))) = (&beat, &jack_info) {
             b.shared
                 .output_latency_frames
@@ -513,6 +513,11 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
             b.shared
                 .input_latency_frames
                 .store(monitor.input_latency_frames(), Ordering::Relaxed);
+        }
+        if let (Some(b), Some(monitor)) = (&beat, &card_info) {
+            b.shared
+                .output_latency_frames
+                .store(monitor.output_latency_frames(device_rate), Ordering::Relaxed);
         }
         if let (Some(b), Some(unit)) = (&beat, a.delay_to_beat) {
             let want = b.shared.delay_want_ns.load(Ordering::Relaxed);
@@ -1094,6 +1099,9 @@ mod card {
             unreachable!("{NEVER}")
         }
         pub fn xruns(&self) -> u64 {
+            unreachable!("{NEVER}")
+        }
+        pub fn output_latency_frames(&self, _rate: u32) -> u64 {
             unreachable!("{NEVER}")
         }
         pub fn report(&self, _rate: u32, _period: u32, _periods: &PeriodStats) -> Report {
