@@ -36,7 +36,7 @@ const PEAKS: usize = 16;
 const PEAK_WARMUP: u64 = 50;
 /// Under `Tight` the target never exceeds the largest PDV of the last one to two blocks of
 /// this length: once a burst of jitter is over, latency comes back within a second.
-const RECENT_BLOCK_NS: u64 = 500_000_000;
+const RECENT_BLOCK_NS: u64 = 250_000_000;
 /// Under `Tight`, recurring peaks stay covered twice their mean spacing after the last one,
 /// at least this long (and at most the policy's memory), and the target then falls this
 /// fast: a burst of jitter, whose peaks come tens of milliseconds apart, costs its latency
@@ -52,7 +52,7 @@ pub const SAFE_PEAK_MAX_NS: u64 = 60_000_000;
 #[serde(rename_all = "lowercase")]
 pub enum LatencyPolicy {
     /// Cover the recent jitter at most (the histograms' quantile, but never more than the
-    /// largest delay variation of the last 0.5–1 s); cover delay peaks only when they
+    /// largest delay variation of the last 0.25–0.5 s); cover delay peaks only when they
     /// recur (two within 1.5 s), and only for twice their spacing after the last one (a
     /// quarter second to 1.5 s); give latency back within about a second of a transient.
     #[default]

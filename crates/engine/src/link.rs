@@ -17,7 +17,7 @@
 pub mod events;
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -192,6 +192,11 @@ impl<P> Ord for InFlight<P> {
     }
 }
 
+/// Entries the serialisation queue is sized for: the byte limit in packets of 16 bytes.
+fn queue_entries(config: &LinkConfig) -> usize {
+    config.queue_bytes / 16 + 16
+}
+
 /// One direction of an emulated path carrying payloads of type `P` (bytes, or bytes with
 /// an address). Feed it with [`LinkModel::send`], drain it with [`LinkModel::poll`], and
 /// sleep until [`LinkModel::next_delivery`].
@@ -205,8 +210,10 @@ pub struct LinkModel<P> {
     last_arrival_ns: u64,
     /// When the capped link finishes serialising what it already holds.
     link_free_ns: u64,
-    /// The rate that backlog drains at (the cap in force when the last packet joined it).
-    link_free_rate_bps: u64,
+    /// Packets waiting for (or in) serialisation on a capped link: when each leaves, and its
+    /// size; `queued_bytes` is their sum.
+    queue: VecDeque<(u64, usize)>,
+    queued_bytes: usize,
     schedule: LinkSchedule,
     /// Where event times count from; set by the first send if not given.
     origin_ns: Option<u64>,
@@ -216,6 +223,7 @@ pub struct LinkModel<P> {
 
 impl<P: Clone> LinkModel<P> {
     pub fn new(config: LinkConfig, seed: u64) -> Self {
+        let entries = queue_entries(&config);
         Self {
             config,
             rng: SimRng::new(seed),
@@ -223,7 +231,8 @@ impl<P: Clone> LinkModel<P> {
             order: 0,
             last_arrival_ns: 0,
             link_free_ns: 0,
-            link_free_rate_bps: 0,
+            queue: VecDeque::with_capacity(entries),
+            queued_bytes: 0,
             schedule: LinkSchedule::default(),
             origin_ns: None,
             ge_bad: false,
@@ -237,6 +246,8 @@ impl<P: Clone> LinkModel<P> {
 
     /// Change the settings from now on; packets already in flight keep their times.
     pub fn set_config(&mut self, config: LinkConfig) {
+        let want = queue_entries(&config);
+        self.queue.reserve(want.saturating_sub(self.queue.len()));
         self.config = config;
     }
 
@@ -319,6 +330,40 @@ impl<P: Clone> LinkModel<P> {
         scale * (u.powf(-1.0 / SHAPE) - 1.0)
     }
 
+    /// When `size_bytes` that start serialising at `start_ns` have left, under the caps in
+    /// force as time goes on (the configured one and scripted rate events): a backlog built
+    /// up during a collapse drains at the restored rate once it ends, as a real bottleneck's
+    /// queue does, instead of keeping the departure times it got at the low rate.
+    fn serialised_at(&self, origin: u64, start_ns: u64, size_bytes: usize) -> u64 {
+        // Work left in bit-nanoseconds per second: a rate of r bit/s does r of it per ns.
+        let mut left = size_bytes as u128 * 8 * 1_000_000_000;
+        let mut t = start_ns;
+        loop {
+            let rel = t.saturating_sub(origin);
+            let event_cap = if self.schedule.is_empty() {
+                None
+            } else {
+                self.schedule.effects_at(rel).rate_bps
+            };
+            let cap = match (self.config.rate_bps.filter(|r| *r > 0), event_cap) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            // Uncapped: what waits leaves at once.
+            let Some(rate) = cap.filter(|r| *r > 0) else {
+                return t;
+            };
+            let done = t.saturating_add(left.div_ceil(rate as u128).min(u64::MAX as u128) as u64);
+            match self.schedule.next_change_after(rel).map(|c| origin + c) {
+                Some(change) if change < done => {
+                    left -= rate as u128 * (change - t) as u128;
+                    t = change;
+                }
+                _ => return done,
+            }
+        }
+    }
+
     /// Offer a packet of `size_bytes` to the link at `now_ns`. Returns `false` if it was
     /// lost or dropped (it will never be delivered).
     pub fn send(&mut self, now_ns: u64, payload: P, size_bytes: usize) -> bool {
@@ -334,24 +379,26 @@ impl<P: Clone> LinkModel<P> {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        if let Some(rate) = cap {
-            let free = self.link_free_ns.max(now_ns);
-            // What waits drains at the rate it joined at (a collapse's backlog stays small
-            // in bytes when the rate comes back).
-            let drain = if free > now_ns {
-                self.link_free_rate_bps
-            } else {
-                rate
-            };
-            let backlog_bytes = ((free - now_ns) as u128 * drain as u128 / 8 / 1_000_000_000) as usize;
-            if backlog_bytes + size_bytes > self.config.queue_bytes {
+        while let Some(&(left_ns, size)) = self.queue.front() {
+            if left_ns > now_ns {
+                break;
+            }
+            self.queue.pop_front();
+            self.queued_bytes -= size;
+        }
+        if cap.is_some() || self.link_free_ns > now_ns {
+            // A queue of tiny packets is bounded by its entries too, so it never reallocates.
+            if self.queued_bytes + size_bytes > self.config.queue_bytes
+                || self.queue.len() == self.queue.capacity()
+            {
                 self.stats.queue_dropped += 1;
                 return false;
             }
-            let tx_ns = (size_bytes as u128 * 8 * 1_000_000_000 / rate as u128) as u64;
-            self.link_free_ns = free + tx_ns;
-            self.link_free_rate_bps = rate;
-            depart_ns = self.link_free_ns;
+            let free = self.link_free_ns.max(now_ns);
+            depart_ns = self.serialised_at(origin, free, size_bytes);
+            self.link_free_ns = depart_ns;
+            self.queue.push_back((depart_ns, size_bytes));
+            self.queued_bytes += size_bytes;
         }
         // The base chain is drawn first so a loss burst never shifts its state.
         if self.lose() || self.rng.chance(fx.loss_p) {
@@ -755,7 +802,7 @@ mod tests {
     }
 
     #[test]
-    fn a_rate_collapse_serialises_at_the_low_rate_and_the_queue_drops_the_rest() {
+    fn a_rate_collapse_serialises_at_the_low_rate_drops_past_the_queue_and_drains_when_it_ends() {
         // 1000-byte packets every 10 ms (800 kbit/s) on an uncapped link; 256 kbit/s for 1 s
         // from 1 s, when a packet takes 31.25 ms; 10 kB queue.
         let cfg = LinkConfig {
@@ -782,13 +829,26 @@ mod tests {
             during.len()
         );
         assert!(
-            during.windows(2).all(|w| w[1] - w[0] >= tx_ns),
-            "faster than the cap"
+            during
+                .windows(2)
+                .filter(|w| w[1] < 2000 * MS)
+                .all(|w| w[1] - w[0] >= tx_ns),
+            "faster than the cap while it held"
         );
         assert_eq!(s.queue_dropped, 100 - during.len() as u64, "{s:?}");
-        // The backlog drains at the low rate (≤ 10 kB: ≤ 0.32 s), then no more delay.
+        // The backlog (≤ 10 kB) leaves at once when the uncapped link comes back, as a
+        // real bottleneck's queue does, and nothing sent after the end is delayed.
+        let backlog: Vec<u64> = sent_in(1000 * MS, 2000 * MS)
+            .map(|p| p.0)
+            .filter(|&at| at >= 2000 * MS)
+            .collect();
+        assert!(!backlog.is_empty(), "a backlog at the end");
         assert!(
-            sent_in(2400 * MS, 3000 * MS).all(|(at, id)| *at == id * 10 * MS),
+            backlog.iter().all(|&at| at == 2000 * MS),
+            "backlog kept the low rate: {backlog:?}"
+        );
+        assert!(
+            sent_in(2000 * MS, 3000 * MS).all(|(at, id)| *at == id * 10 * MS),
             "still delayed after"
         );
     }

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 use std::net::SocketAddr;
 
 use netjam_engine::rng::SimRng;
-use netjam_engine::room::msg::{Control, MAX_CONTROL_LEN};
+use netjam_engine::room::msg::{Control, ENS_EVERYONE, MAX_CONTROL_LEN, MAX_ENS_LEN};
 use netjam_engine::room::{
     ClientConfig, DropReason, RefuseCode, RoomClient, RoomEvent, RosterKind, Server, ServerConfig, Verdict,
 };
@@ -62,6 +62,8 @@ struct World {
     rng: SimRng,
     /// Bytes the server sent to each address.
     sent_to: BTreeMap<SocketAddr, usize>,
+    /// `/netjam/ens` the server relayed: (to, bytes).
+    ens_heard: Vec<(SocketAddr, Vec<u8>)>,
 }
 
 impl World {
@@ -75,11 +77,19 @@ impl World {
             loss,
             rng: SimRng::new(seed),
             sent_to: BTreeMap::new(),
+            ens_heard: Vec::new(),
         }
     }
 
     fn add(&mut self, i: u16, room: &str, name: &str, password: &str, ssrc: u32) -> usize {
+        self.add_with(i, room, name, password, ssrc, 750)
+    }
+
+    /// A seat declaring `pps` media packets per second (0: a seat without media).
+    fn add_with(&mut self, i: u16, room: &str, name: &str, password: &str, ssrc: u32, pps: u32) -> usize {
         let mut cfg = ClientConfig::new(room, name, password, ssrc);
+        cfg.packets_per_s = pps;
+        cfg.bytes_per_s = pps * 300;
         cfg.nonce_seed = [i as u8; 16];
         self.peers.push(Peer {
             addr: addr(i),
@@ -105,7 +115,7 @@ impl World {
     }
 
     fn flush(&mut self) {
-        let mut buf = [0u8; MAX_CONTROL_LEN];
+        let mut buf = [0u8; MAX_ENS_LEN];
         for i in 0..self.peers.len() {
             while let Some(n) = self.peers[i].client.poll_transmit(&mut buf) {
                 let src = self.peers[i].addr;
@@ -145,6 +155,8 @@ impl World {
                 let Some(p) = self.queue.pop() else { break };
                 if p.to_server {
                     let _ = self.server.handle_datagram(self.now, p.src, &p.bytes);
+                } else if p.bytes.starts_with(b"/netjam/ens") {
+                    self.ens_heard.push((p.dst, p.bytes));
                 } else if let Some(peer) = self.peers.iter_mut().find(|q| q.alive && q.addr == p.dst) {
                     peer.client.handle_datagram(self.now, &p.bytes);
                 }
@@ -188,8 +200,35 @@ impl World {
                 Ok(d.iter().map(|x| x.addr).collect())
             }
             Verdict::Drop(r) => Err(r),
-            Verdict::Control => panic!("media taken as control"),
+            Verdict::Control | Verdict::ClockProbe => panic!("media taken as control"),
         }
+    }
+
+    /// A peer sends `/netjam/ens` for member `to` carrying `payload`.
+    fn ens(&mut self, from: usize, to: u32, payload: &[u8]) {
+        let mut buf = [0u8; MAX_ENS_LEN];
+        let n = Control::Ens {
+            member_id: to,
+            payload,
+        }
+        .encode(&mut buf)
+        .expect("encode");
+        let src = self.peers[from].addr;
+        self.send(true, src, addr(0), buf[..n].to_vec());
+    }
+
+    /// What the server relayed to `to` so far: (from member id, payload), then forgets it.
+    fn ens_to(&mut self, to: SocketAddr) -> Vec<(u32, Vec<u8>)> {
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.ens_heard)
+            .into_iter()
+            .partition(|(d, _)| *d == to);
+        self.ens_heard = rest;
+        mine.iter()
+            .filter_map(|(_, b)| match Control::decode(b) {
+                Ok(Control::Ens { member_id, payload }) => Some((member_id, payload.to_vec())),
+                _ => None,
+            })
+            .collect()
     }
 }
 
@@ -685,5 +724,93 @@ fn roster_events_survive_half_the_control_packets_lost() {
             "seed {seed}: {eve:?}"
         );
         assert_eq!(w.server.stats().members, 4, "seed {seed}");
+    }
+}
+
+#[test]
+fn ensemble_seats_relay_ensemble_datagrams_in_their_room_only_and_carry_no_media() {
+    let mut w = World::new(ServerConfig::default(), 0.0, 11);
+    let player = w.add(1, "band", "Ana", "pw", 0x1111);
+    let e1 = w.add_with(2, "band", "ens-1", "pw", 2, 0);
+    let e2 = w.add_with(3, "band", "ens-2", "pw", 3, 0);
+    let elsewhere = w.add_with(4, "other", "ens-x", "", 4, 0);
+    w.run_for(500 * MS);
+    for i in [player, e1, e2, elsewhere] {
+        assert_eq!(joined(&w.peers[i].events).len(), 1, "peer {i} seated");
+    }
+    // Seats without media are in no roster, and hear none.
+    assert!(w.roster(player).is_empty(), "{:?}", w.roster(player));
+    assert!(w.roster(e1).is_empty());
+    // Media goes to no seat without media, and none comes from one.
+    assert_eq!(w.media(addr(1), &rtp(0x1111, 1, 200)), Ok(vec![]));
+    assert_eq!(
+        w.media(addr(2), &rtp(w.seat(e1).1, 1, 200)),
+        Err(DropReason::Policed)
+    );
+
+    // To everyone: only members that speak ensemble (have sent /netjam/ens) hear it.
+    let (id1, id2) = (w.seat(e1).0, w.seat(e2).0);
+    w.ens(e2, ENS_EVERYONE, b"first");
+    w.run_for(10 * MS);
+    assert!(w.ens_to(addr(2)).is_empty(), "e1 has not spoken ensemble yet");
+    w.ens(e1, ENS_EVERYONE, b"hello");
+    w.ens(w.peers.len() - 1, ENS_EVERYONE, b"other room");
+    w.run_for(10 * MS);
+    assert_eq!(w.ens_to(addr(3)), [(id1, b"hello".to_vec())]);
+    assert!(w.ens_to(addr(1)).is_empty(), "the player speaks no ensemble");
+    assert!(w.ens_to(addr(2)).is_empty(), "nothing from another room");
+    // To one member, re-addressed with the sender's id.
+    w.ens(e2, id1, b"to one");
+    w.ens(e2, w.seat(player).0, b"to a player");
+    w.run_for(10 * MS);
+    assert_eq!(w.ens_to(addr(2)), [(id2, b"to one".to_vec())]);
+    assert!(w.ens_to(addr(1)).is_empty());
+    let s = w.server.stats();
+    assert_eq!((s.ens_relayed, s.ens_undeliverable), (2, 1));
+
+    // Clock probes: answered (by the shell) for members only.
+    let ping = b"/_clock/ping\0\0\0\0,ih\0";
+    let t = w.now;
+    assert_eq!(w.server.handle_datagram(t, addr(2), ping), Verdict::ClockProbe);
+    assert_eq!(
+        w.server.handle_datagram(t, addr(77), ping),
+        Verdict::Drop(DropReason::UnknownSource)
+    );
+    assert_eq!(w.server.stats().clock_probes, 1);
+}
+
+#[test]
+fn seats_without_media_have_a_limit_of_their_own_beside_the_players() {
+    let cfg = ServerConfig {
+        max_members_per_room: 2,
+        max_ensemble_seats_per_room: 2,
+        ..ServerConfig::default()
+    };
+    let mut w = World::new(cfg, 0.0, 12);
+    let seats = [
+        w.add(1, "band", "Ana", "", 1),
+        w.add_with(2, "band", "ens-a", "", 2, 0),
+        w.add(3, "band", "Bo", "", 3),
+        w.add_with(4, "band", "ens-b", "", 4, 0),
+    ];
+    w.run_for(500 * MS);
+    for i in seats {
+        assert_eq!(joined(&w.peers[i].events).len(), 1, "seat {i} taken");
+    }
+    let player = w.add(5, "band", "Cy", "", 5);
+    let ens = w.add_with(6, "band", "ens-c", "", 6, 0);
+    w.run_for(500 * MS);
+    for i in [player, ens] {
+        assert!(
+            w.peers[i].events.iter().any(|e| matches!(
+                e,
+                RoomEvent::Refused {
+                    code: Some(RefuseCode::RoomFull),
+                    ..
+                }
+            )),
+            "seat {i}: {:?}",
+            w.peers[i].events
+        );
     }
 }

@@ -1,9 +1,11 @@
 //! A clean link: every codec and channel count arrives bit-exact, in order, with the
-//! receiver adding about one period on top of the wire.
+//! receiver adding about one period plus its target on top of the wire.
 
 mod common;
 
 use common::Session;
+use netjam_engine::drift::RESAMPLER_DELAY_FRAMES;
+use netjam_engine::jitter::BIT_EXACT_MIN_TARGET_NS;
 use netjam_engine::link::LinkConfig;
 use netjam_engine::wire::{AudioFormat, Codec};
 
@@ -55,21 +57,31 @@ fn every_codec_and_channel_count_is_bit_exact_after_lock() {
 }
 
 #[test]
-fn added_latency_is_about_one_period_and_rtcp_measures_the_round_trip() {
+fn added_latency_is_about_one_period_plus_the_target_and_rtcp_measures_the_round_trip() {
     let format = AudioFormat::new(Codec::L16, 48_000, 2).expect("format");
     let link = LinkConfig {
         delay_ns: 19_000_000,
         ..LinkConfig::ideal()
     };
+    // With drift correction (as `jam` plays): one packet (1.33 ms), the resampler's delay
+    // and at most 0.5 ms of target.
+    let mut d = Session::new(format, 64, 0, link.clone(), 1);
+    d.receiver.set_drift_correction(true);
+    d.run(5_000_000_000);
+    let jb = d.receiver.stats().jitter_buffer;
+    let resampler_ms = RESAMPLER_DELAY_FRAMES as f64 * 1e3 / 48_000.0;
+    assert!(jb.added_latency_ms <= 1.334 + resampler_ms + 0.5, "{jb:?}");
+    // Bit-exact (as `recv` plays by default): one packet plus its floor of cover.
     let mut s = Session::new(format, 64, 0, link, 1);
     s.run(5_000_000_000);
     let st = s.receiver.stats();
-    // Target: one packet (1.33 ms) + 0.5 ms.
+    let floor_ms = BIT_EXACT_MIN_TARGET_NS as f64 / 1e6;
     assert!(
-        st.jitter_buffer.added_latency_ms <= 1.334 + 0.5,
+        st.jitter_buffer.added_latency_ms <= 1.334 + floor_ms + 0.1,
         "{:?}",
         st.jitter_buffer
     );
+    assert!(st.jitter_buffer.target_ms >= floor_ms, "{:?}", st.jitter_buffer);
     let tx = s.sender.stats();
     let rtt = tx.rtt_ms.expect("rtt from receiver reports");
     assert!((rtt - 38.0).abs() < 0.2, "rtt {rtt}");

@@ -69,5 +69,5 @@ fn restarted_sender_is_heard_within_target_plus_one_packet() {
         waited_ms <= allowed_ms,
         "heard {waited_ms:.2} ms after arrival; allowed {allowed_ms:.2}"
     );
-    assert!(st.relocks >= 2);
+    assert!(st.relocks >= 1, "the restart re-locks: {st:?}");
 }

@@ -16,6 +16,8 @@ pub enum AddressError {
     BadService(String),
     #[error("address {0:?} does not name a service: it must look like /service/... or !service/...")]
     NoService(String),
+    #[error("a member offers at most {0} services and asks for at most {0} taps")]
+    TooMany(usize),
 }
 
 /// Longest service name.

@@ -17,6 +17,7 @@
 //! * [`inbox`]: timed messages taken by the audio thread in the period they fall in.
 //! * [`discovery`]: where hellos go on a local network with no configuration.
 //! * [`wire`]: the ensemble's own OSC messages.
+//! * [`auth`]: an optional shared secret that seals every datagram with an HMAC.
 //!
 //! Nothing in this crate touches a socket, a thread or the system clock: callers pass the
 //! time in, as a monotonic nanosecond count, and carry the bytes.
@@ -24,6 +25,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod address;
+pub mod auth;
 pub mod beat;
 pub mod clock;
 pub mod discovery;
@@ -34,4 +36,4 @@ pub mod reliable;
 pub mod table;
 pub mod wire;
 
-pub use member::{Delivery, Dest, Event, Member, MemberConfig, SendError, Transmit};
+pub use member::{Delivery, Dest, Event, Member, MemberConfig, SendError, Transmit, SERVER_REFERENCE};

@@ -17,7 +17,11 @@
 //!   back at once. A member whose announced version differs from the list held is asked
 //!   for its list (again at each hello, until it arrives), so tables converge after any
 //!   loss. A member silent for [`MemberConfig::member_timeout_ns`] is dropped and its
-//!   services withdrawn; one that leaves says bye.
+//!   services withdrawn; one that leaves says bye. The table is capped (members, services
+//!   and taps per member, name lengths: see [`crate::table`]); datagrams from a member
+//!   it refused are dropped and counted in [`MemberStats`].
+//!   With [`MemberConfig::secret`], every datagram is sealed and only sealed ones that
+//!   check out are taken ([`crate::auth`]).
 //! * **Clock.** Every member whose ensemble time is valid says so in its hellos; the one
 //!   with the smallest id among them is the reference, and the others follow it with a
 //!   [`ClockClient`]. A member that hears of nobody valid for
@@ -27,6 +31,11 @@
 //!   reference answers probes with its *ensemble* time, so when the reference changes
 //!   (it left, or a smaller id became valid) the new one continues the same time line
 //!   and followers move by no more than its error.
+//!   With [`MemberConfig::clock_server`] set (an ensemble that is a room on a rooms
+//!   server) nobody is chosen: every member follows the clock that answers probes at that
+//!   address, reported as reference [`SERVER_REFERENCE`]. The server is the one place
+//!   every member of a room reaches, so each member measures only its own path to it, and
+//!   members joining or leaving never move the time line.
 //! * **Delivery.** [`Member::send`] takes one encoded OSC message whose address starts
 //!   with a service (`/synth1/...`, or `!synth1/...` for a literal address), an ensemble
 //!   time (0: now) and best-effort or reliable. The provider delivers it when its time
@@ -47,6 +56,7 @@ use netjam_osc::{Arg, Message, TimeTag};
 use serde::Serialize;
 
 use crate::address::{check_service, readdress, service_of, AddressError};
+use crate::auth::Secret;
 use crate::beat::{tempo_share, TempoError, TempoMap, TempoPublisher, TempoReader, TempoSegment, TempoView};
 use crate::clock::{
     clock_share, ClockClient, ClockConfig, ClockPublisher, ClockReader, ClockSegment, ClockServer,
@@ -54,13 +64,16 @@ use crate::clock::{
 };
 use crate::inbox::{audio_inbox, AudioInbox, AudioSender};
 use crate::reliable::{Arrival, InStream, OutStream};
-use crate::table::{newer, ServiceTable};
+use crate::table::{newer, ServiceTable, MAX_SERVICES, MAX_TAPS};
 use crate::wire::{
     encode_vec, Data, ServiceList, Wire, WireError, HELLO_REPLY, HELLO_SYNCED, MSG_RELIABLE, MSG_TAP_COPY,
     TEMPO,
 };
 
 const MS: u64 = 1_000_000;
+
+/// The reference id that stands for [`MemberConfig::clock_server`] (member ids are never 0).
+pub const SERVER_REFERENCE: u64 = 0;
 
 /// Settings of a [`Member`].
 #[derive(Debug, Clone)]
@@ -81,6 +94,12 @@ pub struct MemberConfig {
     /// Timed messages held for the network thread: how many, and how large.
     pub timed_slots: usize,
     pub timed_slot_bytes: usize,
+    /// Follow the clock answering probes at this address (a rooms server) instead of
+    /// choosing a member as the reference.
+    pub clock_server: Option<SocketAddr>,
+    /// The ensemble's shared secret: with one, every datagram sent is sealed and only
+    /// sealed ones that check out are taken (see [`crate::auth`]).
+    pub secret: Option<Secret>,
 }
 
 impl MemberConfig {
@@ -95,6 +114,8 @@ impl MemberConfig {
             clock: ClockConfig::default(),
             timed_slots: 1024,
             timed_slot_bytes: 1536,
+            clock_server: None,
+            secret: None,
         }
     }
 }
@@ -190,6 +211,16 @@ pub struct MemberStats {
     /// Timed messages delivered at once because the scheduler was full.
     pub timed_overflow: u64,
     pub tap_copies: u64,
+    /// Datagrams from a newcomer not entered because the table was full (see
+    /// [`crate::table`]).
+    pub refused_members: u64,
+    /// Service lists refused for breaking the table's caps.
+    pub refused_lists: u64,
+    /// Messages, queries and acknowledgements from a member the table does not hold
+    /// (refused for room), dropped.
+    pub refused_unknown: u64,
+    /// With a secret: datagrams not sealed with it (members without it, or forged).
+    pub unauthenticated: u64,
 }
 
 #[derive(Debug)]
@@ -243,6 +274,20 @@ impl Member {
         let mut table = ServiceTable::new();
         table.insert(config.id, None, now_ns);
         table.set_services(config.id, 0, ServiceList::default());
+        let mut events = VecDeque::new();
+        let role = match config.clock_server {
+            Some(_) => {
+                events.push_back(Event::ClockReference {
+                    id: Some(SERVER_REFERENCE),
+                });
+                Role::Following {
+                    reference: SERVER_REFERENCE,
+                    client: Box::new(ClockClient::new(config.clock.clone())),
+                    locked: false,
+                }
+            }
+            None => Role::Unsynced,
+        };
         Self {
             next_alone_ns: now_ns + config.alone_wait_ns,
             table,
@@ -250,7 +295,7 @@ impl Member {
             taps: Vec::new(),
             version: 0,
             next_hello_ns: now_ns,
-            role: Role::Unsynced,
+            role,
             segment: None,
             published: None,
             publisher,
@@ -261,7 +306,7 @@ impl Member {
             scheduler: Scheduler::new(config.timed_slots, config.timed_slot_bytes + 12),
             audio: BTreeMap::new(),
             transmits: VecDeque::new(),
-            events: VecDeque::new(),
+            events,
             stats: MemberStats::default(),
             scratch: Vec::new(),
             tempo: TempoMap::new(),
@@ -288,6 +333,9 @@ impl Member {
         let mut s = self.stats;
         s.retransmits = self.out_streams.values().map(|o| o.retransmits).sum();
         s.duplicates = self.in_streams.values().map(|i| i.duplicates).sum();
+        let r = self.table.refusals();
+        s.refused_members = r.members;
+        s.refused_lists = r.lists;
         s
     }
 
@@ -295,6 +343,9 @@ impl Member {
     pub fn offer(&mut self, service: &str) -> Result<(), AddressError> {
         check_service(service)?;
         if !self.services.iter().any(|s| s == service) {
+            if self.services.len() >= MAX_SERVICES {
+                return Err(AddressError::TooMany(MAX_SERVICES));
+            }
             self.services.push(service.to_string());
             self.services_changed();
         }
@@ -317,6 +368,9 @@ impl Member {
         check_service(tapper)?;
         let t = (tappee.to_string(), tapper.to_string());
         if !self.taps.contains(&t) {
+            if self.taps.len() >= MAX_TAPS {
+                return Err(AddressError::TooMany(MAX_TAPS));
+            }
             self.taps.push(t);
             self.services_changed();
         }
@@ -427,6 +481,14 @@ impl Member {
         }
     }
 
+    /// Where the reference answers clock probes.
+    fn reference_addr(&self, reference: u64) -> Option<SocketAddr> {
+        match self.config.clock_server {
+            Some(a) if reference == SERVER_REFERENCE => Some(a),
+            _ => self.table.member(reference).and_then(|m| m.addr),
+        }
+    }
+
     /// The estimate of the reference's clock, while following one.
     pub fn clock_stats(&self) -> Option<ClockStats> {
         match &self.role {
@@ -441,7 +503,11 @@ impl Member {
     }
 
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.transmits.pop_front()
+        let mut t = self.transmits.pop_front()?;
+        if let Some(s) = &self.config.secret {
+            t.bytes = s.seal(&t.bytes);
+        }
+        Some(t)
     }
 
     pub fn poll_event(&mut self) -> Option<Event> {
@@ -535,11 +601,9 @@ impl Member {
             self.drop_member(id, true);
         }
         self.choose_reference(now_ns);
-        if let Role::Following {
-            reference, client, ..
-        } = &mut self.role
-        {
-            if let Some(addr) = self.table.member(*reference).and_then(|m| m.addr) {
+        let reference_addr = self.reference().and_then(|r| self.reference_addr(r));
+        if let Role::Following { client, .. } = &mut self.role {
+            if let Some(addr) = reference_addr {
                 let mut buf = [0u8; 64];
                 while let Some(p) = client.poll_transmit(now_ns) {
                     if let Ok(n) = p.encode(&mut buf) {
@@ -571,6 +635,16 @@ impl Member {
     /// Takes one datagram that arrived from `from` at local time `now`. Anything that is
     /// not a well-formed ensemble message for this member is counted and ignored.
     pub fn handle(&mut self, now_ns: u64, from: SocketAddr, bytes: &[u8]) {
+        let bytes = match &self.config.secret {
+            Some(s) => match s.open(bytes) {
+                Ok(inner) => inner,
+                Err(_) => {
+                    self.stats.unauthenticated += 1;
+                    return;
+                }
+            },
+            None => bytes,
+        };
         if bytes.starts_with(PING_ADDRESS.as_bytes()) {
             if let (Ok(req), Some(ens)) = (ProbeRequest::decode(bytes), self.ensemble_time(now_ns)) {
                 let rep = self.clock_server.answer(ens, &req);
@@ -585,6 +659,7 @@ impl Member {
             return;
         }
         if bytes.starts_with(PONG_ADDRESS.as_bytes()) {
+            let expected = self.reference().and_then(|r| self.reference_addr(r));
             if let (
                 Ok(rep),
                 Role::Following {
@@ -593,18 +668,23 @@ impl Member {
             ) = (ProbeReply::decode(bytes), &mut self.role)
             {
                 let r = *reference;
-                if self.table.member(r).and_then(|m| m.addr) == Some(from)
-                    && client.handle_reply(now_ns, &rep)
-                {
+                if expected == Some(from) && client.handle_reply(now_ns, &rep) && r != SERVER_REFERENCE {
                     self.table.insert(r, Some(from), now_ns);
                 }
                 self.follow_segment();
             }
             return;
         }
-        let Ok(w) = Wire::decode(bytes) else {
-            self.stats.rejected += 1;
-            return;
+        let w = match Wire::decode(bytes) {
+            Ok(w) => w,
+            Err(WireError::OverCap) => {
+                self.table.count_refused_list();
+                return;
+            }
+            Err(_) => {
+                self.stats.rejected += 1;
+                return;
+            }
         };
         // Nobody else may speak with this member's id (it would take over its own entry).
         let claimed = match &w {
@@ -653,7 +733,9 @@ impl Member {
             }
             Wire::ServicesQuery { from: who, to } => {
                 if to == self.config.id {
-                    self.table.insert(who, Some(from), now_ns);
+                    if !self.admit(who, from, now_ns) {
+                        return;
+                    }
                     self.send_services(Dest::Peer(from));
                 }
             }
@@ -679,7 +761,9 @@ impl Member {
                 got,
             } => {
                 if to == self.config.id {
-                    self.table.insert(who, Some(from), now_ns);
+                    if !self.admit(who, from, now_ns) {
+                        return;
+                    }
                     if let Some(o) = self.out_streams.get_mut(&who) {
                         o.ack(now_ns, next, got);
                         // Room in the send window: queued messages go now.
@@ -697,7 +781,11 @@ impl Member {
                     self.stats.rejected += 1;
                     return;
                 }
-                self.table.insert(d.from, Some(from), now_ns);
+                // Only members the table holds get a reliable stream here, so the
+                // streams are bounded by the table's cap.
+                if !self.admit(d.from, from, now_ns) {
+                    return;
+                }
                 if d.flags & MSG_RELIABLE == 0 {
                     self.accept(now_ns, d.from, d.flags, d.time_ns, d.payload);
                     return;
@@ -737,6 +825,17 @@ impl Member {
                 }
             }
         }
+    }
+
+    /// Enters (or refreshes) member `id` heard at `from`; `false` (counted) when the
+    /// table is full and does not hold it.
+    fn admit(&mut self, id: u64, from: SocketAddr, now_ns: u64) -> bool {
+        self.table.insert(id, Some(from), now_ns);
+        let held = self.table.member(id).is_some();
+        if !held {
+            self.stats.refused_unknown += 1;
+        }
+        held
     }
 
     /// Sends one encoded OSC message to the service its address names, for ensemble time
@@ -1032,6 +1131,9 @@ impl Member {
     /// The reference is the smallest id among members with a valid time (this one
     /// included); see the module docs.
     fn choose_reference(&mut self, now_ns: u64) {
+        if self.config.clock_server.is_some() {
+            return;
+        }
         let me = self.config.id;
         let mine_valid = self.segment.is_some();
         let best = self

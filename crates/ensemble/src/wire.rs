@@ -25,6 +25,8 @@
 
 use netjam_osc::{encode_message, message_len, Arg, DecodeError, EncodeError, Message, Packet};
 
+use crate::table::{MAX_SERVICES, MAX_TAPS};
+
 pub const HELLO: &str = "/_ens/hello";
 pub const SERVICES_QUERY: &str = "/_ens/svq";
 pub const SERVICES: &str = "/_ens/svc";
@@ -53,6 +55,8 @@ pub enum WireError {
     NotEnsemble,
     #[error("ensemble message {0} has the wrong arguments")]
     BadArguments(&'static str),
+    #[error("service list with more names than a member may offer")]
+    OverCap,
 }
 
 /// A service list as announced: services offered and taps (tappee, tapper).
@@ -169,6 +173,11 @@ impl<'a> Wire<'a> {
                 let strings = tags.len() - 3;
                 if n > strings || (strings - n) % 2 != 0 {
                     return Err(bad);
+                }
+                // Refused before a string is copied: a datagram of tiny names cannot make
+                // the receiver allocate thousands of them.
+                if n > MAX_SERVICES || (strings - n) / 2 > MAX_TAPS {
+                    return Err(WireError::OverCap);
                 }
                 let mut it = m.args().skip(3).map(|x| text(Some(x)).unwrap_or("").to_string());
                 let services: Vec<String> = it.by_ref().take(n).collect();
@@ -331,6 +340,10 @@ mod tests {
         assert!(Wire::decode(&b).is_err());
         let b = encode_vec(SERVICES, &[Arg::Long(1), Arg::Int(0), Arg::Int(3), Arg::Str("a")]).unwrap();
         assert_eq!(Wire::decode(&b), Err(WireError::BadArguments(SERVICES)));
+        let mut args = vec![Arg::Long(1), Arg::Int(0), Arg::Int(MAX_SERVICES as i32 + 1)];
+        args.extend((0..=MAX_SERVICES).map(|_| Arg::Str("a")));
+        let b = encode_vec(SERVICES, &args).unwrap();
+        assert_eq!(Wire::decode(&b), Err(WireError::OverCap));
         let b = encode_vec("/other", &[]).unwrap();
         assert_eq!(Wire::decode(&b), Err(WireError::NotEnsemble));
         assert!(Wire::decode(&[1, 2, 3]).is_err());

@@ -3,20 +3,87 @@
 //! loop that feeds the member, sends what it asks and sleeps until its next timeout.
 //! Optionally an OSC bridge: a plain OSC UDP port whose messages are routed to services
 //! (bundles at their time tags), and to whose senders the messages this member's
-//! services receive are forwarded.
+//! services receive are forwarded. Optionally a WebSocket bridge doing the same for web
+//! pages ([`crate::ws_bridge`]).
+//!
+//! Through a rooms server (`--server`: the room is the ensemble) the node takes a seat
+//! without media in the room named after the ensemble (the room protocol's
+//! [`RoomClient`]) and carries every ensemble datagram to the server in a `/netjam/ens`
+//! envelope: hellos to the whole room, everything else to one member, which the member
+//! core sees at a *relay address* ([`relay_addr`]: the member's room id in the IPv6
+//! discard prefix `100::/64`, never a real destination). So discovery through the server
+//! is one more source of hellos and addresses for the same core, not a second membership
+//! protocol. The clock reference is the server itself ([`MemberConfig::clock_server`]):
+//! it answers `/_clock/ping` with its own `CLOCK_MONOTONIC`.
+//!
+//! Why relay rather than use the room's direct paths: ensemble traffic is a few datagrams
+//! a second whose timing comes from the ensemble clock (a timed message is sent ahead of
+//! its time), not from how fast it crosses; the server path works behind every router
+//! (port-randomising NATs included) the moment the seat is taken, while a direct path
+//! needs punching per pair, can die and come back, and would have to share the audio
+//! socket; and the server as the one clock reference means each member measures only its
+//! own path to it, which relaying does not lengthen.
 //!
 //! Local time is the machine's `CLOCK_MONOTONIC` in nanoseconds, shared by every process
 //! on the machine (so a test can compare when members on one machine acted). This module
 //! holds no protocol logic: membership, clock and delivery live in the library.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, UdpSocket};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context};
+use netjam_engine::room::msg::{Control, ENS_EVERYONE, MAX_ENS_LEN};
+use netjam_engine::room::{ClientConfig, RoomClient, RoomEvent};
+use netjam_ensemble::auth::Secret;
+use netjam_ensemble::clock::PONG_ADDRESS;
 use netjam_ensemble::discovery::Discovery;
 use netjam_ensemble::{Dest, Event, Member, MemberConfig};
 use netjam_osc::{Packet, TimeTag};
+
+/// The relay address of room member `member_id`: what the member core knows a member
+/// reached through the rooms server by (IPv6 discard prefix `100::/64`, RFC 6666, port 0).
+pub fn relay_addr(member_id: u32) -> SocketAddr {
+    let ip = Ipv6Addr::new(0x100, 0, 0, 0, 0, 0, (member_id >> 16) as u16, member_id as u16);
+    SocketAddr::V6(SocketAddrV6::new(ip, 0, 0, 0))
+}
+
+/// The room member id behind a relay address, if it is one.
+pub fn relayed_member(a: &SocketAddr) -> Option<u32> {
+    match a {
+        SocketAddr::V6(v6) if v6.port() == 0 => {
+            let s = v6.ip().segments();
+            (s[..6] == [0x100, 0, 0, 0, 0, 0]).then(|| (u32::from(s[6]) << 16) | u32::from(s[7]))
+        }
+        _ => None,
+    }
+}
+
+/// An ensemble reached through a rooms server: the room of that name is the ensemble.
+#[derive(Debug, Clone)]
+pub struct RoomReach {
+    pub server: SocketAddr,
+    /// The room (the ensemble's name unless told otherwise).
+    pub room: String,
+    /// This member's name in the room.
+    pub name: String,
+    pub password: String,
+    /// How long to wait for a seat before giving up.
+    pub join_timeout_ns: u64,
+}
+
+/// Ensemble datagrams held until the seat is taken (the server drops them before).
+const HELD_BEFORE_SEAT: usize = 64;
+
+/// The room side of a node.
+#[derive(Debug)]
+struct RoomLink {
+    client: RoomClient,
+    server: SocketAddr,
+    held: Vec<(Dest, Vec<u8>)>,
+    buf: Vec<u8>,
+}
+use crate::ws_bridge::{WsBridge, WsBridgeStats, WsInput};
 
 /// The machine-wide monotonic clock, in nanoseconds (on Unix: CLOCK_MONOTONIC, so two
 /// processes on one machine read the same time; elsewhere the process's own monotonic
@@ -61,6 +128,8 @@ pub struct NodeConfig {
     /// Address the member socket binds (0.0.0.0 on a LAN, 127.0.0.1 for this machine).
     pub bind_ip: IpAddr,
     pub osc_bridge: Option<SocketAddr>,
+    /// Through a rooms server instead of discovery on the local network.
+    pub room: Option<RoomReach>,
 }
 
 enum Input {
@@ -70,6 +139,7 @@ enum Input {
         bytes: Vec<u8>,
         bridge: bool,
     },
+    Ws(WsInput),
 }
 
 /// A running member with its sockets.
@@ -82,6 +152,12 @@ pub struct Node {
     bridge_clients: Vec<SocketAddr>,
     targets: Vec<SocketAddr>,
     rx: Receiver<Input>,
+    room: Option<RoomLink>,
+    /// Why the rooms server refused the seat, until taken.
+    refused: Option<String>,
+    /// For bridges opened after the start.
+    tx: Sender<Input>,
+    ws: Option<WsBridge>,
     /// Datagrams that could not be sent (counted; the protocol recovers).
     pub send_errors: u64,
 }
@@ -124,6 +200,15 @@ fn spawn_receiver(socket: &UdpSocket, bridge: bool, tx: Sender<Input>) -> anyhow
 impl Node {
     /// Binds the first free discovery port, offers the services and starts listening.
     pub fn start(cfg: NodeConfig) -> anyhow::Result<Node> {
+        Self::start_with(cfg, None)
+    }
+
+    /// [`Node::start`] for an ensemble with a shared secret: every datagram is sealed,
+    /// and members without the secret are ignored (see `netjam_ensemble::auth`).
+    pub fn start_with(cfg: NodeConfig, secret: Option<Secret>) -> anyhow::Result<Node> {
+        if let Some(r) = cfg.room.clone() {
+            return Self::start_in_room(cfg, r, secret);
+        }
         let mut bound = None;
         for port in cfg.discovery.port_list() {
             if let Ok(s) = UdpSocket::bind(SocketAddr::new(cfg.bind_ip, port)) {
@@ -144,6 +229,62 @@ impl Node {
                 "cannot enable broadcast on the ensemble socket (use --local to stay on this machine)",
             )?;
         }
+        let targets = cfg.discovery.targets();
+        Self::start_on(cfg, socket, targets, None, secret)
+    }
+
+    /// Takes a seat without media in the room, then runs as on a LAN with every datagram
+    /// through the server (see the module docs).
+    fn start_in_room(cfg: NodeConfig, r: RoomReach, secret: Option<Secret>) -> anyhow::Result<Node> {
+        let bind = crate::lifecycle::any_for(r.server);
+        let socket = UdpSocket::bind(bind).with_context(|| format!("cannot open a UDP socket on {bind}"))?;
+        let mut rc = ClientConfig::new(&r.room, &r.name, &r.password, 0);
+        // A seat without media: the server relays ensemble datagrams only.
+        rc.packets_per_s = 0;
+        rc.bytes_per_s = 0;
+        let mut seed = [0u8; 16];
+        getrandom::fill(&mut seed).map_err(|e| anyhow::anyhow!("cannot draw a random nonce seed: {e}"))?;
+        rc.nonce_seed = seed;
+        let link = RoomLink {
+            client: RoomClient::new(rc, mono_ns()),
+            server: r.server,
+            held: Vec::new(),
+            buf: vec![0u8; MAX_ENS_LEN],
+        };
+        let mut cfg = cfg;
+        cfg.room = None;
+        let server = r.server;
+        let mut node = Self::start_on(cfg, socket, Vec::new(), Some((link, server)), secret)?;
+        // Wait for the seat, so a refusal or an unreachable server is said at once.
+        let give_up = mono_ns() + r.join_timeout_ns;
+        while node.room.as_ref().is_some_and(|l| l.client.seat().is_none()) {
+            if mono_ns() >= give_up {
+                bail!(
+                    "the rooms server at {} did not give a seat in room {:?} within {:.1} s: is `netjam server` running there, and UDP to it open?",
+                    r.server,
+                    r.room,
+                    r.join_timeout_ns as f64 / 1e9
+                );
+            }
+            node.step(Some(give_up.min(mono_ns() + 20_000_000)));
+            if let Some(reason) = node.refused.take() {
+                bail!(
+                    "the rooms server at {} refused a seat in room {:?}: {reason}",
+                    r.server,
+                    r.room
+                );
+            }
+        }
+        Ok(node)
+    }
+
+    fn start_on(
+        cfg: NodeConfig,
+        socket: UdpSocket,
+        targets: Vec<SocketAddr>,
+        room: Option<(RoomLink, SocketAddr)>,
+        secret: Option<Secret>,
+    ) -> anyhow::Result<Node> {
         let local = socket.local_addr().context("ensemble socket address")?;
         let (tx, rx) = channel();
         spawn_receiver(&socket, false, tx.clone())?;
@@ -152,13 +293,16 @@ impl Node {
                 let b = UdpSocket::bind(addr)
                     .with_context(|| format!("cannot open the OSC bridge on {addr}: is the port free?"))?;
                 let at = b.local_addr().context("OSC bridge address")?;
-                spawn_receiver(&b, true, tx)?;
+                spawn_receiver(&b, true, tx.clone())?;
                 Some((b, at))
             }
             None => None,
         };
         let now = mono_ns();
-        let mut member = Member::new(MemberConfig::new(&cfg.ensemble, cfg.id), now);
+        let mut mc = MemberConfig::new(&cfg.ensemble, cfg.id);
+        mc.clock_server = room.as_ref().map(|(_, server)| *server);
+        mc.secret = secret;
+        let mut member = Member::new(mc, now);
         for s in &cfg.services {
             member
                 .offer(s)
@@ -175,8 +319,12 @@ impl Node {
             local,
             bridge,
             bridge_clients: Vec::new(),
-            targets: cfg.discovery.targets(),
+            targets,
             rx,
+            room: room.map(|(l, _)| l),
+            refused: None,
+            tx,
+            ws: None,
             send_errors: 0,
         };
         node.member.handle_timeout(now);
@@ -200,9 +348,47 @@ impl Node {
         self.bridge.as_ref().map(|b| b.1)
     }
 
-    /// Sends everything the member has to send.
+    /// Opens the WebSocket bridge on `addr` (see [`crate::ws_bridge`]), letting in
+    /// browsers' pages from `origins` only (empty: any); returns the address it listens on.
+    pub fn start_ws_bridge(&mut self, addr: SocketAddr, origins: Vec<String>) -> anyhow::Result<SocketAddr> {
+        let ws = WsBridge::start(addr, origins, self.tx.clone(), Input::Ws)?;
+        let at = ws.local_addr();
+        self.ws = Some(ws);
+        Ok(at)
+    }
+
+    /// The WebSocket bridge's counters, when it is open.
+    pub fn ws_stats(&self) -> Option<WsBridgeStats> {
+        self.ws.as_ref().map(WsBridge::stats)
+    }
+
+    /// Sends everything the member (and, in a room, the room client) has to send.
     pub fn flush(&mut self) {
+        if let Some(link) = self.room.as_mut() {
+            while let Some(n) = link.client.poll_transmit(&mut link.buf) {
+                if self.socket.send_to(&link.buf[..n], link.server).is_err() {
+                    self.send_errors += 1;
+                }
+            }
+            if link.client.seat().is_some() {
+                for (to, bytes) in std::mem::take(&mut link.held) {
+                    if !Self::through_server(&self.socket, link, to, &bytes) {
+                        self.send_errors += 1;
+                    }
+                }
+            }
+        }
         while let Some(t) = self.member.poll_transmit() {
+            if let Some(link) = self.room.as_mut() {
+                if link.client.seat().is_none() {
+                    if link.held.len() < HELD_BEFORE_SEAT {
+                        link.held.push((t.to, t.bytes));
+                    }
+                } else if !Self::through_server(&self.socket, link, t.to, &t.bytes) {
+                    self.send_errors += 1;
+                }
+                continue;
+            }
             match t.to {
                 Dest::Peer(a) => {
                     if self.socket.send_to(&t.bytes, a).is_err() {
@@ -220,6 +406,98 @@ impl Node {
         }
     }
 
+    /// One of the member's datagrams in a room: to every ensemble member of the room or to
+    /// one (both in a `/netjam/ens`), or a clock probe straight to the server.
+    fn through_server(socket: &UdpSocket, link: &mut RoomLink, to: Dest, bytes: &[u8]) -> bool {
+        match to {
+            Dest::Discovery => Self::envelope(socket, link, ENS_EVERYONE, bytes),
+            Dest::Peer(a) => match relayed_member(&a) {
+                Some(id) => Self::envelope(socket, link, id, bytes),
+                None => socket.send_to(bytes, a).is_ok(),
+            },
+        }
+    }
+
+    /// One ensemble datagram to the server in a `/netjam/ens` for member `to`.
+    fn envelope(socket: &UdpSocket, link: &mut RoomLink, to: u32, bytes: &[u8]) -> bool {
+        let env = Control::Ens {
+            member_id: to,
+            payload: bytes,
+        };
+        match env.encode(&mut link.buf) {
+            Ok(n) => socket.send_to(&link.buf[..n], link.server).is_ok(),
+            Err(_) => false,
+        }
+    }
+
+    /// A datagram from the rooms server: an ensemble datagram relayed from a member, a
+    /// clock answer, or the room protocol's.
+    fn server_datagram(&mut self, now: u64, from: SocketAddr, bytes: &[u8]) {
+        if bytes.starts_with(PONG_ADDRESS.as_bytes()) {
+            self.member.handle(now, from, bytes);
+            return;
+        }
+        if let Ok(Control::Ens { member_id, payload }) = Control::decode(bytes) {
+            self.member.handle(now, relay_addr(member_id), payload);
+            return;
+        }
+        if let Some(link) = self.room.as_mut() {
+            link.client.handle_datagram(now, bytes);
+        }
+    }
+
+    /// Room events: a refusal is kept for the caller; the rest needs nothing here.
+    fn room_events(&mut self) {
+        let Some(link) = self.room.as_mut() else { return };
+        while let Some(ev) = link.client.poll_event() {
+            match ev {
+                RoomEvent::Refused { reason, .. } => self.refused = Some(reason),
+                // Before the seat, the caller says it (with what to do) when it gives up.
+                RoomEvent::Lost if link.client.seat().is_some() => {
+                    tracing::warn!("the rooms server at {} stopped answering", link.server)
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// When the node must next act (local time).
+    fn wake_at(&self) -> u64 {
+        let room = self
+            .room
+            .as_ref()
+            .and_then(|l| l.client.poll_timeout())
+            .unwrap_or(u64::MAX);
+        self.member.poll_timeout().min(room)
+    }
+
+    /// Waits for one input (or the next timer, or `deadline`) and handles it.
+    fn step(&mut self, deadline: Option<u64>) {
+        let now = mono_ns();
+        let wake = self.wake_at().min(deadline.unwrap_or(u64::MAX));
+        let wait = wake.saturating_sub(now);
+        if let Ok(Input::Packet { now, from, bytes, .. }) = self.rx.recv_timeout(Duration::from_nanos(wait)) {
+            if self.room.as_ref().is_some_and(|l| l.server == from) {
+                self.server_datagram(now, from, &bytes);
+            }
+        }
+        self.timers(mono_ns());
+        self.room_events();
+        self.flush();
+    }
+
+    /// Runs the member's and the room client's timers that are due.
+    fn timers(&mut self, now: u64) {
+        if let Some(link) = self.room.as_mut() {
+            if link.client.poll_timeout().is_some_and(|t| t <= now) {
+                link.client.handle_timeout(now);
+            }
+        }
+        if self.member.poll_timeout() <= now {
+            self.member.handle_timeout(now);
+        }
+    }
+
     /// Runs until local time `deadline` (or for ever), handing each event to `on_event`;
     /// stops early when `on_event` returns `false`.
     pub fn run(&mut self, deadline: Option<u64>, mut on_event: impl FnMut(&mut Node, Event) -> bool) {
@@ -228,7 +506,7 @@ impl Node {
             if deadline.is_some_and(|d| now >= d) {
                 return;
             }
-            let wake = self.member.poll_timeout().min(deadline.unwrap_or(u64::MAX));
+            let wake = self.wake_at().min(deadline.unwrap_or(u64::MAX));
             // Sleep on the channel; spin the last 200 µs so timed messages fire on time.
             let wait = wake.saturating_sub(now);
             let mut input = None;
@@ -250,19 +528,32 @@ impl Node {
                     from,
                     bytes,
                     bridge: false,
-                }) => self.member.handle(now, from, &bytes),
+                }) => {
+                    if self.room.as_ref().is_some_and(|l| l.server == from) {
+                        self.server_datagram(now, from, &bytes);
+                    } else if self.room.is_none() {
+                        self.member.handle(now, from, &bytes);
+                    }
+                }
                 Some(Input::Packet {
                     from,
                     bytes,
                     bridge: true,
                     ..
                 }) => self.bridge_in(from, &bytes),
+                Some(Input::Ws(i)) => {
+                    let frame = self.ws.as_mut().and_then(|w| w.input(i));
+                    if let Some((client, bytes)) = frame {
+                        self.route_osc(&format_args!("web page {client}"), &bytes);
+                        if let Some(w) = &self.ws {
+                            w.taken();
+                        }
+                    }
+                }
                 None => {}
             }
-            let now = mono_ns();
-            if self.member.poll_timeout() <= now {
-                self.member.handle_timeout(now);
-            }
+            self.timers(mono_ns());
+            self.room_events();
             self.flush();
             while let Some(ev) = self.member.poll_event() {
                 if let Event::Message(d) = &ev {
@@ -285,8 +576,13 @@ impl Node {
             }
             self.bridge_clients.push(from);
         }
+        self.route_osc(&from, bytes);
+    }
+
+    /// One OSC packet from a bridge: each message to its service, a bundle's at its time.
+    fn route_osc(&mut self, from: &dyn std::fmt::Display, bytes: &[u8]) {
         let Ok(p) = Packet::decode(bytes) else {
-            tracing::warn!("OSC bridge: a malformed packet from {from} was dropped");
+            tracing::warn!("bridge: a malformed packet from {from} was dropped");
             return;
         };
         let now = mono_ns();
@@ -304,7 +600,7 @@ impl Node {
                 _ => 0,
             };
             if let Err(e) = self.member.send(now, &m, time, true) {
-                tracing::warn!("OSC bridge: message from {from} not routed: {e}");
+                tracing::warn!("bridge: message from {from} not routed: {e}");
             }
         }
     }
@@ -315,12 +611,24 @@ impl Node {
                 let _ = b.send_to(bytes, c);
             }
         }
+        if let Some(w) = &mut self.ws {
+            w.broadcast(bytes);
+        }
     }
 
-    /// Says bye and sends it.
+    /// Says bye and sends it (and gives up the seat in a room).
     pub fn leave(&mut self) {
         self.member.leave();
         self.flush();
+        if let Some(link) = self.room.as_mut() {
+            link.client.leave(mono_ns());
+        }
+        self.flush();
+    }
+
+    /// Whether this node reaches its ensemble through a rooms server.
+    pub fn in_room(&self) -> bool {
+        self.room.is_some()
     }
 }
 
@@ -606,9 +914,14 @@ pub mod beat {
             let shared = Arc::new(BeatShared::default());
             let stop = Arc::new(AtomicBool::new(false));
             eprintln!(
-                "netjam: ensemble {name}: member {:016x} on {}",
+                "netjam: ensemble {name}: member {:016x} on {}{}",
                 node.member_ref().id(),
-                node.local_addr()
+                node.local_addr(),
+                if node.in_room() {
+                    ", through the rooms server (its clock is the ensemble's)"
+                } else {
+                    ""
+                }
             );
             let (stop_t, shared_t) = (stop.clone(), shared.clone());
             let (sent_w, sent_r) = publish::share();
@@ -885,6 +1198,27 @@ pub mod beat {
             for latency in [37, 256, 300] {
                 assert_eq!(first_click(latency), 480 - latency as usize, "latency {latency}");
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relay_addresses_carry_a_member_id_and_no_real_address_is_taken_for_one() {
+        for id in [0, 1, 0xFFFF, 0x1_0000, u32::MAX] {
+            assert_eq!(relayed_member(&relay_addr(id)), Some(id));
+        }
+        for real in [
+            "127.0.0.1:0",
+            "[::1]:0",
+            "[100::5]:4464",
+            "[2001:db8::1]:0",
+            "10.0.0.1:14640",
+        ] {
+            assert_eq!(relayed_member(&real.parse().unwrap()), None, "{real}");
         }
     }
 }

@@ -30,3 +30,4 @@ pub mod session;
 pub mod status;
 pub mod transport;
 pub mod udp_batch;
+pub mod ws_bridge;

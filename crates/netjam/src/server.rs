@@ -19,6 +19,11 @@
 //! return of the `sendmmsg` that sent it) is kept in a histogram and reported as
 //! p50/p99/p99.9 in [`ServerReport`].
 //!
+//! An ensemble's clock probe from a member ([`Verdict::ClockProbe`]) is answered at once
+//! with the machine's `CLOCK_MONOTONIC` (its kernel receive stamp as t2, the time of the
+//! answer as t3): the server is the clock reference of every ensemble in its rooms. The
+//! answer is written into a buffer on the stack; nothing is allocated for it.
+//!
 //! Never here: room logic, policing or authentication (the core's), blocking on a
 //! destination, allocation per packet.
 
@@ -29,8 +34,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::Context;
-use netjam_engine::room::msg::MAX_CONTROL_LEN;
+use netjam_engine::room::msg::MAX_ENS_LEN;
 use netjam_engine::room::{DestId, MemberStats, Server, ServerConfig, ServerStats, Verdict};
+use netjam_ensemble::clock::{ClockServer, ProbeRequest, PONG_LEN};
 
 use crate::clock;
 use crate::transport::UdpTransport;
@@ -68,6 +74,8 @@ pub struct ShellStats {
     pub control_sent: u64,
     /// Control replies the kernel refused.
     pub control_failed: u64,
+    /// Ensemble clock probes answered.
+    pub clock_answered: u64,
     /// CPU time the forwarding thread has used, in seconds (0 where the system does not say).
     pub cpu_s: f64,
     /// The CPU the forwarding thread is pinned to, if it asked and the system allowed it.
@@ -414,7 +422,11 @@ fn forward(
     let most = (flush_after.saturating_add(fan_out)).min(recv_batch * fan_out);
     let mut sender = SendBatch::new(most);
     let mut pending = Pending::with_capacity(most, recv_batch);
-    let mut control = vec![0u8; MAX_CONTROL_LEN];
+    // Control replies and relayed ensemble datagrams (the largest message of the protocol).
+    let mut control = vec![0u8; MAX_ENS_LEN];
+    let mut clock_server = ClockServer::new();
+    // Receive stamps are on the process clock; the ensemble clock is CLOCK_MONOTONIC.
+    let mono_offset = crate::ensemble::mono_ns() as i64 - clock::now_ns() as i64;
     let mut delays = DelayHistogram::new();
     let mut next_publish = started;
     let report = |core: &Server, shell: &ShellStats, delays: &DelayHistogram| {
@@ -456,7 +468,21 @@ fn forward(
             }
             // Drops are counted by the core, per member and per cause; nothing is logged per
             // packet (a flood must not turn into a flood of log lines).
-            if let Verdict::Forward(dests) = core.handle_datagram(d.at_ns, d.from, d.bytes) {
+            let verdict = core.handle_datagram(d.at_ns, d.from, d.bytes);
+            if matches!(verdict, Verdict::ClockProbe) {
+                if let Ok(req) = ProbeRequest::decode(d.bytes) {
+                    let received = (d.at_ns as i64 + mono_offset).max(0) as u64;
+                    let reply = clock_server.answer_at(received, crate::ensemble::mono_ns(), &req);
+                    let mut buf = [0u8; PONG_LEN];
+                    if let Ok(n) = reply.encode(&mut buf) {
+                        if socket.send_to(&buf[..n], d.from).is_ok() {
+                            shell.clock_answered += 1;
+                        }
+                    }
+                }
+                continue;
+            }
+            if let Verdict::Forward(dests) = verdict {
                 if dests.is_empty() {
                     continue;
                 }

@@ -25,6 +25,7 @@ fn node(name: &str, base: u16, id: u64, service: &str) -> Node {
         discovery: Discovery::local(base),
         bind_ip: "127.0.0.1".parse().unwrap(),
         osc_bridge: None,
+        room: None,
     })
     .unwrap()
 }

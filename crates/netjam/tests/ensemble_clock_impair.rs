@@ -76,6 +76,7 @@ fn node(name: &str, id: u64, base_port: u16, ports: u16) -> Node {
         },
         bind_ip: "127.0.0.1".parse().unwrap(),
         osc_bridge: None,
+        room: None,
     })
     .unwrap()
 }

@@ -22,9 +22,15 @@
 //! * retries: two players behind cone routers whose direct way is blocked when they join
 //!   stay relayed; once it opens, their next attempt finds the direct path.
 //!
-//! * router help: two players behind port-randomising routers that run miniupnpd (UPnP-IGD)
-//!   go direct with `--upnp` through the ports their routers forward (without it such a
-//!   pair stays relayed, see the success matrix).
+//! * a slower direct path: two players behind cone routers whose direct way crosses a
+//!   `netjam impair` delay (the way to the server does not) measure the direct path, keep
+//!   media with the server and say `via server … (direct x ms, slower)`.
+//!
+//! * router help: two players behind port-randomising routers that run miniupnpd go direct
+//!   with `--port-map` (or its old name `--upnp`) through the ports their routers forward,
+//!   by UPnP-IGD, by PCP and by NAT-PMP (without it such a pair stays relayed, see the success
+//!   matrix), and say which protocol gave the mapping and how long it took; a player that
+//!   ends by an error or by SIGTERM leaves no forwarding in its router.
 //!
 //! Printed for the benchmarks: the time from `jam` start to first audio heard
 //! through each kind of router (direct and relayed), the success matrix of the router
@@ -44,7 +50,7 @@ use std::sync::mpsc;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use common::natlab::{in_ns, LabError, NatLab, RouterKind};
+use common::natlab::{in_ns, LabError, Mapper, NatLab, RouterKind};
 use common::signal::{read_channel0, tone_amp, write_tone, RATE};
 use common::{address_in, read_json, require, tmp_dir, Proc, BIN};
 
@@ -94,6 +100,7 @@ fn tone_of(kind: RouterKind) -> f64 {
         RouterKind::Cone => 950.0,
         RouterKind::Symmetric => 1550.0,
         RouterKind::Firewall => 2150.0,
+        RouterKind::Sequential => 2750.0,
     }
 }
 
@@ -303,6 +310,34 @@ impl Player {
     }
 }
 
+/// One player per `(name, Hz)` of `tones`, the i-th at home i playing its tone for
+/// `seconds(i)` with the extra arguments `args(i)`; `before_seat` reads what each says
+/// before its seat (its own checks), then it waits to be seated. In `tones`' order.
+fn seat_players(
+    lab: &NatLab,
+    dir: &Path,
+    tones: &[(&str, f64)],
+    seconds: impl Fn(usize) -> f64,
+    args: impl Fn(usize) -> Vec<String>,
+    mut before_seat: impl FnMut(usize, &mut Player),
+) -> Vec<Player> {
+    tones
+        .iter()
+        .enumerate()
+        .map(|(i, (name, hz))| {
+            let input = dir.join(format!("{name}.wav"));
+            write_tone(&input, *hz, AMP, 20.0);
+            let args = args(i);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let mut p =
+                Player::start_with(lab, &lab.homes[i].ns, name, &input, dir, seconds(i), false, &args);
+            before_seat(i, &mut p);
+            p.wait_seated();
+            p
+        })
+        .collect()
+}
+
 /// `name`'s entries in a player's report (`heard`).
 fn heard_entries<'a>(report: &'a serde_json::Value, name: &str) -> Vec<&'a serde_json::Value> {
     report["heard"]
@@ -375,7 +410,7 @@ fn players_behind_three_kinds_of_router_share_a_room() {
         let differs = line.contains("not where the rooms server does");
         match home.kind {
             RouterKind::Cone | RouterKind::Firewall => assert!(same, "{}: {line}", p.name),
-            RouterKind::Symmetric => assert!(differs, "{}: {line}", p.name),
+            RouterKind::Symmetric | RouterKind::Sequential => assert!(differs, "{}: {line}", p.name),
         }
         p.wait_seated();
     }
@@ -624,6 +659,26 @@ fn count(v: &serde_json::Value, key: &str) -> u64 {
 }
 
 /// Seconds of `hz` heard in a player's output.
+/// Asserts that `players[me]` heard `tones[other]` for at least `min_s` seconds, and gives
+/// the path its final report says it heard that player on.
+fn heard_path<'a>(
+    players: &[Player],
+    reports: &'a [serde_json::Value],
+    tones: &[(&str, f64)],
+    (me, other): (usize, usize),
+    min_s: f64,
+) -> &'a str {
+    let s = heard_s(&players[me], tones[other].1);
+    assert!(
+        s >= min_s,
+        "{} heard {} for only {s:.2} s",
+        players[me].name,
+        tones[other].0
+    );
+    let entry = heard_entries(&reports[me], tones[other].0);
+    entry.first().and_then(|e| e["path"].as_str()).unwrap_or_default()
+}
+
 fn heard_s(p: &Player, hz: f64) -> f64 {
     block_s(levels(&p.output, hz).iter().filter(|b| b.0 > PRESENT).count())
 }
@@ -648,14 +703,8 @@ fn players_behind_cone_routers_go_direct_and_the_server_forwards_none_of_their_m
     let dir = tmp_dir("nat-direct-cone");
     let servers = Servers::start(&lab, &dir);
     let tones = [("ana", 950.0), ("bo", 1550.0)];
-    let mut players = Vec::new();
-    for (i, (name, hz)) in tones.iter().enumerate() {
-        let input = dir.join(format!("{name}.wav"));
-        write_tone(&input, *hz, AMP, 20.0);
-        let mut p = Player::start(&lab, &lab.homes[i].ns, name, &input, &dir, 6.0 - i as f64, false);
-        p.wait_seated();
-        players.push(p);
-    }
+    // bo plays a second less than ana.
+    let mut players = seat_players(&lab, &dir, &tones, |i| 6.0 - i as f64, |_| vec![], |_, _| {});
     both_direct_within_a_second(&mut players, &lab, "cone <-> cone");
     let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
     let server = servers.stop();
@@ -822,14 +871,7 @@ fn a_direct_path_cut_mid_stream_comes_back_through_the_server() {
     let dir = tmp_dir("nat-direct-cut");
     let servers = Servers::start(&lab, &dir);
     let tones = [("ana", 950.0), ("bo", 1550.0)];
-    let mut players = Vec::new();
-    for (i, (name, hz)) in tones.iter().enumerate() {
-        let input = dir.join(format!("{name}.wav"));
-        write_tone(&input, *hz, AMP, 20.0);
-        let mut p = Player::start(&lab, &lab.homes[i].ns, name, &input, &dir, 7.0, false);
-        p.wait_seated();
-        players.push(p);
-    }
+    let mut players = seat_players(&lab, &dir, &tones, |_| 7.0, |_| vec![], |_, _| {});
     for (i, other) in [(0, "bo"), (1, "ana")] {
         assert!(
             players[i].path_to(other).1,
@@ -905,14 +947,7 @@ fn a_pair_blocked_when_joining_goes_direct_once_the_way_opens() {
     // The way between the two homes is closed (the server stays reachable).
     lab.cut(&lab.homes[0], &lab.homes[1]).expect("cut");
     let tones = [("ana", 950.0), ("bo", 1550.0)];
-    let mut players = Vec::new();
-    for (i, (name, hz)) in tones.iter().enumerate() {
-        let input = dir.join(format!("{name}.wav"));
-        write_tone(&input, *hz, AMP, 20.0);
-        let mut p = Player::start(&lab, &lab.homes[i].ns, name, &input, &dir, 15.0, false);
-        p.wait_seated();
-        players.push(p);
-    }
+    let mut players = seat_players(&lab, &dir, &tones, |_| 15.0, |_| vec![], |_, _| {});
     for (i, other) in [(0, "bo"), (1, "ana")] {
         let (_, direct) = players[i].path_to(other);
         assert!(
@@ -940,104 +975,366 @@ fn a_pair_blocked_when_joining_goes_direct_once_the_way_opens() {
     }
     let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
     let _server = servers.stop();
-    for (me, other) in [(0, 1), (1, 0)] {
-        let s = heard_s(&players[me], tones[other].1);
-        assert!(
-            s >= 12.0,
-            "{} heard {} for only {s:.2} s of 14",
-            players[me].name,
-            tones[other].0
-        );
-        let entry = heard_entries(&reports[me], tones[other].0);
-        let path = entry.first().and_then(|e| e["path"].as_str()).unwrap_or_default();
+    for pair in [(0, 1), (1, 0)] {
+        let path = heard_path(&players, &reports, &tones, pair, 12.0);
         assert!(path.starts_with("direct RTT "), "{path}");
     }
 }
 
-#[test]
-fn players_behind_port_randomising_routers_go_direct_through_ports_their_routers_forward() {
+/// miniupnpd on each router of `lab`, answering `speaks`, once it says it is ready.
+fn port_mappers(lab: &NatLab, dir: &Path, speaks: Mapper) -> Vec<Proc> {
+    lab.homes
+        .iter()
+        .map(|home| {
+            let mut cmd = lab
+                .upnp_gateway(home, dir, speaks)
+                .expect("port mapping on the router");
+            let d = Proc::spawn_lines(&mut cmd, "miniupnpd");
+            let deadline = Instant::now() + STEP;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match d.line_within(left) {
+                    Some(l) if l.contains(speaks.ready_line()) => break,
+                    Some(_) => {}
+                    None => panic!(
+                        "miniupnpd in {} did not start: {:?}",
+                        home.router,
+                        d.drain_lines()
+                    ),
+                }
+            }
+            d
+        })
+        .collect()
+}
+
+/// The port forwardings miniupnpd holds in `home`'s router (one nft rule each).
+fn forwardings(home: &common::natlab::Home) -> Vec<String> {
+    in_ns(
+        &home.router,
+        "nft",
+        &["list", "chain", "inet", "upnp", "upnp_dnat"],
+    )
+    .unwrap_or_default()
+    .lines()
+    .filter(|l| l.contains("dport"))
+    .map(|l| l.trim().to_string())
+    .collect()
+}
+
+/// Two players behind port-randomising routers that forward ports by `speaks` go direct
+/// with `--port-map` (`flag`), say which protocol gave the mapping, and take it away
+/// when they leave.
+fn mapped_ports_go_direct(speaks: Mapper, flag: &str, protocol: &str) {
     let _one = one_lab();
     require("miniupnpd", "miniupnpd-nftables");
     let Some(lab) = lab_or_skip(&[RouterKind::Symmetric, RouterKind::Symmetric]) else {
         return;
     };
-    let dir = tmp_dir("nat-direct-upnp");
-    let mut daemons = Vec::new();
-    for home in &lab.homes {
-        let mut cmd = lab.upnp_gateway(home, &dir).expect("UPnP on the router");
-        let d = Proc::spawn_lines(&mut cmd, "miniupnpd");
-        let deadline = Instant::now() + STEP;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match d.line_within(left) {
-                Some(l) if l.contains("HTTP listening") => break,
-                Some(_) => {}
-                None => panic!(
-                    "miniupnpd in {} did not start: {:?}",
-                    home.router,
-                    d.drain_lines()
-                ),
-            }
-        }
-        daemons.push(d);
-    }
+    let dir = tmp_dir(&format!("nat-direct-{protocol}"));
+    let daemons = port_mappers(&lab, &dir, speaks);
     let servers = Servers::start(&lab, &dir);
     let tones = [("ana", 950.0), ("bo", 1550.0)];
-    let mut players = Vec::new();
-    for (i, (name, hz)) in tones.iter().enumerate() {
-        let input = dir.join(format!("{name}.wav"));
-        write_tone(&input, *hz, AMP, 20.0);
-        let mut p = Player::start_with(
-            &lab,
-            &lab.homes[i].ns,
-            name,
-            &input,
-            &dir,
-            6.0,
-            false,
-            &["--upnp"],
-        );
-        let line = p.wait_line("the router's port mapping", |l| {
-            l.starts_with("netjam: your router at") || l.starts_with("netjam: --upnp")
-        });
-        eprintln!("upnp: {name}: {line}");
-        assert!(line.contains("forwards UDP port"), "{name}: {line}");
-        p.wait_seated();
-        players.push(p);
-    }
-    both_direct_within_a_second(&mut players, &lab, "symmetric+UPnP <-> symmetric+UPnP");
+    let mut players = seat_players(
+        &lab,
+        &dir,
+        &tones,
+        |_| 6.0,
+        |_| vec![flag.into()],
+        |_, p| {
+            let name = p.name.clone();
+            let line = p.wait_line("the router's port mapping", |l| {
+                l.starts_with("netjam: your router at") || l.starts_with("netjam: --port-map")
+            });
+            eprintln!("{protocol}: {name}: {line}");
+            assert!(line.contains("forwards UDP port"), "{name}: {line}");
+            assert!(line.contains(&format!("({protocol}, ")), "{name}: {line}");
+            // "... (PCP, 12 ms; ...)": the time from asking to the mapping.
+            let ms: f64 = line
+                .split(&format!("({protocol}, "))
+                .nth(1)
+                .and_then(|r| r.split(" ms").next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no time in {line}"));
+            assert!(ms < 2000.0, "{name}: the mapping took {ms} ms");
+        },
+    );
+    both_direct_within_a_second(
+        &mut players,
+        &lab,
+        &format!("symmetric+{protocol} <-> symmetric+{protocol}"),
+    );
     for (i, other) in [(0, "bo"), (1, "ana")] {
         let (_, line) =
             players[i].seen_or_wait("its path line", |l| l.contains(&format!(" path to {other} ")));
-        eprintln!("upnp: {}: {line}", players[i].name);
+        eprintln!("{protocol}: {}: {line}", players[i].name);
     }
     let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
     let _server = servers.stop();
-    for (me, other) in [(0, 1), (1, 0)] {
-        let s = heard_s(&players[me], tones[other].1);
-        assert!(
-            s >= 3.5,
-            "{} heard {} for only {s:.2} s",
-            players[me].name,
-            tones[other].0
-        );
-        let entry = heard_entries(&reports[me], tones[other].0);
-        let path = entry.first().and_then(|e| e["path"].as_str()).unwrap_or_default();
+    for pair in [(0, 1), (1, 0)] {
+        let path = heard_path(&players, &reports, &tones, pair, 3.5);
         assert!(path.starts_with("direct RTT "), "{path}");
     }
     // Each player took its mapping away when it left.
     for (home, d) in lab.homes.iter().zip(&daemons) {
-        let rules = in_ns(
-            &home.router,
-            "nft",
-            &["list", "chain", "inet", "upnp", "upnp_dnat"],
-        )
-        .unwrap_or_default();
+        let left = forwardings(home);
         assert!(
-            !rules.contains("dport"),
-            "{}: mappings left: {rules}\n{:?}",
+            left.is_empty(),
+            "{}: mappings left: {left:?}\n{:?}",
             home.router,
             d.drain_lines()
         );
+    }
+}
+
+#[test]
+fn players_behind_port_randomising_routers_go_direct_through_ports_their_routers_forward() {
+    // The old flag's name still works.
+    mapped_ports_go_direct(Mapper::Upnp, "--upnp", "UPnP-IGD");
+}
+
+#[test]
+fn routers_that_speak_pcp_forward_ports_too() {
+    mapped_ports_go_direct(Mapper::PcpNatPmp, "--port-map", "PCP");
+}
+
+/// PCP goes unanswered (a first try and two retries: about a second), then NAT-PMP maps.
+#[test]
+fn routers_that_ignore_pcp_forward_ports_by_nat_pmp() {
+    mapped_ports_go_direct(Mapper::NatPmp, "--port-map", "NAT-PMP");
+}
+
+/// A player that ends by an error (a wrong room password) and one stopped by SIGTERM
+/// mid-stream both leave no forwarding in their routers.
+#[test]
+fn no_port_mapping_is_left_behind_by_an_error_or_a_signal() {
+    let _one = one_lab();
+    require("miniupnpd", "miniupnpd-nftables");
+    let Some(lab) = lab_or_skip(&[RouterKind::Symmetric, RouterKind::Symmetric]) else {
+        return;
+    };
+    let dir = tmp_dir("nat-portmap-exits");
+    let daemons = port_mappers(&lab, &dir, Mapper::PcpNatPmp);
+    let servers = Servers::start(&lab, &dir);
+    let input = dir.join("tone.wav");
+    write_tone(&input, 950.0, AMP, 20.0);
+    let mapped = |p: &mut Player| {
+        let line = p.wait_line("the router's port mapping", |l| {
+            l.starts_with("netjam: your router at") || l.starts_with("netjam: --port-map")
+        });
+        assert!(line.contains("forwards UDP port"), "{}: {line}", p.name);
+    };
+    let mut ana = Player::start_with(
+        &lab,
+        &lab.homes[0].ns,
+        "ana",
+        &input,
+        &dir,
+        30.0,
+        false,
+        &["--port-map", "--password", "right"],
+    );
+    mapped(&mut ana);
+    ana.wait_seated();
+    assert_eq!(
+        forwardings(&lab.homes[0]).len(),
+        1,
+        "ana's router forwards her port"
+    );
+    // bo gets his mapping, then the room refuses him: an error exit.
+    let mut bo = Player::start_with(
+        &lab,
+        &lab.homes[1].ns,
+        "bo",
+        &input,
+        &dir,
+        30.0,
+        false,
+        &["--port-map", "--password", "wrong"],
+    );
+    mapped(&mut bo);
+    let status = bo.proc.wait_for(STEP);
+    assert!(
+        !status.success(),
+        "bo joined with a wrong password: {:#?}",
+        bo.said
+    );
+    let left = forwardings(&lab.homes[1]);
+    assert!(
+        left.is_empty(),
+        "bo's error exit left {left:?}\n{:?}",
+        daemons[1].drain_lines()
+    );
+    // ana is stopped as a service manager or a closed terminal would stop her.
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &ana.proc.child.id().to_string()])
+        .status();
+    let status = ana.proc.wait_for(STEP);
+    assert!(status.success(), "ana after SIGTERM: {status:?}");
+    let left = forwardings(&lab.homes[0]);
+    assert!(
+        left.is_empty(),
+        "ana's SIGTERM left {left:?}\n{:?}",
+        daemons[0].drain_lines()
+    );
+    let _server = servers.stop();
+}
+
+/// Two players behind cone routers whose direct way crosses a `netjam impair` delay of
+/// [`DETOUR_MS`] each way while their way to the server does not: the direct path answers
+/// but is slower, so media stays with the server and both say so.
+#[test]
+fn a_direct_path_slower_than_the_server_is_measured_and_not_used() {
+    const DETOUR_MS: f64 = 10.0;
+    let _one = one_lab();
+    let Some(mut lab) = lab_or_skip(&[RouterKind::Cone, RouterKind::Cone]) else {
+        return;
+    };
+    let dir = tmp_dir("nat-direct-slower");
+    let ports = [5000u16, 5001];
+    let via = std::net::SocketAddrV4::new(std::net::Ipv4Addr::new(10, 99, 0, 3), 7000);
+    let (ana_home, bo_home) = (lab.homes[0].clone(), lab.homes[1].clone());
+    let mid = lab
+        .detour(&ana_home, ports[0], &bo_home, ports[1], via)
+        .expect("the detour");
+    let bo_public = SocketAddr::new(lab.homes[1].public_ip().into(), ports[1]);
+    let impair = Proc::spawn_lines(
+        lab.command(&mid, BIN)
+            .args(["impair", "--listen", &via.to_string()])
+            .args(["--forward", &bo_public.to_string()])
+            .args(["--delay", &DETOUR_MS.to_string()])
+            .stdout(Stdio::null()),
+        "netjam impair",
+    );
+    impair.line_with("netjam impair:", STEP);
+    let servers = Servers::start(&lab, &dir);
+    let tones = [("ana", 950.0), ("bo", 1550.0)];
+    let listen = |i: usize| vec!["--listen".into(), format!("{}:{}", lab.homes[i].ip, ports[i])];
+    let mut players = seat_players(
+        &lab,
+        &dir,
+        &tones,
+        |_| 6.0,
+        listen,
+        |i, p| {
+            let seen = p.server_sees();
+            assert_eq!(
+                seen.port(),
+                ports[i],
+                "{}: the cone router did not keep the socket's port, which the detour needs",
+                p.name
+            );
+        },
+    );
+    for (i, other) in [(0, "bo"), (1, "ana")] {
+        let (_, direct) = players[i].path_to(other);
+        let (_, line) = players[i].seen_or_wait("its path line", |l| {
+            l.starts_with(&format!("netjam: no direct path to {other} "))
+                || l.starts_with(&format!("netjam: direct path to {other} "))
+        });
+        eprintln!("detour: {}: {line}", players[i].name);
+        assert!(!direct, "{}: {line}", players[i].name);
+        assert!(
+            line.contains("slower than through the server"),
+            "{}: {line}\nconnection tracking:\n{}\nthe emulator: {:?}",
+            players[i].name,
+            routers_conntrack(&lab),
+            impair.drain_lines()
+        );
+        // "(direct RTT 20.41 ms, ...": at least the detour's two delays.
+        let rtt: f64 = line
+            .split("direct RTT ")
+            .nth(1)
+            .and_then(|r| r.split(" ms").next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no direct RTT in {line}"));
+        assert!(
+            rtt >= 2.0 * DETOUR_MS,
+            "{}: a direct RTT of {rtt} ms through the detour",
+            players[i].name
+        );
+    }
+    let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
+    let server = servers.stop();
+    let forwarded = count(&server["shell"], "sent");
+    let total: u64 = reports
+        .iter()
+        .map(|r| r["stats"]["sent"]["packets"].as_u64().unwrap_or(0))
+        .sum();
+    eprintln!("detour: the server forwarded {forwarded} copies of the {total} packets ana and bo sent");
+    assert!(total > 1000, "{total}");
+    assert!(
+        forwarded as f64 >= 0.8 * total as f64,
+        "only {forwarded} of {total} went through the server"
+    );
+    for (me, other) in [(0, 1), (1, 0)] {
+        let path = heard_path(&players, &reports, &tones, (me, other), 3.5);
+        eprintln!("detour: {}'s report: {} {path}", players[me].name, tones[other].0);
+        assert!(
+            path.starts_with("via server") && path.ends_with("slower)"),
+            "{path}"
+        );
+    }
+}
+
+/// A player behind a router that hands out ports in sequence and one behind a cone router
+/// go direct: the first predicts its router's next ports from the two servers' answers and
+/// declares them, and the second's probes to them open its router for the first's. A
+/// third behind another such router, asking no second server, predicts nothing and stays
+/// relayed: the prediction is what opens the way.
+#[test]
+fn a_router_that_hands_out_ports_in_sequence_is_punched_through_by_prediction() {
+    let _one = one_lab();
+    let kinds = [RouterKind::Sequential, RouterKind::Cone, RouterKind::Sequential];
+    let Some(lab) = lab_or_skip(&kinds) else {
+        return;
+    };
+    let dir = tmp_dir("nat-direct-sequential");
+    let servers = Servers::start(&lab, &dir);
+    let tones = [("ana", 950.0), ("bo", 1550.0), ("cy", 2150.0)];
+    // cy asks no second server.
+    let stun = |i: usize| match i {
+        2 => vec![],
+        _ => vec!["--stun".into(), format!("{}:{STUN_PORT}", lab.stun_ip)],
+    };
+    let mut players = seat_players(
+        &lab,
+        &dir,
+        &tones,
+        |_| 6.0,
+        stun,
+        |i, p| {
+            if i == 0 {
+                let line = p.wait_line("the predicted ports", |l| {
+                    l.starts_with("netjam: your router gives each new destination the next port")
+                });
+                eprintln!("sequential: {}: {line}", p.name);
+                assert!(line.contains("(+1)"), "{line}");
+            }
+        },
+    );
+    both_direct_within_a_second(&mut players[..2], &lab, "sequential <-> cone");
+    for (me, other) in [(2, "bo"), (1, "cy")] {
+        let (_, direct) = players[me].path_to(other);
+        assert!(
+            !direct,
+            "{} -> {other} without a prediction: {:#?}",
+            players[me].name, players[me].said
+        );
+    }
+    for p in &players[1..] {
+        assert!(
+            !p.said.iter().any(|l| l.contains("the next port")),
+            "{} predicted: {:#?}",
+            p.name,
+            p.said
+        );
+    }
+    let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
+    let _server = servers.stop();
+    for (me, other, how) in [(0, 1, "direct RTT "), (1, 0, "direct RTT "), (2, 1, "via server")] {
+        let path = heard_path(&players, &reports, &tones, (me, other), 3.5);
+        eprintln!("sequential: {} hears {} {path}", players[me].name, tones[other].0);
+        assert!(path.starts_with(how), "{path}");
     }
 }

@@ -420,6 +420,17 @@ impl LinkSchedule {
         fx
     }
 
+    /// The first time after `t_ns` at which some event begins or ends (when the effects in
+    /// force may change), if any.
+    pub(crate) fn next_change_after(&self, t_ns: u64) -> Option<u64> {
+        self.events
+            .iter()
+            .flat_map(|e| [Some(e.at_ns), e.end_ns()])
+            .flatten()
+            .filter(|&c| c > t_ns)
+            .min()
+    }
+
     /// When a packet that would arrive at `t_ns` after the origin arrives once the stalls
     /// have held it (unchanged if no stall covers it).
     pub(crate) fn after_stalls(&self, mut t_ns: u64) -> u64 {

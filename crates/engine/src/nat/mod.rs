@@ -3,6 +3,8 @@
 //!
 //! * [`direct`]: direct paths between the members of a room (authenticated probes,
 //!   simultaneous punching, the server as fallback) and where each media packet goes.
+//! * [`predict`]: the next ports a router that hands out ports in sequence will give a
+//!   socket, from two servers' answers (candidates for the other players to probe).
 //! * [`stun`]: the STUN Binding request and success response (RFC 8489) — the subset a
 //!   rooms server answers on its media port and a client asks with.
 //!
@@ -10,4 +12,5 @@
 //! written into buffers they own.
 
 pub mod direct;
+pub mod predict;
 pub mod stun;

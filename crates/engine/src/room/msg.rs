@@ -35,6 +35,20 @@ pub const PAIR_TOKEN_LEN: usize = 16;
 pub const PROBE_MAC_LEN: usize = 16;
 /// Most member ids in one `/netjam/route`.
 pub const MAX_ROUTE_IDS: usize = 64;
+/// Largest ensemble datagram one `/netjam/ens` carries.
+pub const MAX_ENS_PAYLOAD: usize = 1400;
+/// Bytes `/netjam/ens` adds around its payload (address, type tags, version, member id,
+/// blob length; the payload is padded to 4 bytes).
+pub const ENS_OVERHEAD: usize = 12 + 8 + 4 + 4 + 4;
+/// Largest `/netjam/ens` either side writes; also the largest message of this protocol,
+/// so a buffer of this size holds any of them.
+pub const MAX_ENS_LEN: usize = ENS_OVERHEAD + MAX_ENS_PAYLOAD;
+const _: () = assert!(MAX_ENS_LEN >= MAX_CONTROL_LEN);
+/// `/netjam/ens` member id meaning "every other ensemble member of the room".
+pub const ENS_EVERYONE: u32 = 0;
+/// Address prefix of the ensemble's clock probe (`netjam-ensemble`'s `/_clock/ping`),
+/// which the server answers for its members: the server is a room's clock reference.
+pub const CLOCK_PING_PREFIX: &[u8] = b"/_clock/ping";
 
 /// The address prefix of every control message; also how the demultiplexer recognises one.
 pub const PREFIX: &str = "/netjam/";
@@ -307,6 +321,15 @@ pub enum Control<'a> {
         /// The list's sequence number.
         seq: u32,
     },
+    /// both ways: `/netjam/ens`, an ensemble datagram relayed by the server. From a
+    /// member: `member_id` is the destination ([`ENS_EVERYONE`]: every other member of
+    /// the room that speaks ensemble); from the server: the member it came from.
+    Ens {
+        /// Destination (client → server) or source (server → client).
+        member_id: u32,
+        /// The ensemble datagram, at most [`MAX_ENS_PAYLOAD`] bytes.
+        payload: &'a [u8],
+    },
     /// member → member: `/netjam/probe`.
     Probe(Probe<'a>),
 }
@@ -347,6 +370,7 @@ const PEER: &str = "/netjam/peer";
 const ROUTE: &str = "/netjam/route";
 const ROUTED: &str = "/netjam/routed";
 const PROBE: &str = "/netjam/probe";
+const ENS: &str = "/netjam/ens";
 
 /// The padding blob a client puts in its hello so that the hello is at least as long as
 /// the challenge it asks for: 64 bytes makes a 92-byte hello for an 88-byte challenge.
@@ -390,6 +414,7 @@ impl<'a> Control<'a> {
                 | ROUTE
                 | ROUTED
                 | PROBE
+                | ENS
         );
         if !known {
             return Err(ControlError::UnknownAddress);
@@ -575,6 +600,15 @@ impl<'a> Control<'a> {
                     mac: fixed!(PROBE_MAC_LEN),
                 })
             }
+            ENS => {
+                expect(b"iib")?;
+                let member_id = i!() as u32;
+                let payload = b!();
+                if payload.len() > MAX_ENS_PAYLOAD {
+                    return Err(bad);
+                }
+                Control::Ens { member_id, payload }
+            }
             _ => {
                 expect(b"i")?;
                 Control::Rebind
@@ -673,6 +707,9 @@ impl<'a> Control<'a> {
             ),
             Control::Route { seq, direct } => encode_message(buf, ROUTE, &[v, u(seq), Arg::Blob(direct)]),
             Control::Routed { seq } => encode_message(buf, ROUTED, &[v, u(seq)]),
+            Control::Ens { member_id, payload } => {
+                encode_message(buf, ENS, &[v, u(member_id), Arg::Blob(payload)])
+            }
             Control::Probe(p) => encode_message(
                 buf,
                 PROBE,
@@ -851,6 +888,10 @@ mod tests {
             direct: &[0, 0, 0, 2, 0, 0, 0, 7],
         });
         roundtrip(Control::Routed { seq: 3 });
+        roundtrip(Control::Ens {
+            member_id: ENS_EVERYONE,
+            payload: b"/_ens/bye\0\0\0,h\0\0\0\0\0\0\0\0\0\x07",
+        });
         roundtrip(Control::Probe(Probe {
             from: 1,
             to: 2,
@@ -1012,6 +1053,27 @@ mod tests {
             mac: &[0; PROBE_MAC_LEN],
         });
         assert_eq!(len(probe), 76);
+    }
+
+    #[test]
+    fn ens_envelopes_hold_their_largest_payload_and_refuse_a_larger_one() {
+        let big = vec![1u8; MAX_ENS_PAYLOAD];
+        let mut buf = vec![0u8; MAX_ENS_LEN + 8];
+        let c = Control::Ens {
+            member_id: 9,
+            payload: &big,
+        };
+        let n = c.encode(&mut buf).unwrap();
+        assert_eq!(n, MAX_ENS_LEN);
+        assert_eq!(Control::decode(&buf[..n]).unwrap(), c);
+        let bigger = vec![1u8; MAX_ENS_PAYLOAD + 1];
+        let n = Control::Ens {
+            member_id: 9,
+            payload: &bigger,
+        }
+        .encode(&mut buf)
+        .unwrap();
+        assert_eq!(Control::decode(&buf[..n]), Err(ControlError::BadArguments));
     }
 
     #[test]

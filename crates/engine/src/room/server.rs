@@ -28,6 +28,17 @@
 //! `/netjam/route` names the members it reaches directly; the forwarding path skips their
 //! copies of its media (counted as `direct_skipped`) until a newer list leaves them out.
 //!
+//! Ensembles (the room is the ensemble): a member's `/netjam/ens` carries one ensemble
+//! datagram, to one member of its room or to every member of it that speaks ensemble
+//! (has sent `/netjam/ens` itself); the server re-addresses it with the sender's member id
+//! and queues it like a control reply. The ensemble's clock probes (`/_clock/ping`) from
+//! a member come back as [`Verdict::ClockProbe`]: the shell answers them with its own
+//! clock, so the server is the room's one clock reference, the one place every member
+//! reaches. A join that declares a media rate of zero takes a seat without media (an
+//! ensemble member that plays no audio, e.g. `netjam ensemble join --server`): no media is
+//! forwarded to or from it, it is in no roster and paired with nobody, and its control
+//! and ensemble traffic is policed at [`ServerConfig::ensemble_packets_per_s`].
+//!
 //! STUN Binding requests (RFC 8489) on the same port are answered with the address the
 //! request came from (XOR-MAPPED-ADDRESS), so a player learns the public address and port
 //! its router gave the socket its audio uses. Anyone may ask, so an answer comes out of
@@ -42,16 +53,19 @@ use std::net::SocketAddr;
 use super::auth;
 use super::msg::{
     decode_addrs, encode_addrs, valid_name, Control, Join, PeerInfo, RefuseCode, Rejoin, Roster, RosterKind,
-    Welcome, CHALLENGE_LEN, MAX_ADDRS_LEN, MAX_CONTROL_LEN, MAX_HOSTS, PAIR_TOKEN_LEN, ROOM_KEY_LEN,
-    TOKEN_LEN,
+    Welcome, CHALLENGE_LEN, CLOCK_PING_PREFIX, ENS_EVERYONE, MAX_ADDRS_LEN, MAX_CONTROL_LEN, MAX_ENS_LEN,
+    MAX_HOSTS, PAIR_TOKEN_LEN, ROOM_KEY_LEN, TOKEN_LEN,
 };
 use crate::nat::stun;
 
 /// Limits and timers of a [`Server`].
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ServerConfig {
-    /// Most members in one room.
+    /// Most members with media (players) in one room.
     pub max_members_per_room: usize,
+    /// Most seats without media (ensemble members) in one room, besides its players: a
+    /// band whose every player also runs an ensemble member still fits.
+    pub max_ensemble_seats_per_room: usize,
     /// Most members on the server.
     pub max_members: usize,
     /// Most rooms on the server.
@@ -88,12 +102,18 @@ pub struct ServerConfig {
     pub unproven_replies_per_s: u32,
     /// Control replies waiting for [`Server::poll_transmit`]; more are dropped and counted.
     pub transmit_queue: usize,
+    /// The rate a seat without media (declared rate zero: an ensemble member) is policed
+    /// at: packets per second.
+    pub ensemble_packets_per_s: u32,
+    /// The same in bytes per second.
+    pub ensemble_bytes_per_s: u32,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             max_members_per_room: 16,
+            max_ensemble_seats_per_room: 32,
             max_members: 4096,
             max_rooms: 1024,
             keepalive_ms: 1000,
@@ -110,6 +130,8 @@ impl Default for ServerConfig {
             roster_backlog: 256,
             unproven_replies_per_s: 200,
             transmit_queue: 8192,
+            ensemble_packets_per_s: 400,
+            ensemble_bytes_per_s: 400_000,
         }
     }
 }
@@ -159,6 +181,9 @@ pub enum Verdict<'a> {
     Forward(&'a [Dest]),
     /// A control message, consumed; replies (if any) wait in [`Server::poll_transmit`].
     Control,
+    /// An ensemble clock probe (`/_clock/ping`) from a member: the shell answers it to
+    /// its source with its own clock (the room's reference), at once.
+    ClockProbe,
     /// Dropped and counted.
     Drop(DropReason),
 }
@@ -209,6 +234,12 @@ pub struct ServerStats {
     /// STUN messages that are not a Binding request this server answers (responses,
     /// indications, unknown comprehension-required attributes), dropped.
     pub stun_dropped: u64,
+    /// Ensemble datagrams (`/netjam/ens`) queued to a member (one per destination).
+    pub ens_relayed: u64,
+    /// `/netjam/ens` for a member that is not in the sender's room or speaks no ensemble.
+    pub ens_undeliverable: u64,
+    /// Ensemble clock probes handed to the shell to answer.
+    pub clock_probes: u64,
 }
 
 /// How many bytes longer than its request a STUN answer may be (an IPv4
@@ -366,6 +397,10 @@ struct Member {
     direct: Vec<u32>,
     /// The newest `/netjam/route` applied.
     route_seq: u32,
+    /// It declared a media rate (a seat without media carries only ensemble traffic).
+    media: bool,
+    /// It has sent `/netjam/ens`: ensemble datagrams are relayed to it.
+    ens: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -505,6 +540,7 @@ impl Server {
     pub fn handle_datagram(&mut self, now_ns: u64, src: SocketAddr, bytes: &[u8]) -> Verdict<'_> {
         match bytes.first() {
             Some(0x80..=0xBF) => self.media(now_ns, src, bytes),
+            Some(b'/') if bytes.starts_with(CLOCK_PING_PREFIX) => self.clock_probe(now_ns, src, bytes.len()),
             Some(b'/') => self.control(now_ns, src, bytes),
             Some(0x00 | 0x01) if stun::is_stun(bytes) => self.stun(now_ns, src, bytes),
             Some(b'#') => {
@@ -550,6 +586,66 @@ impl Server {
         Verdict::Control
     }
 
+    /// A clock probe: answered (by the shell) only to members, within their rate, so an
+    /// unproven source can never make the server send its longer answer.
+    fn clock_probe(&mut self, now: u64, src: SocketAddr, len: usize) -> Verdict<'static> {
+        let Some(Some(m)) = self
+            .by_addr
+            .get(&src)
+            .and_then(|&s| self.slots.get_mut(s as usize))
+        else {
+            self.stats.unknown_source += 1;
+            return Verdict::Drop(DropReason::UnknownSource);
+        };
+        m.last_heard = now;
+        m.stats.packets_in += 1;
+        m.stats.bytes_in += len as u64;
+        if !m.bucket.take(now, len) {
+            m.stats.policed += 1;
+            return Verdict::Drop(DropReason::Policed);
+        }
+        self.stats.clock_probes += 1;
+        Verdict::ClockProbe
+    }
+
+    /// Relays one ensemble datagram from the member in `slot` to `to` (or to every other
+    /// ensemble member of its room), re-addressed with the sender's id.
+    fn ens(&mut self, slot: u32, to: u32, payload: &[u8]) {
+        let Some(m) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        m.ens = true;
+        let (from, room) = (m.id, m.room);
+        let mut buf = vec![0u8; MAX_ENS_LEN];
+        let Ok(n) = (Control::Ens {
+            member_id: from,
+            payload,
+        })
+        .encode(&mut buf) else {
+            self.stats.transmit_drops += 1;
+            return;
+        };
+        buf.truncate(n);
+        let dests: Vec<SocketAddr> = match self.rooms.get(room) {
+            Some(Some(r)) => r
+                .members
+                .iter()
+                .filter(|&&o| o != slot)
+                .filter_map(|&o| self.slots.get(o as usize).and_then(Option::as_ref))
+                .filter(|o| o.ens && (to == ENS_EVERYONE || o.id == to))
+                .map(|o| o.addr)
+                .collect(),
+            _ => Vec::new(),
+        };
+        if dests.is_empty() && to != ENS_EVERYONE {
+            self.stats.ens_undeliverable += 1;
+        }
+        for d in dests {
+            self.stats.ens_relayed += 1;
+            self.queue_bytes(d, buf.clone());
+        }
+    }
+
     fn media(&mut self, now: u64, src: SocketAddr, bytes: &[u8]) -> Verdict<'_> {
         let Some(&slot) = self.by_addr.get(&src) else {
             self.stats.unknown_source += 1;
@@ -562,6 +658,11 @@ impl Server {
         m.last_heard = now;
         m.stats.packets_in += 1;
         m.stats.bytes_in += bytes.len() as u64;
+        if !m.media {
+            // It declared a media rate of zero.
+            m.stats.policed += 1;
+            return Verdict::Drop(DropReason::Policed);
+        }
         match check_ssrc(bytes, m.ssrc) {
             SsrcCheck::Own => {}
             SsrcCheck::Foreign => {
@@ -591,6 +692,9 @@ impl Server {
                 }
                 let gen = self.gens.get(other as usize).copied().unwrap_or(0);
                 if let Some(Some(o)) = self.slots.get_mut(other as usize) {
+                    if !o.media {
+                        continue;
+                    }
                     if direct.contains(&o.id) {
                         skipped += 1;
                         continue;
@@ -684,6 +788,7 @@ impl Server {
             }
             (Control::Keepalive, Some(_)) => self.queue(src, &Control::Keepalive),
             (Control::Route { seq, direct }, Some(slot)) => self.route(slot, src, seq, direct),
+            (Control::Ens { member_id, payload }, Some(slot)) => self.ens(slot, member_id, payload),
             (Control::Leave, Some(slot)) => {
                 self.stats.leaves += 1;
                 self.remove(now, slot, RosterKind::Left);
@@ -693,7 +798,8 @@ impl Server {
                 | Control::Rename { .. }
                 | Control::Keepalive
                 | Control::Leave
-                | Control::Route { .. },
+                | Control::Route { .. }
+                | Control::Ens { .. },
                 None,
             ) => {
                 self.rebind_hint(now, src, bytes.len());
@@ -734,12 +840,18 @@ impl Server {
             .slots
             .get(slot as usize)
             .and_then(Option::as_ref)
+            .filter(|m| m.media)
             .map(|m| (m.room, m.id))
         else {
             return;
         };
         let others: Vec<u32> = match self.rooms.get(room) {
-            Some(Some(r)) => r.members.iter().copied().filter(|&o| o != slot).collect(),
+            Some(Some(r)) => r
+                .members
+                .iter()
+                .copied()
+                .filter(|&o| o != slot && self.has_media(o))
+                .collect(),
             _ => return,
         };
         if let Some(Some(m)) = self.slots.get_mut(slot as usize) {
@@ -803,7 +915,12 @@ impl Server {
             return;
         }
         // From here on the source has proven it receives at its address.
-        if !valid_name(j.room) || !valid_name(j.name) || j.packets_per_s == 0 || j.bytes_per_s == 0 {
+        // A rate of zero (both figures) is a seat without media; one zero is a mistake.
+        let media = j.packets_per_s != 0 || j.bytes_per_s != 0;
+        if !valid_name(j.room)
+            || !valid_name(j.name)
+            || (media && (j.packets_per_s == 0 || j.bytes_per_s == 0))
+        {
             return self.refuse(src, RefuseCode::BadRequest);
         }
         if j.packets_per_s > self.cfg.max_packets_per_s || j.bytes_per_s > self.cfg.max_bytes_per_s {
@@ -865,7 +982,13 @@ impl Server {
         let Some(Some(r)) = self.rooms.get(room) else {
             return;
         };
-        if r.members.len() >= self.cfg.max_members_per_room {
+        let like = r.members.iter().filter(|&&o| self.has_media(o) == media).count();
+        let cap = if media {
+            self.cfg.max_members_per_room
+        } else {
+            self.cfg.max_ensemble_seats_per_room
+        };
+        if like >= cap {
             return self.refuse(src, RefuseCode::RoomFull);
         }
         // Resolve an SSRC collision inside the room by assigning a free one.
@@ -893,7 +1016,16 @@ impl Server {
             name: j.name.to_owned(),
             ssrc,
             token: auth::session_token(&self.secret, id, self.serial),
-            bucket: Bucket::new(&self.cfg, j.packets_per_s, j.bytes_per_s, now),
+            bucket: if media {
+                Bucket::new(&self.cfg, j.packets_per_s, j.bytes_per_s, now)
+            } else {
+                Bucket::new(
+                    &self.cfg,
+                    self.cfg.ensemble_packets_per_s,
+                    self.cfg.ensemble_bytes_per_s,
+                    now,
+                )
+            },
             last_heard: now,
             inflight: 0,
             outbox: VecDeque::new(),
@@ -906,6 +1038,8 @@ impl Server {
             hosts: decode_addrs(j.hosts),
             direct: Vec::with_capacity(self.cfg.max_members_per_room),
             route_seq: 0,
+            media,
+            ens: false,
         };
         let slot = match self.free_slots.pop() {
             Some(s) => {
@@ -930,8 +1064,12 @@ impl Server {
         };
         self.stats.joins += 1;
         self.welcome(src, slot);
-        // The newcomer hears of everyone already there; they hear of the newcomer.
+        // The newcomer hears of everyone already there; they hear of the newcomer. A seat
+        // without media is in no roster and hears none.
         for other in existing {
+            if !media || !self.has_media(other) {
+                continue;
+            }
             if let Some(ev) = self.event_about(other, RosterKind::Joined) {
                 self.push_event(now, slot, ev);
             }
@@ -1027,8 +1165,20 @@ impl Server {
         })
     }
 
-    /// Tells every other member of `slot`'s room that `kind` happened to it.
+    /// Whether the member in `slot` declared a media rate.
+    fn has_media(&self, slot: u32) -> bool {
+        self.slots
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|m| m.media)
+    }
+
+    /// Tells every other member of `slot`'s room that `kind` happened to it (members with
+    /// media, about members with media: the roster is the room's players).
     fn announce(&mut self, now: u64, slot: u32, kind: RosterKind) {
+        if !self.has_media(slot) {
+            return;
+        }
         let Some(ev) = self.event_about(slot, kind) else {
             return;
         };
@@ -1041,7 +1191,12 @@ impl Server {
             return;
         };
         let others: Vec<u32> = match self.rooms.get(room) {
-            Some(Some(r)) => r.members.iter().copied().filter(|&o| o != slot).collect(),
+            Some(Some(r)) => r
+                .members
+                .iter()
+                .copied()
+                .filter(|&o| o != slot && self.has_media(o))
+                .collect(),
             _ => return,
         };
         for o in others {

@@ -1,7 +1,9 @@
 //! `netjam ensemble`: join an ensemble and print what its services receive, list its
 //! members and services, send a message to a service (now or at an ensemble time), and
 //! show the clock. Every command is a member while it runs, found and finding others
-//! with no configuration. This module only parses flags, calls the shell
+//! with no configuration on the local network, or through a rooms server with
+//! `--server HOST` (the room named after the ensemble is the ensemble; the server is its
+//! clock reference). This module only parses flags, calls the shell
 //! ([`crate::ensemble`]) and prints, one line per thing, flushed, so other programs can
 //! read the output live.
 
@@ -11,11 +13,12 @@ use std::net::SocketAddr;
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use netjam_ensemble::address::service_of;
+use netjam_ensemble::auth::Secret;
 use netjam_ensemble::discovery::{Discovery, DEFAULT_BASE_PORT, DEFAULT_PORTS};
 use netjam_ensemble::{Event, Member};
 use netjam_osc::{encode_message, message_len, Arg, Message};
 
-use crate::ensemble::{bind_ip, mono_ns, random_id, Node, NodeConfig};
+use crate::ensemble::{bind_ip, mono_ns, random_id, Node, NodeConfig, RoomReach};
 
 const MS: u64 = 1_000_000;
 const S: u64 = 1_000 * MS;
@@ -50,7 +53,25 @@ pub struct NetArgs {
     /// This member's id in hex (default: random).
     #[arg(long, value_name = "HEX")]
     pub id: Option<String>,
+    /// Reach the ensemble through this rooms server (`netjam server`, HOST or HOST:PORT,
+    /// port 4464 unless given) instead of on the local network: the room is the ensemble.
+    #[arg(long, value_name = "HOST[:PORT]", conflicts_with = "local")]
+    pub server: Option<String>,
+    /// With --server: the room (default: the ensemble's name).
+    #[arg(long, value_name = "NAME", requires = "server")]
+    pub room: Option<String>,
+    /// With --server: the room's password.
+    #[arg(long, value_name = "TEXT", requires = "server", default_value = "")]
+    pub password: String,
+    /// The ensemble's shared secret: every datagram is sealed with an HMAC and members
+    /// without the same secret are ignored. Prefer the environment variable
+    /// NETJAM_ENSEMBLE_SECRET (a command line is visible to every user of the machine).
+    #[arg(long, value_name = "SECRET")]
+    pub secret: Option<String>,
 }
+
+/// The variable that holds the ensemble's shared secret when `--secret` is not given.
+pub const SECRET_ENV: &str = "NETJAM_ENSEMBLE_SECRET";
 
 #[derive(Debug, Args)]
 pub struct JoinArgs {
@@ -66,6 +87,16 @@ pub struct JoinArgs {
     /// messages this member's services receive go back to whoever sent there.
     #[arg(long, value_name = "ADDR:PORT")]
     pub osc_bridge: Option<SocketAddr>,
+    /// A WebSocket port (ws://ADDR:PORT/) for web pages: each binary frame is one OSC
+    /// packet, routed like the OSC bridge's; messages this member's services receive go
+    /// to every connected page. Text frames are refused.
+    #[arg(long = "ws", value_name = "ADDR:PORT")]
+    pub ws_bridge: Option<SocketAddr>,
+    /// With --ws: let in browsers' pages from this origin only (e.g.
+    /// `http://localhost:8000`; repeat for more). Without it any web site the browser
+    /// visits may connect; programs that send no Origin are always let in.
+    #[arg(long = "ws-origin", value_name = "ORIGIN", requires = "ws_bridge")]
+    pub ws_origins: Vec<String>,
     /// Leave after this many seconds.
     #[arg(long)]
     pub duration: Option<f64>,
@@ -145,8 +176,9 @@ pub struct TempoArgs {
 #[derive(Debug, Clone, Args)]
 pub struct JamEnsembleArgs {
     /// Join ensemble NAME (see `netjam ensemble`) and hear a click on its shared beat,
-    /// mixed into what you hear: every member's click lands on the same beat.
-    #[arg(long, value_name = "NAME")]
+    /// mixed into what you hear: every member's click lands on the same beat. In a room
+    /// (--room) NAME may be left out: the room is the ensemble, through its server.
+    #[arg(long, value_name = "NAME", num_args = 0..=1, default_missing_value = "")]
     pub ensemble: Option<String>,
     /// With --ensemble: the tempo to click at if the ensemble has none yet (otherwise its
     /// own is followed; `netjam ensemble tempo NAME BPM` changes it for everyone).
@@ -155,6 +187,10 @@ pub struct JamEnsembleArgs {
     /// With --ensemble: the click's level in dB below full scale.
     #[arg(long, value_name = "DB", default_value_t = -12.0, allow_negative_numbers = true)]
     pub click_gain: f32,
+    /// With --ensemble in a room (--room): the ensemble's room on the same server, if not
+    /// the room itself.
+    #[arg(long, value_name = "NAME", requires = "ensemble")]
+    pub ensemble_room: Option<String>,
     /// With --ensemble: stay on this machine (127.0.0.1, no broadcast).
     #[arg(long, requires = "ensemble")]
     pub ensemble_local: bool,
@@ -164,10 +200,46 @@ pub struct JamEnsembleArgs {
 }
 
 impl JamEnsembleArgs {
-    /// Joins the ensemble when --ensemble is given.
+    /// Joins the ensemble when --ensemble is given (on the local network).
     pub fn start(&self) -> anyhow::Result<Option<crate::ensemble::beat::JamBeat>> {
+        self.start_with(None)
+    }
+
+    /// Joins the ensemble when --ensemble is given, through the rooms server at `server`
+    /// when playing in `room` (the room is the ensemble unless --ensemble names another).
+    pub fn start_in_room(
+        &self,
+        server: SocketAddr,
+        room: &str,
+        password: &str,
+    ) -> anyhow::Result<Option<crate::ensemble::beat::JamBeat>> {
         let Some(name) = &self.ensemble else {
             return Ok(None);
+        };
+        let ens_room = self.ensemble_room.clone().unwrap_or_else(|| {
+            if name.is_empty() {
+                room.to_string()
+            } else {
+                name.clone()
+            }
+        });
+        self.start_with(Some(RoomReach {
+            server,
+            room: ens_room,
+            name: String::new(),
+            password: password.to_string(),
+            join_timeout_ns: 5 * S,
+        }))
+    }
+
+    fn start_with(&self, room: Option<RoomReach>) -> anyhow::Result<Option<crate::ensemble::beat::JamBeat>> {
+        let Some(name) = &self.ensemble else {
+            return Ok(None);
+        };
+        let name = match (&room, name.is_empty()) {
+            (Some(r), true) => r.room.clone(),
+            (None, true) => bail!("--ensemble needs a NAME outside a room (or play in one with --room)"),
+            (_, false) => name.clone(),
         };
         if let Some(bpm) = self.tempo {
             if !(netjam_ensemble::beat::MIN_BPM..=netjam_ensemble::beat::MAX_BPM).contains(&bpm) {
@@ -178,9 +250,10 @@ impl JamEnsembleArgs {
                 );
             }
         }
+        let id = random_id()?;
         let cfg = NodeConfig {
             ensemble: name.clone(),
-            id: random_id()?,
+            id,
             services: Vec::new(),
             taps: Vec::new(),
             discovery: Discovery {
@@ -190,6 +263,10 @@ impl JamEnsembleArgs {
             },
             bind_ip: bind_ip(self.ensemble_local),
             osc_bridge: None,
+            room: room.map(|r| RoomReach {
+                name: seat_name(id),
+                ..r
+            }),
         };
         crate::ensemble::beat::JamBeat::start(cfg, self.tempo)
             .with_context(|| format!("cannot join ensemble {name:?}"))
@@ -224,6 +301,11 @@ fn leave_when_acknowledged(mut node: Node, wait: f64, not_acked: &str) -> anyhow
     Ok(())
 }
 
+/// The name an ensemble member's seat has in its room.
+fn seat_name(id: u64) -> String {
+    format!("ensemble-{id:016x}")
+}
+
 fn secs(s: f64, what: &str) -> anyhow::Result<u64> {
     if !(s.is_finite() && s >= 0.0) {
         bail!("{what} must be a number of seconds, not {s}");
@@ -248,15 +330,52 @@ fn start(
         ports: net.discovery_ports.max(1),
         broadcast: !net.local,
     };
-    Node::start(NodeConfig {
-        ensemble: name.to_string(),
-        id,
-        services,
-        taps,
-        discovery,
-        bind_ip: bind_ip(net.local),
-        osc_bridge: bridge,
-    })
+    let room = match &net.server {
+        Some(s) => Some(RoomReach {
+            server: crate::cli::jam_room::resolve_server(s)?,
+            room: net.room.clone().unwrap_or_else(|| name.to_string()),
+            name: seat_name(id),
+            password: net.password.clone(),
+            join_timeout_ns: 5 * S,
+        }),
+        None => None,
+    };
+    let secret = match net.secret.clone().or_else(|| std::env::var(SECRET_ENV).ok()) {
+        Some(s) => Some(Secret::new(s.as_bytes()).with_context(|| {
+            format!("--secret / {SECRET_ENV}: give a non-empty secret, or leave both unset")
+        })?),
+        None => None,
+    };
+    Node::start_with(
+        NodeConfig {
+            ensemble: name.to_string(),
+            id,
+            services,
+            taps,
+            discovery,
+            bind_ip: bind_ip(net.local),
+            osc_bridge: bridge,
+            room,
+        },
+        secret,
+    )
+}
+
+/// A member's address as shown: `via-server:ID` for one reached through the rooms server.
+fn shown_addr(a: SocketAddr) -> String {
+    match crate::ensemble::relayed_member(&a) {
+        Some(id) => format!("via-server:{id}"),
+        None => a.to_string(),
+    }
+}
+
+/// A clock reference as shown: `server` for the rooms server.
+fn shown_reference(r: u64) -> String {
+    if r == netjam_ensemble::SERVER_REFERENCE {
+        "server".into()
+    } else {
+        format!("{r:016x}")
+    }
 }
 
 fn out(line: std::fmt::Arguments<'_>) {
@@ -329,7 +448,7 @@ fn print_event(node: &Node, ev: &Event) {
                 .collect();
             out(format_args!("services {}", list.join(" ")));
         }
-        Event::ClockLocked { reference } => out(format_args!("clock-locked {reference:016x}")),
+        Event::ClockLocked { reference } => out(format_args!("clock-locked {}", shown_reference(*reference))),
         Event::Tempo(t) => out(format_args!(
             "tempo bpm={} beat={} from={} by={:016x}",
             t.bpm,
@@ -338,7 +457,7 @@ fn print_event(node: &Node, ev: &Event) {
             t.by
         )),
         Event::ClockReference { id } => match id {
-            Some(id) => out(format_args!("clock-reference {id:016x}")),
+            Some(id) => out(format_args!("clock-reference {}", shown_reference(*id))),
             None => out(format_args!("clock-reference none")),
         },
     }
@@ -370,6 +489,11 @@ fn join(a: JoinArgs) -> anyhow::Result<()> {
     if let Some(b) = node.bridge_addr() {
         out(format_args!("osc-bridge {b}"));
     }
+    if let Some(addr) = a.ws_bridge {
+        let at = node.start_ws_bridge(addr, a.ws_origins.clone())?;
+        out(format_args!("ws-bridge {at}"));
+    }
+    let mut ws_seen = node.ws_stats();
     let deadline = a
         .duration
         .map(|d| secs(d, "--duration"))
@@ -384,6 +508,16 @@ fn join(a: JoinArgs) -> anyhow::Result<()> {
             print_event(n, &ev);
             true
         });
+        let ws = node.ws_stats();
+        if ws != ws_seen {
+            if let Some(st) = ws {
+                out(format_args!(
+                    "ws-bridge-stats {}",
+                    serde_json::to_string(&st).unwrap_or_default()
+                ));
+            }
+            ws_seen = ws;
+        }
         if stop.load(std::sync::atomic::Ordering::Relaxed) || deadline.is_some_and(|d| mono_ns() >= d) {
             break;
         }
@@ -402,11 +536,14 @@ fn list(a: ListArgs) -> anyhow::Result<()> {
     let mut members: Vec<_> = m.table().members().filter(|x| x.id != me).collect();
     members.sort_by_key(|x| x.id);
     out(format_args!("members {}", members.len()));
+    if reference == Some(netjam_ensemble::SERVER_REFERENCE) {
+        out(format_args!("clock-reference server"));
+    }
     for x in members {
         out(format_args!(
             "member {:016x} {} services={}{}",
             x.id,
-            x.addr.map(|a| a.to_string()).unwrap_or_default(),
+            x.addr.map(shown_addr).unwrap_or_default(),
             x.list.services.join(","),
             if reference == Some(x.id) {
                 " clock-reference"
@@ -555,7 +692,7 @@ fn send(a: SendArgs) -> anyhow::Result<()> {
             .filter(|s| node.member_ref().table().provider(s).is_none())
             .collect();
         bail!(
-            "no member of ensemble {:?} offers {:?} (waited {} s): is a member running with --service, on this network and discovery ports?",
+            "no member of ensemble {:?} offers {:?} (waited {} s): is a member running with --service, on this network and discovery ports, and with the same --secret / {SECRET_ENV} if the ensemble has one?",
             a.name,
             missing,
             a.wait
@@ -611,7 +748,7 @@ fn clock(a: ClockArgs) -> anyhow::Result<()> {
         let ens = m.ensemble_time(now).map(ens_s).unwrap_or_else(|| "-".into());
         let reference = m
             .reference()
-            .map(|r| format!("{r:016x}"))
+            .map(shown_reference)
             .unwrap_or_else(|| "none".into());
         match m.clock_stats() {
             Some(st) if m.reference() != Some(m.id()) => out(format_args!(

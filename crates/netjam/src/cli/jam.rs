@@ -84,15 +84,23 @@ pub struct JamArgs {
     /// uses it when it is not slower).
     #[arg(long, requires = "room")]
     pub via_server: bool,
-    /// In a room: ask your home router (UPnP-IGD) to forward a UDP port to you, and offer
-    /// it to the other players as one more way to reach you directly; it helps where the
-    /// router gives every destination another public port. Waits at most 2 s for a router
-    /// to answer, then goes on without; the mapping is removed when you leave.
-    #[arg(long, requires = "room", conflicts_with = "via_server")]
-    pub upnp: bool,
+    /// In a room: ask your home router to forward a UDP port to you (PCP, NAT-PMP or
+    /// UPnP-IGD, whichever it speaks), and offer it to the other players as one more way to
+    /// reach you directly; it helps where the router gives every destination another public
+    /// port. Waits at most 2 s for a router to answer, then goes on without; the mapping is
+    /// removed when you leave, on an error, Ctrl-C or SIGTERM too.
+    #[arg(
+        long,
+        visible_alias = "upnp",
+        requires = "room",
+        conflicts_with = "via_server"
+    )]
+    pub port_map: bool,
     /// In a room: also ask this STUN server (HOST[:PORT], port 3478 unless given) where it
     /// sees you, and say whether your router shows the same public port to it as to the
     /// rooms server (endpoint-independent mapping) or another one (port-randomising NAT).
+    /// Where the router gives each new destination the next port, its next few ports go to
+    /// the other players to try. The join waits for both answers (at most 1 s).
     #[arg(long, value_name = "HOST[:PORT]", requires = "room")]
     pub stun: Option<String>,
     /// Local address to send from and listen on (default: port 4464 with --peer, where the
@@ -402,8 +410,8 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     if a.outputs.is_some() && !a.jack && !a.wants_card() {
         bail!("--outputs picks channels of a device: use it with --jack or --device (a file or stdout gets every channel you hear)");
     }
-    if a.ensemble.ensemble.is_some() && a.room.is_some() {
-        bail!("--ensemble works with --peer for now (a room as the ensemble is not built yet): play with --peer, or leave out --ensemble");
+    if a.server.is_some() && a.delay_to_beat.is_some() {
+        bail!("--delay-to-beat works with --peer for now (in a room the click is shared, the delay is not built yet): play with --peer, or leave out --delay-to-beat");
     }
     let audio = open_audio(&mut a)?;
     if a.server.is_some() {

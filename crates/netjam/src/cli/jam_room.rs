@@ -51,7 +51,7 @@ const STUN_WAIT: Duration = Duration::from_millis(1000);
 const STUN_PORT: u16 = 3478;
 
 /// `HOST` or `HOST:PORT` (port 4464 unless given).
-fn resolve_server(s: &str) -> anyhow::Result<SocketAddr> {
+pub(crate) fn resolve_server(s: &str) -> anyhow::Result<SocketAddr> {
     resolve(s, DEFAULT_PORT, "--server")
 }
 
@@ -95,31 +95,32 @@ fn host_addresses(local: SocketAddr, server: SocketAddr) -> Vec<SocketAddr> {
     }
 }
 
-/// How long `--upnp` waits for the home router.
-const UPNP_WAIT: Duration = Duration::from_secs(2);
+/// How long `--port-map` waits for the home router.
+const PORT_MAP_WAIT: Duration = Duration::from_secs(2);
 
-/// `--upnp`: asks the router to forward the stream's port, saying what came of it.
+/// `--port-map`: asks the router to forward the stream's port, saying what came of it.
 fn ask_router(hosts: &[SocketAddr], local: SocketAddr) -> Option<crate::port_map::PortMapping> {
     let Some(host) = hosts.iter().find(|h| h.is_ipv4() && !h.ip().is_loopback()) else {
         eprintln!(
-            "netjam: --upnp: no address of your own on a home network to map a port to; going on without"
+            "netjam: --port-map: no address of your own on a home network to map a port to; going on without"
         );
         return None;
     };
     let started = std::time::Instant::now();
-    match crate::port_map::map_udp(SocketAddr::new(host.ip(), local.port()), UPNP_WAIT) {
+    match crate::port_map::map_udp(SocketAddr::new(host.ip(), local.port()), PORT_MAP_WAIT) {
         Ok(m) => {
             eprintln!(
-                "netjam: your router at {} forwards UDP port {} to you (UPnP, {:.0} ms; it says its address is {})",
-                m.gateway.ip(),
+                "netjam: your router at {} forwards UDP port {} to you ({}, {:.0} ms; it says its address is {})",
+                m.gateway,
                 m.external_port,
+                m.protocol,
                 started.elapsed().as_secs_f64() * 1e3,
                 m.external_ip.map_or("-".into(), |ip| ip.to_string())
             );
             Some(m)
         }
         Err(e) => {
-            eprintln!("netjam: --upnp: {e:#}; going on without a port mapping");
+            eprintln!("netjam: --port-map: {e:#}; going on without a port mapping");
             None
         }
     }
@@ -165,6 +166,29 @@ fn say_reflexive(r: &Reflexive, server: SocketAddr) {
         ),
         (Some(a), Mapping::Unknown) => eprintln!("netjam: the STUN server {stun} sees you at {a}"),
     }
+}
+
+/// Where the two servers' answers show a router that gives each new destination the next
+/// port(s), the ports it will likely give the other players, as candidates at the address
+/// the server sees this player at (`0.0.0.0:PORT`), as many as the join has room for.
+fn predicted_candidates(r: &Reflexive, declared: usize) -> Vec<SocketAddr> {
+    let (Some(first), Some(second)) = (r.server_sees, r.stun_sees) else {
+        return Vec::new();
+    };
+    let room = netjam_engine::room::msg::MAX_HOSTS.saturating_sub(declared);
+    let Some(p) = netjam_engine::nat::predict::sequential(first, second, room) else {
+        return Vec::new();
+    };
+    let ports = p.ports();
+    eprintln!(
+        "netjam: your router gives each new destination the next port (+{}): the other players also try ports {}",
+        p.stride,
+        ports.iter().map(u16::to_string).collect::<Vec<_>>().join(", ")
+    );
+    ports
+        .iter()
+        .map(|&port| SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), port))
+        .collect()
 }
 
 /// OSC commands, turned into the audio thread's by the control seat they name.
@@ -450,13 +474,22 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         (packets_per_s as usize * (sender.max_packet_bytes() + 28)) as u32 + RTCP_PACKETS_PER_S * 1500;
     eprintln!("netjam: joining room {room:?} on {server} as {name:?}");
     let mut hosts = host_addresses(socket.local_addr()?, server);
-    let port_mapping = if a.upnp {
+    let port_mapping = if a.port_map {
+        // Ctrl-C or SIGTERM from now on ends the stream (at once if it has not started)
+        // instead of the process, so the mapping is removed on the way out.
+        let _ = interrupt_flag();
         ask_router(&hosts, socket.local_addr()?)
     } else {
         None
     };
     hosts.extend(port_mapping.iter().flat_map(|m| m.candidates()));
     let mut ask = ReflexiveQuery::new(server, stun, crate::clock::now_ns());
+    if stun.is_some() {
+        // Both answers before the join, so that the ports a router handing them out in
+        // sequence will give the next destinations go with the join as candidates.
+        ask.finish(&socket, STUN_WAIT);
+        hosts.extend(predicted_candidates(&ask.report(), hosts.len()));
+    }
     let seated = room_client::join_asking(
         &socket,
         &JoinRequest {
@@ -609,6 +642,17 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     }
     let process = device_edges(process, device_spec, format.rate, &counted)?;
     let hear_edge_ms = process.delay_ns().1 as f64 / 1e6;
+    // The ensemble's click (with --ensemble): the room is the ensemble, through its server.
+    let password = a.password.clone().unwrap_or_default();
+    let mut beat = a.ensemble.start_in_room(server, &room, &password)?;
+    let process = crate::ensemble::beat::BeatClicks::new(
+        process,
+        beat.as_mut(),
+        device_rate,
+        heard.channels.into(),
+        a.ensemble.click_gain,
+        None,
+    );
     let sink = heard_sink(&a, heard)?;
     // The endpoint counts the device's frames.
     let limit = a.duration.map(|d| (d * device_rate as f64) as u64);
@@ -744,17 +788,21 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let roster = room_link.roster();
     room_link.leave();
     if let Some(m) = port_mapping {
-        // Not left behind in the router (on an error exit the lease runs out instead).
-        m.remove(Duration::from_secs(1));
+        // Not left behind in the router (an error return drops it, which removes it too).
+        m.remove(crate::port_map::REMOVE_WAIT);
     }
     let stopped = running.stop_with_bye(|p, now| p.inner_mut().finish(now))?;
+    if let Some(b) = beat.as_mut() {
+        b.stop();
+    }
+
     let edge_underruns = stopped.process.underruns();
     if edge_underruns > 0 {
         eprintln!(
             "netjam: the resampler to the device ran short in {edge_underruns} periods (silence filled them)"
         );
     }
-    let (mut process, periods) = (stopped.process.into_inner(), stopped.periods);
+    let (mut process, periods) = (stopped.process.into_process().into_inner(), stopped.periods);
     let stats = process.take_stats();
     remember(&mut everyone, heard_members(&stats, &roster, fixed_ms));
     let heard_final: Vec<HeardMember> = everyone.into_values().collect();

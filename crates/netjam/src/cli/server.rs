@@ -20,7 +20,8 @@ pub struct ServerArgs {
     /// Address and UDP port to serve rooms on (control and media share it).
     #[arg(long, default_value_t = SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)))]
     pub listen: SocketAddr,
-    /// Most members in one room.
+    /// Most players in one room (ensemble members without audio, e.g. `netjam ensemble
+    /// join --server` or `jam --ensemble`'s seat, have a limit of their own: 32).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(2..=64))]
     pub max_members_per_room: u16,
     /// Most rooms on this server.

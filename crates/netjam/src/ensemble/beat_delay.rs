@@ -79,6 +79,9 @@ impl Streams for crate::session::JamProcess {
     }
 }
 
+/// A room's players: the click only (`--delay-to-beat` is refused with `--room`).
+impl Streams for crate::session::RoomProcess {}
+
 impl<P: Streams> Streams for crate::resample::EdgeProcess<P> {
     fn sent(&self) -> Option<(u32, u32, u32)> {
         self.inner().sent()

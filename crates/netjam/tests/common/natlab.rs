@@ -22,6 +22,9 @@ use std::net::Ipv4Addr;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
+/// Ports a [`RouterKind::Sequential`] router hands out before it starts over.
+pub const SEQUENTIAL_PORTS: u16 = 64;
+
 /// What a home's router does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RouterKind {
@@ -31,6 +34,10 @@ pub enum RouterKind {
     Symmetric,
     /// No NAT; drops inbound packets that do not belong to a flow the home started.
     Firewall,
+    /// NAT that gives each new UDP flow the next public port from 20000 on (nftables
+    /// `snat to WAN : numgen inc`, starting over after [`SEQUENTIAL_PORTS`] flows), as
+    /// routers with a sequential port allocator do.
+    Sequential,
 }
 
 impl RouterKind {
@@ -39,6 +46,7 @@ impl RouterKind {
             RouterKind::Cone => "cone",
             RouterKind::Symmetric => "symmetric",
             RouterKind::Firewall => "firewall",
+            RouterKind::Sequential => "sequential",
         }
     }
 }
@@ -233,11 +241,21 @@ impl NatLab {
         ])?;
         in_ns(&r, "sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
         match h.kind {
-            RouterKind::Cone | RouterKind::Symmetric => {
-                let how = if h.kind == RouterKind::Cone {
-                    "masquerade"
-                } else {
-                    "masquerade random"
+            RouterKind::Cone | RouterKind::Symmetric | RouterKind::Sequential => {
+                // A map, not `numgen ... offset 20000`: the counter is in host byte
+                // order and a port in network order, while a map's ports are written right.
+                let ports: Vec<String> = (0..SEQUENTIAL_PORTS)
+                    .map(|i| format!("{i} : {}", 20000 + i))
+                    .collect();
+                let sequential = format!(
+                    "meta l4proto udp snat to {} : numgen inc mod {SEQUENTIAL_PORTS} map {{ {} }}",
+                    h.wan,
+                    ports.join(", ")
+                );
+                let how = match h.kind {
+                    RouterKind::Cone => "masquerade",
+                    RouterKind::Symmetric => "masquerade random",
+                    _ => &sequential,
                 };
                 nft(&r, &nat_rules(how))?;
                 // Like every home router, drop what comes in on the wan for the router
@@ -327,10 +345,70 @@ impl NatLab {
         in_ns(&a.router, "nft", &["delete", "table", "inet", "cut"]).map(drop)
     }
 
-    /// Readies `home`'s NAT router to forward ports on request (UPnP-IGD, NAT-PMP/PCP) and
-    /// returns the command that runs the daemon, miniupnpd, on its lan side (the caller
-    /// spawns it and kills it when done; it says "HTTP listening" on stderr when ready).
-    /// Its files go into `dir`.
+    /// Sends the direct way between two homes through a namespace of its own on the public
+    /// network, at `via`, where the caller runs `netjam impair --listen VIA --forward
+    /// B_PUBLIC` (returns that namespace), while their way to the servers stays as it was.
+    ///
+    /// Each router rewrites the destination of its home's datagrams to the other's public
+    /// `ip:port` into `via`. The emulator takes `a`'s datagrams on `via` and sends them on
+    /// from another socket; that namespace rewrites their source into `via` as well, so
+    /// each router's connection tracking maps everything that comes back from `via` to the
+    /// other home's public address and neither player can tell. `b`'s datagrams reach the
+    /// emulator only as answers to its own (those that come first are dropped: `b` keeps
+    /// punching), so it always takes `a` for its client. The homes' sockets must have fixed
+    /// ports (`a_port`, `b_port`) that their cone routers keep.
+    pub fn detour(
+        &mut self,
+        a: &Home,
+        a_port: u16,
+        b: &Home,
+        b_port: u16,
+        via: std::net::SocketAddrV4,
+    ) -> Result<String, String> {
+        let d = format!("{}d", self.public.trim_end_matches('p'));
+        let p = self.public.clone();
+        self.add_ns(&d)?;
+        ip(&[
+            "-n", &d, "link", "add", "eth0", "type", "veth", "peer", "name", "todetour", "netns", &p,
+        ])?;
+        ip(&["-n", &p, "link", "set", "todetour", "master", "br0", "up"])?;
+        ip(&[
+            "-n",
+            &d,
+            "addr",
+            "add",
+            &format!("{}/24", via.ip()),
+            "dev",
+            "eth0",
+        ])?;
+        ip(&["-n", &d, "link", "set", "eth0", "up"])?;
+        let b_public = b.public_ip();
+        nft(
+            &d,
+            &format!(
+                "table ip detour {{\n chain pre {{\n  type filter hook prerouting priority -150; policy accept;\n  \
+                 ip saddr {b_public} udp sport {b_port} ct state new drop\n }}\n \
+                 chain post {{\n  type nat hook postrouting priority srcnat; policy accept;\n  \
+                 ip daddr {b_public} udp dport {b_port} snat to {via}\n }}\n}}\n"
+            ),
+        )?;
+        for (from, to, port) in [(a, b, b_port), (b, a, a_port)] {
+            nft(
+                &from.router,
+                &format!(
+                    "table ip detour {{\n chain pre {{\n  type nat hook prerouting priority dstnat;\n  \
+                     iifname \"lan\" ip daddr {} udp dport {port} dnat to {via}\n }}\n}}\n",
+                    to.public_ip()
+                ),
+            )?;
+        }
+        Ok(d)
+    }
+
+    /// Readies `home`'s NAT router to forward ports on request by the protocols `speaks`
+    /// and returns the command that runs the daemon, miniupnpd, on its lan side (the caller
+    /// spawns it and kills it when done; it prints [`Mapper::ready_line`] on stderr when
+    /// ready). Its files go into `dir`.
     ///
     /// miniupnpd will not map ports on a router whose wan address is private, and every
     /// address in this lab is: the router's wan gets a public-looking address first
@@ -338,7 +416,12 @@ impl NatLab {
     /// router's, while the router goes on translating to its 10.99.0.x address (the one on
     /// the public network's subnet). Players take the mapped port at the address the rooms
     /// server sees them at.
-    pub fn upnp_gateway(&self, home: &Home, dir: &std::path::Path) -> Result<Command, String> {
+    pub fn upnp_gateway(
+        &self,
+        home: &Home,
+        dir: &std::path::Path,
+        speaks: Mapper,
+    ) -> Result<Command, String> {
         let r = &home.router;
         let [_, _, _, last] = home.wan.octets();
         ip(&["-n", r, "addr", "flush", "dev", "wan"])?;
@@ -360,16 +443,26 @@ impl NatLab {
              chain postrouting {\n  type nat hook postrouting priority srcnat; policy accept;\n  jump upnp_snat\n }\n \
              chain upnp_dnat {\n }\n chain upnp_snat {\n }\n}\n",
         )?;
+        if speaks == Mapper::NatPmp {
+            // The first byte of the UDP payload is the version: 0 NAT-PMP, 2 PCP.
+            nft(
+                r,
+                "table inet nopcp {\n chain input {\n  type filter hook input priority filter - 10; policy accept;\n  \
+                 iifname \"lan\" udp dport 5351 @th,64,8 2 counter drop\n }\n}\n",
+            )?;
+        }
         let lan = format!("10.98.{}.0/24", home.ip.octets()[2]);
         let conf = dir.join(format!("miniupnpd-{r}.conf"));
         std::fs::write(
             &conf,
             format!(
-                "ext_ifname=wan\nlistening_ip=lan\nhttp_port=0\nenable_upnp=yes\nenable_natpmp=yes\nsecure_mode=yes\n\
+                "ext_ifname=wan\nlistening_ip=lan\nhttp_port=0\nenable_upnp={}\nenable_natpmp={}\nsecure_mode=yes\n\
                  uuid=3d3cec3a-8cf0-11e0-98ee-0000000000{last:02x}\nlease_file={}\n\
                  upnp_table_name=upnp\nupnp_nat_table_name=upnp\nupnp_forward_chain=upnp_forward\n\
                  upnp_nat_chain=upnp_dnat\nupnp_nat_postrouting_chain=upnp_snat\n\
                  allow 1024-65535 {lan} 1024-65535\ndeny 0-65535 0.0.0.0/0 0-65535\n",
+                yes(speaks == Mapper::Upnp),
+                yes(speaks != Mapper::Upnp),
                 dir.join(format!("miniupnpd-{r}.leases")).display()
             ),
         )
@@ -402,6 +495,36 @@ impl NatLab {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", ns, program]);
         c
+    }
+}
+
+/// Which protocols a router's miniupnpd answers ([`NatLab::upnp_gateway`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mapper {
+    /// UPnP-IGD only.
+    Upnp,
+    /// PCP and NAT-PMP (one switch in miniupnpd), no UPnP-IGD.
+    PcpNatPmp,
+    /// NAT-PMP only: [`Mapper::PcpNatPmp`] behind a rule that drops PCP requests (version
+    /// 2) to the router, as a router that ignores PCP.
+    NatPmp,
+}
+
+impl Mapper {
+    /// What miniupnpd prints once it answers.
+    pub fn ready_line(self) -> &'static str {
+        match self {
+            Mapper::Upnp => "HTTP listening",
+            Mapper::PcpNatPmp | Mapper::NatPmp => "Listening for NAT-PMP/PCP traffic",
+        }
+    }
+}
+
+fn yes(on: bool) -> &'static str {
+    if on {
+        "yes"
+    } else {
+        "no"
     }
 }
 

@@ -117,10 +117,12 @@ impl Proc {
     }
 }
 
-/// An ensemble name and discovery list of its own for each test.
+/// An ensemble name and discovery list of its own for each test (or a rooms server).
 pub struct Band {
     pub name: String,
     pub port: String,
+    /// Reach the ensemble through this rooms server (`--server`) instead.
+    pub server: Option<String>,
 }
 
 impl Band {
@@ -131,11 +133,24 @@ impl Band {
             // Below the ephemeral range (32768–60999), so hellos reach no client socket
             // of another test; 64 ports per process, 4 tests of 16.
             port: (20_000 + (pid % 180) * 64 + test * 16).to_string(),
+            server: None,
+        }
+    }
+
+    /// The same ensemble reached through the rooms server at `server` (the room is the
+    /// ensemble).
+    pub fn in_room(test: u16, server: std::net::SocketAddr) -> Self {
+        Band {
+            server: Some(server.to_string()),
+            ..Band::new(test)
         }
     }
 
     pub fn net(&self) -> Vec<&str> {
-        vec!["--local", "--discovery-port", &self.port]
+        match &self.server {
+            Some(s) => vec!["--server", s],
+            None => vec!["--local", "--discovery-port", &self.port],
+        }
     }
 
     pub fn join(&self, services: &[&str], extra: &[&str]) -> Proc {
@@ -225,4 +240,56 @@ pub fn field(line: &str, key: &str) -> String {
 pub fn ens_ns(s: &str) -> u64 {
     let (a, b) = s.split_once('.').unwrap();
     a.parse::<u64>().unwrap() * 1_000_000_000 + b.parse::<u64>().unwrap()
+}
+
+/// Click onsets in a WAV file as frames: the first sample above the threshold after
+/// 100 ms without one. Returns the sample rate too.
+pub fn onsets(path: &std::path::Path) -> (u32, Vec<u64>) {
+    let mut r = hound::WavReader::open(path).unwrap();
+    let spec = r.spec();
+    let ch = usize::from(spec.channels);
+    let samples: Vec<f64> = match spec.sample_format {
+        hound::SampleFormat::Float => r.samples::<f32>().map(|s| f64::from(s.unwrap())).collect(),
+        hound::SampleFormat::Int => {
+            let scale = f64::from(1u32 << (spec.bits_per_sample - 1));
+            r.samples::<i32>()
+                .map(|s| f64::from(s.unwrap()) / scale)
+                .collect()
+        }
+    };
+    let gap = u64::from(spec.sample_rate) / 10;
+    let mut found = Vec::new();
+    let mut last: Option<u64> = None;
+    for (i, s) in samples.iter().step_by(ch).enumerate() {
+        let i = i as u64;
+        if s.abs() > 0.05 {
+            if !last.is_some_and(|l| i - l <= gap) {
+                found.push(i);
+            }
+            last = Some(i);
+        }
+    }
+    (spec.sample_rate, found)
+}
+
+/// Onsets in `path` as true times (monotonic ns), from the player's word on where its
+/// first frame lies.
+pub fn onset_times(p: &Proc, path: &std::path::Path) -> Vec<f64> {
+    let l = p.wait_err("first frame", Duration::from_secs(1), |l| {
+        l.contains("first frame heard")
+    });
+    let first: f64 = l.split_whitespace().rev().nth(1).unwrap().parse().unwrap();
+    let (rate, frames) = onsets(path);
+    frames
+        .iter()
+        .map(|f| first + *f as f64 * 1e9 / f64::from(rate))
+        .collect()
+}
+
+/// The element of `v` nearest `t`.
+pub fn nearest(v: &[f64], t: f64) -> f64 {
+    v.iter()
+        .copied()
+        .min_by(|a, b| (a - t).abs().total_cmp(&(b - t).abs()))
+        .unwrap()
 }
