@@ -623,6 +623,19 @@ impl JitterBuffer {
         self.slot_ts[(t & self.mask) as usize] == t
     }
 
+    /// The (widened) media timestamp of the frame the next period's first output frame
+    /// plays, counting the resampler's delay when drift correction is on; `None` before
+    /// playout starts. For stages after the buffer that need to know when what they hear
+    /// was captured (a delay to the ensemble's beat). Read only; never changes playout.
+    pub fn next_output_ts(&self) -> Option<u64> {
+        let delay = if self.drift_enabled {
+            RESAMPLER_DELAY_FRAMES as u64
+        } else {
+            0
+        };
+        self.play_ts.map(|p| p.saturating_sub(delay))
+    }
+
     /// Fill `out` (interleaved) with the frames due at `now_ns`.
     pub fn play(&mut self, now_ns: u64, out: &mut [f32]) {
         let ch = self.channels;

@@ -492,6 +492,14 @@ impl Receiver {
         }
     }
 
+    /// The stream heard (its SSRC) and the RTP timestamp of the frame the next period's
+    /// first output frame plays (see [`JitterBuffer::next_output_ts`]); `None` before
+    /// playout starts. Read only.
+    pub fn next_output_ts(&self) -> Option<(u32, u32)> {
+        let ssrc = self.source.as_ref()?.ssrc;
+        self.jb.next_output_ts().map(|ts| (ssrc, ts as u32))
+    }
+
     /// Fill `out` (interleaved in the output format's channels) with the frames due now.
     pub fn play(&mut self, now_ns: u64, out: &mut [f32]) {
         let out_ch = self.output.map_or(1, |f| f.channels as usize);

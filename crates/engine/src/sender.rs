@@ -391,6 +391,12 @@ impl Sender {
         NtpTime::from_unix_ns((now_ns as i64 + self.config.wall_offset_ns).max(0) as u64)
     }
 
+    /// The RTP timestamp the next frame given to [`Sender::push_frames`] will carry, for
+    /// callers that map the stream's media time to another clock (the ensemble's).
+    pub fn next_rtp_timestamp(&self) -> u32 {
+        self.rtp_now()
+    }
+
     /// The RTP timestamp of the newest captured frame (for the sender report).
     fn rtp_now(&self) -> u32 {
         self.ts.wrapping_add(self.pending_frames as u32)

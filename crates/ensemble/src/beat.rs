@@ -11,17 +11,16 @@
 //! same beat everywhere.
 //!
 //! For the audio thread, [`tempo_share`] publishes a [`TempoView`] (the segment in force
-//! and the next one) through a double-buffered seqlock, read without locks, allocation or
+//! and the next one) through the crate's lock-free publisher ([`crate::publish`]), read without locks, allocation or
 //! waiting; [`ClickTrack`] writes a click at the frame each beat falls on, given the
 //! period's start in ensemble time.
 //!
 //! This module never reads a clock or touches a socket; reading a view and rendering
 //! clicks never allocate, lock or block (`tests/no_alloc.rs`).
 
-use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
-
 use serde::Serialize;
+
+use crate::publish::{self, Publisher, Reader, Words};
 
 /// Nanoseconds per minute.
 const MINUTE_NS: f64 = 60e9;
@@ -238,48 +237,30 @@ impl TempoMap {
     }
 }
 
-/// Tries a reader makes before it reports that no consistent view could be read.
-const READ_TRIES: usize = 16;
-const WORDS: usize = 8;
-
-#[derive(Debug, Default)]
-struct Slot {
-    /// Odd while being written.
-    seq: AtomicU64,
-    words: [AtomicU64; WORDS],
+impl Words for TempoView {
+    type Packed = [u64; 8];
+    fn pack(&self) -> [u64; 8] {
+        let (a, b) = (pack(self.current), pack(self.next));
+        [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
+    }
+    fn unpack(w: &[u64; 8]) -> Self {
+        Self {
+            current: unpack(&w[..4]),
+            next: unpack(&w[4..]),
+        }
+    }
 }
 
-#[derive(Debug, Default)]
-struct Shared {
-    slots: [Slot; 2],
-    /// The slot readers use; `usize::MAX` until the first publish.
-    active: AtomicUsize,
-}
-
-/// The writing side (one per member; not `Clone`), on the network thread.
-#[derive(Debug)]
-pub struct TempoPublisher {
-    shared: Arc<Shared>,
-}
+/// The writing side (one per member; not `Clone`), on the network thread. The setter
+/// ids are not carried.
+pub type TempoPublisher = Publisher<TempoView>;
 
 /// The reading side, for the audio thread (cheap to clone).
-#[derive(Debug, Clone)]
-pub struct TempoReader {
-    shared: Arc<Shared>,
-}
+pub type TempoReader = Reader<TempoView>;
 
 /// A publisher and a reader of one member's [`TempoView`].
 pub fn tempo_share() -> (TempoPublisher, TempoReader) {
-    let shared = Arc::new(Shared {
-        active: AtomicUsize::new(usize::MAX),
-        ..Shared::default()
-    });
-    (
-        TempoPublisher {
-            shared: Arc::clone(&shared),
-        },
-        TempoReader { shared },
-    )
+    publish::share()
 }
 
 fn pack(seg: Option<TempoSegment>) -> [u64; 4] {
@@ -298,52 +279,11 @@ fn unpack(w: &[u64]) -> Option<TempoSegment> {
     })
 }
 
-impl TempoPublisher {
-    /// Make `view` what readers see from now on (the setter ids are not carried).
-    pub fn publish(&mut self, view: TempoView) {
-        let s = &self.shared;
-        let next = match s.active.load(Ordering::Relaxed) {
-            0 => 1,
-            _ => 0,
-        };
-        let slot = &s.slots[next];
-        let seq = slot.seq.load(Ordering::Relaxed);
-        slot.seq.store(seq.wrapping_add(1), Ordering::Relaxed);
-        fence(Ordering::Release);
-        let (a, b) = (pack(view.current), pack(view.next));
-        for (w, v) in slot.words.iter().zip(a.iter().chain(b.iter())) {
-            w.store(*v, Ordering::Relaxed);
-        }
-        slot.seq.store(seq.wrapping_add(2), Ordering::Release);
-        s.active.store(next, Ordering::Release);
-    }
-}
-
-impl TempoReader {
+impl Reader<TempoView> {
     /// The view in force, or `None` before the first publish (or, rarely, when the
     /// writer kept publishing over the slot while this read was under way).
     pub fn view(&self) -> Option<TempoView> {
-        let s = &self.shared;
-        for _ in 0..READ_TRIES {
-            let idx = s.active.load(Ordering::Acquire);
-            let slot = s.slots.get(idx)?;
-            let before = slot.seq.load(Ordering::Acquire);
-            if before % 2 == 1 {
-                continue;
-            }
-            let mut w = [0u64; WORDS];
-            for (x, a) in w.iter_mut().zip(&slot.words) {
-                *x = a.load(Ordering::Relaxed);
-            }
-            fence(Ordering::Acquire);
-            if slot.seq.load(Ordering::Relaxed) == before {
-                return Some(TempoView {
-                    current: unpack(&w[..4]),
-                    next: unpack(&w[4..]),
-                });
-            }
-        }
-        None
+        self.get()
     }
 }
 

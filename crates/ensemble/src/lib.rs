@@ -13,6 +13,7 @@
 //! * [`reliable`]: acknowledged, retransmitted, ordered streams per sender.
 //! * [`beat`]: the shared beat (a tempo map on ensemble time, set by timed messages that
 //!   take effect on the same beat everywhere) and a sample-accurate click on it.
+//! * [`publish`]: one value published to the audio thread without locks or allocation.
 //! * [`inbox`]: timed messages taken by the audio thread in the period they fall in.
 //! * [`discovery`]: where hellos go on a local network with no configuration.
 //! * [`wire`]: the ensemble's own OSC messages.
@@ -30,6 +31,7 @@ pub mod clock;
 pub mod discovery;
 pub mod inbox;
 pub mod member;
+pub mod publish;
 pub mod reliable;
 pub mod table;
 pub mod wire;

@@ -641,8 +641,11 @@ pub fn bind_ip(local_only: bool) -> IpAddr {
     }
 }
 
+pub mod beat_delay;
+
 /// The shared beat in a jam: the ensemble member runs on a thread of its own, and
-/// [`BeatClicks`] mixes a click on the ensemble's beat into what the player hears.
+/// [`BeatClicks`] mixes a click on the ensemble's beat into what the player hears (and,
+/// with `--delay-to-beat`, delays what is heard to the beat: [`super::beat_delay`]).
 pub mod beat {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
@@ -651,8 +654,11 @@ pub mod beat {
     use anyhow::Context;
     use netjam_ensemble::beat::{ClickTrack, TempoReader};
     use netjam_ensemble::clock::ClockReader;
+    use netjam_ensemble::publish::{self, Publisher, Reader};
     use netjam_ensemble::Event;
+    use netjam_osc::{Arg, Message};
 
+    use super::beat_delay::{DelayLine, StreamMark, Streams};
     use super::{mono_ns, Node, NodeConfig};
     use crate::endpoint::Process;
 
@@ -666,12 +672,29 @@ pub mod beat {
         pub first_frame_mono: AtomicU64,
         /// Clicks played.
         pub clicks: AtomicU64,
+        /// Frames between a period leaving netjam and it sounding (the device's output
+        /// latency, as its endpoint reports it; 0 for files): the click is rendered this
+        /// much earlier, so it *sounds* on the beat.
+        pub output_latency_frames: AtomicU64,
+        /// Frames between a sound reaching the device and the period that holds it (the
+        /// device's input latency; 0 for files): where the stream sent stands in
+        /// ensemble time counts from when it was played.
+        pub input_latency_frames: AtomicU64,
+        /// `--delay-to-beat`: beats to hear the other players late by (0: off).
+        pub delay_beats: AtomicU64,
+        /// Where the delayed stream stands ([`super::super::beat_delay::DelayState::to_word`])
+        /// and the delay wanted, ns.
+        pub delay_state: AtomicU64,
+        pub delay_want_ns: AtomicU64,
+        /// The SSRC of the stream heard, plus one (0: none).
+        pub heard_ssrc: AtomicU64,
     }
 
     /// Wraps the jam's process (transparently: it dereferences to it) and adds a click
     /// on every beat of the ensemble to what is heard, at the frame the beat falls on.
     /// The period's start in ensemble time comes from the period's timestamp through the
-    /// ensemble clock. Never allocates, locks or blocks in [`Process::process`].
+    /// ensemble clock, plus the output latency ([`BeatShared::output_latency_frames`]):
+    /// what is rendered now sounds that much later. Never allocates, locks or blocks in [`Process::process`].
     pub struct BeatClicks<P> {
         inner: P,
         beat: Option<Beat>,
@@ -685,7 +708,14 @@ pub mod beat {
         /// CLOCK_MONOTONIC minus the process clock the endpoint stamps periods with.
         mono_offset: i64,
         channels: usize,
+        rate: u32,
         shared: Arc<BeatShared>,
+        /// Where this player's stream stands in ensemble time (to the ensemble thread),
+        /// and where the stream heard stands (from it).
+        sent: Publisher<StreamMark>,
+        heard: Reader<StreamMark>,
+        /// With `--delay-to-beat`.
+        delay: Option<DelayLine>,
     }
 
     impl<P> std::fmt::Debug for BeatClicks<P> {
@@ -697,17 +727,76 @@ pub mod beat {
     impl<P> BeatClicks<P> {
         /// Clicks at `rate` Hz on `channels` interleaved channels, `gain_db` below full
         /// scale, on `beat`'s ensemble (none without one: the process is left as it is).
-        pub fn new(inner: P, beat: Option<&JamBeat>, rate: u32, channels: usize, gain_db: f32) -> Self {
+        /// With `delay_max_ns`, reserves a delay line that long for `--delay-to-beat`.
+        pub fn new(
+            inner: P,
+            beat: Option<&mut JamBeat>,
+            rate: u32,
+            channels: usize,
+            gain_db: f32,
+            delay_max_ns: Option<u64>,
+        ) -> Self {
+            match beat {
+                Some(b) => {
+                    let p = Self::with_readers(
+                        inner,
+                        b.clock.clone(),
+                        b.tempo.clone(),
+                        Arc::clone(&b.shared),
+                        rate,
+                        channels,
+                        gain_db,
+                    );
+                    match b.marks.take() {
+                        Some((sent, heard)) => p.with_marks(sent, heard, delay_max_ns),
+                        None => p,
+                    }
+                }
+                None => Self { inner, beat: None },
+            }
+        }
+
+        /// As [`BeatClicks::new`], from the ensemble's readers themselves.
+        pub fn with_readers(
+            inner: P,
+            clock: ClockReader,
+            tempo: TempoReader,
+            shared: Arc<BeatShared>,
+            rate: u32,
+            channels: usize,
+            gain_db: f32,
+        ) -> Self {
             let level = 10f32.powf(gain_db / 20.0);
-            let beat = beat.map(|b| Beat {
+            let beat = Some(Beat {
                 clicks: ClickTrack::new(rate, level, 4),
-                clock: b.clock.clone(),
-                tempo: b.tempo.clone(),
+                clock,
+                tempo,
                 mono_offset: mono_ns() as i64 - crate::clock::now_ns() as i64,
                 channels: channels.max(1),
-                shared: Arc::clone(&b.shared),
+                rate: rate.max(1),
+                shared,
+                sent: publish::share().0,
+                heard: publish::share().1,
+                delay: None,
             });
             Self { inner, beat }
+        }
+
+        /// Publish where the stream sent stands through `sent`, read where the stream
+        /// heard stands from `heard`, and with `delay_max_ns` reserve a delay line that
+        /// long for `--delay-to-beat` ([`BeatShared::delay_beats`] turns it on).
+        pub fn with_marks(
+            mut self,
+            sent: Publisher<StreamMark>,
+            heard: Reader<StreamMark>,
+            delay_max_ns: Option<u64>,
+        ) -> Self {
+            if let Some(b) = self.beat.as_mut() {
+                b.sent = sent;
+                b.heard = heard;
+                b.delay = delay_max_ns.map(|max| DelayLine::new(b.rate, b.channels, max));
+            }
+            self
         }
 
         /// The wrapped process.
@@ -729,7 +818,7 @@ pub mod beat {
         }
     }
 
-    impl<P: Process> Process for BeatClicks<P> {
+    impl<P: Process + Streams> Process for BeatClicks<P> {
         fn process(&mut self, now_ns: u64, input: &[f32], output: &mut [f32]) {
             self.inner.process(now_ns, input, output);
             let Some(b) = self.beat.as_mut() else {
@@ -743,11 +832,45 @@ pub mod beat {
             let (Some(start), Some(view)) = (b.clock.ensemble_ns(mono), b.tempo.view()) else {
                 return;
             };
+            let latency = shared_latency_ns(&b.shared, b.rate);
             let frames = output.len() / b.channels;
+            let period_ns = netjam_engine::time::frames_to_ns(frames as u64, b.rate);
+            // The next frame sent is captured one period after this one started, and was
+            // played the input latency before that.
+            if let Some((ssrc, rtp_ts, rate)) = self.inner.sent() {
+                let input_frames = b.shared.input_latency_frames.load(Ordering::Relaxed);
+                let input_ns = netjam_engine::time::frames_to_ns(input_frames, b.rate);
+                b.sent.publish(StreamMark {
+                    ssrc,
+                    rtp_ts,
+                    ensemble_ns: (start + period_ns).saturating_sub(input_ns),
+                    rate,
+                });
+            }
+            let beats = b.shared.delay_beats.load(Ordering::Relaxed);
+            if let (Some(line), true) = (b.delay.as_mut(), beats > 0) {
+                let heard = self.inner.heard();
+                let ssrc_word = heard.map_or(0, |(s, _)| u64::from(s) + 1);
+                b.shared.heard_ssrc.store(ssrc_word, Ordering::Relaxed);
+                // The capture time of the frame after this period, and the wait wanted
+                // for it: `beats` beats at the tempo it was played in.
+                let capture = match (heard, b.heard.get()) {
+                    (Some((ssrc, ts)), Some(m)) if m.ssrc == ssrc => Some(m.capture_ns(ts)),
+                    _ => None,
+                };
+                let want = capture
+                    .and_then(|c| view.bpm_at(c.max(0) as u64))
+                    .map_or(0, |bpm| (beats as f64 * 60e9 / bpm) as u64);
+                let way = capture.map(|c| i128::from(start + period_ns + latency) - c);
+                let state = line.process(output, way.filter(|_| want > 0), want);
+                b.shared.delay_state.store(state.to_word(), Ordering::Relaxed);
+                b.shared.delay_want_ns.store(want, Ordering::Relaxed);
+            }
             let shared = &b.shared;
-            b.clicks.render(&view, start, frames, b.channels, output, |_| {
-                shared.clicks.fetch_add(1, Ordering::Relaxed);
-            });
+            b.clicks
+                .render(&view, start + latency, frames, b.channels, output, |_| {
+                    shared.clicks.fetch_add(1, Ordering::Relaxed);
+                });
         }
 
         fn skipped(&mut self, frames: u64) {
@@ -759,12 +882,22 @@ pub mod beat {
         }
     }
 
+    /// The output latency in ensemble nanoseconds (the ensemble clock's rate error is
+    /// well below a frame over any device latency).
+    fn shared_latency_ns(shared: &BeatShared, rate: u32) -> u64 {
+        let frames = shared.output_latency_frames.load(Ordering::Relaxed);
+        netjam_engine::time::frames_to_ns(frames, rate)
+    }
+
     /// A member of an ensemble running beside a jam.
     #[derive(Debug)]
     pub struct JamBeat {
         pub clock: ClockReader,
         pub tempo: TempoReader,
         pub shared: Arc<BeatShared>,
+        /// For the audio thread: where the stream sent stands (it publishes), where the
+        /// stream heard stands (it reads); taken by [`BeatClicks::new`].
+        marks: Option<(Publisher<StreamMark>, Reader<StreamMark>)>,
         stop: Arc<AtomicBool>,
         thread: Option<JoinHandle<()>>,
     }
@@ -791,14 +924,24 @@ pub mod beat {
                 }
             );
             let (stop_t, shared_t) = (stop.clone(), shared.clone());
+            let (sent_w, sent_r) = publish::share();
+            let (heard_w, heard_r) = publish::share();
+            let marks = Marks {
+                sent: sent_r,
+                heard: heard_w,
+                known: Vec::new(),
+                published: None,
+                next_send: 0,
+            };
             let thread = std::thread::Builder::new()
                 .name("ensemble".into())
-                .spawn(move || run(node, name, propose_bpm, &stop_t, &shared_t))
+                .spawn(move || run(node, name, propose_bpm, &stop_t, &shared_t, marks))
                 .context("cannot start the ensemble thread")?;
             Ok(Self {
                 clock,
                 tempo,
                 shared,
+                marks: Some((sent_w, heard_r)),
                 stop,
                 thread: Some(thread),
             })
@@ -819,12 +962,123 @@ pub mod beat {
         }
     }
 
-    fn run(mut node: Node, name: String, propose: Option<f64>, stop: &AtomicBool, shared: &BeatShared) {
+    /// Every jam member offers this service; the others send it where their stream stands.
+    fn jam_service(id: u64) -> String {
+        format!("jam{id:016x}")
+    }
+
+    /// How often a member says where its stream stands.
+    const MARK_EVERY_NS: u64 = 250 * MS;
+
+    /// The ensemble thread's side of the stream marks.
+    struct Marks {
+        sent: Reader<StreamMark>,
+        heard: Publisher<StreamMark>,
+        /// The latest mark of each stream heard of (a few at most).
+        known: Vec<StreamMark>,
+        published: Option<StreamMark>,
+        next_send: u64,
+    }
+
+    impl Marks {
+        /// A mark from another member (`/jam…/mark ,iihi SSRC RTP_TS ENSEMBLE_NS RATE`).
+        fn on_message(&mut self, bytes: &[u8]) {
+            let Ok(m) = Message::decode(bytes) else { return };
+            let mut a = m.args();
+            let (Some(Arg::Int(ssrc)), Some(Arg::Int(ts)), Some(Arg::Long(e)), Some(Arg::Int(rate))) =
+                (a.next(), a.next(), a.next(), a.next())
+            else {
+                return;
+            };
+            let mark = StreamMark {
+                ssrc: ssrc as u32,
+                rtp_ts: ts as u32,
+                ensemble_ns: e.max(0) as u64,
+                rate: rate.max(1) as u32,
+            };
+            match self.known.iter_mut().find(|k| k.ssrc == mark.ssrc) {
+                Some(k) => *k = mark,
+                None => {
+                    if self.known.len() >= 8 {
+                        self.known.remove(0);
+                    }
+                    self.known.push(mark);
+                }
+            }
+        }
+
+        /// Hand the audio thread the latest mark of the stream it hears.
+        fn publish(&mut self, shared: &BeatShared) {
+            let heard = shared.heard_ssrc.load(Ordering::Relaxed);
+            let Some(m) = self
+                .known
+                .iter()
+                .find(|k| heard != 0 && u64::from(k.ssrc) + 1 == heard)
+            else {
+                return;
+            };
+            if self.published != Some(*m) {
+                self.heard.publish(*m);
+                self.published = Some(*m);
+            }
+        }
+
+        /// Tell every other jam member where this player's stream stands.
+        fn send(&mut self, node: &mut Node, now: u64) {
+            if now < self.next_send {
+                return;
+            }
+            self.next_send = now + MARK_EVERY_NS;
+            let Some(m) = self.sent.get() else { return };
+            let me = node.member_ref().id();
+            let own = jam_service(me);
+            let to: Vec<String> = node
+                .member_ref()
+                .table()
+                .services()
+                .into_iter()
+                .filter(|r| r.service.starts_with("jam") && r.service != own && r.provider != me)
+                .map(|r| r.service)
+                .collect();
+            for service in to {
+                let args = [
+                    Arg::Int(m.ssrc as i32),
+                    Arg::Int(m.rtp_ts as i32),
+                    Arg::Long(m.ensemble_ns as i64),
+                    Arg::Int(m.rate as i32),
+                ];
+                let _ = node
+                    .member()
+                    .send_args(now, &format!("/{service}/mark"), &args, 0, false);
+            }
+            node.flush();
+        }
+    }
+
+    fn run(
+        mut node: Node,
+        name: String,
+        propose: Option<f64>,
+        stop: &AtomicBool,
+        shared: &BeatShared,
+        mut marks: Marks,
+    ) {
+        let own = jam_service(node.member_ref().id());
+        if let Err(e) = node.member().offer(&own) {
+            eprintln!("netjam: ensemble {name}: cannot offer {own}: {e}");
+        }
+        node.flush();
         let mut locked_at = None;
         let mut proposed = propose.is_none();
         let mut told_frame = false;
+        let mut told_latency = 0;
         while !stop.load(Ordering::Relaxed) {
-            node.run(Some(mono_ns() + 100 * MS), |_, ev| {
+            node.run(Some(mono_ns() + 50 * MS), |_, ev| {
+                if let Event::Message(d) = &ev {
+                    if d.service == own {
+                        marks.on_message(&d.bytes);
+                    }
+                }
                 if let Event::Tempo(t) = ev {
                     eprintln!(
                         "netjam: ensemble {name}: {} BPM from beat {} (ensemble time {:.3} s)",
@@ -836,6 +1090,8 @@ pub mod beat {
                 true
             });
             let now = mono_ns();
+            marks.publish(shared);
+            marks.send(&mut node, now);
             if locked_at.is_none() && node.member_ref().ensemble_time(now).is_some() {
                 locked_at = Some(now);
                 eprintln!("netjam: ensemble {name}: clock locked");
@@ -860,6 +1116,13 @@ pub mod beat {
                     node.flush();
                 }
             }
+            let latency = shared.output_latency_frames.load(Ordering::Relaxed);
+            if latency != told_latency {
+                told_latency = latency;
+                eprintln!(
+                    "netjam: ensemble {name}: the output latency is {latency} frames: the click is rendered that much early, to sound on the beat"
+                );
+            }
             let first = shared.first_frame_mono.load(Ordering::Relaxed);
             if !told_frame && first != 0 {
                 told_frame = true;
@@ -870,6 +1133,72 @@ pub mod beat {
             }
         }
         node.leave();
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use netjam_ensemble::beat::{tempo_share, TempoSegment, TempoView};
+        use netjam_ensemble::clock::{clock_share, ClockSegment};
+
+        use super::*;
+
+        /// Plays silence.
+        struct Quiet;
+
+        impl Streams for Quiet {}
+
+        impl Process for Quiet {
+            fn process(&mut self, _now_ns: u64, _input: &[f32], output: &mut [f32]) {
+                output.fill(0.0);
+            }
+        }
+
+        /// The frame of the first click heard over one second of 64-frame periods at
+        /// 48 kHz from ensemble time 0.99 s (120 BPM: beat 2 falls at 1 s, frame 480),
+        /// with the device's output latency `latency` frames.
+        fn first_click(latency: u64) -> usize {
+            let (mut clock_w, clock) = clock_share();
+            let (mut tempo_w, tempo) = tempo_share();
+            // Ensemble time is the local clock.
+            clock_w.publish(ClockSegment {
+                local_origin_ns: 0,
+                ensemble_origin_ns: 0,
+                rate: 0.0,
+            });
+            tempo_w.publish(TempoView {
+                current: Some(TempoSegment {
+                    start_ns: 0,
+                    start_beat: 0.0,
+                    bpm: 120.0,
+                    by: 1,
+                }),
+                next: None,
+            });
+            let shared = Arc::new(BeatShared::default());
+            shared.output_latency_frames.store(latency, Ordering::Relaxed);
+            let mut p = BeatClicks::with_readers(Quiet, clock, tempo, shared.clone(), 48_000, 2, 0.0);
+            if let Some(b) = p.beat.as_mut() {
+                b.mono_offset = 0;
+            }
+            let t0 = 990 * MS;
+            let mut heard: Vec<f32> = Vec::new();
+            let mut out = [0f32; 128];
+            for k in 0..750u64 {
+                let now = t0 + netjam_engine::time::frames_to_ns(64 * k, 48_000);
+                p.process(now, &[], &mut out);
+                heard.extend(out.iter().step_by(2));
+            }
+            assert_eq!(shared.clicks.load(Ordering::Relaxed), 2);
+            heard.iter().position(|x| x.abs() > 0.5).expect("a click")
+        }
+
+        #[test]
+        fn the_click_is_rendered_earlier_by_the_output_latency() {
+            assert_eq!(first_click(0), 480);
+            for latency in [37, 256, 300] {
+                assert_eq!(first_click(latency), 480 - latency as usize, "latency {latency}");
+            }
+        }
     }
 }
 

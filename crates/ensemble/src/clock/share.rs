@@ -2,16 +2,11 @@
 //! from local to ensemble time ([`ClockSegment`]); the audio thread reads it without
 //! locks, allocation or system calls.
 //!
-//! Two slots, each guarded by a sequence number (a seqlock per slot): the single writer
-//! fills the slot readers are not pointed at, then points them at it. A writer preempted
-//! in the middle of a write therefore never holds a reader up; a reader retries only if
-//! the writer published twice while it was reading, and gives up (returns `None`) after
-//! a bounded number of tries rather than spin. Everything is atomics, no `unsafe`.
+//! The segment crosses through the crate's one lock-free publisher ([`crate::publish`]).
 //!
 //! Reading must never allocate, lock or block; publishing happens off the audio thread.
 
-use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use crate::publish::{self, Publisher, Reader, Words};
 
 /// One straight piece of the local → ensemble time mapping:
 /// `ensemble = ensemble_origin + (local − local_origin) × (1 + rate)`.
@@ -34,108 +29,43 @@ impl ClockSegment {
     }
 }
 
-/// Tries a reader makes before it reports that no consistent segment could be read.
-const READ_TRIES: usize = 16;
-
-#[derive(Debug, Default)]
-struct Slot {
-    /// Odd while being written.
-    seq: AtomicU64,
-    local: AtomicU64,
-    ensemble: AtomicU64,
-    rate_bits: AtomicU64,
+impl Words for ClockSegment {
+    type Packed = [u64; 3];
+    fn pack(&self) -> [u64; 3] {
+        [self.local_origin_ns, self.ensemble_origin_ns, self.rate.to_bits()]
+    }
+    fn unpack(w: &[u64; 3]) -> Self {
+        Self {
+            local_origin_ns: w[0],
+            ensemble_origin_ns: w[1],
+            rate: f64::from_bits(w[2]),
+        }
+    }
 }
 
-#[derive(Debug, Default)]
-struct Shared {
-    slots: [Slot; 2],
-    /// The slot readers use; `usize::MAX` until the first publish.
-    active: AtomicUsize,
-    published: AtomicU64,
-}
-
-/// The writing side (one per clock; not `Clone`): call [`ClockPublisher::publish`] from
-/// the network thread whenever the clock's segment changes.
-#[derive(Debug)]
-pub struct ClockPublisher {
-    shared: Arc<Shared>,
-}
+/// The writing side (one per clock; not `Clone`): call [`Publisher::publish`] from the
+/// network thread whenever the clock's segment changes.
+pub type ClockPublisher = Publisher<ClockSegment>;
 
 /// The reading side, for the audio thread (cheap to clone: one per reader).
-#[derive(Debug, Clone)]
-pub struct ClockReader {
-    shared: Arc<Shared>,
-}
+pub type ClockReader = Reader<ClockSegment>;
 
 /// A publisher and a reader of one shared ensemble time; nothing is readable until the
 /// first publish.
 pub fn clock_share() -> (ClockPublisher, ClockReader) {
-    let shared = Arc::new(Shared {
-        active: AtomicUsize::new(usize::MAX),
-        ..Shared::default()
-    });
-    (
-        ClockPublisher {
-            shared: Arc::clone(&shared),
-        },
-        ClockReader { shared },
-    )
+    publish::share()
 }
 
-impl ClockPublisher {
-    /// Make `segment` the mapping readers use from now on.
-    pub fn publish(&mut self, segment: ClockSegment) {
-        let s = &self.shared;
-        let next = match s.active.load(Ordering::Relaxed) {
-            0 => 1,
-            _ => 0,
-        };
-        let slot = &s.slots[next];
-        let seq = slot.seq.load(Ordering::Relaxed);
-        slot.seq.store(seq.wrapping_add(1), Ordering::Relaxed);
-        fence(Ordering::Release);
-        slot.local.store(segment.local_origin_ns, Ordering::Relaxed);
-        slot.ensemble.store(segment.ensemble_origin_ns, Ordering::Relaxed);
-        slot.rate_bits.store(segment.rate.to_bits(), Ordering::Relaxed);
-        slot.seq.store(seq.wrapping_add(2), Ordering::Release);
-        s.active.store(next, Ordering::Release);
-        s.published.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-impl ClockReader {
+impl Reader<ClockSegment> {
     /// The segment in force, or `None` before the first publish (or, rarely, when the
     /// writer kept publishing over the slot while this read was under way).
     pub fn segment(&self) -> Option<ClockSegment> {
-        let s = &self.shared;
-        for _ in 0..READ_TRIES {
-            let idx = s.active.load(Ordering::Acquire);
-            let slot = s.slots.get(idx)?;
-            let before = slot.seq.load(Ordering::Acquire);
-            if before % 2 == 1 {
-                continue;
-            }
-            let seg = ClockSegment {
-                local_origin_ns: slot.local.load(Ordering::Relaxed),
-                ensemble_origin_ns: slot.ensemble.load(Ordering::Relaxed),
-                rate: f64::from_bits(slot.rate_bits.load(Ordering::Relaxed)),
-            };
-            fence(Ordering::Acquire);
-            if slot.seq.load(Ordering::Relaxed) == before {
-                return Some(seg);
-            }
-        }
-        None
+        self.get()
     }
 
     /// Ensemble time at the local monotonic time `local_ns`; `None` until the clock locked.
     pub fn ensemble_ns(&self, local_ns: u64) -> Option<u64> {
         self.segment().map(|s| s.map(local_ns))
-    }
-
-    /// How many segments were published so far.
-    pub fn published(&self) -> u64 {
-        self.shared.published.load(Ordering::Relaxed)
     }
 }
 

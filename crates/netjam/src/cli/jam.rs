@@ -10,6 +10,9 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU32;
+use std::sync::atomic::Ordering;
+
+use crate::ensemble::beat_delay::DelayState;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
@@ -187,7 +190,39 @@ pub struct JamArgs {
     pub osc_bind: std::net::IpAddr,
     #[command(flatten)]
     pub ensemble: super::ensemble::JamEnsembleArgs,
+    /// With --ensemble (NINJAM-style): hear the other player exactly one beat (or bar of
+    /// four) after they played, in time with the ensemble's beat. Where the way from them
+    /// is already longer, they are heard as they come and the status line says so.
+    #[arg(long, value_name = "UNIT", num_args = 0..=1, default_missing_value = "beat", requires = "ensemble")]
+    pub delay_to_beat: Option<DelayUnit>,
 }
+
+/// What `--delay-to-beat` delays by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DelayUnit {
+    Beat,
+    Bar,
+}
+
+impl DelayUnit {
+    /// Beats in one.
+    pub fn beats(self) -> u64 {
+        match self {
+            DelayUnit::Beat => 1,
+            DelayUnit::Bar => 4,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DelayUnit::Beat => "beat",
+            DelayUnit::Bar => "bar",
+        }
+    }
+}
+
+/// The longest delay `--delay-to-beat` reserves room for: a bar of four at 30 BPM.
+const DELAY_MAX_NS: u64 = 8_000_000_000;
 
 /// What a sound card replaces: the other sources, JACK, and the sinks for what you hear.
 const CARD_CONFLICTS: [&str; 9] = [
@@ -375,6 +410,9 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     if a.outputs.is_some() && !a.jack && !a.wants_card() {
         bail!("--outputs picks channels of a device: use it with --jack or --device (a file or stdout gets every channel you hear)");
     }
+    if a.server.is_some() && a.delay_to_beat.is_some() {
+        bail!("--delay-to-beat works with --peer for now (in a room the click is shared, the delay is not built yet): play with --peer, or leave out --delay-to-beat");
+    }
     let audio = open_audio(&mut a)?;
     if a.server.is_some() {
         return super::jam_room::run(a, audio);
@@ -436,12 +474,16 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     let hear_edge_ms = process.delay_ns().1 as f64 / 1e6;
     // The ensemble's click, mixed into what you hear (a no-op without --ensemble).
     let mut beat = a.ensemble.start()?;
+    if let (Some(b), Some(unit)) = (&beat, a.delay_to_beat) {
+        b.shared.delay_beats.store(unit.beats(), Ordering::Relaxed);
+    }
     let process = crate::ensemble::beat::BeatClicks::new(
         process,
-        beat.as_ref(),
+        beat.as_mut(),
         device_rate,
         heard.channels.into(),
         a.ensemble.click_gain,
+        a.delay_to_beat.map(|_| DELAY_MAX_NS),
     );
     let sink = heard_sink(&a, format)?;
     let limit = a.duration.map(|d| (d * device_rate as f64) as u64);
@@ -460,6 +502,7 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     let mut series = BoundedSeries::default();
     let mut realtime_told = false;
     let mut mismatch_told = false;
+    let mut delay_told = DelayState::Waiting;
     running.watch(&mut snaps, |s| {
         if s.stats.heard.rate_mismatch > 0 && !mismatch_told {
             status.finish();
@@ -468,6 +511,34 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         }
         let mut line = jam_line(&s);
         device_status(&mut line, &mut status, &mut realtime_told, &jack_info, &card_info);
+        // The click sounds on the beat: it is rendered earlier by what JACK says its
+        // ports' playback latency is, or the sound card's host (files and stdout play at
+        // once); what is sent is placed in ensemble time by JACK's capture latency.
+        if let (Some(b), Some((_, monitor, _))) = (&beat, &jack_info) {
+            b.shared
+                .output_latency_frames
+                .store(monitor.output_latency_frames(), Ordering::Relaxed);
+            b.shared
+                .input_latency_frames
+                .store(monitor.input_latency_frames(), Ordering::Relaxed);
+        }
+        if let (Some(b), Some(monitor)) = (&beat, &card_info) {
+            b.shared
+                .output_latency_frames
+                .store(monitor.output_latency_frames(device_rate), Ordering::Relaxed);
+        }
+        if let (Some(b), Some(unit)) = (&beat, a.delay_to_beat) {
+            let want = b.shared.delay_want_ns.load(Ordering::Relaxed);
+            let state = DelayState::from_word(b.shared.delay_state.load(Ordering::Relaxed), want);
+            line.push_str("  ");
+            line.push_str(&state.text(unit.name()));
+            // Said on a line of its own whenever it goes from one state to another.
+            if std::mem::discriminant(&state) != std::mem::discriminant(&delay_told) {
+                delay_told = state;
+                status.finish();
+                eprintln!("netjam: {}", state.text(unit.name()));
+            }
+        }
         status.show(&line);
         if let Some(c) = &control {
             c.publish(&s);
@@ -1036,6 +1107,9 @@ mod card {
             unreachable!("{NEVER}")
         }
         pub fn xruns(&self) -> u64 {
+            unreachable!("{NEVER}")
+        }
+        pub fn output_latency_frames(&self, _rate: u32) -> u64 {
             unreachable!("{NEVER}")
         }
         pub fn report(&self, _rate: u32, _period: u32, _periods: &PeriodStats) -> Report {

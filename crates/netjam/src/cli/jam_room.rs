@@ -647,10 +647,11 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let mut beat = a.ensemble.start_in_room(server, &room, &password)?;
     let process = crate::ensemble::beat::BeatClicks::new(
         process,
-        beat.as_ref(),
+        beat.as_mut(),
         device_rate,
         heard.channels.into(),
         a.ensemble.click_gain,
+        None,
     );
     let sink = heard_sink(&a, heard)?;
     // The endpoint counts the device's frames.

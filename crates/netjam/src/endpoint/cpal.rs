@@ -471,6 +471,9 @@ struct Shared {
     /// Frames per callback of the driving stream (0 until the first).
     callback_frames: AtomicUsize,
     adapter_latency: AtomicUsize,
+    /// From a callback to its first frame being played, as the host reports it (ns; 0
+    /// when it cannot tell).
+    device_output_ns: AtomicU64,
     adapter_underruns: AtomicU64,
     bridge_target: AtomicUsize,
     bridge_underruns: AtomicU64,
@@ -489,6 +492,7 @@ impl Default for Shared {
             callbacks: AtomicU64::new(0),
             callback_frames: AtomicUsize::new(0),
             adapter_latency: AtomicUsize::new(0),
+            device_output_ns: AtomicU64::new(0),
             adapter_underruns: AtomicU64::new(0),
             bridge_target: AtomicUsize::new(0),
             bridge_underruns: AtomicU64::new(0),
@@ -1425,6 +1429,15 @@ impl CpalMonitor {
         self.shared.callback_frames.load(Ordering::Relaxed)
     }
 
+    /// Frames between the process's output and it being played: the period adapter's
+    /// latency plus what the host reports from a callback to its playback (0 for that
+    /// part where the host cannot tell).
+    pub fn output_latency_frames(&self, rate: u32) -> u64 {
+        let rate = u64::from(rate.max(1));
+        let device = self.shared.device_output_ns.load(Ordering::Relaxed) * rate / 1_000_000_000;
+        self.shared.adapter_latency.load(Ordering::Relaxed) as u64 + device
+    }
+
     /// Frames the endpoint adds between capture and playback beyond the device buffers:
     /// the period adapter's latency plus the input bridge's cushion.
     pub fn added_latency_frames(&self) -> usize {
@@ -1963,7 +1976,17 @@ fn build_output<T: DeviceSample>(
     device.build_output_stream::<T, _, _>(
         cfg,
         // SAFETY: the output callback is the driver's only user while the stream lives.
-        move |data: &mut [T], _: &cpal::OutputCallbackInfo| unsafe { driver.get() }.on_output(data),
+        move |data: &mut [T], info: &cpal::OutputCallbackInfo| {
+            // SAFETY: as above.
+            let d = unsafe { driver.get() };
+            let t = info.timestamp();
+            if let Some(latency) = t.playback.duration_since(&t.callback) {
+                d.shared
+                    .device_output_ns
+                    .store(latency.as_nanos() as u64, Ordering::Relaxed);
+            }
+            d.on_output(data)
+        },
         // SAFETY: this stream's error callback is the only user of its sink.
         move |e| unsafe { sink.get() }.on_error(e),
         None,

@@ -61,7 +61,18 @@ const STATUS_SERVER_FAILED: c_int = 0x10;
 const PORT_IS_INPUT: c_ulong = 0x1;
 const PORT_IS_OUTPUT: c_ulong = 0x2;
 const PORT_IS_PHYSICAL: c_ulong = 0x4;
+/// `JackCaptureLatency` and `JackPlaybackLatency` of `jack_latency_callback_mode_t`.
+const CAPTURE_LATENCY: c_int = 0;
+const PLAYBACK_LATENCY: c_int = 1;
 const AUDIO_TYPE: &CStr = c"32 bit float mono audio";
+
+/// `jack_latency_range_t`: frames.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+struct LatencyRange {
+    min: u32,
+    max: u32,
+}
 
 /// The libjack functions netjam uses, resolved once from the shared library.
 struct JackApi {
@@ -92,6 +103,8 @@ struct JackApi {
         Option<unsafe extern "C" fn(*const Client, *mut u32, *mut u64, *mut u64, *mut f32) -> c_int>,
     /// Missing before JACK 0.125 / jack2 1.9.11: ports then keep the names they were given.
     port_rename: Option<unsafe extern "C" fn(*mut Client, *mut Port, *const c_char) -> c_int>,
+    /// Missing before JACK 0.121 / jack2 1.9.8: the output latency then reads 0.
+    port_get_latency_range: Option<unsafe extern "C" fn(*mut Port, c_int, *mut LatencyRange)>,
     set_error_function: unsafe extern "C" fn(MessageFunction),
     set_info_function: unsafe extern "C" fn(MessageFunction),
 }
@@ -144,6 +157,11 @@ impl JackApi {
             port_rename: sym(c"jack_port_rename").ok().map(|p| {
                 // SAFETY: as for `f!`: jack_port_rename(jack_client_t*, jack_port_t*,
                 // const char* port_name) -> int.
+                unsafe { std::mem::transmute::<*mut c_void, _>(p) }
+            }),
+            port_get_latency_range: sym(c"jack_port_get_latency_range").ok().map(|p| {
+                // SAFETY: as for `f!`: jack_port_get_latency_range(jack_port_t*,
+                // jack_latency_callback_mode_t, jack_latency_range_t*) -> void.
                 unsafe { std::mem::transmute::<*mut c_void, _>(p) }
             }),
             set_error_function: f!(c"jack_set_error_function"),
@@ -306,6 +324,10 @@ struct CallbackStats {
     /// (-1 before that).
     policy: AtomicI32,
     priority: AtomicI32,
+    /// The largest playback latency of the receive ports (frames), as the server reports it.
+    output_latency: AtomicU64,
+    /// The largest capture latency of the send ports (frames).
+    input_latency: AtomicU64,
 }
 
 /// What the process callback owns; boxed so its address stays fixed while JACK holds it.
@@ -551,6 +573,19 @@ impl JackMonitor {
         )
     }
 
+    /// Frames between a period's first frame leaving netjam and it reaching the speakers:
+    /// the largest playback latency the server reports for the receive ports (0 before
+    /// activation, when nothing is connected, or with a libjack that cannot tell).
+    pub fn output_latency_frames(&self) -> u64 {
+        self.stats.output_latency.load(Ordering::Relaxed)
+    }
+
+    /// Frames between a sound reaching the capture side and netjam's period holding it:
+    /// the largest capture latency the server reports for the send ports (0 as above).
+    pub fn input_latency_frames(&self) -> u64 {
+        self.stats.input_latency.load(Ordering::Relaxed)
+    }
+
     /// xruns the server reported since the client started.
     pub fn xruns(&self) -> u64 {
         self.stats.xruns.load(Ordering::Relaxed)
@@ -744,6 +779,25 @@ impl JackEndpoint {
         })
     }
 
+    /// The largest latency of `ports` in direction `mode` (frames; 0 when libjack cannot
+    /// tell). Not for the process callback.
+    fn port_latency(&self, ports: &[*mut Port], mode: c_int) -> u64 {
+        let Some(get) = self.client.api.port_get_latency_range else {
+            return 0;
+        };
+        ports
+            .iter()
+            .map(|&port| {
+                let mut range = LatencyRange::default();
+                // SAFETY: the client is open, `port` is one of its ports and `range` is
+                // writable; this is not a JACK callback.
+                unsafe { get(port, mode, &mut range) };
+                u64::from(range.max)
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Do the renames asked for so far (on the thread that owns the client).
     fn apply_renames(&self) {
         let (Some((_, rx)), Some(rename)) = (&self.renames, self.client.api.port_rename) else {
@@ -932,6 +986,13 @@ impl Endpoint for JackEndpoint {
                 break Ok(StopReason::Stopped);
             }
             self.apply_renames();
+            self.stats.output_latency.store(
+                self.port_latency(&self.receive, PLAYBACK_LATENCY),
+                Ordering::Relaxed,
+            );
+            self.stats
+                .input_latency
+                .store(self.port_latency(&self.send, CAPTURE_LATENCY), Ordering::Relaxed);
             std::thread::sleep(Duration::from_millis(10));
         };
         // SAFETY: the client is active; jack_deactivate returns after the process callback
