@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ensemble_support::{field, spawn, Band, Proc, NETJAM};
+use ensemble_support::{field, nearest, onset_times, spawn, Band, Proc, NETJAM};
 
 const MS: f64 = 1e6;
 const BOUND_NS: f64 = 2.0 * MS;
@@ -51,56 +51,6 @@ fn player(band: &Band, listen: u16, peer: u16, out: &Path) -> Proc {
         ])
         .args(["--tempo", "120"]);
     spawn(&mut c)
-}
-
-/// Click onsets in a WAV file as frames: the first sample above the threshold after
-/// 100 ms without one.
-fn onsets(path: &Path) -> (u32, Vec<u64>) {
-    let mut r = hound::WavReader::open(path).unwrap();
-    let spec = r.spec();
-    let ch = usize::from(spec.channels);
-    let samples: Vec<f64> = match spec.sample_format {
-        hound::SampleFormat::Float => r.samples::<f32>().map(|s| f64::from(s.unwrap())).collect(),
-        hound::SampleFormat::Int => {
-            let scale = f64::from(1u32 << (spec.bits_per_sample - 1));
-            r.samples::<i32>()
-                .map(|s| f64::from(s.unwrap()) / scale)
-                .collect()
-        }
-    };
-    let gap = u64::from(spec.sample_rate) / 10;
-    let mut found = Vec::new();
-    let mut last: Option<u64> = None;
-    for (i, s) in samples.iter().step_by(ch).enumerate() {
-        let i = i as u64;
-        if s.abs() > 0.05 {
-            if !last.is_some_and(|l| i - l <= gap) {
-                found.push(i);
-            }
-            last = Some(i);
-        }
-    }
-    (spec.sample_rate, found)
-}
-
-/// Onsets as true times (monotonic ns) from the player's word on its first frame.
-fn onset_times(p: &Proc, path: &Path) -> Vec<f64> {
-    let l = p.wait_err("first frame", Duration::from_secs(1), |l| {
-        l.contains("first frame heard")
-    });
-    let first: f64 = l.split_whitespace().rev().nth(1).unwrap().parse().unwrap();
-    let (rate, frames) = onsets(path);
-    frames
-        .iter()
-        .map(|f| first + *f as f64 * 1e9 / f64::from(rate))
-        .collect()
-}
-
-fn nearest(v: &[f64], t: f64) -> f64 {
-    v.iter()
-        .copied()
-        .min_by(|a, b| (a - t).abs().total_cmp(&(b - t).abs()))
-        .unwrap()
 }
 
 #[test]
