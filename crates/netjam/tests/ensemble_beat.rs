@@ -12,29 +12,16 @@
 
 mod ensemble_support;
 
-use std::net::UdpSocket;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ensemble_support::{field, nearest, onset_times, spawn, Band, Proc, NETJAM};
+use ensemble_support::{field, nearest, onset_times, spawn, Band, Proc, NETJAM, free_port, tmp};
 
 const MS: f64 = 1e6;
 const BOUND_NS: f64 = 2.0 * MS;
 
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("netjam-beat-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
-}
 
 fn player(band: &Band, listen: u16, peer: u16, out: &Path) -> Proc {
     let mut c = Command::new(NETJAM);
@@ -57,7 +44,7 @@ fn player(band: &Band, listen: u16, peer: u16, out: &Path) -> Proc {
 fn two_players_click_on_one_beat_and_a_tempo_change_lands_on_the_same_bar() {
     let band = Band::new(0);
     let (pa, pb) = (free_port(), free_port());
-    let (wa, wb) = (tmp("a.wav"), tmp("b.wav"));
+    let (wa, wb) = (tmp("beat", "a.wav"), tmp("beat", "b.wav"));
     let mut a = player(&band, pa, pb, &wa);
     let mut b = player(&band, pb, pa, &wb);
     let within = Duration::from_secs(15);

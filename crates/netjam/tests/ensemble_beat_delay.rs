@@ -15,12 +15,11 @@
 
 mod ensemble_support;
 
-use std::net::UdpSocket;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ensemble_support::{spawn, Band, Proc, NETJAM};
+use ensemble_support::{spawn, Band, Proc, NETJAM, free_port, tmp};
 
 const RATE: u32 = 48_000;
 /// A burst every 1.1 s (not a whole number of beats, so a burst heard a beat late is never
@@ -31,19 +30,7 @@ const SECONDS: u64 = 14;
 const BEAT_MS: f64 = 500.0;
 const BOUND_MS: f64 = 1.0;
 
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("netjam-beat-delay-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
-}
 
 fn write_bursts(path: &Path) {
     let spec = hound::WavSpec {
@@ -127,7 +114,7 @@ fn first_frame(p: &Proc) -> f64 {
 fn a_remote_player_is_heard_one_beat_after_they_played() {
     let band = Band::new(0);
     let (pa, pb) = (free_port(), free_port());
-    let (bursts, heard) = (tmp("bursts.wav"), tmp("heard.wav"));
+    let (bursts, heard) = (tmp("beat-delay", "bursts.wav"), tmp("beat-delay", "heard.wav"));
     write_bursts(&bursts);
     let mut a = player(&band, pa, pb, &["--input", bursts.to_str().unwrap()], &[]);
     let mut b = player(

@@ -15,11 +15,11 @@
 mod common;
 mod ensemble_support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ensemble_support::{ens_ns, field, messages, nearest, onset_times, spawn, Band, Proc, NETJAM};
+use ensemble_support::{ens_ns, field, messages, nearest, onset_times, spawn, Band, Proc, NETJAM, tmp};
 
 const SERVICES: [&str; 3] = ["keys", "bass", "drums"];
 const MS: f64 = 1e6;
@@ -165,11 +165,6 @@ fn three_members_through_a_rooms_server_route_fire_together_and_lose_a_killed_on
     members.remove(1);
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("netjam-ensroom-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
-}
 
 fn player(server: &str, room: &str, name: &str, out: &Path) -> Proc {
     let mut c = Command::new(NETJAM);
@@ -185,7 +180,7 @@ fn two_room_players_click_on_the_same_beat_and_change_tempo_on_the_same_bar() {
     let (_server, addr) = common::room_server("60", Duration::from_secs(15));
     let room = format!("beat-{}", std::process::id());
     let server = addr.to_string();
-    let (wa, wb) = (tmp("a.wav"), tmp("b.wav"));
+    let (wa, wb) = (tmp("ensroom", "a.wav"), tmp("ensroom", "b.wav"));
     let mut a = player(&server, &room, "ana", &wa);
     let mut b = player(&server, &room, "bo", &wb);
     let within = Duration::from_secs(15);

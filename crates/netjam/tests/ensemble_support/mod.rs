@@ -293,3 +293,19 @@ pub fn nearest(v: &[f64], t: f64) -> f64 {
         .min_by(|a, b| (a - t).abs().total_cmp(&(b - t).abs()))
         .unwrap()
 }
+
+/// A loopback UDP port free at the moment of asking.
+pub fn free_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .expect("bind a loopback port")
+        .local_addr()
+        .expect("local address")
+        .port()
+}
+
+/// `name` in this test run's directory `netjam-TAG-PID` in the system's temporary directory.
+pub fn tmp(tag: &str, name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("netjam-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d.join(name)
+}
