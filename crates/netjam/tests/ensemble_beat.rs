@@ -16,12 +16,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ensemble_support::{field, nearest, onset_times, spawn, Band, Proc, NETJAM, free_port, tmp};
+use ensemble_support::{field, free_port, nearest, onset_times, spawn, tmp, Band, Proc, NETJAM};
 
 const MS: f64 = 1e6;
 const BOUND_NS: f64 = 2.0 * MS;
-
-
 
 fn player(band: &Band, listen: u16, peer: u16, out: &Path) -> Proc {
     let mut c = Command::new(NETJAM);

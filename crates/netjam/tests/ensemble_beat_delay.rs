@@ -19,7 +19,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ensemble_support::{spawn, Band, Proc, NETJAM, free_port, tmp};
+use ensemble_support::{free_port, spawn, tmp, Band, Proc, NETJAM};
 
 const RATE: u32 = 48_000;
 /// A burst every 1.1 s (not a whole number of beats, so a burst heard a beat late is never
@@ -29,8 +29,6 @@ const BURST: u64 = 480;
 const SECONDS: u64 = 14;
 const BEAT_MS: f64 = 500.0;
 const BOUND_MS: f64 = 1.0;
-
-
 
 fn write_bursts(path: &Path) {
     let spec = hound::WavSpec {

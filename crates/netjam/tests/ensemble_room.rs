@@ -19,7 +19,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ensemble_support::{ens_ns, field, messages, nearest, onset_times, spawn, Band, Proc, NETJAM, tmp};
+use ensemble_support::{ens_ns, field, messages, nearest, onset_times, spawn, tmp, Band, Proc, NETJAM};
 
 const SERVICES: [&str; 3] = ["keys", "bass", "drums"];
 const MS: f64 = 1e6;
@@ -164,7 +164,6 @@ fn three_members_through_a_rooms_server_route_fire_together_and_lose_a_killed_on
     );
     members.remove(1);
 }
-
 
 fn player(server: &str, room: &str, name: &str, out: &Path) -> Proc {
     let mut c = Command::new(NETJAM);
