@@ -24,6 +24,7 @@ pub mod rng;
 pub mod room;
 pub mod roundtrip;
 pub mod sender;
+pub mod slip;
 pub mod synth;
 pub mod time;
 pub mod wire;

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use common::echo::{run_at_most, Echo};
 use common::jackd::Jackd;
-use common::{reflect, require, tmp, Proc, BIN};
+use common::{reflect, require, start_recv, tmp, Proc, BIN};
 use netjam::endpoint::jack::{JackConfig, JackEndpoint};
 use netjam::endpoint::Endpoint;
 
@@ -214,6 +214,99 @@ fn jam_through_jack_against_reflect_has_a_stable_round_trip() {
         "sent {sent}, heard {heard}"
     );
     assert!(report["periods"]["periods"].as_u64().unwrap_or(0) > 100);
+}
+
+/// A server held up (SIGSTOP, as a machine that does not run it for a while) loses that time
+/// without counting it: its dummy driver carries on from where it stopped. The stream's
+/// timeline must skip as much, or the far side hears this sender's clock fall behind by every
+/// stop for good: a path that got slower, late packets, a re-lock.
+#[test]
+fn time_the_server_lost_uncounted_is_skipped_in_the_stream() {
+    let server = start_server("slip");
+    let json = tmp("jack", "slip.json");
+    let far_json = tmp("jack", "slip-far.json");
+    let far_wav = tmp("jack", "slip-far.wav");
+    // The far side: a receiver on the system clock, following the sender's clock.
+    let (mut far, far_addr) = start_recv(&[
+        "--drift-correction",
+        "--duration",
+        "9",
+        "--output",
+        far_wav.to_str().expect("path"),
+        "--stats-json",
+        far_json.to_str().expect("path"),
+    ]);
+    let client = format!("njslip{}", std::process::id());
+    let log = tmp("jack", "slip.log");
+    let mut jam = Proc::spawn(
+        server
+            .client(&mut Command::new(BIN))
+            .args([
+                "jam",
+                "--jack",
+                "--jack-name",
+                &client,
+                "--no-connect",
+                "--channels",
+                "1",
+            ])
+            .args(["--peer", &far_addr.to_string(), "--listen", "127.0.0.1:0"])
+            .args(["--duration", "9", "--stats-json", json.to_str().expect("path")])
+            .stderr(std::fs::File::create(&log).expect("log")),
+        "netjam jam",
+    );
+    let said = || std::fs::read_to_string(&log).unwrap_or_default();
+    server.wait_for_port(&format!("{client}:send_1"), "netjam jam --jack");
+    std::thread::sleep(Duration::from_secs(2));
+    let pid = server.pid().to_string();
+    let mut stopped = Duration::ZERO;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let ok = Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "could not stop jackd");
+        std::thread::sleep(Duration::from_millis(100));
+        let ok = Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .expect("kill")
+            .success();
+        stopped += t.elapsed();
+        assert!(ok, "could not continue jackd");
+        std::thread::sleep(Duration::from_millis(1500));
+    }
+    let status = jam
+        .wait_until(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("netjam jam did not end:\n{}", said()));
+    assert!(status.success(), "netjam jam failed:\n{}", said());
+    let (status, far_said) = far.finish(Duration::from_secs(20));
+    assert!(status.success(), "netjam recv failed: {far_said:?}");
+    // The far side heard gaps where the server stood still, and kept its timeline: no
+    // re-lock, and hardly a late packet (those sent before a stop was found, 20 ms each).
+    let far_report = common::read_json(&far_json);
+    let jb = &far_report["stats"]["jitter_buffer"];
+    assert_eq!(jb["relocks"], 0, "{jb}");
+    let late = jb["late_packets"].as_u64().expect("late");
+    assert!(late <= 3 * 24, "{late} late packets: {jb}");
+    let report = common::read_json(&json);
+    let rate = 48_000.0;
+    let slipped = report["jack"]["slipped_frames"].as_u64().expect("slipped_frames") as f64;
+    let stopped_frames = stopped.as_secs_f64() * rate;
+    // Most of the time it was stopped is found (a server may run a few cycles late before
+    // it carries on, and a busy machine holds it up more than the 300 ms asked).
+    assert!(
+        slipped >= 0.8 * 0.3 * rate && slipped <= stopped_frames + 0.2 * rate,
+        "{slipped} frames found lost, stopped {stopped_frames:.0}:\n{}",
+        said()
+    );
+    let skipped = report["stats"]["sent"]["skipped_frames"]
+        .as_u64()
+        .expect("skipped") as f64;
+    assert!(skipped >= slipped, "the stream skipped {skipped} of {slipped}");
+    assert!(said().contains("JACK's clock lost"), "{}", said());
 }
 
 #[test]

@@ -304,6 +304,9 @@ struct JackReport {
     realtime: bool,
     realtime_priority: Option<i32>,
     xruns: u64,
+    /// Frames of the server's time that passed without cycles it counted: the stream's
+    /// timeline skipped them (see `netjam_engine::slip`).
+    slipped_frames: u64,
 }
 
 /// The rate and channels of a device, for building a sender before the device runs.
@@ -855,6 +858,14 @@ pub(crate) fn device_status(
             *realtime_told = tell_realtime(monitor);
         }
         line.push_str(&format!("  xruns {}", monitor.xruns()));
+        let (slipped, _) = monitor.slipped();
+        if slipped > 0 {
+            let rate = jack_info.as_ref().map_or(48_000, |(_, _, spec)| spec.rate.max(1));
+            line.push_str(&format!(
+                "  lost time {:.0} ms",
+                slipped as f64 * 1e3 / f64::from(rate)
+            ));
+        }
     }
     if let Some(monitor) = card_info {
         if !*realtime_told {
@@ -883,6 +894,13 @@ fn device_report(
             periods.callback_mean_us,
             periods.callback_max_us
         );
+        let (slipped, slips) = monitor.slipped();
+        if slipped > 0 {
+            eprintln!(
+                "netjam: JACK's clock lost {:.1} ms against the system clock in {slips} slips without counting it (a server that missed cycles); the stream skipped as much, so the far side heard gaps, not a clock falling behind",
+                slipped as f64 * 1e3 / f64::from(spec.rate.max(1))
+            );
+        }
         JackReport {
             client,
             rate: spec.rate,
@@ -893,6 +911,7 @@ fn device_report(
                 _ => None,
             },
             xruns: monitor.xruns(),
+            slipped_frames: monitor.slipped().0,
         }
     })
 }

@@ -28,6 +28,7 @@ use super::channels::{ChannelMap, ChannelMapError, MapSide};
 use super::{Endpoint, PeriodStats, PeriodTimer, Process, Realtime, StopReason, StreamSpec};
 use crate::clock;
 use crate::dl::{cstr_lossy, Library, LIBJACK};
+use netjam_engine::slip::SlipGuard;
 
 /// Why JACK could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -318,6 +319,10 @@ struct CallbackStats {
     frames: AtomicU64,
     wrong_size: AtomicU64,
     xruns: AtomicU64,
+    /// Frames of the server's time that passed without a cycle and without the server
+    /// counting them ([`SlipGuard`]), and in how many slips.
+    slipped_frames: AtomicU64,
+    slips: AtomicU64,
     shutdown: AtomicBool,
     panicked: AtomicBool,
     /// Scheduling policy and priority of the callback thread, seen in its first period
@@ -351,6 +356,8 @@ struct CallbackState {
     last_nominal: u64,
     /// The server's frame clock at the last cycle start, to find dropped cycles.
     last_cycle_frames: Option<u32>,
+    /// Time the server lost without counting it, against the system clock.
+    slip: SlipGuard,
     stats: Arc<CallbackStats>,
     timer: PeriodTimer,
     policy_seen: bool,
@@ -421,6 +428,16 @@ impl CallbackState {
         if lost > 0 {
             // SAFETY: as for `process` below.
             unsafe { &mut *self.process }.skipped(lost);
+            self.slip.account_skipped(lost);
+        }
+        // Time that passed without cycles the server did not count either (its dummy driver
+        // on a busy machine): the timeline moves on by it too, against the system clock.
+        let slipped = self.slip.on_period(woke, u64::from(nframes));
+        if slipped > 0 {
+            // SAFETY: as for `process` below.
+            unsafe { &mut *self.process }.skipped(slipped);
+            self.stats.slipped_frames.fetch_add(slipped, Ordering::Relaxed);
+            self.stats.slips.fetch_add(1, Ordering::Relaxed);
         }
         let chans_in = self.send.len();
         for (c, &port) in self.send.iter().enumerate() {
@@ -589,6 +606,15 @@ impl JackMonitor {
     /// xruns the server reported since the client started.
     pub fn xruns(&self) -> u64 {
         self.stats.xruns.load(Ordering::Relaxed)
+    }
+
+    /// Frames of the server's time lost without its counting them (the stream's timeline
+    /// skipped them), and in how many slips.
+    pub fn slipped(&self) -> (u64, u64) {
+        (
+            self.stats.slipped_frames.load(Ordering::Relaxed),
+            self.stats.slips.load(Ordering::Relaxed),
+        )
     }
 }
 
@@ -925,6 +951,7 @@ impl Endpoint for JackEndpoint {
             offset_ns: self.clock_offset_ns(),
             last_nominal: 0,
             last_cycle_frames: None,
+            slip: SlipGuard::new(s.rate),
             stats: self.stats.clone(),
             timer: PeriodTimer::default(),
             policy_seen: false,

@@ -155,6 +155,11 @@ impl Jackd {
         }
     }
 
+    /// The server's process id (to stop and continue it as a machine that held it up would).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }

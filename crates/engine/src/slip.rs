@@ -1,0 +1,230 @@
+//! Device time that never became audio, found against the system clock.
+//!
+//! A capture device's frame clock is the sender's media clock: every RTP timestamp counts
+//! the frames it delivered. A device that loses time without saying so — an audio server
+//! that drops cycles and counts on from where it stopped (JACK's dummy driver on a busy or
+//! virtual machine does this), a timer that loses ticks — makes that clock fall behind
+//! real time. The far side then sees this sender's packets come later and later against
+//! their timestamps: a path that never stops getting slower. Its jitter estimate chases the
+//! ramp, its drift corrector runs into its limit, and latency climbs to the buffer's
+//! ceiling and stays there.
+//!
+//! [`SlipGuard`] keeps the media clock on real time instead. Each period it compares when
+//! the period started (the system clock) with where the frames accounted so far place it.
+//! That residual moves slowly with the device's honest drift (a sound card runs within a
+//! few hundred ppm of nominal) and jumps when the device lost time. The guard keeps a
+//! baseline that follows the residual down at once and up by at most [`MAX_DRIFT`] of the
+//! elapsed time. A residual more than a period and [`SLACK_NS`] above the baseline is a late
+//! wake-up until it has stayed there for [`HOLD_NS`] (an audio server that catches up after
+//! a stall runs its cycles back to back and is back within a few periods); then the
+//! smallest excess of that stretch is declared lost: the stream's timeline moves on by as
+//! many frames ([`crate::sender::Sender::skip_frames`]), and the far side conceals a gap
+//! instead of stretching its latency.
+//!
+//! Written here rather than taken from a crate because it runs in the device callback
+//! (a few integers, no allocation) and is specific to how this project stamps its media.
+
+use crate::time::frames_to_ns;
+
+/// How fast the baseline may rise: the most a device's clock may honestly fall behind the
+/// system clock (sound cards run within ±200 ppm; this leaves room). What a slipping device
+/// loses below this rate stays in the stream as drift, well inside what the far side's drift
+/// corrector follows (±0.1 %).
+pub const MAX_DRIFT: f64 = 0.0005;
+/// Excess beyond one period that may be lost time.
+pub const SLACK_NS: i64 = 500_000;
+/// How long the excess must stand before it counts as lost.
+pub const HOLD_NS: u64 = 20_000_000;
+
+/// Finds device time lost between periods (see the module docs).
+#[derive(Debug, Clone)]
+pub struct SlipGuard {
+    rate: u32,
+    /// System time of the first period.
+    origin_ns: Option<u64>,
+    /// Frames accounted for since `origin_ns`: delivered and skipped.
+    frames: u64,
+    base: i64,
+    last_ns: u64,
+    /// Since when the residual stands above the baseline, and its smallest value since.
+    above: Option<(u64, i64)>,
+    lost_frames: u64,
+    slips: u64,
+}
+
+impl SlipGuard {
+    pub fn new(rate: u32) -> Self {
+        Self {
+            rate: rate.max(1),
+            origin_ns: None,
+            frames: 0,
+            base: 0,
+            last_ns: 0,
+            above: None,
+            lost_frames: 0,
+            slips: 0,
+        }
+    }
+
+    /// The device skipped `frames` frames and said so (they are skipped already).
+    pub fn account_skipped(&mut self, frames: u64) {
+        if self.origin_ns.is_some() {
+            self.frames += frames;
+        }
+    }
+
+    /// A period of `frames` frames starts at `start_ns` on the system clock; returns the
+    /// frames of device time lost before it, for the stream's timeline to skip (0 almost
+    /// always). Realtime-safe: no allocation, no lock.
+    pub fn on_period(&mut self, start_ns: u64, frames: u64) -> u64 {
+        let Some(origin) = self.origin_ns else {
+            self.origin_ns = Some(start_ns);
+            self.last_ns = start_ns;
+            self.frames = frames;
+            return 0;
+        };
+        let residual = start_ns as i64 - origin as i64 - frames_to_ns(self.frames, self.rate) as i64;
+        let elapsed = start_ns.saturating_sub(self.last_ns);
+        self.last_ns = start_ns;
+        let rise = (elapsed as f64 * MAX_DRIFT) as i64;
+        self.base = (self.base + rise).min(residual);
+        let threshold = frames_to_ns(frames, self.rate) as i64 + SLACK_NS;
+        let mut lost = 0;
+        if residual - self.base > threshold {
+            let (since, min) = match self.above {
+                Some((since, min)) => (since, min.min(residual)),
+                None => (start_ns, residual),
+            };
+            self.above = Some((since, min));
+            if start_ns.saturating_sub(since) >= HOLD_NS {
+                lost = (min - self.base) as u64 * u64::from(self.rate) / 1_000_000_000;
+                self.above = None;
+                self.lost_frames += lost;
+                self.slips += 1;
+            }
+        } else {
+            self.above = None;
+        }
+        self.frames += lost + frames;
+        lost
+    }
+
+    /// Frames declared lost so far, and in how many slips.
+    pub fn lost(&self) -> (u64, u64) {
+        (self.lost_frames, self.slips)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RATE: u32 = 48_000;
+    const P: u64 = 64;
+
+    /// Drive the guard for `seconds` with a device running `ppm` off nominal whose clock
+    /// loses `lose_ns` at the periods `lose_at` says, and whose wake-ups are late by what
+    /// `late` says; returns frames declared lost and the largest residual left over.
+    fn drive(
+        seconds: f64,
+        ppm: f64,
+        lose_at: impl Fn(u64) -> u64,
+        late: impl Fn(u64) -> u64,
+    ) -> (u64, u64, i64) {
+        let mut g = SlipGuard::new(RATE);
+        let period_ns = frames_to_ns(P, RATE) as f64 / (1.0 + ppm * 1e-6);
+        let periods = (seconds * 1e9 / period_ns) as u64;
+        let mut lost_time = 0u64;
+        let mut skipped = 0u64;
+        let mut worst = 0i64;
+        for k in 0..periods {
+            lost_time += lose_at(k);
+            let start = 1_000_000_000 + (k as f64 * period_ns) as u64 + lost_time;
+            skipped += g.on_period(start + late(k), P);
+            // Media time against real time: how far the stream's clock fell behind.
+            let media_ns = frames_to_ns(k * P + skipped, RATE) as i64;
+            worst = worst.max((start - 1_000_000_000) as i64 - media_ns);
+        }
+        (skipped, g.lost().1, worst)
+    }
+
+    #[test]
+    fn an_honest_device_loses_nothing_even_with_late_wake_ups() {
+        // ±500 ppm, and a wake-up up to 4 ms late every 300 periods: never a slip.
+        for ppm in [-500.0, 0.0, 500.0] {
+            let (skipped, slips, _) = drive(600.0, ppm, |_| 0, |k| if k % 300 == 7 { 4_000_000 } else { 0 });
+            assert_eq!((skipped, slips), (0, 0), "{ppm} ppm");
+        }
+        // Two late periods in a row, each by three periods: still only late.
+        let (skipped, _, _) = drive(60.0, 0.0, |_| 0, |k| if k % 1000 < 2 { 4_000_000 } else { 0 });
+        assert_eq!(skipped, 0);
+    }
+
+    #[test]
+    fn time_the_device_lost_is_skipped_within_a_window() {
+        // One stall of 20 ms with no catch-up: about 960 frames skipped, once.
+        let (skipped, slips, worst) = drive(10.0, 0.0, |k| if k == 3000 { 20_000_000 } else { 0 }, |_| 0);
+        assert_eq!(slips, 1);
+        assert!((955..=965).contains(&skipped), "{skipped}");
+        assert!(worst <= 20_000_000, "{worst}");
+    }
+
+    #[test]
+    fn a_device_two_percent_slow_stays_within_two_periods_of_real_time() {
+        // Every 10th period loses a fifth of a period: 2 % of the time never delivered.
+        let lose = frames_to_ns(P, RATE) / 5;
+        let (skipped, slips, worst) = drive(60.0, 0.0, |k| if k % 10 == 9 { lose } else { 0 }, |_| 0);
+        let periods = 60 * RATE as u64 / P;
+        let lost_frames = periods / 10 * P / 5;
+        assert!(slips > 100, "{slips}");
+        // All but what the baseline may take for drift (0.05 % of the time, a fortieth here).
+        assert!(
+            skipped as f64 > lost_frames as f64 * 0.92,
+            "{skipped} of {lost_frames}"
+        );
+        // Each slip is declared after the excess stood for the hold; what the baseline took
+        // for drift stays behind too.
+        let bound = 2 * frames_to_ns(P, RATE) as i64
+            + SLACK_NS
+            + (HOLD_NS as f64 * 0.02) as i64
+            + (60e9 * MAX_DRIFT) as i64;
+        assert!(worst < bound, "{worst} > {bound}");
+    }
+
+    #[test]
+    fn a_server_that_catches_up_after_a_stall_loses_nothing() {
+        // 15 ms without a cycle, then the missed cycles back to back, 0.1 ms apart.
+        let mut g = SlipGuard::new(RATE);
+        let period = frames_to_ns(P, RATE);
+        let mut total = 0;
+        let mut t = 0;
+        for k in 0..3000u64 {
+            let due = k * period;
+            if (1000..1012).contains(&k) {
+                t = t.max(1000 * period + 15_000_000) + 100_000;
+            } else {
+                t = t.max(due);
+            }
+            total += g.on_period(t, P);
+        }
+        assert_eq!(total, 0);
+    }
+
+    #[test]
+    fn cycles_the_device_reported_are_not_counted_twice() {
+        let mut g = SlipGuard::new(RATE);
+        let period = frames_to_ns(P, RATE);
+        let mut t = 0;
+        let mut total = 0;
+        for k in 0..2000u64 {
+            if k == 1000 {
+                // The server dropped ten cycles and said so.
+                t += 10 * period;
+                g.account_skipped(10 * P);
+            }
+            total += g.on_period(t, P);
+            t += period;
+        }
+        assert_eq!(total, 0);
+    }
+}
