@@ -48,8 +48,6 @@ pub struct SlipGuard {
     last_ns: u64,
     /// Since when the residual stands above the baseline, and its smallest value since.
     above: Option<(u64, i64)>,
-    lost_frames: u64,
-    slips: u64,
 }
 
 impl SlipGuard {
@@ -61,8 +59,6 @@ impl SlipGuard {
             base: 0,
             last_ns: 0,
             above: None,
-            lost_frames: 0,
-            slips: 0,
         }
     }
 
@@ -99,19 +95,12 @@ impl SlipGuard {
             if start_ns.saturating_sub(since) >= HOLD_NS {
                 lost = (min - self.base) as u64 * u64::from(self.rate) / 1_000_000_000;
                 self.above = None;
-                self.lost_frames += lost;
-                self.slips += 1;
             }
         } else {
             self.above = None;
         }
         self.frames += lost + frames;
         lost
-    }
-
-    /// Frames declared lost so far, and in how many slips.
-    pub fn lost(&self) -> (u64, u64) {
-        (self.lost_frames, self.slips)
     }
 }
 
@@ -124,7 +113,8 @@ mod tests {
 
     /// Drive the guard for `seconds` with a device running `ppm` off nominal whose clock
     /// loses `lose_ns` at the periods `lose_at` says, and whose wake-ups are late by what
-    /// `late` says; returns frames declared lost and the largest residual left over.
+    /// `late` says; returns frames declared lost, in how many slips, and the largest residual
+    /// left over.
     fn drive(
         seconds: f64,
         ppm: f64,
@@ -136,16 +126,19 @@ mod tests {
         let periods = (seconds * 1e9 / period_ns) as u64;
         let mut lost_time = 0u64;
         let mut skipped = 0u64;
+        let mut slips = 0u64;
         let mut worst = 0i64;
         for k in 0..periods {
             lost_time += lose_at(k);
             let start = 1_000_000_000 + (k as f64 * period_ns) as u64 + lost_time;
-            skipped += g.on_period(start + late(k), P);
+            let lost = g.on_period(start + late(k), P);
+            skipped += lost;
+            slips += u64::from(lost > 0);
             // Media time against real time: how far the stream's clock fell behind.
             let media_ns = frames_to_ns(k * P + skipped, RATE) as i64;
             worst = worst.max((start - 1_000_000_000) as i64 - media_ns);
         }
-        (skipped, g.lost().1, worst)
+        (skipped, slips, worst)
     }
 
     #[test]

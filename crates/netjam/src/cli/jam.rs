@@ -852,7 +852,7 @@ pub(crate) fn device_status(
     jack_info: &Option<(String, JackMonitor, crate::endpoint::StreamSpec)>,
     card_info: &Option<card::Monitor>,
 ) {
-    if let Some((_, monitor, _)) = jack_info {
+    if let Some((_, monitor, spec)) = jack_info {
         if !*realtime_told && monitor.realtime() != Realtime::Unknown {
             status.finish();
             *realtime_told = tell_realtime(monitor);
@@ -860,10 +860,9 @@ pub(crate) fn device_status(
         line.push_str(&format!("  xruns {}", monitor.xruns()));
         let (slipped, _) = monitor.slipped();
         if slipped > 0 {
-            let rate = jack_info.as_ref().map_or(48_000, |(_, _, spec)| spec.rate.max(1));
             line.push_str(&format!(
                 "  lost time {:.0} ms",
-                slipped as f64 * 1e3 / f64::from(rate)
+                slipped as f64 * 1e3 / f64::from(spec.rate.max(1))
             ));
         }
     }
