@@ -315,6 +315,10 @@ impl DelayEstimator {
 
     /// Choose how peaks count and how fast the target falls.
     pub fn set_policy(&mut self, policy: LatencyPolicy) {
+        if policy != self.policy {
+            // Only `Tight` forgets a burst's peaks: `Safe` counts every one remembered.
+            self.peaks_forgotten_ns = 0;
+        }
         self.policy = policy;
         self.shrink_ns_per_s = policy.rules().3;
     }
