@@ -69,34 +69,10 @@ fn player(band: &Band, listen: u16, peer: u16, source: &[&str], extra: &[&str]) 
     spawn(&mut c)
 }
 
-/// Burst onsets in a WAV file as frames: the first sample above the threshold after
-/// 100 ms without one.
+/// Burst onsets in a WAV file as frames (see [`ensemble_support::onsets`]).
 fn onsets(path: &Path) -> Vec<u64> {
-    let mut r = hound::WavReader::open(path).unwrap();
-    let spec = r.spec();
-    assert_eq!(spec.sample_rate, RATE);
-    let ch = usize::from(spec.channels);
-    let samples: Vec<f64> = match spec.sample_format {
-        hound::SampleFormat::Float => r.samples::<f32>().map(|s| f64::from(s.unwrap())).collect(),
-        hound::SampleFormat::Int => {
-            let scale = f64::from(1u32 << (spec.bits_per_sample - 1));
-            r.samples::<i32>()
-                .map(|s| f64::from(s.unwrap()) / scale)
-                .collect()
-        }
-    };
-    let gap = u64::from(RATE) / 10;
-    let mut found = Vec::new();
-    let mut last: Option<u64> = None;
-    for (i, s) in samples.iter().step_by(ch).enumerate() {
-        let i = i as u64;
-        if s.abs() > 0.05 {
-            if !last.is_some_and(|l| i - l <= gap) {
-                found.push(i);
-            }
-            last = Some(i);
-        }
-    }
+    let (rate, found) = ensemble_support::onsets(path);
+    assert_eq!(rate, RATE);
     found
 }
 

@@ -15,29 +15,16 @@ mod ensemble_support;
 
 use std::time::Instant;
 
-use common::natlab::{LabError, NatLab, RouterKind};
-use common::{free_udp_port, require};
+use common::free_udp_port;
+use common::natlab::{NatLab, RouterKind};
 use ensemble_support::{ens_ns, field, spawn, Proc, NETJAM};
 
 const SERVICES: [&str; 3] = ["keys", "bass", "drums"];
 
-fn lab_or_skip(kinds: &[RouterKind]) -> Option<NatLab> {
-    require("nft", "nftables");
-    match NatLab::build(kinds) {
-        Ok(lab) => Some(lab),
-        Err(LabError::NotAllowed(why)) => {
-            eprintln!(
-                "SKIPPED: this process cannot create network namespaces ({why}); the NAT lab needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN)"
-            );
-            None
-        }
-        Err(LabError::Failed(why)) => panic!("building the NAT lab failed: {why}"),
-    }
-}
-
 #[test]
 fn members_behind_cone_and_port_randomising_routers_meet_through_the_server() {
-    let Some(lab) = lab_or_skip(&[RouterKind::Cone, RouterKind::Cone, RouterKind::Symmetric]) else {
+    let Some(lab) = NatLab::build_or_skip(&[RouterKind::Cone, RouterKind::Cone, RouterKind::Symmetric])
+    else {
         return;
     };
     let server = format!("{}:{}", lab.server_ip, free_udp_port());

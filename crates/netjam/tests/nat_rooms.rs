@@ -50,7 +50,7 @@ use std::sync::mpsc;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use common::natlab::{in_ns, LabError, Mapper, NatLab, RouterKind};
+use common::natlab::{in_ns, Mapper, NatLab, RouterKind};
 use common::signal::{read_channel0, tone_amp, write_tone, RATE};
 use common::{address_in, read_json, require, tmp_dir, Proc, BIN};
 
@@ -79,20 +79,11 @@ fn one_lab() -> MutexGuard<'static, ()> {
     ONE_LAB.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The lab, or `None` (with the reason printed) where namespaces cannot be made.
+/// The lab, or `None` (with the reason printed) where namespaces cannot be made; these
+/// tests read the routers' mappings with conntrack too.
 fn lab_or_skip(kinds: &[RouterKind]) -> Option<NatLab> {
-    require("nft", "nftables");
     require("conntrack", "conntrack");
-    match NatLab::build(kinds) {
-        Ok(lab) => Some(lab),
-        Err(LabError::NotAllowed(why)) => {
-            eprintln!(
-                "SKIPPED: this process cannot create network namespaces ({why}); the NAT lab needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN)"
-            );
-            None
-        }
-        Err(LabError::Failed(why)) => panic!("building the NAT lab failed: {why}"),
-    }
+    NatLab::build_or_skip(kinds)
 }
 
 fn tone_of(kind: RouterKind) -> f64 {

@@ -160,6 +160,22 @@ fn nft(ns: &str, rules: &str) -> Result<(), String> {
 }
 
 impl NatLab {
+    /// The lab, or `None` (with the reason printed) where namespaces cannot be made: the
+    /// test then skips. A lab that could be made and failed is a failure.
+    pub fn build_or_skip(kinds: &[RouterKind]) -> Option<Self> {
+        super::require("nft", "nftables");
+        match Self::build(kinds) {
+            Ok(lab) => Some(lab),
+            Err(LabError::NotAllowed(why)) => {
+                eprintln!(
+                    "SKIPPED: this process cannot create network namespaces ({why}); the NAT lab needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN)"
+                );
+                None
+            }
+            Err(LabError::Failed(why)) => panic!("building the NAT lab failed: {why}"),
+        }
+    }
+
     /// Builds the public network and one home per entry of `kinds`, or says why it cannot
     /// (not root, no network namespaces, a tool missing).
     pub fn build(kinds: &[RouterKind]) -> Result<Self, LabError> {
