@@ -903,6 +903,9 @@ pub struct DriftCorrector {
     /// Start both low-passes from the next error (see [`Self::playout_jumped`]).
     reinit_error: bool,
     frames_played: u64,
+    /// How fast the buffer moves its target delay on purpose (s per s): the ratio follows
+    /// it directly, so the loop sees no error from a planned move.
+    feed_forward: f64,
 }
 
 /// The catch-up term: dead band, time to give back what is beyond it, largest ratio change,
@@ -930,6 +933,7 @@ impl DriftCorrector {
             fast_error_s: 0.0,
             reinit_error: false,
             frames_played: 0,
+            feed_forward: 0.0,
         }
     }
 
@@ -943,6 +947,7 @@ impl DriftCorrector {
     pub fn relock(&mut self) {
         self.estimator.restart_sender();
         self.resampler.reset();
+        self.feed_forward = 0.0;
         self.integral = 0.0;
         self.error_s = 0.0;
         self.fast_error_s = 0.0;
@@ -954,6 +959,7 @@ impl DriftCorrector {
     pub fn reset(&mut self, rate: u32) {
         self.estimator = DriftEstimator::new(rate);
         self.resampler.reset();
+        self.feed_forward = 0.0;
         self.integral = 0.0;
         self.error_s = 0.0;
         self.fast_error_s = 0.0;
@@ -998,8 +1004,20 @@ impl DriftCorrector {
         };
         self.correction = (p + self.integral).clamp(-limit, limit) + catch_up;
         let estimate = self.estimator.ratio().unwrap_or(1.0);
-        self.resampler.set_ratio(estimate * (1.0 + self.correction));
+        self.resampler
+            .set_ratio(estimate * (1.0 + self.correction - self.feed_forward));
         self.resampler.input_frames_needed(out_frames)
+    }
+
+    /// The buffer's target delay moves at `rate` seconds per second from the next period on
+    /// (positive: it grows): playout slows down (or speeds up) by as much at once, and the
+    /// loop only corrects what is left. At most ±0.5 %; 0 for a target that stands still.
+    pub fn set_feed_forward(&mut self, rate: f64) {
+        self.feed_forward = if rate.is_finite() {
+            rate.clamp(-CATCH_UP_LIMIT, CATCH_UP_LIMIT)
+        } else {
+            0.0
+        };
     }
 
     /// The buffer moved its read point by itself (a catch-up skipped frames, or a wait
