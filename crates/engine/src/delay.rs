@@ -17,6 +17,18 @@
 //! latency and a burst of jitter gives its latency back about a second after its end; `Safe` covers every peak
 //! up to [`SAFE_PEAK_MAX_NS`] for ten seconds and gives latency back slowly.
 //!
+//! `Tight` also caps the target by the largest PDV (peaks aside) of the recent past, a
+//! memory kept in blocks of 125 ms that adapts to what it has seen. Hiccups that recur a
+//! second or so apart (a busy machine, a periodic Wi-Fi scan) each disturb a block or two,
+//! and the whole memory (0.75–0.875 s) holds their cover through the gaps between them. A
+//! *dense burst* — half a second or more in which every block was disturbed (a packet due
+//! or arriving in it later than twice the quiet level plus 1 ms), then 0.375–0.5 s in which
+//! none was — is over: it is forgotten at once, its blocks stop capping and its peaks stop
+//! being covered, so a second of Wi-Fi-like bursts or a bandwidth collapse gives its
+//! latency back within a second of its end instead of after the whole memory and twice
+//! the peaks' spacing. The trade: a burst that comes back after that much quiet meets a
+//! buffer already shrunk, where the fixed memory would still have covered it.
+//!
 //! Realtime: fixed-size arrays only; no allocation after construction.
 
 /// Histogram resolution: 0.1 ms per bin.
@@ -34,9 +46,23 @@ const PEAK_MERGE_NS: u64 = 100_000_000;
 const PEAKS: usize = 16;
 /// Packets the histograms must have seen before anything is called a peak.
 const PEAK_WARMUP: u64 = 50;
-/// Under `Tight` the target never exceeds the largest PDV of the last one to two blocks of
-/// this length: once a burst of jitter is over, latency comes back within a second.
-const RECENT_BLOCK_NS: u64 = 500_000_000;
+/// Under `Tight` the target never exceeds the largest PDV (not a peak) of the recent past,
+/// kept per block of this length in a ring of [`RECENT_BLOCKS`] (one second): the cap
+/// covers the current block and the six before it ([`CAP_BLOCKS`], 0.75–0.875 s).
+const RECENT_BLOCK_NS: u64 = 125_000_000;
+const RECENT_BLOCKS: usize = 8;
+const CAP_BLOCKS: usize = 7;
+/// A *dense burst* is forgotten once it has ended: when the last [`QUIET_BLOCKS`] complete
+/// blocks were quiet and at least [`DENSE_BLOCKS`] of the older ones were disturbed — a
+/// packet due or arriving in the block (a peak too) later than twice the quiet level (the
+/// quiet blocks' largest PDV) plus [`DISTURBED_FLOOR_NS`] — the older blocks are lowered to
+/// the quiet level and the peaks seen so far stop counting. The cap's memory is then the
+/// quiet 0.375–0.5 s. A hiccup that comes alone, or once a second or so, disturbs one
+/// block (two or three if it is long or straddles a boundary): the memory stays whole and
+/// the cover stays up between recurrences.
+const QUIET_BLOCKS: usize = 3;
+const DENSE_BLOCKS: usize = 4;
+const DISTURBED_FLOOR_NS: u64 = 1_000_000;
 /// Under `Tight`, recurring peaks stay covered twice their mean spacing after the last one,
 /// at least this long (and at most the policy's memory), and the target then falls this
 /// fast: a burst of jitter, whose peaks come tens of milliseconds apart, costs its latency
@@ -52,9 +78,11 @@ pub const SAFE_PEAK_MAX_NS: u64 = 60_000_000;
 #[serde(rename_all = "lowercase")]
 pub enum LatencyPolicy {
     /// Cover the recent jitter at most (the histograms' quantile, but never more than the
-    /// largest delay variation of the last 0.5–1 s); cover delay peaks only when they
+    /// largest delay variation of the last 0.75–0.875 s, or of the last 0.375–0.5 s once a
+    /// dense burst has ended: see the module docs); cover delay peaks only when they
     /// recur (two within 1.5 s), and only for twice their spacing after the last one (a
-    /// quarter second to 1.5 s); give latency back within about a second of a transient.
+    /// quarter second to 1.5 s) or until such a burst ends; give latency back within about
+    /// a second of a transient.
     #[default]
     Tight,
     /// Cover every delay peak up to 60 ms for ten seconds after it and give latency back at
@@ -89,6 +117,17 @@ impl std::str::FromStr for LatencyPolicy {
             other => Err(format!("latency policy {other:?}: use tight or safe")),
         }
     }
+}
+
+/// One block of the `Tight` cap's memory (see [`RECENT_BLOCK_NS`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct RecentBlock {
+    /// Largest PDV of the packets that were not peaks: what the cap covers.
+    cap_ns: u64,
+    /// Largest PDV of the packets due in it or arriving in it, peaks too: how disturbed it was.
+    max_ns: u64,
+    /// Packets seen in it.
+    packets: u32,
 }
 
 /// One delay peak: its last packet and its height (largest PDV).
@@ -225,11 +264,14 @@ pub struct DelayEstimator {
     /// Recent peak events, a ring; `peaks_n` counts all ever seen.
     peaks: [Peak; PEAKS],
     peaks_n: u64,
+    /// Under `Tight`, peaks that ended by this time belong to a dense burst that is over and
+    /// are no longer covered (see [`QUIET_BLOCKS`]).
+    peaks_forgotten_ns: u64,
     /// Packets spaced closer than this after a peak packet belong to it (its drain).
     burst_gap_ns: u64,
     packets: u64,
-    /// Largest PDV (not a peak) of the current and the previous [`RECENT_BLOCK_NS`] block.
-    recent_max: [u64; 2],
+    /// The `Tight` cap's memory, newest (current) block first.
+    recent: [RecentBlock; RECENT_BLOCKS],
     recent_block_start_ns: u64,
 }
 
@@ -252,9 +294,10 @@ impl DelayEstimator {
             policy: LatencyPolicy::default(),
             peaks: [Peak::default(); PEAKS],
             peaks_n: 0,
+            peaks_forgotten_ns: 0,
             burst_gap_ns: 0,
             packets: 0,
-            recent_max: [0; 2],
+            recent: [RecentBlock::default(); RECENT_BLOCKS],
             recent_block_start_ns: 0,
         };
         s.set_policy(LatencyPolicy::default());
@@ -272,6 +315,10 @@ impl DelayEstimator {
 
     /// Choose how peaks count and how fast the target falls.
     pub fn set_policy(&mut self, policy: LatencyPolicy) {
+        if policy != self.policy {
+            // Only `Tight` forgets a burst's peaks: `Safe` counts every one remembered.
+            self.peaks_forgotten_ns = 0;
+        }
         self.policy = policy;
         self.shrink_ns_per_s = policy.rules().3;
     }
@@ -319,8 +366,9 @@ impl DelayEstimator {
         self.max_pdv_ns = 0;
         self.peaks = [Peak::default(); PEAKS];
         self.peaks_n = 0;
+        self.peaks_forgotten_ns = 0;
         self.packets = 0;
-        self.recent_max = [0; 2];
+        self.recent = [RecentBlock::default(); RECENT_BLOCKS];
         self.recent_block_start_ns = 0;
         self.target_ns = self.floor_ns();
     }
@@ -374,17 +422,63 @@ impl DelayEstimator {
         self.last_pdv_ns = pdv;
         self.max_pdv_ns = self.max_pdv_ns.max(pdv);
         self.packets += 1;
-        if !self.on_peak(arrival_ns, pdv) {
+        self.roll_recent(arrival_ns);
+        let peak = self.on_peak(arrival_ns, pdv);
+        // The packet was due `pdv` ago: every block since then was disturbed by it.
+        let into_block = arrival_ns.saturating_sub(self.recent_block_start_ns);
+        let back = pdv.saturating_sub(into_block).div_ceil(RECENT_BLOCK_NS);
+        for b in self
+            .recent
+            .iter_mut()
+            .take(back.saturating_add(1).min(RECENT_BLOCKS as u64) as usize)
+        {
+            b.max_ns = b.max_ns.max(pdv);
+        }
+        let b = &mut self.recent[0];
+        b.packets = b.packets.saturating_add(1);
+        if !peak {
+            b.cap_ns = b.cap_ns.max(pdv);
             self.long.add(pdv);
             self.short.add(pdv);
-            if arrival_ns >= self.recent_block_start_ns + RECENT_BLOCK_NS {
-                self.recent_max = [0, self.recent_max[0]];
-                self.recent_block_start_ns = arrival_ns;
-            }
-            self.recent_max[0] = self.recent_max[0].max(pdv);
         }
         self.update_target(arrival_ns);
         pdv
+    }
+
+    /// Start a new block of the cap's memory when the current one is over (empty blocks for
+    /// any that passed without a packet), then forget a dense burst that has ended.
+    fn roll_recent(&mut self, now_ns: u64) {
+        let elapsed = now_ns.saturating_sub(self.recent_block_start_ns);
+        if elapsed < RECENT_BLOCK_NS {
+            return;
+        }
+        let n = (elapsed / RECENT_BLOCK_NS).min(RECENT_BLOCKS as u64) as usize;
+        self.recent.copy_within(..RECENT_BLOCKS - n, n);
+        self.recent[..n].fill(RecentBlock::default());
+        self.recent_block_start_ns = now_ns - elapsed % RECENT_BLOCK_NS;
+        if self.policy == LatencyPolicy::Tight {
+            self.forget_an_ended_burst(now_ns);
+        }
+    }
+
+    /// See [`QUIET_BLOCKS`]: the complete blocks right behind the current one are quiet and
+    /// most of the older ones were disturbed, so the burst is over: the older blocks are
+    /// lowered to the quiet level, and the peaks seen so far no longer count.
+    fn forget_an_ended_burst(&mut self, now_ns: u64) {
+        let (quiet, older) = self.recent[1..].split_at_mut(QUIET_BLOCKS);
+        if quiet.iter().any(|b| b.packets == 0) {
+            return;
+        }
+        let level = quiet.iter().map(|b| b.max_ns).max().unwrap_or(0);
+        let floor = level.saturating_mul(2).saturating_add(DISTURBED_FLOOR_NS);
+        if older.iter().filter(|b| b.max_ns > floor).count() < DENSE_BLOCKS {
+            return;
+        }
+        for b in older {
+            b.cap_ns = b.cap_ns.min(level);
+            b.max_ns = b.max_ns.min(level);
+        }
+        self.peaks_forgotten_ns = now_ns;
     }
 
     /// Whether this packet is (part of) a delay peak, which is then recorded instead of
@@ -423,7 +517,7 @@ impl DelayEstimator {
         let live = || {
             self.peaks[..self.peaks_n.min(PEAKS as u64) as usize]
                 .iter()
-                .filter(move |p| p.height_ns <= max_height)
+                .filter(move |p| p.height_ns <= max_height && p.last_ns > self.peaks_forgotten_ns)
         };
         let Some(last) = live().map(|p| p.last_ns).max() else {
             return 0;
@@ -467,7 +561,11 @@ impl DelayEstimator {
                 let mut covered = self.pdv_quantile_ns(quantile);
                 if self.policy == LatencyPolicy::Tight {
                     // One histogram bin above the largest recent variation.
-                    let recent = self.recent_max[0].max(self.recent_max[1]);
+                    let recent = self.recent[..CAP_BLOCKS]
+                        .iter()
+                        .map(|b| b.cap_ns)
+                        .max()
+                        .unwrap_or(0);
                     covered = covered.min(recent / BIN_NS * BIN_NS + BIN_NS);
                 }
                 let jitter = covered.max(self.peak_cover_ns(now_ns));
@@ -734,6 +832,67 @@ mod tests {
         assert!(
             back.is_some_and(|ns| ns <= 500_000_000),
             "back to the quiet target {back:?} ns after the last peak"
+        );
+    }
+
+    /// 750 packets/s for `seconds` on a quiet path (PDV under 0.1 ms) except where
+    /// `jitter(t)` is true: there PDV is uniform in [0, `late`); returns the target at each packet.
+    fn tight_jitter_run(seconds: u64, late: u64, jitter: impl Fn(u64) -> bool) -> Vec<(u64, u64)> {
+        let mut d = DelayEstimator::new(auto(), 750.0);
+        let mut r = SimRng::new(12);
+        (0..seconds * 750)
+            .map(|i| {
+                let t = i * 1_333_333;
+                let pdv = if jitter(t) {
+                    (r.unit() * late as f64) as u64
+                } else {
+                    (r.unit() * 0.1 * MS as f64) as u64
+                };
+                d.on_packet(t, 10 * MS as i64 + pdv as i64);
+                (t, d.target_ns())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn tight_forgets_a_dense_burst_soon_after_its_end() {
+        // A second of 0-6 ms jitter on every packet (not peaks: the histograms follow it),
+        // then quiet: covered during the burst, back under 1 ms within 0.6 s of its end,
+        // where the whole memory would have held it 0.75 s or more.
+        let end = 3_000_000_000;
+        let targets = tight_jitter_run(6, 6 * MS, |t| (2_000_000_000..end).contains(&t));
+        let during = targets.iter().find(|(t, _)| *t >= 2_900_000_000).map(|&(_, x)| x);
+        assert!(
+            during.is_some_and(|x| x >= 5 * MS),
+            "not covered in the burst: {during:?}"
+        );
+        let back = targets
+            .iter()
+            .filter(|(t, _)| *t >= end)
+            .find(|(_, x)| *x < MS)
+            .map(|(t, _)| t - end);
+        assert!(
+            back.is_some_and(|ns| ns <= 600_000_000),
+            "back under 1 ms {back:?} ns after the burst"
+        );
+    }
+
+    #[test]
+    fn tight_keeps_covering_jitter_that_recurs_more_often_than_its_memory() {
+        // 60 ms of 0-6 ms jitter every 0.6 s (a busy machine): each spell disturbs one block
+        // or two, never the half second of a dense burst, so the cover is never forgotten
+        // and the target stays up through every gap once the spells have begun.
+        let at = |t: u64| t >= 2_000_000_000 && (t - 2_000_000_000) % 600_000_000 < 60_000_000;
+        let targets = tight_jitter_run(10, 6 * MS, at);
+        let low = targets
+            .iter()
+            .filter(|(t, _)| *t > 2_100_000_000)
+            .map(|&(_, x)| x)
+            .min()
+            .unwrap_or(0);
+        assert!(
+            low >= 4 * MS,
+            "the target fell to {low} ns between spells of jitter"
         );
     }
 }
