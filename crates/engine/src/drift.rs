@@ -54,7 +54,10 @@
 //!   offset fast: when the depth error, low-passed over 50 ms, is beyond ±0.25 ms, the
 //!   ratio moves by the excess over 0.25 s, at most ±0.5 % (8.6 cents, for the fraction of
 //!   a second it takes), so a millisecond that a wait or a transient left behind is gone
-//!   within half a second instead of the PI loop's minutes.
+//!   within half a second instead of the PI loop's minutes. While the buffer steers its
+//!   delay on purpose (following the phase of packet arrivals, it tells the corrector how
+//!   fast it moves the delay, as a feed-forward) the dead band is 0.05 ms: the delay must
+//!   then stay that close to a frame boundary.
 //!
 //! Never: no clocks, threads or I/O (time is passed in); no allocation after `new` (the
 //! resampler's buffers and table are sized at construction, every per-period call works in
@@ -903,11 +906,19 @@ pub struct DriftCorrector {
     /// Start both low-passes from the next error (see [`Self::playout_jumped`]).
     reinit_error: bool,
     frames_played: u64,
+    /// How fast the buffer moves its target delay on purpose (s per s): the ratio follows
+    /// it directly, so the loop sees no error from a planned move.
+    feed_forward: f64,
+    feed_forward_on: bool,
 }
 
 /// The catch-up term: dead band, time to give back what is beyond it, largest ratio change,
 /// and the low-pass on its error.
 const CATCH_UP_DEADBAND_S: f64 = 0.000_25;
+/// The dead band while the buffer steers the delay on purpose (see
+/// [`DriftCorrector::set_feed_forward`]): it then plays to a frame boundary and leaves the
+/// loop little noise to ignore, so what is left is taken back sooner.
+pub const CATCH_UP_DEADBAND_FOLLOWING_S: f64 = 0.000_05;
 const CATCH_UP_TAU_S: f64 = 0.25;
 const CATCH_UP_LIMIT: f64 = 0.005;
 const CATCH_UP_SMOOTHING_S: f64 = 0.05;
@@ -930,6 +941,8 @@ impl DriftCorrector {
             fast_error_s: 0.0,
             reinit_error: false,
             frames_played: 0,
+            feed_forward: 0.0,
+            feed_forward_on: false,
         }
     }
 
@@ -943,6 +956,8 @@ impl DriftCorrector {
     pub fn relock(&mut self) {
         self.estimator.restart_sender();
         self.resampler.reset();
+        self.feed_forward = 0.0;
+        self.feed_forward_on = false;
         self.integral = 0.0;
         self.error_s = 0.0;
         self.fast_error_s = 0.0;
@@ -954,6 +969,8 @@ impl DriftCorrector {
     pub fn reset(&mut self, rate: u32) {
         self.estimator = DriftEstimator::new(rate);
         self.resampler.reset();
+        self.feed_forward = 0.0;
+        self.feed_forward_on = false;
         self.integral = 0.0;
         self.error_s = 0.0;
         self.fast_error_s = 0.0;
@@ -990,7 +1007,12 @@ impl DriftCorrector {
         let p = self.kp * self.error_s;
         // Anti-windup: the integral alone never exceeds the limit.
         self.integral = (self.integral + self.ki * self.error_s * dt).clamp(-limit, limit);
-        let beyond = self.fast_error_s.abs() - CATCH_UP_DEADBAND_S;
+        let deadband = if self.feed_forward_on {
+            CATCH_UP_DEADBAND_FOLLOWING_S
+        } else {
+            CATCH_UP_DEADBAND_S
+        };
+        let beyond = self.fast_error_s.abs() - deadband;
         let catch_up = if beyond > 0.0 {
             (beyond / CATCH_UP_TAU_S).min(CATCH_UP_LIMIT) * self.fast_error_s.signum()
         } else {
@@ -998,8 +1020,23 @@ impl DriftCorrector {
         };
         self.correction = (p + self.integral).clamp(-limit, limit) + catch_up;
         let estimate = self.estimator.ratio().unwrap_or(1.0);
-        self.resampler.set_ratio(estimate * (1.0 + self.correction));
+        self.resampler
+            .set_ratio(estimate * (1.0 + self.correction - self.feed_forward));
         self.resampler.input_frames_needed(out_frames)
+    }
+
+    /// The buffer's target delay moves at `rate` seconds per second from the next period on
+    /// (positive: it grows): playout slows down (or speeds up) by as much at once, and the
+    /// loop only corrects what is left, with a narrower dead band. At most ±0.5 %; `None`
+    /// when the buffer does not steer its delay.
+    pub fn set_feed_forward(&mut self, rate: Option<f64>) {
+        self.feed_forward_on = rate.is_some();
+        let rate = rate.unwrap_or(0.0);
+        self.feed_forward = if rate.is_finite() {
+            rate.clamp(-CATCH_UP_LIMIT, CATCH_UP_LIMIT)
+        } else {
+            0.0
+        };
     }
 
     /// The buffer moved its read point by itself (a catch-up skipped frames, or a wait

@@ -8,9 +8,11 @@
 //! * playout starts with the first frame received, at the moment it is due (a lead-in of
 //!   silence places it to the frame), so a stream arrives whole from its first sample;
 //! * its phase is one controlled quantity for every stream, PCM or decoded: the error
-//!   `now − (earliest arrival of the next frame) − (one period + target)`, where the
-//!   target comes from [`DelayEstimator`] (adaptive) or is fixed. Playout never moves
-//!   unless it must:
+//!   `now − (earliest arrival of the next frame) − delay`, where the target inside the
+//!   delay comes from [`DelayEstimator`] (adaptive) or is fixed. Bit-exact, the delay is one
+//!   period plus the target; resampled, it follows the phase of device periods against
+//!   packet arrivals (see [`JitterBuffer::playout_delay_ns`]), up to a period less. Playout
+//!   never moves unless it must:
 //!   - *growth*: when playout reaches the end of what has arrived while the error says it
 //!     is early (the target grew), it waits — one inserted stretch, as long as the error,
 //!     concealed — so growth is immediate and costs one discontinuity;
@@ -40,7 +42,10 @@ use crate::delay::{BufferMode, DelayEstimator, LatencyPolicy};
 use crate::discontinuity::{
     Discontinuity, DiscontinuityCause, DiscontinuityKind, DiscontinuityLog, DiscontinuityTotals,
 };
-use crate::drift::{DriftCorrector, DriftCorrectorStats, DriftLoopConfig, RESAMPLER_DELAY_FRAMES};
+use crate::drift::{
+    DriftCorrector, DriftCorrectorStats, DriftLoopConfig, CATCH_UP_DEADBAND_FOLLOWING_S, MAX_RATIO_DEVIATION,
+    RESAMPLER_DELAY_FRAMES,
+};
 use crate::time::{frames_to_ms, frames_to_ns, ns_to_frames};
 
 /// The highest sample rate the buffer is sized for.
@@ -69,6 +74,26 @@ const BIT_EXACT_SHRINK_NS: i64 = 5_000_000;
 /// cover five of six 20 s streams looked at spliced there, with 4 ms two in ten, with 8 ms
 /// none in ten.
 pub const BIT_EXACT_MIN_TARGET_NS: u64 = 8_000_000;
+/// With drift correction, playout starts each period this much after the audio it needs
+/// could be there (its packet's earliest arrival plus the target): room for the resampler
+/// to wander a frame or two and for the loop's error before it corrects.
+const PHASE_GUARD_NS: u64 = 100_000;
+/// A playout phase that could give back a whole step of latency is moved only once it has
+/// had this much more than the step for a while: a phase at the boundary does not hop
+/// between two latencies.
+const PHASE_HYSTERESIS_NS: u64 = 100_000;
+/// How fast playout slides a whole step to another branch, s per s (0.2 %, 3.5 cents for
+/// two thirds of a second per step of 64 frames).
+const PHASE_SLIDE: f64 = 0.002;
+/// A target that grew this far past the phase is met by a slide at [`PHASE_FAST_SLIDE`]
+/// (0.5 %, the catch-up's limit) rather than by a wait; ns.
+const PHASE_SHORT_NS: u64 = 500_000;
+const PHASE_FAST_SLIDE: f64 = 0.005;
+/// A step of latency is given back once the phase has allowed it this long, ns.
+const PHASE_DOWN_HOLD_NS: u64 = 2_000_000_000;
+/// Time constant of the callback phase's low-pass, ns: device callbacks that wake with
+/// jitter do not shake the latency chosen.
+const PHASE_TAU_NS: f64 = 100_000_000.0;
 /// A gap (later audio has arrived) is waited for, like a frame not yet due, only while the
 /// stream has reordered packets this recently: otherwise it is a loss, concealed in place.
 const REORDER_MEMORY_NS: u64 = 10_000_000_000;
@@ -81,6 +106,42 @@ const RECENT_LATENCY_TAU_NS: f64 = 500_000_000.0;
 const EMPTY: u64 = u64::MAX;
 /// The longest device period the buffer is sized for, in frames.
 pub const MAX_PERIOD: usize = 4096;
+
+/// Device periods against packet arrivals, as [`JitterBuffer::playout_delay_ns`] follows
+/// them (frames).
+#[derive(Debug, Clone, Copy)]
+struct Phase {
+    /// Time from a packet's earliest arrival to the next period start, low-passed,
+    /// unwrapped and lifted by whole steps to the branch playout holds.
+    delta: f64,
+    /// The step both grids move in: gcd(packet, period).
+    step: u64,
+    /// What is left of a slide between two branches (negative: playout is still earlier
+    /// than the branch says, and moves later at [`PHASE_SLIDE`]).
+    offset: f64,
+    /// Since when the phase could give a step back (see [`PHASE_DOWN_HOLD_NS`]).
+    high_since: Option<u64>,
+    /// The slide under way makes up for a target that grew: at [`PHASE_FAST_SLIDE`].
+    fast: bool,
+    /// When a fall of the target last gave several steps back at once.
+    dropped_at: Option<u64>,
+}
+
+/// Frames beyond its own length that a resampled period of `frames` may need, playing to
+/// the phase of the arrivals: the frame or two more a faster ratio reads, and as many as the
+/// loop's dead band lets playout run early.
+fn read_ahead(frames: usize, rate: u32) -> u64 {
+    (frames as f64 * MAX_RATIO_DEVIATION).ceil() as u64
+        + 1
+        + (CATCH_UP_DEADBAND_FOLLOWING_S * rate as f64).ceil() as u64
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
 
 /// What happened to an inserted block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,7 +183,8 @@ pub struct JitterStats {
     /// Frames rebuilt from redundant copies before they were due (lost primaries).
     pub recovered_frames: u64,
     pub relocks: u64,
-    /// Current target on top of one period (jitter plus any redundancy wait), ms.
+    /// Current target: the cover playout keeps beyond the earliest arrival of what a period
+    /// needs (jitter plus any redundancy wait), ms.
     pub target_ms: f64,
     /// Audio buffered ahead of the playout point, ms.
     pub depth_ms: f64,
@@ -203,6 +265,10 @@ pub struct JitterBuffer {
     latency_recent_at_ns: Option<u64>,
     /// The residence of the packet whose first frame was played last, ms.
     latency_last_ms: Option<f64>,
+    /// The packet grid of the stream: the first frame and length of the last primary packet.
+    grid: Option<(u64, u64)>,
+    /// Where device periods fall against packet arrivals (see [`Self::playout_delay_ns`]).
+    phase: Option<Phase>,
     /// Follows the sender's clock: always estimating, resampling when enabled.
     drift: DriftCorrector,
     drift_enabled: bool,
@@ -257,6 +323,8 @@ impl JitterBuffer {
             latency_recent_ms: 0.0,
             latency_recent_at_ns: None,
             latency_last_ms: None,
+            grid: None,
+            phase: None,
             drift: DriftCorrector::new(
                 rate.clamp(1, MAX_RATE),
                 max_channels,
@@ -307,6 +375,8 @@ impl JitterBuffer {
         self.min_excess_ns = i64::MAX;
         self.last_shrink_ns = 0;
         self.hold_frames = 0;
+        self.grid = None;
+        self.phase = None;
         self.drift.relock();
         if let Some(q) = self.coded.as_mut() {
             q.reset();
@@ -577,6 +647,7 @@ impl JitterBuffer {
             }
             self.last_arrival_ns = now_ns;
             self.late_run = 0;
+            self.grid = Some((ts, frames));
             let transit = now_ns as i64 - self.media_ns(ts);
             self.delay.on_packet(now_ns, transit);
             self.drift.on_packet(now_ns, ts);
@@ -659,7 +730,8 @@ impl JitterBuffer {
                 self.idle(out);
                 return;
             };
-            let early = self.earliest_ns(start) + self.target_ns(period_ns) - now_ns as i64;
+            let delay_ns = self.playout_delay_ns(now_ns, start, frames);
+            let early = self.earliest_ns(start) + delay_ns - now_ns as i64;
             let lead = if early > 0 {
                 (ns_to_frames(early as u64, self.rate) as usize).min(frames)
             } else {
@@ -673,10 +745,12 @@ impl JitterBuffer {
             self.relock_gap = false;
             self.last_shrink_ns = 0;
             let now = now_ns + frames_to_ns(lead as u64, self.rate);
-            self.play_stream(now, period_ns, &mut out[lead * ch..]);
+            self.play_stream(now, period_ns, delay_ns, &mut out[lead * ch..]);
             return;
         }
-        self.play_stream(now_ns, period_ns, out);
+        let Some(play_ts) = self.play_ts else { return };
+        let delay_ns = self.playout_delay_ns(now_ns, play_ts, frames);
+        self.play_stream(now_ns, period_ns, delay_ns, out);
     }
 
     /// Silence before a stream (or between two timelines after a re-lock, which is
@@ -700,10 +774,123 @@ impl JitterBuffer {
         self.cursor += frames;
     }
 
-    /// One period plus the target, in ns: how long after the earliest arrival of a
-    /// period's first frame that period starts.
-    fn target_ns(&self, period_ns: i64) -> i64 {
-        period_ns + self.wait_target_ns() as i64
+    /// How long after the earliest arrival of frame `ts` the device period starting at
+    /// `now_ns` (of `frames` frames) that begins with it should start.
+    ///
+    /// Without drift correction, or before the packet grid is known: one period plus the
+    /// target. A period may need the last frame of a packet that arrives just before it
+    /// starts, so that much always covers the arbitrary phase between packet arrivals and
+    /// device periods — and wastes up to a period whenever the phase is kinder.
+    ///
+    /// With drift correction the phase is measured instead. Packets of `P` frames arrive
+    /// on a grid and periods of `F` frames start on another; both step in multiples of
+    /// `g = gcd(P, F)` frames, so what playout can use of the phase is `δ`, the time from a
+    /// packet's earliest arrival to the next period start, modulo `g`. The smallest delay at
+    /// which every period finds the packets it needs already arrived plus the target `T`
+    /// (and [`PHASE_GUARD_NS`]) is `F − g + δ_b`, where `δ_b` is `δ` lifted by whole steps
+    /// of `g` until it is at least `T`: up to `g` frames less than a period plus the target
+    /// (for packets of one period, about half a period less on average, per direction).
+    /// The phase is low-passed and unwrapped, so it follows clock drift continuously; when
+    /// drift (or a larger target) takes it below `T`, playout moves a whole step later at
+    /// once (a growth, as for a target that grew), and when it has walked a step plus
+    /// [`PHASE_HYSTERESIS_NS`] above, a step earlier (given back by the resampler's
+    /// catch-up, like any other excess).
+    fn playout_delay_ns(&mut self, now_ns: u64, ts: u64, frames: usize) -> i64 {
+        let base = frames_to_ns(frames as u64, self.rate) as i64 + self.wait_target_ns() as i64;
+        let grid = self
+            .grid
+            .filter(|&(_, p)| self.drift_enabled && p > 0 && p <= 4 * MAX_PERIOD as u64);
+        let Some((origin, packet)) = grid else {
+            self.phase = None;
+            self.drift.set_feed_forward(None);
+            return base;
+        };
+        let g = gcd(packet, frames as u64);
+        let step = g as f64;
+        let ns_per_frame = 1e9 / self.rate as f64;
+        // A packet start near `ts`, so the arrival line is read where it was measured.
+        let rem = (ts as i64 - origin as i64).rem_euclid(packet as i64) as u64;
+        let p0 = if ts >= rem { ts - rem } else { ts + (packet - rem) };
+        let raw = ((now_ns as i64 - self.earliest_ns(p0)) as f64 / ns_per_frame).rem_euclid(step);
+        // The phase walks at the clocks' rate difference (s per s): a sender slower than
+        // the device makes periods start ever earlier after the arrivals.
+        let walk = self.drift.estimator().ratio().map_or(0.0, |r| r - 1.0);
+        let (mut delta, mut offset) = match self.phase {
+            Some(ph) if ph.step == g => {
+                // The innovation, wrapped to the nearest copy of the phase.
+                let mut e = (raw - ph.delta).rem_euclid(step);
+                if e > step / 2.0 {
+                    e -= step;
+                }
+                let alpha = (frames as f64 * ns_per_frame / PHASE_TAU_NS).min(1.0);
+                (ph.delta + e * alpha, ph.offset)
+            }
+            _ => (raw, 0.0),
+        };
+        let floor = (self.wait_target_ns() + PHASE_GUARD_NS) as f64 / ns_per_frame;
+        // A phase walking down must have slid a step up by the time it reaches the floor.
+        let anticipate = ((-walk).max(0.0) * step / PHASE_SLIDE * 1.5).min(step / 2.0);
+        let hysteresis = PHASE_HYSTERESIS_NS as f64 / ns_per_frame;
+        let mut fast = self.phase.is_some_and(|ph| ph.fast && ph.offset < 0.0);
+        if delta < floor {
+            // Below the floor already: the target grew. By little (the cover it needs is
+            // mostly there), a step later at the catch-up's pace, followed exactly; by more,
+            // later at once, as for any growth (waiting for what has not arrived).
+            if floor - delta <= PHASE_SHORT_NS as f64 / ns_per_frame {
+                delta += step;
+                offset -= step;
+                fast = true;
+            }
+            while delta < floor {
+                delta += step;
+            }
+        }
+        if delta < floor + anticipate {
+            delta += step;
+            offset -= step;
+        }
+        // Steps of latency that could be given back. More than one (the target fell: the
+        // end of a burst of jitter) are given back at once, by the catch-up that follows any
+        // excess. One (the phase walked) slides down gently, once it has stood for a while:
+        // a target that dips for a moment would otherwise cost a slide down and a growth back.
+        let spare = ((delta - floor - anticipate - hysteresis) / step)
+            .floor()
+            .max(0.0);
+        let mut high_since = self.phase.and_then(|ph| ph.high_since);
+        let mut dropped_at = self.phase.and_then(|ph| ph.dropped_at);
+        // A target still falling after it gave steps back gives the rest back the same way.
+        let falling = dropped_at.is_some_and(|at| now_ns.saturating_sub(at) < PHASE_DOWN_HOLD_NS);
+        if spare >= 2.0 || (spare >= 1.0 && falling) {
+            delta -= spare * step;
+            high_since = None;
+            dropped_at = Some(now_ns);
+        } else if spare >= 1.0 {
+            let since = *high_since.get_or_insert(now_ns);
+            if now_ns.saturating_sub(since) >= PHASE_DOWN_HOLD_NS {
+                delta -= step;
+                offset += step;
+                high_since = None;
+            }
+        } else {
+            high_since = None;
+        }
+        let pace = if fast { PHASE_FAST_SLIDE } else { PHASE_SLIDE };
+        let max_slide = pace * frames as f64;
+        let slid = offset.clamp(-max_slide, max_slide);
+        offset -= slid;
+        self.phase = Some(Phase {
+            delta,
+            step: g,
+            offset,
+            high_since,
+            fast: fast && offset < 0.0,
+            dropped_at,
+        });
+        // The delay follows the phase's walk and the slide; the resampler is told both, so
+        // the loop does not lag behind a delay that moves on purpose.
+        self.drift.set_feed_forward(Some(walk - slid / frames as f64));
+        let reads = (frames as u64 + read_ahead(frames, self.rate)) as f64;
+        ((reads - step + delta + offset) * ns_per_frame) as i64
     }
 
     /// What playout holds beyond one period: the estimator's target (at least
@@ -727,13 +914,13 @@ impl JitterBuffer {
 
     /// Play `out` from the playout point, keeping the playout error in check (see the
     /// module docs).
-    fn play_stream(&mut self, now_ns: u64, period_ns: i64, out: &mut [f32]) {
+    fn play_stream(&mut self, now_ns: u64, period_ns: i64, delay_ns: i64, out: &mut [f32]) {
         let ch = self.channels;
         let frames = out.len() / ch;
         let Some(play_ts) = self.play_ts else { return };
         let out_start = self.cursor;
         self.stats.played_frames += frames as u64;
-        let err = now_ns as i64 - self.earliest_ns(play_ts) - self.target_ns(period_ns);
+        let err = now_ns as i64 - self.earliest_ns(play_ts) - delay_ns;
         let skip = self.catch_up_due(now_ns, err, period_ns);
         // With drift correction the period consumes `need` input frames (a few more or
         // fewer than it plays) through the resampler; without, exactly `frames`.
@@ -848,19 +1035,18 @@ impl JitterBuffer {
         // its way); a gap in a stream that does not reorder is a loss.
         let reordering =
             self.last_reorder_ns > 0 && now_ns.saturating_sub(self.last_reorder_ns) < REORDER_MEMORY_NS;
-        let missing = if err < 0 {
-            (0..frames).find(|&i| {
-                let t = ts + i;
-                !self.has(t) && self.stream_started(t) && (t >= self.highest_end || reordering)
-            })
-        } else {
-            None
-        };
+        let missing = (0..frames).find(|&i| {
+            let t = ts + i;
+            !self.has(t)
+                && self.stream_started(t)
+                && (t >= self.highest_end || reordering)
+                && self.early_ns(now_ns, t, err) > 0
+        });
         if let Some(i) = missing {
             let (arrived, wait) = out.split_at_mut(i as usize * ch);
             self.note_latency(now_ns, ts, i as usize, delay_frames);
             self.read(ts, arrived);
-            let early = ns_to_frames(err.unsigned_abs(), self.rate);
+            let early = ns_to_frames(self.early_ns(now_ns, ts + i, err).max(0) as u64, self.rate);
             self.hold_frames = early.saturating_sub(frames - i);
             self.wait(ts + i, wait);
             return i;
@@ -868,6 +1054,21 @@ impl JitterBuffer {
         self.note_latency(now_ns, ts, frames as usize, delay_frames);
         self.read(ts, out);
         frames
+    }
+
+    /// How long before frame `t` is due the period starting at `now_ns` is (negative: after).
+    /// Playing one period plus the target behind the arrivals, every frame of a period is
+    /// due as much as the period is early (`-err`). Playing to the phase of the arrivals, a
+    /// frame is due when its packet's earliest arrival plus the target has passed.
+    fn early_ns(&self, now_ns: u64, t: u64, err: i64) -> i64 {
+        match (self.phase, self.grid) {
+            (Some(_), Some((origin, packet))) if packet > 0 => {
+                let rem = (t as i64 - origin as i64).rem_euclid(packet as i64) as u64;
+                let start = t.saturating_sub(rem);
+                self.earliest_ns(start) + self.wait_target_ns() as i64 - now_ns as i64
+            }
+            _ => -err,
+        }
     }
 
     /// Conceal `out` as frames inserted while the stream waits at `ts`.
@@ -1113,6 +1314,65 @@ mod tests {
         );
     }
 
+    /// With drift correction, playout follows where periods fall against packet arrivals:
+    /// over a sweep of phases, each packet waits from its arrival to the first period that
+    /// starts the target (plus the guard) after it, plus the frames a resampled period may
+    /// read ahead — never more than those, the guard and the hysteresis band above the period
+    /// plus the target that playout held before, a quarter of a period less on average — and
+    /// the stream plays whole, with no splice.
+    #[test]
+    fn resampled_playout_follows_the_phase_of_the_arrivals() {
+        let frame_ms = 1e3 / RATE as f64;
+        let period_ms = F as f64 * frame_ms;
+        let mut saved_ms = Vec::new();
+        for k in 0..16u64 {
+            let phase_ns = k * 1_333_333 / 16 + 20_000;
+            let mut s = sim(
+                LinkConfig {
+                    delay_ns: 19_000_000,
+                    ..LinkConfig::ideal()
+                },
+                5 + k,
+            );
+            s.jb.set_drift_correction(true);
+            run(&mut s, 0, 10_000, 3750, phase_ns); // 5 s
+            let st = s.jb.stats();
+            assert_eq!(
+                (st.discontinuities.events, st.late_packets),
+                (0, 0),
+                "phase {phase_ns} ns: {st:?}"
+            );
+            let arrival_ms = 19.0f64.rem_euclid(period_ms);
+            let mut wait_ms = (phase_ns as f64 / 1e6 - arrival_ms).rem_euclid(period_ms);
+            while wait_ms < st.target_ms + PHASE_GUARD_NS as f64 / 1e6 {
+                wait_ms += period_ms;
+            }
+            let ahead = read_ahead(F, RATE) as usize;
+            let want = wait_ms + (ahead + RESAMPLER_DELAY_FRAMES) as f64 * frame_ms;
+            assert!(
+                (st.added_latency_recent_ms - want).abs() < 0.05,
+                "phase {phase_ns} ns: want {want:.3} ms: {st:?}"
+            );
+            let before = period_ms + st.target_ms + RESAMPLER_DELAY_FRAMES as f64 * frame_ms;
+            // At worst (a phase just inside the hysteresis band) the guard, the band and
+            // the frames read ahead above that.
+            let worst =
+                before + (PHASE_GUARD_NS + PHASE_HYSTERESIS_NS) as f64 / 1e6 + ahead as f64 * frame_ms;
+            assert!(
+                st.added_latency_max_ms < worst + 0.02,
+                "phase {phase_ns} ns: {st:?}"
+            );
+            saved_ms.push(before - st.added_latency_recent_ms);
+        }
+        // Half a period, less the guard, the frames read ahead and the hysteresis band.
+        let mean = saved_ms.iter().sum::<f64>() / saved_ms.len() as f64;
+        eprintln!("saved {mean:.3} ms on average over the phases: {saved_ms:.3?}");
+        assert!(
+            mean > 0.25 * period_ms,
+            "saved {mean} ms on average: {saved_ms:?}"
+        );
+    }
+
     #[test]
     fn jitter_is_absorbed_with_few_underruns() {
         let cfg = LinkConfig {
@@ -1155,18 +1415,29 @@ mod tests {
             st.added_latency_ms, st.added_latency_recent_ms, deep.added_latency_recent_ms, st.target_ms
         );
         // The buffer came down; the whole-run mean still carries the jittery start, the
-        // recent figure is what a packet waits now: a period plus the target plus the
-        // resampler's delay (plus where the arrivals fall between two callbacks, 0.1 ms here).
+        // recent figure is what a packet waits now: from its arrival to the first period
+        // that starts at least the target (and the guard) after it, plus the frames a
+        // resampled period may read ahead, plus the resampler's delay. Packets arrive
+        // 19 ms after a packet boundary and periods start 0.1 ms after one: 1.1 ms apart.
         assert!(
             deep.added_latency_recent_ms > st.added_latency_recent_ms + 2.0,
             "{deep:?} {st:?}"
         );
         assert!(st.added_latency_ms > st.added_latency_recent_ms + 0.3, "{st:?}");
-        let resampler_ms = RESAMPLER_DELAY_FRAMES as f64 * 1e3 / RATE as f64;
+        let frame_ms = 1e3 / RATE as f64;
+        let period_ms = F as f64 * frame_ms;
+        let mut wait_ms = (0.1 - 19.0f64).rem_euclid(period_ms);
+        while wait_ms < st.target_ms + PHASE_GUARD_NS as f64 / 1e6 {
+            wait_ms += period_ms;
+        }
+        let ahead = read_ahead(F, RATE) as usize;
+        let want = wait_ms + (ahead + RESAMPLER_DELAY_FRAMES) as f64 * frame_ms;
         assert!(
-            (st.added_latency_recent_ms - (1.333 + st.target_ms + resampler_ms)).abs() < 0.2,
-            "{st:?}"
+            (st.added_latency_recent_ms - want).abs() < 0.1,
+            "want {want:.3} ms: {st:?}"
         );
+        // A period plus the target, as playout held before it followed the phase.
+        assert!(want < period_ms + st.target_ms, "{want}");
     }
 
     #[test]

@@ -117,10 +117,39 @@ fn policy_name(p: LatencyPolicy) -> &'static str {
     }
 }
 
+/// No event at all: the level a receiver settles at on a path.
+const QUIET: Event = Event {
+    name: "none",
+    spec: "",
+    duration_ns: 0,
+    step_ns: 0,
+};
+
+/// `ev` on the usual path. With drift correction, playout follows the phase of packet
+/// arrivals against device periods, which a step of the base delay changes: the added
+/// latency it can come back to is the level the same receiver settles at on the new path
+/// from the start (up to a period above or below the old one), measured by a second run.
 fn run(ev: Event, drift: bool, policy: LatencyPolicy, seed: u64) -> Recovery {
+    let after = (drift && ev.step_ns != 0).then(|| {
+        let base = (BASE_NS as i64 + ev.step_ns) as u64;
+        run_on(QUIET, drift, policy, seed, base, None).before_ms * 1e6
+    });
+    run_on(ev, drift, policy, seed, BASE_NS, after)
+}
+
+/// `ev` on a path of `base_ns`; recovery is measured against `after` (ns of added
+/// latency) when given, else against the level before the event.
+fn run_on(
+    ev: Event,
+    drift: bool,
+    policy: LatencyPolicy,
+    seed: u64,
+    base_ns: u64,
+    after: Option<f64>,
+) -> Recovery {
     let format = AudioFormat::new(Codec::F32, RATE, 2).expect("format");
     let link = LinkConfig {
-        delay_ns: BASE_NS,
+        delay_ns: base_ns,
         jitter_ns: 300_000,
         jitter_dist: JitterDist::Uniform,
         ..LinkConfig::ideal()
@@ -129,7 +158,9 @@ fn run(ev: Event, drift: bool, policy: LatencyPolicy, seed: u64) -> Recovery {
     s.receiver.set_output_format(format);
     s.receiver.set_drift_correction(drift);
     s.receiver.set_latency_policy(policy);
-    s.up.set_schedule(LinkSchedule::parse(ev.spec).expect("event spec"));
+    if !ev.spec.is_empty() {
+        s.up.set_schedule(LinkSchedule::parse(ev.spec).expect("event spec"));
+    }
     s.up.set_event_origin(0);
     let mut next = 0u64;
     s.source = Some(Box::new(move |out: &mut [f32]| next = timecode::fill(next, out)));
@@ -142,7 +173,7 @@ fn run(ev: Event, drift: bool, policy: LatencyPolicy, seed: u64) -> Recovery {
     // Added latency of each period that decodes: playout time less the input frame's
     // capture time and the base delay of the path its packet took.
     let mut series: Vec<(u64, Option<f64>)> = Vec::with_capacity(s.play_times.len());
-    let mut expect = -((BASE_NS as f64) / frame_ns);
+    let mut expect = -((base_ns as f64) / frame_ns);
     let mut last_j = 0usize;
     for (j, &t) in s.play_times.iter().enumerate() {
         let out = &s.played[j * s.period * 2..(j + 1) * s.period * 2];
@@ -152,7 +183,7 @@ fn run(ev: Event, drift: bool, policy: LatencyPolicy, seed: u64) -> Recovery {
             last_j = j;
             let sent_ns = (pos.max(0.0) as u64 / FRAMES as u64) * packet_ns;
             let step = if sent_ns >= EVENT_AT_NS { ev.step_ns } else { 0 };
-            let base = BASE_NS as f64 + step as f64;
+            let base = base_ns as f64 + step as f64;
             t as f64 - pos * frame_ns - base
         });
         series.push((t, added));
@@ -169,7 +200,8 @@ fn run(ev: Event, drift: bool, policy: LatencyPolicy, seed: u64) -> Recovery {
     );
     before.sort_by(f64::total_cmp);
     let level = before[before.len() / 2];
-    let off = |a: Option<f64>| a.map_or(true, |a| a - level > BACK_NS);
+    let reference = after.unwrap_or(level);
+    let off = |a: Option<f64>| a.map_or(true, |a| a - reference > BACK_NS);
     let last_off = series
         .iter()
         .rev()
@@ -186,7 +218,7 @@ fn run(ev: Event, drift: bool, policy: LatencyPolicy, seed: u64) -> Recovery {
         .iter()
         .filter(|(t, _)| *t >= EVENT_AT_NS && *t < until)
         .filter_map(|(_, a)| *a)
-        .map(|a| (a - level).max(0.0) / 1e6 * period_ns / 1e9)
+        .map(|a| (a - reference).max(0.0) / 1e6 * period_ns / 1e9)
         .sum();
     let peak = series
         .iter()
