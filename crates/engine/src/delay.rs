@@ -772,17 +772,22 @@ mod tests {
     /// 750 packets/s on a quiet path (PDV under 0.1 ms) for `seconds`, with a 7 ms late
     /// packet wherever `peak(t)` says; returns the target at each packet.
     fn tight_run(seconds: u64, peak: impl Fn(u64) -> bool) -> Vec<(u64, u64)> {
+        tight_series(seconds, 9, |t, _| peak(t).then_some(7 * MS))
+    }
+
+    /// 750 packets/s for `seconds`: PDV `late(t, rng)` where it says, else under 0.1 ms;
+    /// returns the target at each packet.
+    fn tight_series(
+        seconds: u64,
+        seed: u64,
+        mut late: impl FnMut(u64, &mut SimRng) -> Option<u64>,
+    ) -> Vec<(u64, u64)> {
         let mut d = DelayEstimator::new(auto(), 750.0);
-        let step = 1_333_333;
-        let mut r = SimRng::new(9);
+        let mut r = SimRng::new(seed);
         (0..seconds * 750)
             .map(|i| {
-                let t = i * step;
-                let pdv = if peak(t) {
-                    7 * MS
-                } else {
-                    (r.unit() * 0.1 * MS as f64) as u64
-                };
+                let t = i * 1_333_333;
+                let pdv = late(t, &mut r).unwrap_or_else(|| (r.unit() * 0.1 * MS as f64) as u64);
                 d.on_packet(t, 10 * MS as i64 + pdv as i64);
                 (t, d.target_ns())
             })
@@ -838,20 +843,9 @@ mod tests {
     /// 750 packets/s for `seconds` on a quiet path (PDV under 0.1 ms) except where
     /// `jitter(t)` is true: there PDV is uniform in [0, `late`); returns the target at each packet.
     fn tight_jitter_run(seconds: u64, late: u64, jitter: impl Fn(u64) -> bool) -> Vec<(u64, u64)> {
-        let mut d = DelayEstimator::new(auto(), 750.0);
-        let mut r = SimRng::new(12);
-        (0..seconds * 750)
-            .map(|i| {
-                let t = i * 1_333_333;
-                let pdv = if jitter(t) {
-                    (r.unit() * late as f64) as u64
-                } else {
-                    (r.unit() * 0.1 * MS as f64) as u64
-                };
-                d.on_packet(t, 10 * MS as i64 + pdv as i64);
-                (t, d.target_ns())
-            })
-            .collect()
+        tight_series(seconds, 12, |t, r| {
+            jitter(t).then(|| (r.unit() * late as f64) as u64)
+        })
     }
 
     #[test]

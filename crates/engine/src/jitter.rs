@@ -1314,6 +1314,20 @@ mod tests {
         );
     }
 
+    /// What a packet waits, resampled, from its arrival to its first frame leaving: packets
+    /// arrive `delay_ms` after a packet boundary and periods start `phase_ms` after one; the
+    /// first period that starts the target (and the guard) after the arrival takes it, plus
+    /// the frames it may read ahead and the resampler's delay (ms).
+    fn phase_following_wait_ms(delay_ms: f64, phase_ms: f64, target_ms: f64) -> f64 {
+        let frame_ms = 1e3 / RATE as f64;
+        let period_ms = F as f64 * frame_ms;
+        let mut wait_ms = (phase_ms - delay_ms).rem_euclid(period_ms);
+        while wait_ms < target_ms + PHASE_GUARD_NS as f64 / 1e6 {
+            wait_ms += period_ms;
+        }
+        wait_ms + (read_ahead(F, RATE) as usize + RESAMPLER_DELAY_FRAMES) as f64 * frame_ms
+    }
+
     /// With drift correction, playout follows where periods fall against packet arrivals:
     /// over a sweep of phases, each packet waits from its arrival to the first period that
     /// starts the target (plus the guard) after it, plus the frames a resampled period may
@@ -1342,13 +1356,8 @@ mod tests {
                 (0, 0),
                 "phase {phase_ns} ns: {st:?}"
             );
-            let arrival_ms = 19.0f64.rem_euclid(period_ms);
-            let mut wait_ms = (phase_ns as f64 / 1e6 - arrival_ms).rem_euclid(period_ms);
-            while wait_ms < st.target_ms + PHASE_GUARD_NS as f64 / 1e6 {
-                wait_ms += period_ms;
-            }
+            let want = phase_following_wait_ms(19.0, phase_ns as f64 / 1e6, st.target_ms);
             let ahead = read_ahead(F, RATE) as usize;
-            let want = wait_ms + (ahead + RESAMPLER_DELAY_FRAMES) as f64 * frame_ms;
             assert!(
                 (st.added_latency_recent_ms - want).abs() < 0.05,
                 "phase {phase_ns} ns: want {want:.3} ms: {st:?}"
@@ -1424,14 +1433,8 @@ mod tests {
             "{deep:?} {st:?}"
         );
         assert!(st.added_latency_ms > st.added_latency_recent_ms + 0.3, "{st:?}");
-        let frame_ms = 1e3 / RATE as f64;
-        let period_ms = F as f64 * frame_ms;
-        let mut wait_ms = (0.1 - 19.0f64).rem_euclid(period_ms);
-        while wait_ms < st.target_ms + PHASE_GUARD_NS as f64 / 1e6 {
-            wait_ms += period_ms;
-        }
-        let ahead = read_ahead(F, RATE) as usize;
-        let want = wait_ms + (ahead + RESAMPLER_DELAY_FRAMES) as f64 * frame_ms;
+        let period_ms = F as f64 * 1e3 / RATE as f64;
+        let want = phase_following_wait_ms(19.0, 0.1, st.target_ms);
         assert!(
             (st.added_latency_recent_ms - want).abs() < 0.1,
             "want {want:.3} ms: {st:?}"
