@@ -787,14 +787,20 @@ impl JitterBuffer {
     /// `g = gcd(P, F)` frames, so what playout can use of the phase is `δ`, the time from a
     /// packet's earliest arrival to the next period start, modulo `g`. The smallest delay at
     /// which every period finds the packets it needs already arrived plus the target `T`
-    /// (and [`PHASE_GUARD_NS`]) is `F − g + δ_b`, where `δ_b` is `δ` lifted by whole steps
-    /// of `g` until it is at least `T`: up to `g` frames less than a period plus the target
-    /// (for packets of one period, about half a period less on average, per direction).
-    /// The phase is low-passed and unwrapped, so it follows clock drift continuously; when
-    /// drift (or a larger target) takes it below `T`, playout moves a whole step later at
-    /// once (a growth, as for a target that grew), and when it has walked a step plus
-    /// [`PHASE_HYSTERESIS_NS`] above, a step earlier (given back by the resampler's
-    /// catch-up, like any other excess).
+    /// (and [`PHASE_GUARD_NS`]) is `F − g + δ_b` plus the frames a period may read ahead
+    /// ([`read_ahead`]), where `δ_b` is `δ` lifted by whole steps of `g` until it is at least
+    /// `T`: up to `g` frames less than a period plus the target (a third of a period on
+    /// average over phases, per direction, for packets of one period).
+    ///
+    /// The phase is low-passed and unwrapped, so the delay follows clock drift continuously,
+    /// and the resampler is told how fast it moves (a feed-forward) so the loop does not lag.
+    /// At the edge of a step the delay slides a whole step: later at [`PHASE_SLIDE`], started
+    /// early enough for the walk; earlier once the chance has stood [`PHASE_DOWN_HOLD_NS`]
+    /// (and [`PHASE_HYSTERESIS_NS`] beyond the step). A target that grew past the phase by
+    /// at most [`PHASE_SHORT_NS`] is met by a slide at [`PHASE_FAST_SLIDE`], by more at
+    /// once (a growth, waiting for what is not due); a target that falls by several steps
+    /// gives them back at once (the resampler's catch-up takes the excess), and so does the
+    /// rest of its fall.
     fn playout_delay_ns(&mut self, now_ns: u64, ts: u64, frames: usize) -> i64 {
         let base = frames_to_ns(frames as u64, self.rate) as i64 + self.wait_target_ns() as i64;
         let grid = self
