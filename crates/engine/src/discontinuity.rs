@@ -146,14 +146,19 @@ impl DiscontinuityLog {
 
     /// The stream has paused: the newest entries that began at or after `end` (the frame
     /// after the last one that arrived) were its pause, not a late packet or a grown target.
-    /// They become one entry, as a listener hears one gap.
+    /// They become one entry, as a listener hears one gap — with the pause already marked
+    /// there, if the same pause was marked before (a wait that went on past the moment the
+    /// stream counted as paused).
     pub fn mark_pause(&mut self, end: u64) {
         let mut first = None;
         let mut frames = 0;
         for k in 1..=LOG_CAPACITY {
             let i = (self.next + LOG_CAPACITY - k) % LOG_CAPACITY;
             let Some(e) = self.ring[i] else { break };
-            let pausing = matches!(e.cause, DiscontinuityCause::Late | DiscontinuityCause::Growth);
+            let pausing = matches!(
+                e.cause,
+                DiscontinuityCause::Late | DiscontinuityCause::Growth | DiscontinuityCause::Pause
+            );
             if e.media_ts < end || e.kind == DiscontinuityKind::Skipped || !pausing {
                 break;
             }
@@ -256,6 +261,16 @@ mod tests {
         // Marking again changes nothing.
         log.mark_pause(5000);
         assert_eq!(log.totals(), t);
+        // A wait that goes on after the pause was marked is the same pause.
+        log.record(Inserted, Growth, 64, 5000, 4920);
+        log.mark_pause(5000);
+        assert_eq!(log.totals(), t);
+        let last = log.recent().last().copied().expect("an entry");
+        assert_eq!((last.cause, last.frames, last.output_frame), (Pause, 984, 4000));
+        // A stream that resumed and paused again has paused twice.
+        log.record(Concealed, Late, 100, 9000, 8000);
+        log.mark_pause(9000);
+        assert_eq!(log.totals().pause, 2);
     }
 
     #[test]
