@@ -906,10 +906,9 @@ pub struct DriftCorrector {
     /// Start both low-passes from the next error (see [`Self::playout_jumped`]).
     reinit_error: bool,
     frames_played: u64,
-    /// How fast the buffer moves its target delay on purpose (s per s): the ratio follows
-    /// it directly, so the loop sees no error from a planned move.
-    feed_forward: f64,
-    feed_forward_on: bool,
+    /// How fast the buffer moves its target delay on purpose (s per s), while it steers
+    /// it: the ratio follows it directly, so the loop sees no error from a planned move.
+    feed_forward: Option<f64>,
 }
 
 /// The catch-up term: dead band, time to give back what is beyond it, largest ratio change,
@@ -941,8 +940,7 @@ impl DriftCorrector {
             fast_error_s: 0.0,
             reinit_error: false,
             frames_played: 0,
-            feed_forward: 0.0,
-            feed_forward_on: false,
+            feed_forward: None,
         }
     }
 
@@ -956,8 +954,7 @@ impl DriftCorrector {
     pub fn relock(&mut self) {
         self.estimator.restart_sender();
         self.resampler.reset();
-        self.feed_forward = 0.0;
-        self.feed_forward_on = false;
+        self.feed_forward = None;
         self.integral = 0.0;
         self.error_s = 0.0;
         self.fast_error_s = 0.0;
@@ -969,8 +966,7 @@ impl DriftCorrector {
     pub fn reset(&mut self, rate: u32) {
         self.estimator = DriftEstimator::new(rate);
         self.resampler.reset();
-        self.feed_forward = 0.0;
-        self.feed_forward_on = false;
+        self.feed_forward = None;
         self.integral = 0.0;
         self.error_s = 0.0;
         self.fast_error_s = 0.0;
@@ -1007,7 +1003,7 @@ impl DriftCorrector {
         let p = self.kp * self.error_s;
         // Anti-windup: the integral alone never exceeds the limit.
         self.integral = (self.integral + self.ki * self.error_s * dt).clamp(-limit, limit);
-        let deadband = if self.feed_forward_on {
+        let deadband = if self.feed_forward.is_some() {
             CATCH_UP_DEADBAND_FOLLOWING_S
         } else {
             CATCH_UP_DEADBAND_S
@@ -1021,7 +1017,7 @@ impl DriftCorrector {
         self.correction = (p + self.integral).clamp(-limit, limit) + catch_up;
         let estimate = self.estimator.ratio().unwrap_or(1.0);
         self.resampler
-            .set_ratio(estimate * (1.0 + self.correction - self.feed_forward));
+            .set_ratio(estimate * (1.0 + self.correction - self.feed_forward.unwrap_or(0.0)));
         self.resampler.input_frames_needed(out_frames)
     }
 
@@ -1030,13 +1026,13 @@ impl DriftCorrector {
     /// loop only corrects what is left, with a narrower dead band. At most ±0.5 %; `None`
     /// when the buffer does not steer its delay.
     pub fn set_feed_forward(&mut self, rate: Option<f64>) {
-        self.feed_forward_on = rate.is_some();
-        let rate = rate.unwrap_or(0.0);
-        self.feed_forward = if rate.is_finite() {
-            rate.clamp(-CATCH_UP_LIMIT, CATCH_UP_LIMIT)
-        } else {
-            0.0
-        };
+        self.feed_forward = rate.map(|r| {
+            if r.is_finite() {
+                r.clamp(-CATCH_UP_LIMIT, CATCH_UP_LIMIT)
+            } else {
+                0.0
+            }
+        });
     }
 
     /// The buffer moved its read point by itself (a catch-up skipped frames, or a wait

@@ -136,6 +136,17 @@ fn read_ahead(frames: usize, rate: u32) -> u64 {
         + (CATCH_UP_DEADBAND_FOLLOWING_S * rate as f64).ceil() as u64
 }
 
+/// The first frame of the packet holding frame `t`, on the grid of `packet`-frame packets
+/// through `origin` (the next packet's, where that would be before frame 0). `packet` > 0.
+fn packet_start(origin: u64, packet: u64, t: u64) -> u64 {
+    let rem = (t as i64 - origin as i64).rem_euclid(packet as i64) as u64;
+    if t >= rem {
+        t - rem
+    } else {
+        t + (packet - rem)
+    }
+}
+
 fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
         (a, b) = (b, a % b);
@@ -815,8 +826,7 @@ impl JitterBuffer {
         let step = g as f64;
         let ns_per_frame = 1e9 / self.rate as f64;
         // A packet start near `ts`, so the arrival line is read where it was measured.
-        let rem = (ts as i64 - origin as i64).rem_euclid(packet as i64) as u64;
-        let p0 = if ts >= rem { ts - rem } else { ts + (packet - rem) };
+        let p0 = packet_start(origin, packet, ts);
         let raw = ((now_ns as i64 - self.earliest_ns(p0)) as f64 / ns_per_frame).rem_euclid(step);
         // The phase walks at the clocks' rate difference (s per s): a sender slower than
         // the device makes periods start ever earlier after the arrivals.
@@ -837,7 +847,7 @@ impl JitterBuffer {
         // A phase walking down must have slid a step up by the time it reaches the floor.
         let anticipate = ((-walk).max(0.0) * step / PHASE_SLIDE * 1.5).min(step / 2.0);
         let hysteresis = PHASE_HYSTERESIS_NS as f64 / ns_per_frame;
-        let mut fast = self.phase.is_some_and(|ph| ph.fast && ph.offset < 0.0);
+        let mut fast = self.phase.is_some_and(|ph| ph.fast);
         if delta < floor {
             // Below the floor already: the target grew. By little (the cover it needs is
             // mostly there), a step later at the catch-up's pace, followed exactly; by more,
@@ -1069,8 +1079,7 @@ impl JitterBuffer {
     fn early_ns(&self, now_ns: u64, t: u64, err: i64) -> i64 {
         match (self.phase, self.grid) {
             (Some(_), Some((origin, packet))) if packet > 0 => {
-                let rem = (t as i64 - origin as i64).rem_euclid(packet as i64) as u64;
-                let start = t.saturating_sub(rem);
+                let start = packet_start(origin, packet, t);
                 self.earliest_ns(start) + self.wait_target_ns() as i64 - now_ns as i64
             }
             _ => -err,
