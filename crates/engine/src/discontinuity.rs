@@ -81,6 +81,9 @@ pub struct DiscontinuityLog {
     ring: [Option<Discontinuity>; LOG_CAPACITY],
     next: usize,
     totals: DiscontinuityTotals,
+    /// The output frame where the newest stretch that moved playout off its timeline (late
+    /// audio, a grown target, a re-lock) ended.
+    disturbed_until: Option<u64>,
 }
 
 impl Default for DiscontinuityLog {
@@ -89,6 +92,7 @@ impl Default for DiscontinuityLog {
             ring: [None; LOG_CAPACITY],
             next: 0,
             totals: DiscontinuityTotals::default(),
+            disturbed_until: None,
         }
     }
 }
@@ -107,6 +111,12 @@ impl DiscontinuityLog {
     ) {
         if frames == 0 {
             return;
+        }
+        if matches!(
+            cause,
+            DiscontinuityCause::Late | DiscontinuityCause::Growth | DiscontinuityCause::Relock
+        ) {
+            self.disturbed_until = Some(output_frame + frames);
         }
         let last = (self.next + LOG_CAPACITY - 1) % LOG_CAPACITY;
         if let Some(prev) = self.ring[last].as_mut() {
@@ -202,6 +212,12 @@ impl DiscontinuityLog {
         }
     }
 
+    /// The output frame where the newest late, grown or re-locked stretch ended: playout
+    /// was moved off its timeline there (`None`: never).
+    pub fn disturbed_until(&self) -> Option<u64> {
+        self.disturbed_until
+    }
+
     pub fn totals(&self) -> DiscontinuityTotals {
         self.totals
     }
@@ -241,6 +257,23 @@ mod tests {
             (first.frames, first.media_ts, first.output_frame),
             (128, 1000, 500)
         );
+    }
+
+    #[test]
+    fn only_stretches_that_moved_playout_mark_it_disturbed() {
+        let mut log = DiscontinuityLog::default();
+        log.record(DiscontinuityKind::Concealed, DiscontinuityCause::Loss, 64, 0, 100);
+        log.record(DiscontinuityKind::Skipped, DiscontinuityCause::Shrink, 64, 0, 200);
+        assert_eq!(log.disturbed_until(), None);
+        log.record(DiscontinuityKind::Inserted, DiscontinuityCause::Growth, 64, 0, 300);
+        // A stretch that continues grows the entry, and the disturbance with it.
+        log.record(DiscontinuityKind::Inserted, DiscontinuityCause::Growth, 36, 0, 364);
+        assert_eq!(log.disturbed_until(), Some(400));
+        log.record(DiscontinuityKind::Concealed, DiscontinuityCause::Late, 10, 0, 500);
+        log.record(DiscontinuityKind::Skipped, DiscontinuityCause::Shrink, 64, 0, 600);
+        assert_eq!(log.disturbed_until(), Some(510));
+        log.record(DiscontinuityKind::Inserted, DiscontinuityCause::Relock, 20, 0, 700);
+        assert_eq!(log.disturbed_until(), Some(720));
     }
 
     #[test]

@@ -18,7 +18,9 @@
 //!     concealed — so growth is immediate and costs one discontinuity;
 //!   - *shrink*: when the error stayed above one period plus 0.5 ms for a whole 100 ms
 //!     window (without drift correction, above 5 ms: a splice in a bit-exact stream must be
-//!     worth it), playout catches up by all but 0.1 ms of it in one cross-faded skip, so
+//!     worth it, unless the stream was moved by late audio, a grown target or a re-lock in
+//!     the last 3 s under the tight policy), playout catches up by all but 0.1 ms of it in
+//!     one cross-faded skip, so
 //!     latency comes back within a fraction of a second after a transient (with drift
 //!     correction the resampler's catch-up takes care of anything smaller);
 //!   - otherwise frames are played exactly as they came: a stream that arrives in time is
@@ -66,6 +68,11 @@ const SHRINK_KEEP_NS: i64 = 100_000;
 /// Without drift correction a catch-up is a splice in an otherwise bit-exact stream: only
 /// an excess this large is worth one.
 const BIT_EXACT_SHRINK_NS: i64 = 5_000_000;
+/// How long after the end of a late, grown or re-locked stretch a bit-exact stream under
+/// the tight policy catches up on an excess smaller than [`BIT_EXACT_SHRINK_NS`]: a burst
+/// of jitter can go on delivering late packets for a second after it seems over, and its
+/// target falls only once it has been quiet for half a second.
+const DISTURBED_GIVE_BACK_S: f64 = 3.0;
 /// Without drift correction an adaptive target never goes below this. Bit-exact playout
 /// cannot give latency back without a splice, so a target that gambles on a quiet machine
 /// buys nothing: a sending thread that wakes a few milliseconds late (idle machines do, every
@@ -983,7 +990,7 @@ impl JitterBuffer {
         }
         let excess = std::mem::replace(&mut self.min_excess_ns, i64::MAX);
         self.last_shrink_ns = now_ns;
-        let threshold = if self.drift_enabled {
+        let threshold = if self.drift_enabled || self.gives_back_a_disturbance() {
             period_ns + SHRINK_SLACK_NS
         } else {
             (period_ns + SHRINK_SLACK_NS).max(BIT_EXACT_SHRINK_NS)
@@ -992,6 +999,22 @@ impl JitterBuffer {
             return 0;
         }
         ns_to_frames((excess - SHRINK_KEEP_NS) as u64, self.rate)
+    }
+
+    /// Whether a bit-exact stream may catch up on a small excess, as a resampled one does:
+    /// under the tight policy, within [`DISTURBED_GIVE_BACK_S`] of the end of a stretch
+    /// that moved playout off its timeline (late audio, a grown target, a re-lock). The
+    /// stream is spliced there already, and the tight policy promises its latency back
+    /// within a second; a stream that was never disturbed is never spliced for less than
+    /// [`BIT_EXACT_SHRINK_NS`]. The safe policy, whose target falls slowly, would pay a
+    /// splice for every period of excess on the way down.
+    fn gives_back_a_disturbance(&self) -> bool {
+        let window = (DISTURBED_GIVE_BACK_S * self.rate as f64) as u64;
+        self.delay.policy() == LatencyPolicy::Tight
+            && self
+                .log
+                .disturbed_until()
+                .is_some_and(|end| self.cursor <= end + window)
     }
 
     /// Fill `block` with what plays from `play_ts`: the rest of an inserted stretch, a

@@ -91,6 +91,11 @@ struct Recovery {
     /// (`None`: not by the end of the run); and its level at the end of the run.
     recovery_ns: Option<u64>,
     after_ms: f64,
+    /// How long after the event's end the link still delivered a packet it had held back
+    /// (a heavy-tailed burst delays a packet, and the packets queued behind it, past its
+    /// end); and the recovery counted from then, the end of what the receiver could see.
+    held_ns: u64,
+    recovery_after_link_ns: Option<u64>,
     /// Added latency above `before_ms`, integrated from the event's start to recovery.
     paid_ms_s: f64,
     /// Discontinuities from the event's start on, and skips plus inserts after its end.
@@ -124,6 +129,37 @@ const QUIET: Event = Event {
     duration_ns: 0,
     step_ns: 0,
 };
+
+/// A packet later than the path's delay (after a step, the new one) by more than this was
+/// held back by the event.
+const HELD_NS: u64 = 2_000_000;
+
+/// The arrival of the last packet `ev` held back: one that took more than [`HELD_NS`]
+/// longer than the fastest packet on its side of the event (0: none). Send times come from
+/// the sequence numbers (one packet per capture period, no redundancy).
+fn last_held_arrival(arrivals: &[(u64, u16)], ev: Event) -> u64 {
+    let Some(&(_, seq0)) = arrivals.first() else {
+        return 0;
+    };
+    let packet_ns = frames_to_ns(FRAMES as u64, RATE) as i64;
+    // Arrival less the send time since the first packet: the transit plus a constant.
+    let transit = |(at, seq): (u64, u16)| at as i64 - seq.wrapping_sub(seq0) as i64 * packet_ns;
+    let first_after = arrivals
+        .iter()
+        .position(|&(at, _)| at >= EVENT_AT_NS + BASE_NS)
+        .unwrap_or(arrivals.len());
+    let base = arrivals[..first_after]
+        .iter()
+        .map(|&a| transit(a))
+        .min()
+        .unwrap_or(0);
+    arrivals[first_after..]
+        .iter()
+        .filter(|&&a| transit(a) - base - ev.step_ns.max(0) > HELD_NS as i64)
+        .map(|&(at, _)| at)
+        .max()
+        .unwrap_or(0)
+}
 
 /// `ev` on the usual path. With drift correction, playout follows the phase of packet
 /// arrivals against device periods, which a step of the base delay changes: the added
@@ -164,8 +200,10 @@ fn run_on(
     s.up.set_event_origin(0);
     let mut next = 0u64;
     s.source = Some(Box::new(move |out: &mut [f32]| next = timecode::fill(next, out)));
+    s.arrivals = Some(Vec::new());
     let end_ns = EVENT_AT_NS + ev.duration_ns;
     s.run(end_ns + AFTER_NS);
+    let held_until = last_held_arrival(s.arrivals.as_deref().unwrap_or(&[]), ev);
 
     let frame_ns = 1e9 / RATE as f64;
     let packet_ns = frames_to_ns(FRAMES as u64, RATE);
@@ -261,6 +299,8 @@ fn run_on(
         before_ms: level / 1e6,
         peak_ms: peak / 1e6,
         recovery_ns: recovered_at.map(|t| t.saturating_sub(end_ns)),
+        held_ns: held_until.saturating_sub(end_ns),
+        recovery_after_link_ns: recovered_at.map(|t| t.saturating_sub(end_ns.max(held_until))),
         after_ms,
         paid_ms_s,
         discontinuities,
@@ -269,9 +309,20 @@ fn run_on(
 }
 
 fn report(ev: Event, drift: bool, policy: LatencyPolicy, r: &Recovery) -> String {
-    let rec = r.recovery_ns.map_or("not by the end".to_string(), |ns| {
-        format!("{:.0} ms", ns as f64 / 1e6)
-    });
+    let ms = |ns: Option<u64>| {
+        ns.map_or("not by the end".to_string(), |ns| {
+            format!("{:.0} ms", ns as f64 / 1e6)
+        })
+    };
+    let rec = match r.held_ns {
+        0 => ms(r.recovery_ns),
+        held => format!(
+            "{} ({} after the link's last held packet, {:.0} ms after the end)",
+            ms(r.recovery_ns),
+            ms(r.recovery_after_link_ns),
+            held as f64 / 1e6
+        ),
+    };
     let causes: Vec<String> = r
         .discontinuities
         .iter()
@@ -392,11 +443,9 @@ fn a_loss_burst_costs_no_lasting_latency_bit_exact() {
 /// burst is dense (every 125 ms block of it disturbed), so once 0.375-0.5 s have passed
 /// without a late packet it is forgotten, peaks and cap memory alike: back 0.74-0.95 s
 /// after its end in these seeds (1.25-1.41 s while the cap kept its whole 0.5-1 s memory
-/// and the peaks twice their spacing). Not every seed makes it: in 36 seeds (4-354), 57
-/// of 72 runs were back within a second (16 before). Of the others, most are runs where
-/// the link still delivered late packets 0.25-1.25 s after the burst's end; in two,
-/// playout took longer to catch up; one bit-exact run stayed 2.8 ms above its level, an
-/// excess under the bit-exact catch-up threshold (two such runs before).
+/// and the peaks twice their spacing). Not every seed makes it within a second of the
+/// burst's nominal end: in some the link delivers a packet it held back (and those queued
+/// behind it) up to 1.2 s later; `jitter_burst_recovery_over_many_seeds` counts both.
 #[test]
 fn recovers_from_a_jitter_burst_within_a_second_under_the_tight_policy() {
     tight_jitter_bursts(|r, line| {
@@ -418,6 +467,15 @@ fn tight_jitter_bursts(fails: impl Fn(&Recovery, &str) -> Option<String>) {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A burst that leaves a bit-exact stream a few milliseconds above its level (seed 284:
+/// 2.8 ms, under the 5 ms a clean stream must gain before a splice is worth it) is caught
+/// up too: the stream was spliced by the burst already, and the tight policy promises the
+/// latency back.
+#[test]
+fn a_jitter_burst_leaves_no_lasting_excess_bit_exact() {
+    check(JITTER, &[false], &[LatencyPolicy::Tight], 284);
 }
 
 /// What the tight policy does promise after the same burst: no lasting latency (back
@@ -458,4 +516,37 @@ fn recovers_from_a_rate_collapse_within_a_second_under_the_tight_policy() {
 #[ignore = "design: the safe policy covers the collapse's delay for ten seconds (115 ms kept)"]
 fn recovers_from_a_rate_collapse_within_a_second_under_the_safe_policy() {
     check(RATE_COLLAPSE, &[false, true], &[LatencyPolicy::Safe], 15);
+}
+
+/// The jitter burst under the tight policy over 36 seeds (4-354), bit-exact and resampled:
+/// how many runs are back within a second of the burst's end, and of the end of what the
+/// link held back. Every run is printed; run on purpose with `--ignored --nocapture`.
+#[test]
+#[ignore = "36 seeds of the jitter burst, half a minute: run on purpose"]
+fn jitter_burst_recovery_over_many_seeds() {
+    let (mut back, mut back_after_link, mut runs) = (0, 0, 0);
+    let mut recoveries = Vec::new();
+    for seed in (4..=354).step_by(10) {
+        for drift in [false, true] {
+            let r = run(JITTER, drift, LatencyPolicy::Tight, seed);
+            eprintln!("seed {seed}: {}", report(JITTER, drift, LatencyPolicy::Tight, &r));
+            runs += 1;
+            let within = |ns: Option<u64>| {
+                ns.is_some_and(|ns| ns <= RECOVERY_TARGET_NS) && r.reversals <= MAX_REVERSALS
+            };
+            back += within(r.recovery_ns) as usize;
+            back_after_link += within(r.recovery_after_link_ns) as usize;
+            recoveries.push(r.recovery_ns.map_or(f64::INFINITY, |ns| ns as f64 / 1e9));
+        }
+    }
+    recoveries.sort_by(f64::total_cmp);
+    eprintln!(
+        "back within 1 s without hunting: {back} of {runs} runs from the burst's end, \
+         {back_after_link} from the link's last held packet; median recovery {:.2} s",
+        recoveries[runs / 2]
+    );
+    assert_eq!(
+        back_after_link, runs,
+        "runs not back within 1 s of the link's last held packet"
+    );
 }

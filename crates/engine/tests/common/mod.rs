@@ -44,6 +44,8 @@ pub struct Session {
     pub sender_ppm: f64,
     /// What the sender captures, if not `synth`: fills one packet's interleaved frames.
     pub source: Option<CaptureSource>,
+    /// When set, every RTP datagram the receiver is handed: its arrival and sequence number.
+    pub arrivals: Option<Vec<(u64, u16)>>,
 }
 
 pub fn sender_config(format: AudioFormat, frames: u32, redundancy: usize, seed: u64) -> SenderConfig {
@@ -103,6 +105,7 @@ impl Session {
             play_times: Vec::new(),
             events: Vec::new(),
             garbage: None,
+            arrivals: None,
             sender_ppm: 0.0,
             source: None,
         }
@@ -133,6 +136,12 @@ impl Session {
             }
             step += 1;
             while let Some((at, bytes)) = self.up.poll(self.now) {
+                if let (Some(log), true) = (self.arrivals.as_mut(), bytes.len() >= 12) {
+                    // RTCP's packet types (200-204) sit where RTP has its marker and payload type.
+                    if !(200..=204).contains(&bytes[1]) {
+                        log.push((at, u16::from_be_bytes([bytes[2], bytes[3]])));
+                    }
+                }
                 self.receiver.on_datagram(at, &bytes);
             }
             while let Some((at, bytes)) = self.down.poll(self.now) {
