@@ -265,14 +265,32 @@ mod tests {
         log.record(DiscontinuityKind::Concealed, DiscontinuityCause::Loss, 64, 0, 100);
         log.record(DiscontinuityKind::Skipped, DiscontinuityCause::Shrink, 64, 0, 200);
         assert_eq!(log.disturbed_until(), None);
-        log.record(DiscontinuityKind::Inserted, DiscontinuityCause::Growth, 64, 0, 300);
+        log.record(
+            DiscontinuityKind::Inserted,
+            DiscontinuityCause::Growth,
+            64,
+            0,
+            300,
+        );
         // A stretch that continues grows the entry, and the disturbance with it.
-        log.record(DiscontinuityKind::Inserted, DiscontinuityCause::Growth, 36, 0, 364);
+        log.record(
+            DiscontinuityKind::Inserted,
+            DiscontinuityCause::Growth,
+            36,
+            0,
+            364,
+        );
         assert_eq!(log.disturbed_until(), Some(400));
         log.record(DiscontinuityKind::Concealed, DiscontinuityCause::Late, 10, 0, 500);
         log.record(DiscontinuityKind::Skipped, DiscontinuityCause::Shrink, 64, 0, 600);
         assert_eq!(log.disturbed_until(), Some(510));
-        log.record(DiscontinuityKind::Inserted, DiscontinuityCause::Relock, 20, 0, 700);
+        log.record(
+            DiscontinuityKind::Inserted,
+            DiscontinuityCause::Relock,
+            20,
+            0,
+            700,
+        );
         assert_eq!(log.disturbed_until(), Some(720));
     }
 

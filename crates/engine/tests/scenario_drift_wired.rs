@@ -1,6 +1,6 @@
 //! The receiver with drift correction on follows a sender whose clock runs 200 ppm fast
 //! without inserting or skipping a single period; with it off, the same session needs
-//! those fallbacks to hold the buffer.
+//! those fallbacks to hold the buffer. And what following a drifting clock costs in pitch.
 
 mod common;
 
@@ -53,6 +53,114 @@ fn a_fast_sender_is_followed_by_resampling_not_by_dropping_audio() {
         assert!(
             off.inserted_frames + off.skipped_frames > 0,
             "{ppm} ppm without correction needs fallbacks: {off:?}"
+        );
+    }
+}
+
+/// The pitch a listener hears of a steady 1 kHz tone from a sender whose clock drifts
+/// `ppm` against the device, over `secs` seconds after 40 s of settling: per 20 ms window
+/// (Hann-weighted, demodulated at the tone), the deviation in cents from the median.
+fn pitch_trace(ppm: f64, secs: u64, seed: u64) -> (Vec<f64>, netjam_engine::jitter::JitterStats) {
+    const TONE_HZ: f64 = 1000.0;
+    const WINDOW: usize = 960;
+    let format = AudioFormat::new(Codec::F32, 48_000, 2).expect("format");
+    let link = LinkConfig {
+        delay_ns: 10_000_000,
+        jitter_ns: 300_000,
+        jitter_dist: JitterDist::Uniform,
+        ..LinkConfig::ideal()
+    };
+    let mut s = Session::new(format, 64, 0, link, seed);
+    s.sender_ppm = ppm;
+    s.receiver.set_drift_correction(true);
+    let mut n = 0u64;
+    s.source = Some(Box::new(move |out: &mut [f32]| {
+        for f in out.chunks_exact_mut(2) {
+            let x = (std::f64::consts::TAU * TONE_HZ * n as f64 / 48_000.0).sin() as f32 * 0.5;
+            f.fill(x);
+            n += 1;
+        }
+    }));
+    s.run(40_000_000_000);
+    let settled = s.receiver.stats().jitter_buffer;
+    let from = s.played.len() / 2;
+    s.run(secs * 1_000_000_000);
+    let end = s.receiver.stats().jitter_buffer;
+    let left: Vec<f64> = s.played[from * 2..]
+        .iter()
+        .step_by(2)
+        .map(|&x| x as f64)
+        .collect();
+    let w = std::f64::consts::TAU * TONE_HZ / 48_000.0;
+    let phases: Vec<f64> = left
+        .chunks_exact(WINDOW)
+        .enumerate()
+        .map(|(k, c)| {
+            let (mut re, mut im) = (0.0, 0.0);
+            for (i, &x) in c.iter().enumerate() {
+                let hann = 0.5 - 0.5 * (std::f64::consts::TAU * i as f64 / WINDOW as f64).cos();
+                let t = (k * WINDOW + i) as f64;
+                re += x * hann * (w * t).cos();
+                im -= x * hann * (w * t).sin();
+            }
+            im.atan2(re)
+        })
+        .collect();
+    let window_s = WINDOW as f64 / 48_000.0;
+    let hz: Vec<f64> = phases
+        .windows(2)
+        .map(|p| {
+            let d =
+                (p[1] - p[0] + std::f64::consts::PI).rem_euclid(std::f64::consts::TAU) - std::f64::consts::PI;
+            TONE_HZ + d / (std::f64::consts::TAU * window_s)
+        })
+        .collect();
+    let mut sorted = hz.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    let cents = hz.iter().map(|f| 1200.0 * (f / median).log2()).collect();
+    let stats = netjam_engine::jitter::JitterStats {
+        inserted_frames: end.inserted_frames - settled.inserted_frames,
+        skipped_frames: end.skipped_frames - settled.skipped_frames,
+        concealed_frames: end.concealed_frames - settled.concealed_frames,
+        ..end
+    };
+    (cents, stats)
+}
+
+/// Drifting clocks walk the packets' phase against the device's periods, and playout
+/// slides a whole period now and then to follow it (at 0.2 %: 3.5 cents). What a listener
+/// hears of a steady tone: how far its pitch moves, and how much of the time it moves.
+#[test]
+fn a_drifting_sender_is_heard_at_a_steady_pitch() {
+    for (ppm, seed) in [(50.0, 51), (-50.0, 52), (200.0, 53)] {
+        let (cents, st) = pitch_trace(ppm, 60, seed);
+        let worst = cents.iter().fold(0.0f64, |m, c| m.max(c.abs()));
+        let off = |limit: f64| cents.iter().filter(|c| c.abs() > limit).count() as f64 / cents.len() as f64;
+        // Excursions: runs of windows more than 1 cent off.
+        let glides = cents
+            .windows(2)
+            .filter(|w| w[0].abs() <= 1.0 && w[1].abs() > 1.0)
+            .count();
+        eprintln!(
+            "{ppm:+} ppm: worst {worst:.2} cents; off by more than 0.5 cent {:.1} % of the time, 1 cent {:.1} %, 3 cents {:.1} %; {glides} excursions past 1 cent in 60 s; {st:?}",
+            100.0 * off(0.5),
+            100.0 * off(1.0),
+            100.0 * off(3.0),
+        );
+        assert_eq!(
+            (st.inserted_frames, st.skipped_frames, st.concealed_frames),
+            (0, 0, 0),
+            "{ppm} ppm: {st:?}"
+        );
+        // A slide at 0.2 % is 3.5 cents; the loop itself keeps the pitch within half a cent.
+        assert!(worst < 4.0, "{ppm} ppm: {worst:.2} cents");
+        // Sliding a period for every period the phase walks takes ppm / 0.2 % of the time.
+        let sliding = ppm.abs() * 1e-6 / 0.002;
+        assert!(
+            off(0.5) < 1.5 * sliding + 0.005,
+            "{ppm} ppm: off pitch {:.1} % of the time",
+            100.0 * off(0.5)
         );
     }
 }
