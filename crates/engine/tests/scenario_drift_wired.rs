@@ -5,10 +5,12 @@
 mod common;
 
 use common::Session;
+use netjam_engine::jitter::JitterStats;
 use netjam_engine::link::{JitterDist, LinkConfig};
 use netjam_engine::wire::{AudioFormat, Codec};
 
-fn run(ppm: f64, correct: bool) -> netjam_engine::jitter::JitterStats {
+/// A session whose sender's clock runs `ppm` fast, over 10 ms ± 300 µs.
+fn drifting(ppm: f64, correct: bool, seed: u64) -> Session {
     let format = AudioFormat::new(Codec::F32, 48_000, 2).expect("format");
     let link = LinkConfig {
         delay_ns: 10_000_000,
@@ -16,20 +18,29 @@ fn run(ppm: f64, correct: bool) -> netjam_engine::jitter::JitterStats {
         jitter_dist: JitterDist::Uniform,
         ..LinkConfig::ideal()
     };
-    let mut s = Session::new(format, 64, 0, link, 41);
+    let mut s = Session::new(format, 64, 0, link, seed);
     s.sender_ppm = ppm;
     s.receiver.set_drift_correction(correct);
-    // Let the estimator lock and the loop settle, then count what happens after.
-    s.run(40_000_000_000);
-    let settled = s.receiver.stats().jitter_buffer;
-    s.run(80_000_000_000);
-    let end = s.receiver.stats().jitter_buffer;
-    netjam_engine::jitter::JitterStats {
+    s
+}
+
+/// `end`, with what was inserted, skipped and concealed counted from `settled` on.
+fn since(settled: &JitterStats, end: JitterStats) -> JitterStats {
+    JitterStats {
         inserted_frames: end.inserted_frames - settled.inserted_frames,
         skipped_frames: end.skipped_frames - settled.skipped_frames,
         concealed_frames: end.concealed_frames - settled.concealed_frames,
         ..end
     }
+}
+
+fn run(ppm: f64, correct: bool) -> JitterStats {
+    let mut s = drifting(ppm, correct, 41);
+    // Let the estimator lock and the loop settle, then count what happens after.
+    s.run(40_000_000_000);
+    let settled = s.receiver.stats().jitter_buffer;
+    s.run(80_000_000_000);
+    since(&settled, s.receiver.stats().jitter_buffer)
 }
 
 #[test]
@@ -60,19 +71,10 @@ fn a_fast_sender_is_followed_by_resampling_not_by_dropping_audio() {
 /// The pitch a listener hears of a steady 1 kHz tone from a sender whose clock drifts
 /// `ppm` against the device, over `secs` seconds after 40 s of settling: per 20 ms window
 /// (Hann-weighted, demodulated at the tone), the deviation in cents from the median.
-fn pitch_trace(ppm: f64, secs: u64, seed: u64) -> (Vec<f64>, netjam_engine::jitter::JitterStats) {
+fn pitch_trace(ppm: f64, secs: u64, seed: u64) -> (Vec<f64>, JitterStats) {
     const TONE_HZ: f64 = 1000.0;
     const WINDOW: usize = 960;
-    let format = AudioFormat::new(Codec::F32, 48_000, 2).expect("format");
-    let link = LinkConfig {
-        delay_ns: 10_000_000,
-        jitter_ns: 300_000,
-        jitter_dist: JitterDist::Uniform,
-        ..LinkConfig::ideal()
-    };
-    let mut s = Session::new(format, 64, 0, link, seed);
-    s.sender_ppm = ppm;
-    s.receiver.set_drift_correction(true);
+    let mut s = drifting(ppm, true, seed);
     let mut n = 0u64;
     s.source = Some(Box::new(move |out: &mut [f32]| {
         for f in out.chunks_exact_mut(2) {
@@ -85,7 +87,7 @@ fn pitch_trace(ppm: f64, secs: u64, seed: u64) -> (Vec<f64>, netjam_engine::jitt
     let settled = s.receiver.stats().jitter_buffer;
     let from = s.played.len() / 2;
     s.run(secs * 1_000_000_000);
-    let end = s.receiver.stats().jitter_buffer;
+    let stats = since(&settled, s.receiver.stats().jitter_buffer);
     let left: Vec<f64> = s.played[from * 2..]
         .iter()
         .step_by(2)
@@ -119,12 +121,6 @@ fn pitch_trace(ppm: f64, secs: u64, seed: u64) -> (Vec<f64>, netjam_engine::jitt
     sorted.sort_by(f64::total_cmp);
     let median = sorted[sorted.len() / 2];
     let cents = hz.iter().map(|f| 1200.0 * (f / median).log2()).collect();
-    let stats = netjam_engine::jitter::JitterStats {
-        inserted_frames: end.inserted_frames - settled.inserted_frames,
-        skipped_frames: end.skipped_frames - settled.skipped_frames,
-        concealed_frames: end.concealed_frames - settled.concealed_frames,
-        ..end
-    };
     (cents, stats)
 }
 
