@@ -20,9 +20,9 @@
 //!     window (without drift correction, above 5 ms: a splice in a bit-exact stream must be
 //!     worth it, unless the stream was moved by late audio, a grown target or a re-lock in
 //!     the last 3 s under the tight policy), playout catches up by all but 0.1 ms of it in
-//!     one cross-faded skip, so
-//!     latency comes back within a fraction of a second after a transient (with drift
-//!     correction the resampler's catch-up takes care of anything smaller);
+//!     one cross-faded skip, so latency comes back within a fraction of a second after a
+//!     transient (with drift correction the resampler's catch-up takes care of anything
+//!     smaller);
 //!   - otherwise frames are played exactly as they came: a stream that arrives in time is
 //!     played whole, with no splice;
 //! * missing frames are concealed in place by [`Concealer`] (loss), or by the stream's
