@@ -12,6 +12,7 @@ use netjam_engine::receiver::{Receiver, ReceiverConfig, ReceiverEvent};
 use netjam_engine::sender::{Sender, SenderConfig};
 use netjam_engine::synth::{Synth, SynthKind};
 use netjam_engine::time::frames_to_ns;
+use netjam_engine::wire::rtp::{classify, parse_rtp, PacketKind};
 use netjam_engine::wire::AudioFormat;
 
 /// Makes a hostile datagram (or none) for a given step.
@@ -136,10 +137,9 @@ impl Session {
             }
             step += 1;
             while let Some((at, bytes)) = self.up.poll(self.now) {
-                if let (Some(log), true) = (self.arrivals.as_mut(), bytes.len() >= 12) {
-                    // RTCP's packet types (200-204) sit where RTP has its marker and payload type.
-                    if !(200..=204).contains(&bytes[1]) {
-                        log.push((at, u16::from_be_bytes([bytes[2], bytes[3]])));
+                if let (Some(log), PacketKind::Rtp) = (self.arrivals.as_mut(), classify(&bytes)) {
+                    if let Ok(rtp) = parse_rtp(&bytes) {
+                        log.push((at, rtp.header.sequence));
                     }
                 }
                 self.receiver.on_datagram(at, &bytes);
