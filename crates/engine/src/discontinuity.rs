@@ -44,6 +44,10 @@ pub enum DiscontinuityCause {
     /// The stream stopped arriving for longer than a dropout (the sender paused or ended,
     /// or the path stalled): what played from its last frame on, until silence.
     Pause,
+    /// This side's own audio device missed its deadlines and lost time (JACK dropped
+    /// cycles, or its server stood still): the far audio due meanwhile was dropped, so
+    /// playout stays on time.
+    DeviceLost,
 }
 
 /// One discontinuity.
@@ -73,6 +77,7 @@ pub struct DiscontinuityTotals {
     pub shrink: u64,
     pub relock: u64,
     pub pause: u64,
+    pub device_lost: u64,
 }
 
 /// The recent entries and the totals.
@@ -151,6 +156,7 @@ impl DiscontinuityLog {
             DiscontinuityCause::Shrink => t.shrink += 1,
             DiscontinuityCause::Relock => t.relock += 1,
             DiscontinuityCause::Pause => t.pause += 1,
+            DiscontinuityCause::DeviceLost => t.device_lost += 1,
         }
     }
 
@@ -209,6 +215,7 @@ impl DiscontinuityLog {
             DiscontinuityCause::Shrink => t.shrink -= 1,
             DiscontinuityCause::Relock => t.relock -= 1,
             DiscontinuityCause::Pause => t.pause -= 1,
+            DiscontinuityCause::DeviceLost => t.device_lost -= 1,
         }
     }
 

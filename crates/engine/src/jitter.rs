@@ -23,6 +23,10 @@
 //!     one cross-faded skip, so latency comes back within a fraction of a second after a
 //!     transient (with drift correction the resampler's catch-up takes care of anything
 //!     smaller);
+//!   - *lost time*: when this side's own device stood still (JACK dropped or lost cycles,
+//!     [`JitterBuffer::device_skipped`]), the next period drops as much of the audio due
+//!     meanwhile as playout is late, at once and in bit-exact streams too: a deadline was
+//!     really missed, and the splice falls inside the device's own gap;
 //!   - otherwise frames are played exactly as they came: a stream that arrives in time is
 //!     played whole, with no splice;
 //! * missing frames are concealed in place by [`Concealer`] (loss), or by the stream's
@@ -263,6 +267,9 @@ pub struct JitterBuffer {
     min_excess_ns: i64,
     /// Frames of an inserted stretch still to play before the stream resumes.
     hold_frames: u64,
+    /// Frames of time this side's device lost since playout last caught up on it (see
+    /// [`JitterBuffer::device_skipped`]).
+    device_lost: u64,
     /// The output frame being written (counted from the first `play`), to locate
     /// discontinuities.
     cursor: u64,
@@ -329,6 +336,7 @@ impl JitterBuffer {
             redundancy_wait_ns: 0,
             min_excess_ns: i64::MAX,
             hold_frames: 0,
+            device_lost: 0,
             cursor: 0,
             relock_gap: false,
             reading_ts: 0,
@@ -393,6 +401,7 @@ impl JitterBuffer {
         self.min_excess_ns = i64::MAX;
         self.last_shrink_ns = 0;
         self.hold_frames = 0;
+        self.device_lost = 0;
         self.grid = None;
         self.phase = None;
         self.drift.relock();
@@ -728,6 +737,19 @@ impl JitterBuffer {
         self.play_ts.map(|p| p.saturating_sub(delay))
     }
 
+    /// This side's own device lost `frames` frames of time since the last period (JACK
+    /// dropped cycles, or a server stood still without counting them): nothing played while
+    /// it stood, so the far audio due meanwhile is late already. The next period drops as
+    /// much of it as playout is late (up to `frames`, less [`SHRINK_KEEP_NS`]) in one
+    /// cross-faded skip, where the device's own gap is, instead of playing it a whole shrink
+    /// window late and splicing again to catch up. A deadline was really missed, so a
+    /// bit-exact stream skips too. Realtime-safe.
+    pub fn device_skipped(&mut self, frames: u64) {
+        if self.play_ts.is_some() {
+            self.device_lost = self.device_lost.saturating_add(frames);
+        }
+    }
+
     /// Fill `out` (interleaved) with the frames due at `now_ns`.
     pub fn play(&mut self, now_ns: u64, out: &mut [f32]) {
         let ch = self.channels;
@@ -944,7 +966,15 @@ impl JitterBuffer {
         let out_start = self.cursor;
         self.stats.played_frames += frames as u64;
         let err = now_ns as i64 - self.earliest_ns(play_ts) - delay_ns;
-        let skip = self.catch_up_due(now_ns, err, period_ns);
+        let lost_skip = self.device_lost_due(err);
+        let skip = if lost_skip > 0 {
+            (lost_skip, DiscontinuityCause::DeviceLost)
+        } else {
+            (
+                self.catch_up_due(now_ns, err, period_ns),
+                DiscontinuityCause::Shrink,
+            )
+        };
         // With drift correction the period consumes `need` input frames (a few more or
         // fewer than it plays) through the resampler; without, exactly `frames`.
         let need = if self.drift_enabled {
@@ -974,6 +1004,23 @@ impl JitterBuffer {
         self.scratch = input;
         self.play_ts = Some(play_ts + consumed);
         self.cursor = out_start + frames as u64;
+    }
+
+    /// Frames to skip now for time this side's device lost (see
+    /// [`Self::device_skipped`]): as much as playout is late, no more than was lost.
+    fn device_lost_due(&mut self, err: i64) -> u64 {
+        if self.device_lost == 0 {
+            return 0;
+        }
+        let late = ns_to_frames((err - SHRINK_KEEP_NS).max(0) as u64, self.rate);
+        let skip = late.min(self.device_lost);
+        if skip == 0 || self.hold_frames > 0 {
+            // On time after all (the loss fell where playout had room), or waiting for a
+            // grown target: nothing to drop.
+            self.device_lost = 0;
+            return 0;
+        }
+        skip
     }
 
     /// Frames to skip now: when the error stayed above one period plus
@@ -1018,13 +1065,14 @@ impl JitterBuffer {
     }
 
     /// Fill `block` with what plays from `play_ts`: the rest of an inserted stretch, a
-    /// catch-up of `skip` frames, or the stream itself; return how far playout advanced.
+    /// catch-up of `skip` frames (a shrink, or time the device lost), or the stream itself;
+    /// return how far playout advanced.
     fn fill(
         &mut self,
         now_ns: u64,
         play_ts: u64,
         err: i64,
-        skip: u64,
+        (skip, cause): (u64, DiscontinuityCause),
         block: &mut [f32],
         delay_frames: u64,
     ) -> u64 {
@@ -1036,25 +1084,41 @@ impl JitterBuffer {
             self.wait(play_ts, &mut block[..n as usize * ch]);
             return self.read_from(now_ns, play_ts, err, &mut block[n as usize * ch..], delay_frames);
         }
-        // Never further than the audio that has arrived: what lies beyond is not there to
-        // land on (an excess larger than the buffer holds is caught up over several windows).
-        // The buffer must still hold the target beyond this period afterwards, whatever
-        // the error says (an arrival estimate that lags a step of the sender's clock).
+        // A catch-up goes never further than the audio that has arrived: what lies beyond
+        // is not there to land on (an excess larger than the buffer holds is caught up over
+        // several windows). The buffer must still hold the target beyond this period
+        // afterwards, whatever the error says (an arrival estimate that lags a step of the
+        // sender's clock). Time this device lost is skipped whatever has arrived: it was
+        // measured, not estimated, and what is due now is due now.
+        let lost_time = cause == DiscontinuityCause::DeviceLost;
         let keep = ns_to_frames(self.wait_target_ns(), self.rate);
-        let skip = skip.min(self.highest_end.saturating_sub(play_ts + frames + keep));
-        if skip > 0 && self.skip_with_crossfade(play_ts, skip, block) {
+        let skip = if lost_time {
+            skip
+        } else {
+            skip.min(self.highest_end.saturating_sub(play_ts + frames + keep))
+        };
+        let crossfaded = skip > 0 && self.skip_with_crossfade(play_ts, skip, block);
+        // The time may be missing from the stream too (a reflector echoing this side's own
+        // timeline, which skipped the same time), or not have arrived yet: with nothing to
+        // fade between, playout jumps to where it would be, inside the device's own gap, and
+        // what is not there is concealed as any missing audio is.
+        let jump = skip > 0 && !crossfaded && lost_time;
+        if crossfaded || jump {
             self.stats.skipped_frames += skip;
             if self.drift_enabled {
                 self.drift.playout_jumped();
             }
-            self.log.record(
-                DiscontinuityKind::Skipped,
-                DiscontinuityCause::Shrink,
-                skip,
-                play_ts,
-                self.cursor,
-            );
+            self.log
+                .record(DiscontinuityKind::Skipped, cause, skip, play_ts, self.cursor);
+            if cause == DiscontinuityCause::DeviceLost {
+                self.device_lost = 0;
+            }
             self.last_shrink_ns = now_ns;
+            self.min_excess_ns = i64::MAX;
+            if jump {
+                let err = err - frames_to_ns(skip, self.rate) as i64;
+                return skip + self.read_from(now_ns, play_ts + skip, err, block, delay_frames);
+            }
             self.cursor += frames;
             self.note_latency(now_ns, play_ts + skip, frames as usize, delay_frames);
             return frames + skip;
@@ -1350,6 +1414,113 @@ mod tests {
             (st.added_latency_ms - (1.333 + st.target_ms)).abs() < 0.03,
             "{st:?}"
         );
+    }
+
+    /// A device that stands still for `STALL` periods, told so (as the JACK endpoint tells
+    /// a stream when its server drops or loses cycles) or not, and with `far_too` a stream
+    /// that skipped the same time (this side's own, echoed by a reflector): the residence of
+    /// the packet played at each period from the last one before the stall on, and every
+    /// discontinuity.
+    fn device_stall(drift: bool, told: bool, far_too: bool) -> (Vec<f64>, Vec<Discontinuity>) {
+        const STALL: u64 = 24;
+        const FROM: u64 = 2_000;
+        let pkt_ns = frames_to_ns(F as u64, RATE);
+        let mut s = sim(
+            LinkConfig {
+                delay_ns: 5_000_000,
+                ..LinkConfig::ideal()
+            },
+            1,
+        );
+        s.jb.set_drift_correction(drift);
+        let mut buf = vec![0.0; F * 2];
+        let mut residence = Vec::new();
+        for k in 0..FROM + 600 {
+            let stalled = (FROM..FROM + STALL).contains(&k);
+            if !(stalled && far_too) {
+                s.link
+                    .send((k + 1) * pkt_ns, (k * F as u64, block(k * F as u64, F)), 256);
+            }
+            let t = (k + 1) * pkt_ns + 400_000;
+            while let Some((at, (ts, d))) = s.link.poll(t) {
+                s.jb.insert(at, ts, &d, true);
+            }
+            if stalled {
+                continue;
+            }
+            if k == FROM + STALL && told {
+                s.jb.device_skipped(STALL * F as u64);
+            }
+            s.jb.play(t, &mut buf);
+            if k + 1 >= FROM {
+                residence.push(s.jb.last_residence_ms().expect("playing"));
+            }
+        }
+        (residence, s.jb.recent_discontinuities().copied().collect())
+    }
+
+    #[test]
+    fn time_the_device_lost_is_dropped_at_once_in_one_skip() {
+        let lost = 24 * F as u64;
+        for (drift, far_too) in [(false, false), (true, false), (false, true), (true, true)] {
+            let (told, log) = device_stall(drift, true, far_too);
+            let before = told[0];
+            let skips: Vec<_> = log
+                .iter()
+                .filter(|d| d.kind == DiscontinuityKind::Skipped)
+                .collect();
+            assert!(
+                skips.len() == 1
+                    && skips[0].cause == DiscontinuityCause::DeviceLost
+                    && (lost - 24..=lost).contains(&skips[0].frames),
+                "drift {drift}, far too {far_too}: one skip of the {lost} frames lost, less at most half a millisecond: {log:?}"
+            );
+            // Nothing else is touched, but for audio that never came: with the far stream
+            // missing the same time, from when the device resumes until the first packet
+            // after the stall is due (the 5 ms link, a target of at most 8 ms, a period).
+            let concealed: u64 = log
+                .iter()
+                .filter(|d| d.kind != DiscontinuityKind::Skipped)
+                .map(|d| d.frames)
+                .sum();
+            let missing = if far_too {
+                (13 * RATE / 1000) as u64 + 2 * F as u64
+            } else {
+                0
+            };
+            assert!(
+                concealed <= missing
+                    && log
+                        .iter()
+                        .all(|d| d.kind != DiscontinuityKind::Inserted
+                            && d.output_frame >= skips[0].output_frame),
+                "drift {drift}, far too {far_too}: only what never came is concealed: {log:?}"
+            );
+            // The first period after the stall plays on time again.
+            let worst = told[1..].iter().fold(0.0f64, |m, &r| m.max(r));
+            assert!(
+                worst < before + 0.5,
+                "drift {drift}, far too {far_too}: residence {before:.2} ms before, up to {worst:.2} ms after"
+            );
+
+            // Not told, the same stall leaves playout 32 ms late for at least a shrink
+            // window, and a catch-up ends it.
+            let (untold, log) = device_stall(drift, false, far_too);
+            let late = untold[1..].iter().take_while(|&&r| r > before + 20.0).count();
+            eprintln!(
+                "drift {drift}, far too {far_too}: residence {before:.2} ms before the stall; told, up to {worst:.2} ms after it \
+                 (skipped {} frames); not told, 20 ms late or more for {late} periods",
+                skips[0].frames
+            );
+            assert!(
+                late as f64 * 1.333 >= SHRINK_WINDOW_NS as f64 / 1e6,
+                "drift {drift}, far too {far_too}: late for {late} periods only: {untold:?}"
+            );
+            assert!(
+                log.iter().any(|d| d.cause == DiscontinuityCause::Shrink),
+                "drift {drift}, far too {far_too}: {log:?}"
+            );
+        }
     }
 
     /// What a packet waits, resampled, from its arrival to its first frame leaving: packets

@@ -303,6 +303,14 @@ impl MemberReceivers {
         Some(slot)
     }
 
+    /// The output device lost `frames` frames of time: every member's receiver drops the
+    /// audio that was due meanwhile (see [`Receiver::device_skipped`]). Realtime-safe.
+    pub fn device_skipped(&mut self, frames: u64) {
+        for slot in self.slots.iter_mut().filter(|s| s.owner.is_some()) {
+            slot.receiver.device_skipped(frames);
+        }
+    }
+
     /// Play `frames` frames (at most [`MAX_PERIOD`]) due at `now_ns` from every held slot
     /// into its buffer; read them with [`Self::output`].
     pub fn render(&mut self, now_ns: u64, frames: usize) {

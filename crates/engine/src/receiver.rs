@@ -500,6 +500,13 @@ impl Receiver {
         self.jb.next_output_ts().map(|ts| (ssrc, ts as u32))
     }
 
+    /// The output device lost `frames` frames of time since the last period: the audio
+    /// due meanwhile is dropped at the next [`Self::play`] (see
+    /// [`JitterBuffer::device_skipped`]). Realtime-safe.
+    pub fn device_skipped(&mut self, frames: u64) {
+        self.jb.device_skipped(frames);
+    }
+
     /// Fill `out` (interleaved in the output format's channels) with the frames due now.
     pub fn play(&mut self, now_ns: u64, out: &mut [f32]) {
         let out_ch = self.output.map_or(1, |f| f.channels as usize);

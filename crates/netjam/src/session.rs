@@ -557,6 +557,10 @@ impl RecvProcess {
 }
 
 impl Process for RecvProcess {
+    fn skipped(&mut self, frames: u64) {
+        self.receiver.device_skipped(frames);
+    }
+
     fn process(&mut self, now_ns: u64, _input: &[f32], output: &mut [f32]) {
         self.drain();
         self.receiver.play(now_ns, output);
@@ -717,6 +721,7 @@ fn jam_stats(
 impl Process for JamProcess {
     fn skipped(&mut self, frames: u64) {
         self.sender.skip_frames(frames);
+        self.receiver.device_skipped(frames);
     }
 
     fn process(&mut self, now_ns: u64, input: &[f32], output: &mut [f32]) {
@@ -1305,6 +1310,7 @@ fn room_stats(
 impl Process for RoomProcess {
     fn skipped(&mut self, frames: u64) {
         self.sender.skip_frames(frames);
+        self.members.device_skipped(frames);
         if let Some(tap) = &mut self.record {
             tap.skipped(frames);
         }

@@ -258,26 +258,7 @@ fn time_the_server_lost_uncounted_is_skipped_in_the_stream() {
     let said = || std::fs::read_to_string(&log).unwrap_or_default();
     server.wait_for_port(&format!("{client}:send_1"), "netjam jam --jack");
     std::thread::sleep(Duration::from_secs(2));
-    let pid = server.pid().to_string();
-    let mut stopped = Duration::ZERO;
-    for _ in 0..3 {
-        let t = Instant::now();
-        let ok = Command::new("kill")
-            .args(["-STOP", &pid])
-            .status()
-            .expect("kill")
-            .success();
-        assert!(ok, "could not stop jackd");
-        std::thread::sleep(Duration::from_millis(100));
-        let ok = Command::new("kill")
-            .args(["-CONT", &pid])
-            .status()
-            .expect("kill")
-            .success();
-        stopped += t.elapsed();
-        assert!(ok, "could not continue jackd");
-        std::thread::sleep(Duration::from_millis(1500));
-    }
+    let stopped = stop_three_times(&server);
     let status = jam
         .wait_until(Duration::from_secs(20))
         .unwrap_or_else(|| panic!("netjam jam did not end:\n{}", said()));
@@ -307,6 +288,78 @@ fn time_the_server_lost_uncounted_is_skipped_in_the_stream() {
         .expect("skipped") as f64;
     assert!(skipped >= slipped, "the stream skipped {skipped} of {slipped}");
     assert!(said().contains("JACK's clock lost"), "{}", said());
+}
+
+/// Stop `server` (SIGSTOP) three times for 100 ms, 1.5 s apart; returns how long it stood.
+fn stop_three_times(server: &Jackd) -> Duration {
+    let pid = server.pid().to_string();
+    let mut stopped = Duration::ZERO;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let ok = Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "could not stop jackd");
+        std::thread::sleep(Duration::from_millis(100));
+        let ok = Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .expect("kill")
+            .success();
+        stopped += t.elapsed();
+        assert!(ok, "could not continue jackd");
+        std::thread::sleep(Duration::from_millis(1500));
+    }
+    stopped
+}
+
+#[test]
+fn time_the_server_lost_is_dropped_from_what_it_hears() {
+    // What jam hears is its own stream, echoed by a reflector: the time its server stood
+    // still is missing from the echo too, and must not be heard late.
+    let server = start_server("slipheard");
+    let json = tmp("jack", "slipheard.json");
+    let mut jam = Jam::start(
+        &server,
+        "slipheard",
+        "12",
+        &[
+            "--channels",
+            "1",
+            "--duration",
+            "9",
+            "--stats-json",
+            json.to_str().expect("path"),
+        ],
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let stopped = stop_three_times(&server);
+    let status = jam
+        .proc
+        .wait_until(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("netjam jam did not end:\n{}", jam.stderr()));
+    assert!(status.success(), "netjam jam failed:\n{}", jam.stderr());
+    let report = common::read_json(&json);
+    let slipped = report["jack"]["slipped_frames"].as_u64().expect("slipped_frames");
+    let log = report["discontinuities"].as_array().expect("discontinuities");
+    let dropped: u64 = log
+        .iter()
+        .filter(|d| d["kind"] == "skipped" && d["cause"] == "device_lost")
+        .map(|d| d["frames"].as_u64().expect("frames"))
+        .sum();
+    let stopped_frames = (stopped.as_secs_f64() * 48_000.0) as u64;
+    eprintln!(
+        "stood {stopped_frames} frames, found lost {slipped}, dropped from what it hears {dropped}: {:?}",
+        report["stats"]["heard"]["jitter_buffer"]["discontinuities"]
+    );
+    // The time found lost is dropped from playout, as it is found: most of it (playout may
+    // have had room for a little of it), never more.
+    assert!(
+        slipped >= 48_000 / 10 && dropped * 10 >= slipped * 7 && dropped <= stopped_frames + 48_000 / 5,
+        "stood {stopped_frames} frames, found {slipped} lost, dropped {dropped} from what it hears: {log:?}"
+    );
 }
 
 #[test]

@@ -188,9 +188,18 @@ fn stream_runs(tag: &str) -> Vec<Run> {
 }
 
 /// What the statistics say caused each discontinuity, by cause.
-fn causes(run: &Run) -> [(&'static str, u64); 6] {
+fn causes(run: &Run) -> [(&'static str, u64); 7] {
     let d = &run.stats["jitter_buffer"]["discontinuities"];
-    ["loss", "late", "growth", "shrink", "relock", "pause"].map(|c| (c, d[c].as_u64().expect("cause")))
+    [
+        "loss",
+        "late",
+        "growth",
+        "shrink",
+        "relock",
+        "pause",
+        "device_lost",
+    ]
+    .map(|c| (c, d[c].as_u64().expect("cause")))
 }
 
 #[test]
