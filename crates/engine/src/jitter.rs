@@ -267,7 +267,7 @@ pub struct JitterBuffer {
     min_excess_ns: i64,
     /// Frames of an inserted stretch still to play before the stream resumes.
     hold_frames: u64,
-    /// Frames of time this side's device lost since playout last caught up on it (see
+    /// Frames of time this side's device lost since the last period (see
     /// [`JitterBuffer::device_skipped`]).
     device_lost: u64,
     /// The output frame being written (counted from the first `play`), to locate
@@ -1008,19 +1008,15 @@ impl JitterBuffer {
 
     /// Frames to skip now for time this side's device lost (see
     /// [`Self::device_skipped`]): as much as playout is late, no more than was lost.
+    /// Zero when playout is on time after all (the loss fell where it had room) or waits
+    /// for a grown target. Whatever it returns is skipped in this period ([`Self::fill`]
+    /// skips it even where nothing arrived), so the lost time is settled here.
     fn device_lost_due(&mut self, err: i64) -> u64 {
-        if self.device_lost == 0 {
+        let lost = std::mem::take(&mut self.device_lost);
+        if lost == 0 || self.hold_frames > 0 {
             return 0;
         }
-        let late = ns_to_frames((err - SHRINK_KEEP_NS).max(0) as u64, self.rate);
-        let skip = late.min(self.device_lost);
-        if skip == 0 || self.hold_frames > 0 {
-            // On time after all (the loss fell where playout had room), or waiting for a
-            // grown target: nothing to drop.
-            self.device_lost = 0;
-            return 0;
-        }
-        skip
+        ns_to_frames((err - SHRINK_KEEP_NS).max(0) as u64, self.rate).min(lost)
     }
 
     /// Frames to skip now: when the error stayed above one period plus
@@ -1110,9 +1106,6 @@ impl JitterBuffer {
             }
             self.log
                 .record(DiscontinuityKind::Skipped, cause, skip, play_ts, self.cursor);
-            if cause == DiscontinuityCause::DeviceLost {
-                self.device_lost = 0;
-            }
             self.last_shrink_ns = now_ns;
             self.min_excess_ns = i64::MAX;
             if jump {
