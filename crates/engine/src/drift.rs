@@ -46,18 +46,18 @@
 //! * [`DriftCorrector`] owns one of each plus a PI loop on the buffer's depth error: the
 //!   resampling ratio is the estimate times `1 + Kp·e + Ki·∫e`, where `e` is the depth
 //!   error (seconds, low-passed over 1 s), `Kp = 2ζω`, `Ki = ω²`, `ω = 2π·0.005 Hz`,
-//!   `ζ = 1` (critically damped: no overshoot, a 32 s time constant) and the correction is
-//!   limited to ±1000 ppm around the estimate. The estimate does the fast work (the clock
-//!   ratio), the loop only removes what is left (estimate error, a depth offset), slowly
-//!   enough that a millisecond of depth noise moves the ratio by 63 ppm at most — a pitch
-//!   change of 0.1 cent, far below hearing. Beside it a catch-up term gives back a real
-//!   offset fast: when the depth error, low-passed over 50 ms, is beyond ±0.25 ms, the
-//!   ratio moves by the excess over 0.25 s, at most ±0.5 % (8.6 cents, for the fraction of
-//!   a second it takes), so a millisecond that a wait or a transient left behind is gone
-//!   within half a second instead of the PI loop's minutes. While the buffer steers its
-//!   delay on purpose (following the phase of packet arrivals, it tells the corrector how
-//!   fast it moves the delay, as a feed-forward) the dead band is 0.05 ms: the delay must
-//!   then stay that close to a frame boundary.
+//!   `ζ = 1` (critically damped: no overshoot, a 32 s time constant). The estimate does the
+//!   fast work (the clock ratio), the loop only removes what is left (estimate error, a
+//!   depth offset), slowly enough that a millisecond of depth noise moves the ratio by
+//!   63 ppm at most. Beside it a catch-up term takes back a small offset: when the depth
+//!   error, low-passed over 50 ms, is beyond ±0.25 ms, the ratio moves by the excess over
+//!   0.25 s. Loop and catch-up together never move the ratio more than
+//!   [`PITCH_LIMIT`] (500 ppm, 0.87 cents) from the estimate: what is heard keeps the
+//!   sender's pitch. Latency that must come back faster than that is the jitter buffer's
+//!   work, by cutting whole pitch periods ([`crate::splice`]), never by playing faster.
+//!   While the buffer steers its delay on purpose (following the phase of packet arrivals,
+//!   it tells the corrector how fast it moves the delay, as a feed-forward) the dead band is
+//!   0.05 ms: the delay must then stay that close to a frame boundary.
 //!
 //! Never: no clocks, threads or I/O (time is passed in); no allocation after `new` (the
 //! resampler's buffers and table are sized at construction, every per-period call works in
@@ -859,7 +859,7 @@ impl Default for DriftLoopConfig {
         Self {
             bandwidth_hz: 0.005,
             damping: 1.0,
-            limit_ppm: 1000.0,
+            limit_ppm: PITCH_LIMIT * 1e6,
             smoothing_s: 1.0,
         }
     }
@@ -919,7 +919,14 @@ const CATCH_UP_DEADBAND_S: f64 = 0.000_25;
 /// loop little noise to ignore, so what is left is taken back sooner.
 pub const CATCH_UP_DEADBAND_FOLLOWING_S: f64 = 0.000_05;
 const CATCH_UP_TAU_S: f64 = 0.25;
-const CATCH_UP_LIMIT: f64 = 0.005;
+/// The most the loop and the catch-up together move the ratio from the clock estimate:
+/// 500 ppm, 0.87 cents. A listener hears 10 cents in a held string note and a band hears
+/// 20 as out of tune; the pitch analysis of a 200 ms window reads a 0.5 % catch-up as
+/// 8.7 cents. So latency is never given back by playing faster than this.
+pub const PITCH_LIMIT: f64 = 0.000_5;
+/// The largest feed-forward: the clocks' walk (at most ±0.1 %, see `MAX_CLOCK_DEVIATION`)
+/// plus a slide of the playout phase.
+const FEED_FORWARD_LIMIT: f64 = 0.002;
 const CATCH_UP_SMOOTHING_S: f64 = 0.05;
 
 impl DriftCorrector {
@@ -1010,11 +1017,13 @@ impl DriftCorrector {
         };
         let beyond = self.fast_error_s.abs() - deadband;
         let catch_up = if beyond > 0.0 {
-            (beyond / CATCH_UP_TAU_S).min(CATCH_UP_LIMIT) * self.fast_error_s.signum()
+            (beyond / CATCH_UP_TAU_S) * self.fast_error_s.signum()
         } else {
             0.0
         };
-        self.correction = (p + self.integral).clamp(-limit, limit) + catch_up;
+        let catch_up = catch_up.clamp(-PITCH_LIMIT, PITCH_LIMIT);
+        self.correction =
+            ((p + self.integral).clamp(-limit, limit) + catch_up).clamp(-PITCH_LIMIT, PITCH_LIMIT);
         let estimate = self.estimator.ratio().unwrap_or(1.0);
         self.resampler
             .set_ratio(estimate * (1.0 + self.correction - self.feed_forward.unwrap_or(0.0)));
@@ -1023,12 +1032,12 @@ impl DriftCorrector {
 
     /// The buffer's target delay moves at `rate` seconds per second from the next period on
     /// (positive: it grows): playout slows down (or speeds up) by as much at once, and the
-    /// loop only corrects what is left, with a narrower dead band. At most ±0.5 %; `None`
+    /// loop only corrects what is left, with a narrower dead band. At most ±0.2 %; `None`
     /// when the buffer does not steer its delay.
     pub fn set_feed_forward(&mut self, rate: Option<f64>) {
         self.feed_forward = rate.map(|r| {
             if r.is_finite() {
-                r.clamp(-CATCH_UP_LIMIT, CATCH_UP_LIMIT)
+                r.clamp(-FEED_FORWARD_LIMIT, FEED_FORWARD_LIMIT)
             } else {
                 0.0
             }

@@ -14,15 +14,19 @@
 //!   packet arrivals (see [`JitterBuffer::playout_delay_ns`]), up to a period less. Playout
 //!   never moves unless it must:
 //!   - *growth*: when playout reaches the end of what has arrived while the error says it
-//!     is early (the target grew), it waits — one inserted stretch, as long as the error,
-//!     concealed — so growth is immediate and costs one discontinuity;
-//!   - *shrink*: when the error stayed above one period plus 0.5 ms for a whole 100 ms
-//!     window (without drift correction, above 5 ms: a splice in a bit-exact stream must be
-//!     worth it, unless the stream was moved by late audio, a grown target or a re-lock in
-//!     the last 3 s under the tight policy), playout catches up by all but 0.1 ms of it in
-//!     one cross-faded skip, so latency comes back within a fraction of a second after a
-//!     transient (with drift correction the resampler's catch-up takes care of anything
-//!     smaller);
+//!     is early (the target grew), it waits — one inserted stretch, as long as the error
+//!     rounded up to a whole number of the signal's periods ([`crate::splice`]), concealed
+//!     — so growth is immediate, costs one discontinuity and keeps a steady tone's phase;
+//!   - *shrink*: when the error stayed above 0.5 ms for a whole 100 ms window with drift
+//!     correction (without, above one period plus 0.5 ms, or 5 ms: a splice in a
+//!     bit-exact stream must be worth it, unless the stream was moved by late audio, a
+//!     grown target or a re-lock in the last 3 s under the tight policy), playout catches
+//!     up by all but 0.1 ms of it in one cross-faded skip, so latency comes back within a
+//!     fraction of a second after a transient. The skip is the longest that keeps a
+//!     steady signal's phase (whole pitch periods, [`crate::splice`]); a tonal stretch
+//!     with no such cut waits for the next window. Playout never speeds up to give
+//!     latency back: the resampler's catch-up stays within the drift corrector's pitch
+//!     limit (0.87 cents) and takes only what is smaller;
 //!   - *lost time*: when this side's own device stood still (JACK dropped or lost cycles,
 //!     [`JitterBuffer::device_skipped`]), the next period drops as much of the audio due
 //!     meanwhile as playout is late, at once and in bit-exact streams too: a deadline was
@@ -52,6 +56,7 @@ use crate::drift::{
     DriftCorrector, DriftCorrectorStats, DriftLoopConfig, CATCH_UP_DEADBAND_FOLLOWING_S, MAX_RATIO_DEVIATION,
     RESAMPLER_DELAY_FRAMES,
 };
+use crate::splice::{self, Direction, Prefer, SpliceFinder, SpliceKind};
 use crate::time::{frames_to_ms, frames_to_ns, ns_to_frames};
 
 /// The highest sample rate the buffer is sized for.
@@ -66,6 +71,10 @@ const LATE_RUN_RELOCK: u32 = 4;
 const LATE_RUN_RELOCK_NS: u64 = 60_000_000;
 /// Playout catches up when it was this much more than a period too late for a whole window.
 const SHRINK_SLACK_NS: i64 = 500_000;
+/// With drift correction, playout catches up when it was this much too late for a whole
+/// window: the resampler may take back no more than 0.87 cents' worth (0.5 ms a second),
+/// so anything larger is cut, by whole pitch periods where the signal has a pitch.
+const RESAMPLED_SHRINK_NS: i64 = 500_000;
 const SHRINK_WINDOW_NS: u64 = 100_000_000;
 /// What a catch-up leaves of the excess.
 const SHRINK_KEEP_NS: i64 = 100_000;
@@ -93,13 +102,16 @@ const PHASE_GUARD_NS: u64 = 100_000;
 /// had this much more than the step for a while: a phase at the boundary does not hop
 /// between two latencies.
 const PHASE_HYSTERESIS_NS: u64 = 100_000;
-/// How fast playout slides a whole step to another branch, s per s (0.2 %, 3.5 cents for
-/// two thirds of a second per step of 64 frames).
-const PHASE_SLIDE: f64 = 0.002;
-/// A target that grew this far past the phase is met by a slide at [`PHASE_FAST_SLIDE`]
-/// (0.5 %, the catch-up's limit) rather than by a wait; ns.
-const PHASE_SHORT_NS: u64 = 500_000;
-const PHASE_FAST_SLIDE: f64 = 0.005;
+/// How fast playout slides a whole step to another branch, s per s, at the least: 300 ppm,
+/// half a cent (a step of 64 frames takes 4.4 s).
+/// While the phase walks (the clocks differ), playout runs off the clock by the walk between
+/// slides and slides at [`PHASE_SLIDE_PER_WALK`] times the walk, so it is off by twice the
+/// walk while it slides: 0.7 cents for two ±200 ppm sound cards.
+const PHASE_SLIDE: f64 = 0.000_3;
+const PHASE_SLIDE_PER_WALK: f64 = 2.5;
+/// A phase walking faster than this (s per s) is the clocks' drift, followed by a slide;
+/// slower, a step of spare latency is a target that fell, given back at once.
+const PHASE_WALK_SLIDES: f64 = 0.000_02;
 /// A step of latency is given back once the phase has allowed it this long, ns.
 const PHASE_DOWN_HOLD_NS: u64 = 2_000_000_000;
 /// Time constant of the callback phase's low-pass, ns: device callbacks that wake with
@@ -132,8 +144,6 @@ struct Phase {
     offset: f64,
     /// Since when the phase could give a step back (see [`PHASE_DOWN_HOLD_NS`]).
     high_since: Option<u64>,
-    /// The slide under way makes up for a target that grew: at [`PHASE_FAST_SLIDE`].
-    fast: bool,
     /// When a fall of the target last gave several steps back at once.
     dropped_at: Option<u64>,
 }
@@ -299,6 +309,8 @@ pub struct JitterBuffer {
     drift_enabled: bool,
     /// Input-domain frames for the resampler.
     scratch: Vec<f32>,
+    /// Finds cut and wait lengths that keep a steady signal's phase.
+    splice: SpliceFinder,
     /// Compressed streams are decoded in order through this queue, and concealed by their
     /// decoder when frames are read that never came (taken out while it feeds the buffer).
     coded: Option<Box<DecodeQueue>>,
@@ -359,6 +371,9 @@ impl JitterBuffer {
             ),
             drift_enabled: false,
             scratch: vec![0.0; (MAX_PERIOD + MAX_PERIOD / 64 + 4) * max_channels],
+            splice: SpliceFinder::new(
+                2 * splice::window_frames(MAX_RATE) + splice::max_period_frames(MAX_RATE) as usize + 1,
+            ),
             coded: Some(Box::new(DecodeQueue::new())),
             stats: JitterStats::default(),
         };
@@ -834,13 +849,13 @@ impl JitterBuffer {
     ///
     /// The phase is low-passed and unwrapped, so the delay follows clock drift continuously,
     /// and the resampler is told how fast it moves (a feed-forward) so the loop does not lag.
-    /// At the edge of a step the delay slides a whole step: later at [`PHASE_SLIDE`], started
+    /// At the edge of a step the delay slides a whole step: later at [`PHASE_SLIDE`] (or
+    /// [`PHASE_SLIDE_PER_WALK`] times the walk, when that is faster), started
     /// early enough for the walk; earlier once the chance has stood [`PHASE_DOWN_HOLD_NS`]
-    /// (and [`PHASE_HYSTERESIS_NS`] beyond the step). A target that grew past the phase by
-    /// at most [`PHASE_SHORT_NS`] is met by a slide at [`PHASE_FAST_SLIDE`], by more at
-    /// once (a growth, waiting for what is not due); a target that falls by several steps
-    /// gives them back at once (the resampler's catch-up takes the excess), and so does the
-    /// rest of its fall.
+    /// (and [`PHASE_HYSTERESIS_NS`] beyond the step). A target that grew past the phase is
+    /// met at once (a growth, waiting for what is not due); a target that falls by several
+    /// steps gives them back at once (a catch-up cuts the excess), and so does the rest of
+    /// its fall.
     fn playout_delay_ns(&mut self, now_ns: u64, ts: u64, frames: usize) -> i64 {
         let base = frames_to_ns(frames as u64, self.rate) as i64 + self.wait_target_ns() as i64;
         let grid = self
@@ -874,21 +889,14 @@ impl JitterBuffer {
         };
         let floor = (self.wait_target_ns() + PHASE_GUARD_NS) as f64 / ns_per_frame;
         // A phase walking down must have slid a step up by the time it reaches the floor.
-        let anticipate = ((-walk).max(0.0) * step / PHASE_SLIDE * 1.5).min(step / 2.0);
+        let pace = PHASE_SLIDE.max(PHASE_SLIDE_PER_WALK * walk.abs());
+        let anticipate = ((-walk).max(0.0) * step / pace * 1.5).min(step / 2.0);
         let hysteresis = PHASE_HYSTERESIS_NS as f64 / ns_per_frame;
-        let mut fast = self.phase.is_some_and(|ph| ph.fast);
-        if delta < floor {
-            // Below the floor already: the target grew. By little (the cover it needs is
-            // mostly there), a step later at the catch-up's pace, followed exactly; by more,
-            // later at once, as for any growth (waiting for what has not arrived).
-            if floor - delta <= PHASE_SHORT_NS as f64 / ns_per_frame {
-                delta += step;
-                offset -= step;
-                fast = true;
-            }
-            while delta < floor {
-                delta += step;
-            }
+        // Below the floor already: the target grew. Later at once, as for any growth
+        // (waiting for what has not arrived, by a stretch that keeps the pitch); a slide
+        // fast enough to matter would bend it.
+        while delta < floor {
+            delta += step;
         }
         if delta < floor + anticipate {
             delta += step;
@@ -913,13 +921,17 @@ impl JitterBuffer {
             let since = *high_since.get_or_insert(now_ns);
             if now_ns.saturating_sub(since) >= PHASE_DOWN_HOLD_NS {
                 delta -= step;
-                offset += step;
+                // The clocks walked the phase up a step: slide down with it, at a pace that
+                // keeps the pitch. Otherwise the target fell a step: give it back at once,
+                // by a cut that keeps the pitch (the catch-up's).
+                if walk.abs() > PHASE_WALK_SLIDES {
+                    offset += step;
+                }
                 high_since = None;
             }
         } else {
             high_since = None;
         }
-        let pace = if fast { PHASE_FAST_SLIDE } else { PHASE_SLIDE };
         let max_slide = pace * frames as f64;
         let slid = offset.clamp(-max_slide, max_slide);
         offset -= slid;
@@ -928,7 +940,6 @@ impl JitterBuffer {
             step: g,
             offset,
             high_since,
-            fast: fast && offset < 0.0,
             dropped_at,
         });
         // The delay follows the phase's walk and the slide; the resampler is told both, so
@@ -1033,7 +1044,9 @@ impl JitterBuffer {
         }
         let excess = std::mem::replace(&mut self.min_excess_ns, i64::MAX);
         self.last_shrink_ns = now_ns;
-        let threshold = if self.drift_enabled || self.gives_back_a_disturbance() {
+        let threshold = if self.drift_enabled {
+            RESAMPLED_SHRINK_NS
+        } else if self.gives_back_a_disturbance() {
             period_ns + SHRINK_SLACK_NS
         } else {
             (period_ns + SHRINK_SLACK_NS).max(BIT_EXACT_SHRINK_NS)
@@ -1093,6 +1106,7 @@ impl JitterBuffer {
         } else {
             skip.min(self.highest_end.saturating_sub(play_ts + frames + keep))
         };
+        let skip = self.pitch_aligned_skip(play_ts, skip, frames, lost_time);
         let crossfaded = skip > 0 && self.skip_with_crossfade(play_ts, skip, block);
         // The time may be missing from the stream too (a reflector echoing this side's own
         // timeline, which skipped the same time), or not have arrived yet: with nothing to
@@ -1143,6 +1157,7 @@ impl JitterBuffer {
             self.note_latency(now_ns, ts, i as usize, delay_frames);
             self.read(ts, arrived);
             let early = ns_to_frames(self.early_ns(now_ns, ts + i, err).max(0) as u64, self.rate);
+            let early = self.pitch_aligned_wait(ts + i, early);
             self.hold_frames = early.saturating_sub(frames - i);
             self.wait(ts + i, wait);
             return i;
@@ -1279,6 +1294,89 @@ impl JitterBuffer {
             self.stats.underrun_periods += 1;
         }
         self.cursor += frames as u64;
+    }
+
+    /// The mono value of stream frame `t`, when the ring holds it.
+    fn mono_at(&self, t: u64) -> Option<f32> {
+        if !self.has(t) {
+            return None;
+        }
+        let ch = self.channels;
+        let slot = (t & self.mask) as usize;
+        Some(self.samples[slot * ch..(slot + 1) * ch].iter().sum::<f32>() / ch as f32)
+    }
+
+    /// How much of a catch-up of `skip` frames from `ts` to make now, with a block of
+    /// `frames` to cross-fade in: the longest cut of at most `skip` frames, and less by no
+    /// more than the longest period searched, that keeps the phase of a steady signal
+    /// ([`crate::splice`]). A stretch that is quiet or noise-like is cut by all of `skip`.
+    /// A tonal stretch with no clean cut in range waits for a better moment (0: the next
+    /// window tries again, and the resampler takes back what it may meanwhile), except for
+    /// time the device lost, which is cut now whatever it costs.
+    fn pitch_aligned_skip(&mut self, ts: u64, skip: u64, frames: u64, lost_time: bool) -> u64 {
+        if skip == 0 {
+            return 0;
+        }
+        // A cut shorter than the shortest period searched keeps no phase (a low tone
+        // correlates with itself a frame later): only a quiet or noise-like stretch is cut
+        // by so little.
+        let shortest = splice::min_period_frames(self.rate);
+        let lo = skip
+            .saturating_sub(splice::max_period_frames(self.rate))
+            .max(shortest)
+            .min(skip);
+        // The window may reach no further than the audio that has arrived beyond the cut.
+        let room = self.highest_end.saturating_sub(ts + skip);
+        let w = (splice::window_frames(self.rate) as u64).min(room).max(frames) as usize;
+        let mut finder = std::mem::take(&mut self.splice);
+        let found = finder.find(
+            |i| self.mono_at((ts as i64 + i) as u64),
+            w,
+            lo,
+            skip,
+            Direction::Ahead,
+            Prefer::Longer,
+        );
+        self.splice = finder;
+        match found {
+            Some(s) if s.kind == SpliceKind::Aligned && s.frames >= shortest => s.frames,
+            Some(s) if matches!(s.kind, SpliceKind::Quiet | SpliceKind::Noise) => s.frames,
+            Some(_) if !lost_time => 0,
+            _ => skip,
+        }
+    }
+
+    /// How long to wait at `ts` for audio that is `need` frames from being due: at least
+    /// `need`, and as much more (up to the longest period searched) as makes the inserted
+    /// stretch a whole number of the signal's periods, so the audio that resumes after it
+    /// continues the phase the concealment carried on ([`crate::splice`]). A quiet or
+    /// noise-like stretch, or one without a clean length, waits `need`.
+    fn pitch_aligned_wait(&mut self, ts: u64, need: u64) -> u64 {
+        if need == 0 {
+            return 0;
+        }
+        let hi = need + splice::max_period_frames(self.rate);
+        let mut finder = std::mem::take(&mut self.splice);
+        let found = finder.find(
+            |i| {
+                let t = ts as i64 + i;
+                if t < 0 {
+                    None
+                } else {
+                    self.mono_at(t as u64)
+                }
+            },
+            splice::window_frames(self.rate),
+            need,
+            hi,
+            Direction::Behind,
+            Prefer::Shorter,
+        );
+        self.splice = finder;
+        match found {
+            Some(s) if s.kind == SpliceKind::Aligned => s.frames,
+            _ => need,
+        }
     }
 
     /// Play `out.len()` frames while dropping `skip` of them: the block starting at `ts` is

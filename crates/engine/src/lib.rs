@@ -25,6 +25,7 @@ pub mod room;
 pub mod roundtrip;
 pub mod sender;
 pub mod slip;
+pub mod splice;
 pub mod synth;
 pub mod time;
 pub mod wire;
