@@ -14,6 +14,7 @@ pub mod delay;
 pub mod discontinuity;
 pub mod drift;
 pub mod jitter;
+pub mod limiter;
 pub mod link;
 pub mod members;
 pub mod mixer;

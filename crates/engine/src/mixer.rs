@@ -19,11 +19,17 @@
 //! zero and at rest is skipped. Each strip meters what it is given, before its gain (so a
 //! muted member still shows signal): peak and RMS since the last [`Mixer::take_level`].
 //!
-//! The output is a plain sum: nothing limits it, so many loud members can exceed full scale.
+//! The period ends with [`Mixer::finish`]: the sum goes through the master gain (ramped
+//! like a strip's, [`Mixer::set_master_gain`]) and then the output limiter
+//! ([`crate::limiter`]), so no sample played exceeds full scale however many loud members
+//! are summed. A mix that stays at or below −3 dBFS with the master at 0 dB leaves
+//! `finish` bit-exactly as it came; [`Mixer::take_limiter`] reads what the limiter did.
 //!
 //! Realtime: everything is reserved in [`Mixer::new`]; parameter changes are plain method
 //! calls on the audio thread (the caller takes them off a lock-free queue). Nothing here
 //! allocates, locks or blocks.
+
+use crate::limiter::{Limiter, LimiterStats};
 
 /// Loudest gain accepted, linear (+12 dB).
 pub const MAX_GAIN: f32 = 3.981_071_7;
@@ -275,6 +281,10 @@ pub struct Mixer {
     monitor: Strip,
     out_channels: usize,
     ramp_frames: u32,
+    /// Linear gain on the whole mix, before the limiter, and its ramp.
+    master: f32,
+    master_ramp: Ramp,
+    limiter: Limiter,
 }
 
 impl Mixer {
@@ -286,6 +296,9 @@ impl Mixer {
             monitor: Strip::new(),
             out_channels: out_channels.max(1),
             ramp_frames: rate / 100,
+            master: 1.0,
+            master_ramp: Ramp::at(1.0),
+            limiter: Limiter::new(rate),
         }
     }
 
@@ -364,6 +377,24 @@ impl Mixer {
         self.monitor.params
     }
 
+    /// Linear gain on the whole mix, before the limiter (clamped to 0..=[`MAX_GAIN`]; not a
+    /// number is ignored); it ramps like a strip's gain.
+    pub fn set_master_gain(&mut self, gain: f32) {
+        if !gain.is_nan() {
+            self.master = gain.clamp(0.0, MAX_GAIN);
+        }
+    }
+
+    /// The master gain in dB (−∞ is silence).
+    pub fn set_master_gain_db(&mut self, db: f32) {
+        self.set_master_gain(db_to_gain(db));
+    }
+
+    /// The master gain, linear.
+    pub fn master_gain(&self) -> f32 {
+        self.master
+    }
+
     /// Start a period: silence `out`.
     pub fn begin(&mut self, out: &mut [f32]) {
         out.fill(0.0);
@@ -381,6 +412,27 @@ impl Mixer {
     pub fn add_monitor(&mut self, input: &[f32], channels: usize, out: &mut [f32]) {
         self.monitor
             .add(input, channels, out, self.out_channels, self.ramp_frames);
+    }
+
+    /// End a period, after every [`Mixer::add`] and [`Mixer::add_monitor`]: the master
+    /// gain, then the limiter, in place.
+    pub fn finish(&mut self, out: &mut [f32]) {
+        let ch = self.out_channels;
+        self.master_ramp.set(self.master, self.ramp_frames);
+        if self.master_ramp.left > 0 || self.master_ramp.current != 1.0 {
+            for frame in out.chunks_mut(ch) {
+                let g = self.master_ramp.next();
+                for x in frame {
+                    *x *= g;
+                }
+            }
+        }
+        self.limiter.process(out, ch);
+    }
+
+    /// What the limiter did since the last call (see [`LimiterStats`]).
+    pub fn take_limiter(&mut self) -> LimiterStats {
+        self.limiter.take_stats()
     }
 
     /// Member `slot`'s level since the last call (before its gain).
@@ -438,6 +490,7 @@ mod tests {
             }
             mixer.begin(o);
             mixer.add(0, i, 1, o);
+            mixer.finish(o);
         }
         out
     }
@@ -554,5 +607,251 @@ mod tests {
         assert_eq!(m.take_level(0), Level::default(), "taken");
         assert!((db_to_gain(-6.0) - 0.501).abs() < 1e-3);
         assert_eq!(db_to_gain(f32::NEG_INFINITY), 0.0);
+    }
+
+    /// `frames` of a sine at a whole number of hertz starting `start` turns into its cycle,
+    /// its phase exact at every sample.
+    fn tone(frames: usize, hz: u32, amp: f64, start: f64) -> Vec<f32> {
+        (0..frames as u64)
+            .map(|i| {
+                let turn = (u64::from(hz) * i % 48_000) as f64 / 48_000.0 + start;
+                (amp * (std::f64::consts::TAU * turn).sin()) as f32
+            })
+            .collect()
+    }
+
+    /// Amplitude of the `hz` component of `x` (a whole second or more at 48 kHz; the last
+    /// whole second is used, so every whole-hertz tone falls on its own bin).
+    fn amplitude_at(x: &[f32], hz: u32) -> f64 {
+        let x = &x[x.len() - 48_000..];
+        let (mut re, mut im) = (0.0f64, 0.0f64);
+        for (i, v) in x.iter().enumerate() {
+            let turn = (u64::from(hz) * i as u64 % 48_000) as f64 / 48_000.0;
+            let (s, c) = (std::f64::consts::TAU * turn).sin_cos();
+            re += f64::from(*v) * c;
+            im -= f64::from(*v) * s;
+        }
+        2.0 * re.hypot(im) / x.len() as f64
+    }
+
+    fn db(x: f64) -> f64 {
+        20.0 * x.max(1e-12).log10()
+    }
+
+    /// The plain sum (before `finish`) and what `finish` makes of it, left channel; the
+    /// mixer; the limiter's gain after each period.
+    type Mixed = (Vec<f32>, Vec<f32>, Mixer, Vec<f32>);
+
+    /// The mix of a stereo member per tone at `amp`, each at `gain`, in periods of 64 over
+    /// `seconds`.
+    fn mix_tones(tones: &[u32], amp: f64, gain: f32, seconds: usize) -> Mixed {
+        let frames = 48_000 * seconds;
+        // Each member starts at a phase of its own, as players do.
+        let inputs: Vec<Vec<f32>> = tones
+            .iter()
+            .enumerate()
+            .map(|(k, &hz)| {
+                tone(frames, hz, amp, k as f64 * 0.137)
+                    .iter()
+                    .flat_map(|x| [*x, *x])
+                    .collect()
+            })
+            .collect();
+        let mut m = Mixer::new(tones.len(), 2, 48_000);
+        for slot in 0..tones.len() {
+            m.set_gain(slot, gain);
+        }
+        let (mut plain, mut limited) = (vec![0.0; frames * 2], vec![0.0; frames * 2]);
+        let mut gains = Vec::with_capacity(frames / 64);
+        for k in 0..frames / 64 {
+            let span = k * 128..(k + 1) * 128;
+            let o = &mut limited[span.clone()];
+            m.begin(o);
+            for (slot, input) in inputs.iter().enumerate() {
+                m.add(slot, &input[span.clone()], 2, o);
+            }
+            plain[span.clone()].copy_from_slice(o);
+            m.finish(o);
+            gains.push(m.limiter.gain());
+        }
+        let left = |x: Vec<f32>| x.iter().step_by(2).copied().collect::<Vec<_>>();
+        (left(plain), left(limited), m, gains)
+    }
+
+    #[test]
+    fn a_mix_below_the_knee_passes_bit_exact_and_counts_nothing() {
+        // Two members whose sum peaks at −3.1 dBFS.
+        let (plain, limited, mut m, _) = mix_tones(&[330, 550], 0.35, 1.0, 1);
+        assert!(plain.iter().fold(0.0f32, |a, x| a.max(x.abs())) < 0.7);
+        assert_eq!(plain, limited);
+        assert_eq!(m.take_limiter(), LimiterStats::default());
+    }
+
+    /// The listener plays 440 Hz; the members play other tones of the 110 Hz series, so
+    /// every intermodulation product of their sum falls on a tone of the series, 440 Hz
+    /// among them where both odd and even multiples of 110 Hz are played. (330, 550 and
+    /// 770 Hz alone are odd multiples: their sum is half-wave symmetric, and no symmetric
+    /// distortion of it, clipping included, makes an even multiple such as 440 Hz.)
+    const OWN: u32 = 440;
+    const MEMBER_TONES: [&[u32]; 4] = [
+        &[220, 330],
+        &[330, 550, 770],
+        &[220, 330, 550, 660],
+        &[220, 330, 550, 660, 770, 880, 990, 1100],
+    ];
+
+    #[test]
+    fn many_members_at_minus_6_dbfs_never_clip_nor_put_a_tone_on_the_listeners_own() {
+        for tones in MEMBER_TONES {
+            let n = tones.len();
+            let (plain, limited, mut m, _) = mix_tones(tones, 0.5, 1.0, 3);
+            let over = |x: &[f32]| x.iter().filter(|v| v.abs() > 1.0).count();
+            let loudest = |x: &[f32]| tones.iter().map(|&hz| amplitude_at(x, hz)).fold(0.0, f64::max);
+            let own_db = |x: &[f32]| db(amplitude_at(x, OWN) / loudest(x));
+            // The plain sum as a device would play it: clipped at full scale.
+            let clipped: Vec<f32> = plain.iter().map(|x| x.clamp(-1.0, 1.0)).collect();
+            let stats = m.take_limiter();
+            println!(
+                "{n} members at -6 dBFS: plain sum {:.2} % of samples over full scale, own tone {:.1} dB when clipped; limited: {} over, own tone {:.1} dB, peak {:.3}, gain reduction {:.2} dB (most {:.2})",
+                100.0 * over(&plain) as f64 / plain.len() as f64,
+                own_db(&clipped),
+                over(&limited),
+                own_db(&limited),
+                limited.iter().fold(0.0f32, |a, x| a.max(x.abs())),
+                stats.reduction_db,
+                stats.max_reduction_db,
+            );
+            assert_eq!(over(&limited), 0, "{n} members");
+            assert!(
+                own_db(&limited) < -60.0,
+                "{n} members: {:.1} dB",
+                own_db(&limited)
+            );
+            if n >= 4 {
+                // The test can fail: clipping does put a tone there.
+                assert!(over(&plain) > 0 && own_db(&clipped) > -60.0, "{n} members");
+            }
+            assert!(stats.limited_frames > 0 && stats.max_reduction_db > 0.0);
+        }
+    }
+
+    #[test]
+    fn the_gain_of_a_steady_mix_stays_put() {
+        // Four members, tones unrelated to each other: the sum's peaks never repeat
+        // exactly, so the gain cannot stay exactly constant; it must stay nearly so, and
+        // what its slow movement adds (sidebands close to each tone) must stay quiet.
+        let tones = [197, 293, 587, 739];
+        let (_, limited, _, gains) = mix_tones(&tones, 0.5, 1.0, 4);
+        let last = &gains[gains.len() - 48_000 / 64..];
+        let lo = last.iter().copied().fold(f32::MAX, f32::min);
+        let hi = last.iter().copied().fold(0.0, f32::max);
+        let ripple = db(f64::from(hi / lo));
+        let loudest = tones
+            .iter()
+            .map(|&hz| amplitude_at(&limited, hz))
+            .fold(0.0, f64::max);
+        let (hz, worst) = (100..1_500)
+            .step_by(3)
+            .filter(|hz| tones.iter().all(|t| t.abs_diff(*hz) >= 10))
+            .map(|hz| (hz, db(amplitude_at(&limited, hz) / loudest)))
+            .fold((0, f64::MIN), |a, b| if b.1 > a.1 { b } else { a });
+        println!(
+            "four unrelated tones at -6 dBFS, last second: gain {:.2}..{:.2} dB (ripple {ripple:.3} dB); loudest absent tone 10 Hz or more from a member: {worst:.1} dB at {hz} Hz",
+            db(f64::from(lo)),
+            db(f64::from(hi))
+        );
+        assert!(ripple < 1.0, "{ripple} dB");
+        assert!(worst < -50.0, "{worst} dB at {hz} Hz");
+    }
+
+    #[test]
+    fn loud_gains_on_many_members_never_exceed_full_scale() {
+        let (_, limited, _, _) = mix_tones(MEMBER_TONES[3], 1.0, MAX_GAIN, 1);
+        let peak = limited.iter().fold(0.0f32, |a, x| a.max(x.abs()));
+        assert!(peak <= 1.0, "{peak}");
+        // And the monitor on top, the master at its loudest, stepped.
+        let mut m = Mixer::new(16, 2, 48_000);
+        let loud = tone(64, 1_000, 1.0, 0.0);
+        let mut worst = 0.0f32;
+        for k in 0..1_000 {
+            if k % 100 == 0 {
+                m.set_master_gain(if k % 200 == 0 { MAX_GAIN } else { 0.25 });
+            }
+            let mut out = [0.0f32; 128];
+            m.begin(&mut out);
+            for slot in 0..16 {
+                m.set_gain(slot, MAX_GAIN);
+                m.add(slot, &loud, 1, &mut out);
+            }
+            m.add_monitor(&loud, 1, &mut out);
+            m.finish(&mut out);
+            worst = out.iter().fold(worst, |a, x| a.max(x.abs()));
+        }
+        assert!(worst <= 1.0, "{worst}");
+    }
+
+    #[test]
+    fn a_master_gain_change_never_clicks() {
+        let input = sine(48_000, 100.0, 0.5);
+        let own = max_step(&input, 1, 0);
+        for (from, to) in [(1.0, 0.0), (0.0, 1.0), (1.0, MAX_GAIN), (MAX_GAIN, 0.5)] {
+            let mut m = Mixer::new(1, 1, 48_000);
+            m.set_master_gain(from);
+            let out = run(&mut m, &input, 100, |m| m.set_master_gain(to));
+            let bound = own * from.max(to) + (to - from).abs() * 0.5 / m.ramp_frames() as f32 + 1e-6;
+            let step = max_step(&out, 1, 0);
+            assert!(step <= bound, "{from}->{to}: step {step} > {bound}");
+            assert!(out.iter().all(|x| x.abs() <= 1.0));
+            if to == 0.0 || from == 0.0 {
+                let mut hard = Mixer::new(1, 1, 48_000);
+                hard.set_ramp_frames(0);
+                hard.set_master_gain(from);
+                let out = run(&mut hard, &input, 100, |m| m.set_master_gain(to));
+                assert!(
+                    max_step(&out, 1, 0) > bound,
+                    "{from}->{to}: a hard step is a click"
+                );
+            }
+        }
+        let mut m = Mixer::new(1, 1, 48_000);
+        m.set_master_gain_db(-6.0);
+        m.set_master_gain(f32::NAN);
+        assert!((m.master_gain() - 0.501).abs() < 1e-3);
+        m.set_master_gain(100.0);
+        assert_eq!(m.master_gain(), MAX_GAIN);
+    }
+
+    #[test]
+    fn the_limiters_counters_move_when_it_works() {
+        let mut m = Mixer::new(1, 1, 48_000);
+        let quiet = sine(4_800, 440.0, 0.5);
+        let _ = run(&mut m, &quiet, usize::MAX, |_| {});
+        assert_eq!(m.take_limiter(), LimiterStats::default());
+        // +12 dB on the member: about 6 dB over the ceiling.
+        m.set_gain(0, MAX_GAIN);
+        let _ = run(&mut m, &quiet, usize::MAX, |_| {});
+        let loud = m.take_limiter();
+        assert!(loud.max_reduction_db > 5.0 && loud.reduction_db > 5.0, "{loud:?}");
+        assert!(loud.limited_frames > 4_000, "{loud:?}");
+        // Back to unity: the gain comes back to exactly 1 within a second, and the reading
+        // says so; the frames counted stay counted.
+        m.set_gain(0, 1.0);
+        let back = (0..48_000 / 64).position(|_| {
+            let _ = run(&mut m, &quiet[..64], usize::MAX, |_| {});
+            m.limiter.gain() == 1.0
+        });
+        let back_ms = back.map(|p| (p + 1) as f64 * 64.0 / 48.0);
+        println!(
+            "release from {:.1} dB to unity: {back_ms:?} ms",
+            loud.reduction_db
+        );
+        assert!(back_ms.is_some_and(|ms| ms < 1_000.0), "{back_ms:?}");
+        let after = m.take_limiter();
+        assert_eq!(after.reduction_db, 0.0, "{after:?}");
+        assert!(after.max_reduction_db > 0.0 && after.limited_frames > loud.limited_frames);
+        let _ = run(&mut m, &quiet, usize::MAX, |_| {});
+        let quiet_again = m.take_limiter();
+        assert_eq!(quiet_again.max_reduction_db, 0.0);
+        assert_eq!(quiet_again.limited_frames, after.limited_frames);
     }
 }

@@ -2,7 +2,8 @@
 //! with a counting allocator: eight members (L16, L24 and F32; mono and stereo) routed by
 //! [`MemberReceivers::receive`] with loss, duplicates, sender reports and a stranger's
 //! packets, rendered, and mixed by [`Mixer`] into stereo while gains, pans and mutes change
-//! and a slot is released and handed out again.
+//! and a slot is released and handed out again; the master gain moves the mix in and out
+//! of the output limiter.
 
 use netjam_engine::members::{MemberReceivers, MembersConfig};
 use netjam_engine::mixer::Mixer;
@@ -59,6 +60,7 @@ fn receive_render_and_mix_of_eight_members_do_not_allocate() {
     let period = frames_to_ns(FRAMES as u64, 48_000);
     let mut measured = 0;
     let mut reports = 0u64;
+    let mut limited = 0u64;
     for k in 0..20_000u64 {
         let now = k * period;
         if k == 2_000 {
@@ -93,6 +95,7 @@ fn receive_render_and_mix_of_eight_members_do_not_allocate() {
             mixer.set_pan(slot, ((k / 100) % 5) as f32 / 2.0 - 1.0);
             mixer.set_mute(slot, (k / 100) % 3 == 0);
             mixer.set_monitor_gain(((k / 100) % 4) as f32 / 4.0);
+            mixer.set_master_gain_db(if (k / 100) % 2 == 0 { 12.0 } else { 0.0 });
         }
         if k % 1_000 == 500 {
             let slot = (k / 1_000) as usize % MEMBERS;
@@ -110,6 +113,8 @@ fn receive_render_and_mix_of_eight_members_do_not_allocate() {
             }
         }
         mixer.add_monitor(&cap[..FRAMES], 1, &mut out);
+        mixer.finish(&mut out);
+        assert!(out.iter().all(|x| x.abs() <= 1.0));
         while let Some(len) = members.poll_rtcp(play, &mut report) {
             std::hint::black_box(&report[..len]);
             reports += 1;
@@ -120,6 +125,7 @@ fn receive_render_and_mix_of_eight_members_do_not_allocate() {
                 std::hint::black_box(mixer.take_level(slot));
                 std::hint::black_box(members.member_stats(slot));
             }
+            limited = mixer.take_limiter().limited_frames;
         }
     }
     let during = alloc_count::allocations() - measured;
@@ -139,5 +145,6 @@ fn receive_render_and_mix_of_eight_members_do_not_allocate() {
     assert!(rs.released >= 18, "{rs:?}");
     assert!(reports > 100, "{reports} reports");
     assert!(out.iter().any(|x| *x != 0.0));
+    assert!(limited > 0, "the limiter never worked");
     assert_eq!(during, 0, "allocations in 18,000 periods of 8 members");
 }

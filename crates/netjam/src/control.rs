@@ -75,6 +75,8 @@ pub enum ControlCommand {
     MonitorGain(f32),
     /// Whether you hear yourself locally.
     MonitorMute(bool),
+    /// The gain of the whole mix you hear (before its limiter), dB.
+    MasterGain(f32),
     /// The jitter buffers' latency policy.
     Latency(LatencyPolicy),
     /// Earlier packets carried again in each packet (0 to [`MAX_REDUNDANCY`]).
@@ -131,6 +133,8 @@ pub struct ControlState {
     pub members: Vec<MemberState>,
     pub send: Level,
     pub monitor: Level,
+    /// The gain of the whole mix you hear, dB.
+    pub master_gain_db: f32,
     pub latency: LatencyPolicy,
     pub redundancy: u8,
     pub record: bool,
@@ -145,6 +149,7 @@ impl ControlState {
             members: vec![MemberState::default(); surface.members as usize],
             send: Level::default(),
             monitor: Level::default(),
+            master_gain_db: 0.0,
             latency: LatencyPolicy::Tight,
             redundancy: 0,
             record: false,
@@ -165,6 +170,8 @@ pub struct Surface {
     pub send: bool,
     /// `/monitor/gain`, `/monitor/mute`.
     pub monitor: bool,
+    /// `/master/gain`.
+    pub master: bool,
     /// `/buffer/latency`.
     pub latency: bool,
     /// `/redundancy`.
@@ -181,6 +188,7 @@ impl Surface {
             pan: true,
             send: true,
             monitor: true,
+            master: true,
             latency: true,
             redundancy: true,
             record: true,

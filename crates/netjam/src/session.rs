@@ -37,6 +37,7 @@ use arc_swap::{ArcSwap, ArcSwapOption};
 use std::thread::{self, JoinHandle, Thread};
 use std::time::Duration;
 
+use netjam_engine::limiter::LimiterStats;
 use netjam_engine::members::{MemberId, MemberReceivers, MembersConfig, MembersStats};
 use netjam_engine::mixer::{Level, Mixer, StripParams};
 use netjam_engine::nat::direct::RouteTable;
@@ -851,6 +852,11 @@ pub enum RoomCommand {
     MonitorMute {
         mute: bool,
     },
+    /// Gain on the whole mix you hear, before its limiter, in dB (ramped like a member's;
+    /// −∞ is silence; at most +12).
+    MasterGain {
+        db: f32,
+    },
     /// Gain on what you send, in dB (ramped over the next period; −∞ is silence).
     SendGain {
         db: f32,
@@ -933,6 +939,11 @@ pub struct RoomStats {
     /// Your own signal since the last snapshot, before the monitor gain.
     pub monitor: Level,
     pub monitor_mix: StripParams,
+    /// Linear gain on the whole mix, before the limiter.
+    pub master_gain: f32,
+    /// What the mix's output limiter did (its most gain reduction is since the last
+    /// snapshot).
+    pub limiter: LimiterStats,
     /// Commands applied, and those refused (no free slot, or no such member or SSRC).
     pub commands: u64,
     pub command_errors: u64,
@@ -953,7 +964,8 @@ impl RoomStats {
 
 /// The audio-thread side of a room client: send what you play through one [`Sender`]
 /// (to the room's server), hear every other member through a receiver of its own, mixed
-/// with per-member gain, pan and mute, plus your own signal as a local monitor.
+/// with per-member gain, pan and mute, plus your own signal as a local monitor, through a
+/// master gain and the mix's output limiter (so what you hear never exceeds full scale).
 ///
 /// Built from library code:
 ///
@@ -1230,6 +1242,10 @@ impl RoomProcess {
                 self.mixer.set_monitor_mute(mute);
                 true
             }
+            RoomCommand::MasterGain { db } => {
+                self.mixer.set_master_gain_db(db);
+                true
+            }
             RoomCommand::Record { on } => match &mut self.record {
                 Some(tap) => {
                     tap.set_armed(on);
@@ -1283,6 +1299,8 @@ fn room_stats(
         routing: members.stats(),
         monitor: mixer.take_monitor_level(),
         monitor_mix: mixer.monitor_params(),
+        master_gain: mixer.master_gain(),
+        limiter: mixer.take_limiter(),
         commands,
         command_errors,
         round_trip_ms: meter.last_rtt_frames().map(|f| f as f64 * 1000.0 / rate),
@@ -1376,6 +1394,7 @@ impl Process for RoomProcess {
             self.meter.on_incoming(output, self.out_channels);
         }
         self.mixer.add_monitor(input, in_channels, output);
+        self.mixer.finish(output);
         if let Some(tap) = &mut self.record {
             tap.record(frames, input, output, &self.members);
         }

@@ -1,9 +1,10 @@
 //! A room client's audio callback — `RoomProcess::process`, with its lock-free rings to real
 //! network threads on loopback — allocates nothing per period in steady state while it
-//! hears four members, drops a stranger, takes mix commands from another thread, and
-//! records every member, the mix and its input (`--record`) through its rings to a writer,
-//! and fills one set of ports per control seat with the member sitting there
-//! (`--member-ports`), while a member moves between seats. So does a room with Opus on a
+//! hears four members through the mix's limiter, drops a stranger, takes mix commands
+//! (the master gain among them) from another thread, and records every member, the mix
+//! and its input (`--record`) through its rings to a writer, and fills one set of ports
+//! per control seat with the member sitting there (`--member-ports`), while a member moves
+//! between seats. So does a room with Opus on a
 //! 44.1 kHz device: the room process behind both edge resamplers, decoding two members'
 //! Opus and recording.
 //! Counted with a per-thread counting allocator on the thread that runs the callback, as
@@ -230,6 +231,10 @@ fn room_callback_with_four_members_does_not_allocate() {
                 mute: k % 300 == 0,
             });
             let _ = commands.push(RoomCommand::MonitorGain { db: -(step % 6.0) });
+            // In and out of the mix's limiter.
+            let _ = commands.push(RoomCommand::MasterGain {
+                db: if k % 200 == 0 { 12.0 } else { 0.0 },
+            });
             // Pause the recording for a while now and then (silence in its files).
             let _ = commands.push(RoomCommand::Record { on: k % 500 != 0 });
             let _ = commands.push(RoomCommand::Seat {
@@ -332,6 +337,11 @@ fn room_callback_with_four_members_does_not_allocate() {
     );
     assert_eq!(stats.command_errors, 0);
     assert!(stats.sent.packets > 2000, "{:?}", stats.sent);
+    assert!(
+        stats.limiter.limited_frames > 0,
+        "the limiter never worked: {:?}",
+        stats.limiter
+    );
     assert_eq!(
         during,
         0,

@@ -2,7 +2,9 @@
 //! players, each sending its own tone.
 //!
 //! * every player hears exactly the three others and never itself, and its report names
-//!   the three with packets received;
+//!   the three with packets received; every tone is at −6 dBFS, so the three a player
+//!   hears would clip without the mix's limiter, and no sample of what it plays reaches
+//!   full scale;
 //! * a player killed with SIGKILL (no leave sent) and started again under the same name is
 //!   seated afresh, its old seat times out, and the others hear it again;
 //! * a fifth member (a [`RoomClient`] in this process) flooding at 50× its declared rate is
@@ -37,8 +39,12 @@ use netjam_engine::wire::payload::{AudioFormat, Codec};
 /// The players and the tone each sends: far apart, no one a low-order sum or difference
 /// of two others, so a tone found in a player's output came from that player alone.
 const PLAYERS: [(&str, f64); 4] = [("ana", 311.0), ("bo", 463.0), ("cy", 647.0), ("dee", 887.0)];
-/// Amplitude of each player's tone: three summed stay far from clipping.
-const AMP: f64 = 0.2;
+/// Amplitude of each player's tone, −6 dBFS: three summed peak at +3.5 dBFS, so only the
+/// mix's limiter keeps a player's output under full scale.
+const AMP: f64 = 0.5;
+/// A sample this loud in a player's output was clipped (the limiter's ceiling is −0.1
+/// dBFS, 0.9886).
+const CLIPPED: f64 = 0.999;
 /// The tone forged packets carry, louder than any player's.
 const FORGED_HZ: f64 = 1201.0;
 const FORGED_AMP: f64 = 0.9;
@@ -647,6 +653,12 @@ fn four_players_hear_the_three_others_and_a_flooding_member_changes_nothing() {
             let who = format!("{} ({what})", p.name);
             let heard = Heard::of(&p.output, &PLAYERS.map(|p| p.1));
             assert_hears_exactly_the_others(&who, i, &heard, 5.0, &[]);
+            let played = common::signal::read_wav(&p.output);
+            let samples = played.channels.iter().flatten();
+            let clipped = samples.clone().filter(|x| x.abs() >= CLIPPED).count();
+            let peak = samples.fold(0.0f64, |m, x| m.max(x.abs()));
+            eprintln!("{who}: peak {peak:.4}, {clipped} samples at full scale");
+            assert_eq!(clipped, 0, "{who}: {clipped} clipped samples (peak {peak:.4})");
             let members = p.heard();
             for other in names_except(i) {
                 let received = members

@@ -3,7 +3,8 @@
 //! hold, in each member's file, exactly that member's signal (found by alignment against
 //! what the member sent, never another's); `you.wav` the recorder's own input; and
 //! `mix.wav` must be the sum of the member tracks (unity gain), frame for frame, which
-//! only holds if every file is on the same timeline.
+//! only holds if every file is on the same timeline (the noise is quiet enough that two
+//! members' sum stays below −3 dBFS, which the mix's limiter leaves bit-exact).
 
 mod common;
 
@@ -17,12 +18,15 @@ use netjam_engine::synth::{Synth, SynthKind};
 
 const RATE: u32 = 48_000;
 
-/// `seconds` of mono 16-bit noise from `seed`, written to `path`; returns the samples as
-/// the receiver decodes them.
+/// `seconds` of mono 16-bit noise from `seed`, peaks at 0.35 (two summed stay below the
+/// limiter's −3 dBFS knee), written to `path`; returns the samples as the receiver
+/// decodes them.
 fn noise_wav(path: &Path, seconds: f64, seed: u64) -> Vec<f32> {
     let mut synth = Synth::new(SynthKind::Noise, RATE, 1, seed);
     let mut x = vec![0.0f32; (seconds * RATE as f64) as usize];
     synth.fill(&mut x);
+    // The synth's noise peaks at 0.5.
+    x.iter_mut().for_each(|s| *s *= 0.7);
     let spec = hound::WavSpec {
         channels: 1,
         sample_rate: RATE,

@@ -63,6 +63,11 @@ pub struct JamArgs {
     /// yourself through your interface's direct monitoring).
     #[arg(long, requires = "room")]
     pub monitor: bool,
+    /// In a room: gain on the whole mix you hear, in dB (-60 to +12; OSC /master/gain). A
+    /// limiter after it keeps the mix under full scale: it leaves a mix that stays below
+    /// -3 dBFS untouched and turns a louder one down smoothly instead of clipping it.
+    #[arg(long, value_name = "DB", default_value_t = 0.0, allow_negative_numbers = true, requires = "room", value_parser = master_gain_db)]
+    pub master_gain: f32,
     /// In a room: record the session as a multitrack into DIR (created if missing; must
     /// not hold an earlier recording): `NN-name.wav` per member heard (as its receiver
     /// played it, before your gain, pan and mute), `mix.wav` (what you hear) and `you.wav`
@@ -366,6 +371,15 @@ fn open_jack(a: &mut JamArgs) -> anyhow::Result<JackEndpoint> {
         a.wire.frames = spec.period;
     }
     Ok(endpoint)
+}
+
+/// `--master-gain`: a number of dB in the range OSC's gains take.
+fn master_gain_db(text: &str) -> Result<f32, String> {
+    use crate::control::{GAIN_MAX_DB, GAIN_MIN_DB};
+    match text.parse::<f32>() {
+        Ok(db) if (GAIN_MIN_DB..=GAIN_MAX_DB).contains(&db) => Ok(db),
+        _ => Err(format!("a gain from {GAIN_MIN_DB} to {GAIN_MAX_DB} dB")),
+    }
 }
 
 fn jam_line(s: &Snapshot<JamStats>) -> String {

@@ -219,6 +219,7 @@ impl CommandSource for OscCommands {
                 ControlCommand::SendMute(mute) => Some(RoomCommand::SendMute { mute }),
                 ControlCommand::MonitorGain(db) => Some(RoomCommand::MonitorGain { db }),
                 ControlCommand::MonitorMute(mute) => Some(RoomCommand::MonitorMute { mute }),
+                ControlCommand::MasterGain(db) => Some(RoomCommand::MasterGain { db }),
                 ControlCommand::Latency(policy) => Some(RoomCommand::Latency { policy }),
                 ControlCommand::Record(on) if self.recording => Some(RoomCommand::Record { on }),
                 ControlCommand::Redundancy(_) | ControlCommand::Record(_) => None,
@@ -305,6 +306,10 @@ fn room_line(s: &Snapshot<RoomStats>, roster: &Roster, fixed_ms: f64) -> String 
     }
     if members.is_empty() {
         line.push_str("  nobody else yet");
+    }
+    let limiter = &s.stats.limiter;
+    if limiter.max_reduction_db > 0.0 {
+        line.push_str(&format!("  | limiter -{:.1} dB", limiter.max_reduction_db));
     }
     for m in &members {
         let ear = m.mouth_to_ear_ms.map_or("-".to_string(), |x| format!("{x:.1}"));
@@ -538,6 +543,9 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     });
     // You hear yourself through your own monitoring unless you ask for netjam's.
     let _ = commands.push(RoomCommand::MonitorMute { mute: !a.monitor });
+    if a.master_gain != 0.0 {
+        let _ = commands.push(RoomCommand::MasterGain { db: a.master_gain });
+    }
     let osc = match a.osc {
         Some(port) => {
             let bind = SocketAddr::new(a.osc_bind, port);
@@ -551,11 +559,12 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             let mut state = ControlState::new(&surface);
             state.latency = a.latency;
             state.monitor.mute = !a.monitor;
+            state.master_gain_db = a.master_gain;
             state.record = a.record.is_some();
             let (tx, rx) = command_ring(DEFAULT_RING);
             let handle = ControlServer::spawn(bind, surface, state, tx)?;
             eprintln!(
-                "netjam: OSC control on {} (/memberN/gain, /memberN/pan, /memberN/mute, /send/gain, /monitor/mute, /roster; '/_meta ,s PATH' describes an address)",
+                "netjam: OSC control on {} (/memberN/gain, /memberN/pan, /memberN/mute, /send/gain, /monitor/mute, /master/gain, /roster; '/_meta ,s PATH' describes an address)",
                 handle.local_addr()
             );
             Some((handle, rx))
@@ -843,6 +852,12 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         stats.sent.packets,
         heard_final.len()
     );
+    if stats.limiter.limited_frames > 0 {
+        eprintln!(
+            "netjam: the mix was over -3 dBFS: its limiter turned {:.1} s of it down to stay under full scale (lower the members' gains or --master-gain to hear it untouched)",
+            stats.limiter.limited_frames as f64 / f64::from(format.rate)
+        );
+    }
     for m in &heard_final {
         eprintln!(
             "netjam:   {}: {} packets, lost {}, {} concealed, {} waits, {} catch-ups; buffer {:.2} ms; {}; round trip {}; mouth to ear about {}",

@@ -25,6 +25,7 @@ pub fn surface() -> Surface {
         pan: false,
         send: false,
         monitor: false,
+        master: false,
         latency: false,
         redundancy: false,
         record: false,

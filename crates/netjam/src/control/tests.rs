@@ -158,6 +158,11 @@ fn each_set_delivers_its_command_and_replies_nothing() {
             ControlCommand::MonitorMute(true),
         ),
         (
+            "/master/gain",
+            vec![Arg::Float(-3.0)],
+            ControlCommand::MasterGain(-3.0),
+        ),
+        (
             "/buffer/latency",
             vec![Arg::Str("safe")],
             ControlCommand::Latency(LatencyPolicy::Safe),
@@ -183,8 +188,14 @@ fn each_set_delivers_its_command_and_replies_nothing() {
     );
     assert!(!st.members[7].mute && st.send.mute && st.monitor.mute && st.record);
     assert_eq!(
-        (st.send.gain_db, st.monitor.gain_db, st.latency, st.redundancy),
-        (3.0, -60.0, LatencyPolicy::Tight, 2)
+        (
+            st.send.gain_db,
+            st.monitor.gain_db,
+            st.master_gain_db,
+            st.latency,
+            st.redundancy
+        ),
+        (3.0, -60.0, -3.0, LatencyPolicy::Tight, 2)
     );
 }
 
@@ -356,6 +367,7 @@ fn every_port_has_metadata_answered_on_meta() {
             "/send/mute",
             "/monitor/gain",
             "/monitor/mute",
+            "/master/gain",
             "/buffer/latency",
             "/redundancy",
             "/record",

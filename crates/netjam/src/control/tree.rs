@@ -365,6 +365,22 @@ pub(super) fn build(s: &Surface) -> Result<Tree<Ctx>, BuildError> {
             },
         );
     }
+    if s.master {
+        param(
+            &mut b,
+            Param {
+                spec: format!("/master/gain{NUMBER}"),
+                meta: gain_meta(
+                    "Gain of the whole mix you hear, before the limiter that keeps it under full scale, dB",
+                    "master",
+                ),
+                parse: gain,
+                command: |_, db| ControlCommand::MasterGain(db),
+                store: |st, _, v| st.master_gain_db = v,
+                load: |st, _| Some(Value::Float(st.master_gain_db)),
+            },
+        );
+    }
     if s.latency {
         param(
             &mut b,
