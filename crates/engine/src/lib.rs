@@ -15,6 +15,7 @@ pub mod discontinuity;
 pub mod drift;
 pub mod jitter;
 pub mod link;
+pub mod listen;
 pub mod members;
 pub mod mixer;
 pub mod nat;
