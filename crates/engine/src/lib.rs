@@ -16,6 +16,7 @@ pub mod drift;
 pub mod jitter;
 pub mod limiter;
 pub mod link;
+pub mod listen;
 pub mod members;
 pub mod mixer;
 pub mod nat;

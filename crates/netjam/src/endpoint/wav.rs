@@ -83,6 +83,25 @@ impl FrameSource for WavSource {
     }
 }
 
+/// The first channel of a WAV file, in [-1, 1], and its sample rate: a recorded output as
+/// [`netjam_engine::listen::listen`] measures it.
+pub fn read_first_channel(path: &Path) -> anyhow::Result<(Vec<f32>, u32)> {
+    let mut source = WavSource::open(path)?;
+    let channels = usize::from(source.channels()).max(1);
+    let mut frames = vec![0.0f32; 4096 * channels];
+    let mut first = Vec::new();
+    loop {
+        let n = source
+            .read(&mut frames)
+            .with_context(|| format!("reading {}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        first.extend(frames[..n * channels].iter().step_by(channels));
+    }
+    Ok((first, source.rate()))
+}
+
 /// Writes frames to a WAV file whose sample format matches a codec (L16 → 16-bit PCM,
 /// L24 → 24-bit PCM, F32 → 32-bit float), so what arrived is stored without change; Opus
 /// decodes to float, stored as 32-bit float.
@@ -157,5 +176,26 @@ impl FrameSink for WavSink {
                 .with_context(|| format!("finishing {}", self.path.display()))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_channel_of_a_stereo_file_reads_back() {
+        let path = std::env::temp_dir().join(format!("netjam-wav-first-{}.wav", std::process::id()));
+        let mut sink = WavSink::create(&path, 44_100, 2, Codec::L24).unwrap();
+        let frames: Vec<f32> = (0..10_000).flat_map(|i| [i as f32 / 20_000.0, -0.5]).collect();
+        sink.write(&frames).unwrap();
+        sink.finish().unwrap();
+        let (first, rate) = read_first_channel(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!((first.len(), rate), (10_000, 44_100));
+        for (i, x) in first.iter().enumerate() {
+            assert!((x - i as f32 / 20_000.0).abs() < 1e-6, "{i}: {x}");
+        }
+        assert!(read_first_channel(&path).is_err());
     }
 }
