@@ -21,10 +21,12 @@ const SECONDS: u32 = 6;
 const SKIP_SECONDS: f64 = 1.5;
 /// `netjam jam --sine` plays a sine of amplitude 0.5: -6 dB relative to full scale.
 const SINE_DB: f64 = -6.02;
-/// The worst pitch error allowed in any window, in cents. Playout still gives latency back
-/// by playing faster (up to ~8.7 cents sharp); this is to be tightened to 2 once it does so
-/// without resampling.
-const MAX_CENTS: f64 = 12.0;
+/// The worst pitch error allowed in a window without a glitch, in cents. Playout that gave
+/// latency back by playing 0.5 % faster read 8.7 cents here; it now cuts and waits by whole
+/// periods and resamples within 0.87 cents of the clock (quiet machine: 0 to 1.3 cents).
+/// A window that holds a glitch (a late packet concealed on a loaded machine) has no pitch
+/// worth reading and is counted, not judged, here.
+const MAX_CENTS: f64 = 3.0;
 
 /// A player sending a sine of `hz` from `listen` to `peer`, writing what it hears to `output`.
 fn player(hz: &str, listen: u16, peer: u16, output: &Path) -> Proc {
@@ -41,12 +43,19 @@ fn player(hz: &str, listen: u16, peer: u16, output: &Path) -> Proc {
 }
 
 /// What `output` holds of `heard` (the other player's tone) and `own`.
-fn judge(output: &Path, heard: f64, own: f64) -> (ListenSummary, usize, u32) {
+/// Also the worst pitch error over the windows without a glitch.
+fn judge(output: &Path, heard: f64, own: f64) -> (ListenSummary, f64, usize, u32) {
     let (samples, rate) =
         read_first_channel(output).unwrap_or_else(|e| panic!("{}: {e:#}", output.display()));
     let tones = Tones::present(&[heard]).absent(&[own]).skip(SKIP_SECONDS);
     let listening = listen(&samples, rate, &tones).unwrap_or_else(|e| panic!("{}: {e}", output.display()));
-    (listening.summary, samples.len(), rate)
+    let clean_cents = listening
+        .windows
+        .iter()
+        .filter(|w| !w.is_glitch())
+        .filter_map(|w| w.present.first())
+        .fold(0.0f64, |m, t| m.max(t.cents.abs()));
+    (listening.summary, clean_cents, samples.len(), rate)
 }
 
 #[test]
@@ -61,12 +70,14 @@ fn two_players_hear_each_others_tone_in_tune_and_not_their_own() {
     assert!(b.wait_for(limit).success(), "player b failed");
 
     let heard = [("a", &a_out, 660.0, 440.0), ("b", &b_out, 440.0, 660.0)].map(|(who, out, heard, own)| {
-        let (summary, frames, rate) = judge(out, heard, own);
+        let (summary, clean_cents, frames, rate) = judge(out, heard, own);
         let level = summary.present[0].median_db;
-        eprintln!("player {who} heard {heard} Hz at {level:.1} dB: {summary}");
-        (who, summary, frames, rate)
+        eprintln!(
+            "player {who} heard {heard} Hz at {level:.1} dB: {summary}; worst outside glitch windows {clean_cents:.2} cents"
+        );
+        (who, summary, clean_cents, frames, rate)
     });
-    for (who, s, frames, rate) in &heard {
+    for (who, s, clean_cents, frames, rate) in &heard {
         assert_eq!(
             *frames,
             (SECONDS * rate) as usize,
@@ -79,6 +90,9 @@ fn two_players_hear_each_others_tone_in_tune_and_not_their_own() {
         );
         let own = s.loudest_absent_db().unwrap_or(0.0);
         assert!(own < -30.0, "player {who} heard their own tone: {s}");
-        assert!(s.worst_cents.abs() <= MAX_CENTS, "player {who}: {s}");
+        assert!(
+            *clean_cents <= MAX_CENTS,
+            "player {who}: {clean_cents:.2} cents outside glitch windows: {s}"
+        );
     }
 }
