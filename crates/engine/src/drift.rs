@@ -53,7 +53,9 @@
 //!   error, low-passed over 50 ms, is beyond ±0.25 ms, the ratio moves by the excess over
 //!   0.25 s. Loop and catch-up together never move the ratio more than
 //!   [`PITCH_LIMIT`] (500 ppm, 0.87 cents) from the estimate: what is heard keeps the
-//!   sender's pitch. Latency that must come back faster than that is the jitter buffer's
+//!   sender's pitch. Only while what plays is quiet (below −60 dBFS: a rest, a gap between
+//!   phrases) may the catch-up go to [`QUIET_CATCH_UP_LIMIT`] (0.5 %): there is no pitch to
+//!   bend there. Latency that must come back faster than that is the jitter buffer's
 //!   work, by cutting whole pitch periods ([`crate::splice`]), never by playing faster.
 //!   While the buffer steers its delay on purpose (following the phase of packet arrivals,
 //!   it tells the corrector how fast it moves the delay, as a feed-forward) the dead band is
@@ -77,8 +79,23 @@ const FRAC_ONE: u64 = 1 << FRAC_BITS;
 const FRAC_MASK: u64 = FRAC_ONE - 1;
 /// Bits of the fraction below the phase index.
 const SUB_BITS: u32 = FRAC_BITS - PHASES.trailing_zeros();
-/// The resampler accepts ratios within this distance of 1.
+/// The resampler accepts ratios within this distance of its nominal ratio.
 pub const MAX_RATIO_DEVIATION: f64 = 0.01;
+/// The furthest a stream's rate may be from the device's for the resampler to convert it
+/// (a nominal ratio within 1 ± this): 44.1 ↔ 48 kHz and 88.2 ↔ 96 kHz (±8.8 %). The
+/// filter's cutoff is 0.455 of the input rate, below the output's Nyquist frequency in
+/// both directions; from 48 to 44.1 kHz the little a stream holds between 22.05 and 24 kHz
+/// folds, attenuated, into the top of the band.
+pub const MAX_CONVERSION: f64 = 0.1;
+
+/// Whether a stream at `stream_rate` can be played on a device at `device_rate` (the same
+/// rate, or one within [`MAX_CONVERSION`]).
+pub fn converts(stream_rate: u32, device_rate: u32) -> bool {
+    if stream_rate == 0 || device_rate == 0 {
+        return false;
+    }
+    (stream_rate as f64 / device_rate as f64 - 1.0).abs() <= MAX_CONVERSION
+}
 /// Kaiser window shape and cutoff (fraction of the input rate).
 const KAISER_BETA: f64 = 9.0;
 const CUTOFF: f64 = 0.455;
@@ -517,9 +534,15 @@ pub struct DriftEstimator {
 impl DriftEstimator {
     /// Both clocks run at `rate` nominally (the stream and the device share a rate).
     pub fn new(rate: u32) -> Self {
+        Self::with_rates(rate, rate)
+    }
+
+    /// The sender's clock runs at `stream_rate` nominally, the device's at `device_rate`;
+    /// `r` is still each clock's error against its own nominal rate, compared.
+    pub fn with_rates(stream_rate: u32, device_rate: u32) -> Self {
         Self {
-            sender: ClockFit::new(rate),
-            device: ClockFit::new(rate),
+            sender: ClockFit::new(stream_rate),
+            device: ClockFit::new(device_rate),
         }
     }
 
@@ -635,6 +658,8 @@ pub struct AdaptiveResampler {
     phase: u64,
     /// Input frames per output frame, 32.32 fixed point.
     step: u64,
+    /// The ratio the stream's and device's nominal rates make (1 when they share one).
+    nominal: f64,
     /// Per phase: the coefficients and their difference to the next phase's.
     table: Vec<[[f32; TAPS]; 2]>,
     consumed: u64,
@@ -647,7 +672,8 @@ impl AdaptiveResampler {
     pub fn new(channels_max: usize, max_block_frames: usize) -> Self {
         let channels_max = channels_max.max(1);
         let max_out = max_block_frames.max(1);
-        let max_in = (max_out as f64 * (1.0 + MAX_RATIO_DEVIATION)).ceil() as usize + 2;
+        let max_in =
+            (max_out as f64 * (1.0 + MAX_CONVERSION) * (1.0 + MAX_RATIO_DEVIATION)).ceil() as usize + 2;
         let cap = max_in + 2 * TAPS;
         let mut rows = vec![[0.0f64; TAPS]; PHASES + 1];
         for (j, row) in rows.iter_mut().enumerate() {
@@ -679,6 +705,7 @@ impl AdaptiveResampler {
             have: 0,
             phase: 0,
             step: FRAC_ONE,
+            nominal: 1.0,
             table,
             consumed: 0,
             produced: 0,
@@ -687,21 +714,39 @@ impl AdaptiveResampler {
         r
     }
 
-    /// Silence the history and start at ratio 1 (a new stream).
+    /// Silence the history and start at the nominal ratio (a new stream).
     pub fn reset(&mut self) {
         self.buf.fill(0.0);
         self.have = TAPS - 1;
         self.phase = 0;
-        self.step = FRAC_ONE;
+        self.step = (self.nominal * FRAC_ONE as f64).round() as u64;
+    }
+
+    /// The ratio of the stream's rate to the device's (1 when they share one), clamped to
+    /// `1 ± MAX_CONVERSION`: ratios are set around it from now on. Takes effect at once.
+    pub fn set_nominal(&mut self, nominal: f64) {
+        if !nominal.is_finite() {
+            return;
+        }
+        self.nominal = nominal.clamp(1.0 - MAX_CONVERSION, 1.0 + MAX_CONVERSION);
+        self.set_ratio(self.nominal);
+    }
+
+    /// The nominal ratio (see [`Self::set_nominal`]).
+    pub fn nominal(&self) -> f64 {
+        self.nominal
     }
 
     /// Set input frames per output frame for the next blocks, clamped to
-    /// `1 ± MAX_RATIO_DEVIATION` (a non-finite ratio is ignored).
+    /// `nominal × (1 ± MAX_RATIO_DEVIATION)` (a non-finite ratio is ignored).
     pub fn set_ratio(&mut self, ratio: f64) {
         if !ratio.is_finite() {
             return;
         }
-        let r = ratio.clamp(1.0 - MAX_RATIO_DEVIATION, 1.0 + MAX_RATIO_DEVIATION);
+        let r = ratio.clamp(
+            self.nominal * (1.0 - MAX_RATIO_DEVIATION),
+            self.nominal * (1.0 + MAX_RATIO_DEVIATION),
+        );
         self.step = (r * FRAC_ONE as f64).round() as u64;
     }
 
@@ -869,7 +914,7 @@ impl Default for DriftLoopConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct DriftCorrectorStats {
     pub estimator: DriftStats,
-    /// Resampling ratio in use, `r - 1` in ppm.
+    /// Resampling ratio in use against the nominal one (the rates' ratio), `r - 1` in ppm.
     pub ratio_ppm: f64,
     /// The loop's share of it, ppm.
     pub correction_ppm: f64,
@@ -909,6 +954,8 @@ pub struct DriftCorrector {
     /// How fast the buffer moves its target delay on purpose (s per s), while it steers
     /// it: the ratio follows it directly, so the loop sees no error from a planned move.
     feed_forward: Option<f64>,
+    /// What the next period plays is quiet (see [`Self::set_quiet`]).
+    quiet: bool,
 }
 
 /// The catch-up term: dead band, time to give back what is beyond it, largest ratio change,
@@ -924,6 +971,10 @@ const CATCH_UP_TAU_S: f64 = 0.25;
 /// 20 as out of tune; the pitch analysis of a 200 ms window reads a 0.5 % catch-up as
 /// 8.7 cents. So latency is never given back by playing faster than this.
 pub const PITCH_LIMIT: f64 = 0.000_5;
+/// The most the catch-up moves the ratio while what is played is quiet (below −60 dBFS,
+/// [`DriftCorrector::set_quiet`]): 0.5 %. There is no pitch to bend in silence, so a gap
+/// between phrases gives a millisecond back in a fraction of a second.
+pub const QUIET_CATCH_UP_LIMIT: f64 = 0.005;
 /// The largest feed-forward: the clocks' walk (at most ±0.1 %, see `MAX_CLOCK_DEVIATION`)
 /// plus a slide of the playout phase.
 const FEED_FORWARD_LIMIT: f64 = 0.002;
@@ -948,6 +999,7 @@ impl DriftCorrector {
             reinit_error: false,
             frames_played: 0,
             feed_forward: None,
+            quiet: false,
         }
     }
 
@@ -971,7 +1023,16 @@ impl DriftCorrector {
     /// A new stream format: forget both clocks (the nominal rate is now `rate`), the loop
     /// and the resampler's history. Allocation-free.
     pub fn reset(&mut self, rate: u32) {
-        self.estimator = DriftEstimator::new(rate);
+        self.reset_rates(rate, rate);
+    }
+
+    /// A new stream format whose rate, `stream_rate`, may differ from the device's,
+    /// `device_rate` (see [`converts`]): as [`Self::reset`], and the resampler converts
+    /// one to the other around the ratio of the two. Allocation-free.
+    pub fn reset_rates(&mut self, stream_rate: u32, device_rate: u32) {
+        self.estimator = DriftEstimator::with_rates(stream_rate, device_rate);
+        self.resampler
+            .set_nominal(stream_rate.max(1) as f64 / device_rate.max(1) as f64);
         self.resampler.reset();
         self.feed_forward = None;
         self.integral = 0.0;
@@ -1021,10 +1082,14 @@ impl DriftCorrector {
         } else {
             0.0
         };
-        let catch_up = catch_up.clamp(-PITCH_LIMIT, PITCH_LIMIT);
-        self.correction =
-            ((p + self.integral).clamp(-limit, limit) + catch_up).clamp(-PITCH_LIMIT, PITCH_LIMIT);
-        let estimate = self.estimator.ratio().unwrap_or(1.0);
+        let most = if self.quiet {
+            QUIET_CATCH_UP_LIMIT
+        } else {
+            PITCH_LIMIT
+        };
+        let catch_up = catch_up.clamp(-most, most);
+        self.correction = ((p + self.integral).clamp(-limit, limit) + catch_up).clamp(-most, most);
+        let estimate = self.estimator.ratio().unwrap_or(1.0) * self.resampler.nominal();
         self.resampler
             .set_ratio(estimate * (1.0 + self.correction - self.feed_forward.unwrap_or(0.0)));
         self.resampler.input_frames_needed(out_frames)
@@ -1042,6 +1107,12 @@ impl DriftCorrector {
                 0.0
             }
         });
+    }
+
+    /// Whether what the next period plays is quiet (below −60 dBFS): then the catch-up may
+    /// move the ratio by up to [`QUIET_CATCH_UP_LIMIT`] instead of [`PITCH_LIMIT`].
+    pub fn set_quiet(&mut self, quiet: bool) {
+        self.quiet = quiet;
     }
 
     /// The buffer moved its read point by itself (a catch-up skipped frames, or a wait
@@ -1075,7 +1146,7 @@ impl DriftCorrector {
         let (input_frames, output_frames) = self.resampler.counts();
         DriftCorrectorStats {
             estimator: self.estimator.stats(),
-            ratio_ppm: (self.resampler.ratio() - 1.0) * 1e6,
+            ratio_ppm: (self.resampler.ratio() / self.resampler.nominal() - 1.0) * 1e6,
             correction_ppm: self.correction * 1e6,
             depth_error_ms: self.error_s * 1e3,
             input_frames,

@@ -125,6 +125,9 @@ const REORDER_MEMORY_NS: u64 = 10_000_000_000;
 const PAUSED_NS: u64 = 50_000_000;
 /// Time constant of [`JitterStats::added_latency_recent_ms`], ns.
 const RECENT_LATENCY_TAU_NS: f64 = 500_000_000.0;
+/// A frame whose channels average below this (−60 dBFS) is quiet: the resampler may give
+/// latency back faster there, with no pitch to bend.
+const QUIET_LEVEL: f32 = 0.001;
 /// Slot value meaning "empty".
 const EMPTY: u64 = u64::MAX;
 /// The longest device period the buffer is sized for, in frames.
@@ -307,6 +310,11 @@ pub struct JitterBuffer {
     /// Follows the sender's clock: always estimating, resampling when enabled.
     drift: DriftCorrector,
     drift_enabled: bool,
+    /// Drift correction as asked for; a stream converted to another rate resamples anyway.
+    drift_wanted: bool,
+    /// The device's rate when it differs from the stream's and the stream is converted to
+    /// it ([`JitterBuffer::set_output_rate`]); 0 otherwise.
+    out_rate: u32,
     /// Input-domain frames for the resampler.
     scratch: Vec<f32>,
     /// Finds cut and wait lengths that keep a steady signal's phase.
@@ -370,7 +378,10 @@ impl JitterBuffer {
                 DriftLoopConfig::default(),
             ),
             drift_enabled: false,
-            scratch: vec![0.0; (MAX_PERIOD + MAX_PERIOD / 64 + 4) * max_channels],
+            drift_wanted: false,
+            out_rate: 0,
+            // A period's input at the largest ratio the resampler converts (1.1 × 1.01).
+            scratch: vec![0.0; (MAX_PERIOD * 9 / 8 + 8) * max_channels],
             splice: SpliceFinder::new(
                 2 * splice::window_frames(MAX_RATE) + splice::max_period_frames(MAX_RATE) as usize + 1,
             ),
@@ -394,8 +405,34 @@ impl JitterBuffer {
             .next_power_of_two()
             .min(self.slot_ts.len() as u64);
         self.mask = cap - 1;
-        self.drift.reset(self.rate);
+        if self.out_rate != 0 && !crate::drift::converts(self.rate, self.out_rate) {
+            self.out_rate = 0;
+        }
+        self.drift.reset_rates(self.rate, self.device_rate());
+        self.drift_enabled = self.drift_wanted || self.converting();
         self.relock();
+    }
+
+    /// Play the streams given from now on to a device at `rate` (`None`: at the stream's
+    /// own rate). A stream at another rate within [`crate::drift::MAX_CONVERSION`] of it
+    /// is converted by the drift corrector's resampler (which then always runs); one further
+    /// away plays at its own rate, as before. Takes effect at the next [`Self::reset`].
+    pub fn set_output_rate(&mut self, rate: Option<u32>) {
+        self.out_rate = rate.unwrap_or(0);
+    }
+
+    /// Whether the stream is converted to another rate than its own.
+    pub fn converting(&self) -> bool {
+        self.out_rate != 0 && self.out_rate != self.rate
+    }
+
+    /// The rate frames are played at: the device's.
+    fn device_rate(&self) -> u32 {
+        if self.converting() {
+            self.out_rate
+        } else {
+            self.rate
+        }
     }
 
     /// Forget the current timeline (keeping the jitter history): the next packet starts a
@@ -465,7 +502,8 @@ impl JitterBuffer {
     /// dropping or repeating samples. Off, audio is played bit-exact and clock drift is
     /// absorbed by the occasional inserted or skipped period.
     pub fn set_drift_correction(&mut self, on: bool) {
-        self.drift_enabled = on;
+        self.drift_wanted = on;
+        self.drift_enabled = on || self.converting();
     }
 
     /// Change how the target is chosen.
@@ -761,6 +799,7 @@ impl JitterBuffer {
     /// bit-exact stream skips too. Realtime-safe.
     pub fn device_skipped(&mut self, frames: u64) {
         if self.play_ts.is_some() {
+            let frames = frames.saturating_mul(self.rate as u64) / self.device_rate() as u64;
             self.device_lost = self.device_lost.saturating_add(frames);
         }
     }
@@ -773,7 +812,7 @@ impl JitterBuffer {
         if frames == 0 {
             return;
         }
-        let period_ns = frames_to_ns(frames as u64, self.rate) as i64;
+        let period_ns = frames_to_ns(frames as u64, self.device_rate()) as i64;
         self.now_ns = now_ns;
         if self.play_ts.is_none() {
             // Start (or start again after a re-lock) with the first frame received, at the
@@ -788,7 +827,7 @@ impl JitterBuffer {
             let delay_ns = self.playout_delay_ns(now_ns, start, frames);
             let early = self.earliest_ns(start) + delay_ns - now_ns as i64;
             let lead = if early > 0 {
-                (ns_to_frames(early as u64, self.rate) as usize).min(frames)
+                (ns_to_frames(early as u64, self.device_rate()) as usize).min(frames)
             } else {
                 0
             };
@@ -799,7 +838,7 @@ impl JitterBuffer {
             self.play_ts = Some(start);
             self.relock_gap = false;
             self.last_shrink_ns = 0;
-            let now = now_ns + frames_to_ns(lead as u64, self.rate);
+            let now = now_ns + frames_to_ns(lead as u64, self.device_rate());
             self.play_stream(now, period_ns, delay_ns, &mut out[lead * ch..]);
             return;
         }
@@ -857,10 +896,11 @@ impl JitterBuffer {
     /// steps gives them back at once (a catch-up cuts the excess), and so does the rest of
     /// its fall.
     fn playout_delay_ns(&mut self, now_ns: u64, ts: u64, frames: usize) -> i64 {
-        let base = frames_to_ns(frames as u64, self.rate) as i64 + self.wait_target_ns() as i64;
-        let grid = self
-            .grid
-            .filter(|&(_, p)| self.drift_enabled && p > 0 && p <= 4 * MAX_PERIOD as u64);
+        let base = frames_to_ns(frames as u64, self.device_rate()) as i64 + self.wait_target_ns() as i64;
+        // Periods and packets on one grid need one rate: a converted stream waits a period.
+        let grid = self.grid.filter(|&(_, p)| {
+            self.drift_enabled && !self.converting() && p > 0 && p <= 4 * MAX_PERIOD as u64
+        });
         let Some((origin, packet)) = grid else {
             self.phase = None;
             self.drift.set_feed_forward(None);
@@ -989,6 +1029,10 @@ impl JitterBuffer {
         // With drift correction the period consumes `need` input frames (a few more or
         // fewer than it plays) through the resampler; without, exactly `frames`.
         let need = if self.drift_enabled {
+            // The catch-up may be quick where nothing is heard (see `DriftCorrector::set_quiet`).
+            let ahead = (frames + frames / 8 + 4) as u64;
+            let quiet = (0..ahead).all(|i| self.mono_at(play_ts + i).is_some_and(|v| v.abs() < QUIET_LEVEL));
+            self.drift.set_quiet(quiet);
             self.drift.begin_period(now_ns, frames, err)
         } else {
             frames
