@@ -446,8 +446,8 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_at_another_rate_is_refused() {
-        let mut m = MemberReceivers::new(MembersConfig::new(1, 2, 44_100));
+    fn a_stream_at_a_rate_too_far_to_convert_is_refused() {
+        let mut m = MemberReceivers::new(MembersConfig::new(1, 2, 96_000));
         let mut a = sender(1);
         m.assign(a.ssrc(), 1).expect("slot");
         for p in packets(&mut a, 0, 0.5) {
@@ -456,5 +456,33 @@ mod tests {
         m.render(10_000_000, 64);
         assert!(m.output(0).is_none());
         assert_eq!(m.member_stats(0).map(|(_, s)| s.rate_mismatch), Some(1));
+    }
+
+    #[test]
+    fn a_stream_at_44_1_khz_is_converted_for_a_48_khz_mix_and_back() {
+        for mix_rate in [44_100, 52_000] {
+            // The members' sender runs at 48 kHz; 52 kHz is no rate a device runs at, but
+            // within the conversion range the other way.
+            let mut m = MemberReceivers::new(MembersConfig::new(1, 2, mix_rate));
+            let mut a = sender(1);
+            m.assign(a.ssrc(), 1).expect("slot");
+            for p in packets(&mut a, 0, 0.5) {
+                m.receive(0, &p);
+            }
+            m.render(10_000_000, 64);
+            assert_eq!(
+                m.output(0).map(|(o, ch)| (o.len(), ch)),
+                Some((64, 1)),
+                "{mix_rate}"
+            );
+            let (_, st) = m.member_stats(0).expect("held");
+            assert_eq!(st.rate_mismatch, 0, "{mix_rate}: {st:?}");
+            let events: Vec<_> = std::iter::from_fn(|| m.poll_event()).collect();
+            assert!(
+                events.iter().any(|(slot, e)| *slot == 0
+                    && matches!(e, ReceiverEvent::Converting { rate: 48_000, output_rate, .. } if *output_rate == mix_rate)),
+                "{mix_rate}: {events:?}"
+            );
+        }
     }
 }

@@ -80,8 +80,11 @@ pub enum ReceiverEvent {
     },
     /// The sender said goodbye.
     Bye { ssrc: u32 },
-    /// A stream arrived at a rate other than the output's; it is ignored.
+    /// A stream arrived at a rate too far from the output's to convert (see
+    /// [`crate::drift::converts`]); it is ignored.
     RateMismatch { ssrc: u32, rate: u32, output_rate: u32 },
+    /// A stream at another rate than the output's is converted to it.
+    Converting { ssrc: u32, rate: u32, output_rate: u32 },
     /// RTP arrived whose format is unknown (no extension and no configured format).
     UnknownFormat { payload_type: u8 },
     /// A compressed stream arrived that this receiver has no decoder for.
@@ -183,9 +186,10 @@ impl Receiver {
         self.output = Some(format);
     }
 
-    /// Play at `rate` (streams at other rates are refused) in each stream's own channel
-    /// count: a mixer that takes every member's stream as it comes (see
-    /// [`crate::members::MemberReceivers`]) sets this instead of a whole output format.
+    /// Play at `rate` (streams at a rate the resampler converts are converted to it, others
+    /// refused) in each stream's own channel count: a mixer that takes every member's stream
+    /// as it comes (see [`crate::members::MemberReceivers`]) sets this instead of a whole
+    /// output format.
     pub fn set_output_rate(&mut self, rate: u32) {
         self.output_rate = Some(rate);
         self.output = None;
@@ -310,8 +314,9 @@ impl Receiver {
                 return;
             }
         };
-        if let Some(output_rate) = self.output.map(|f| f.rate).or(self.output_rate) {
-            if output_rate != format.rate {
+        let output_rate = self.output_rate.or(self.output.map(|f| f.rate));
+        if let Some(output_rate) = output_rate {
+            if !crate::drift::converts(format.rate, output_rate) {
                 if self.stats.rate_mismatch == 0 {
                     self.push_event(ReceiverEvent::RateMismatch {
                         ssrc: h.ssrc,
@@ -362,9 +367,21 @@ impl Receiver {
             });
             self.candidate = None;
             if self.output.is_none() || self.output_rate.is_some() {
-                self.output = Some(format);
+                self.output = Some(AudioFormat {
+                    rate: self.output_rate.unwrap_or(format.rate),
+                    ..format
+                });
             }
+            let device_rate = output_rate.filter(|&r| r != format.rate);
+            self.jb.set_output_rate(device_rate);
             self.jb.reset(format.rate, format.channels as usize);
+            if let Some(output_rate) = device_rate {
+                self.push_event(ReceiverEvent::Converting {
+                    ssrc: h.ssrc,
+                    rate: format.rate,
+                    output_rate,
+                });
+            }
             if format.codec.is_pcm() {
                 self.jb.set_decoder(None, 1);
             } else {

@@ -28,16 +28,19 @@ const SINE_DB: f64 = -6.02;
 /// worth reading and is counted, not judged, here.
 const MAX_CENTS: f64 = 3.0;
 
-/// A player sending a sine of `hz` from `listen` to `peer`, writing what it hears to `output`.
-fn player(hz: &str, listen: u16, peer: u16, output: &Path) -> Proc {
+/// A player at `rate` sending a sine of `hz` from `listen` to `peer`, writing what it hears
+/// to `output` and what it says to `log`.
+fn player(hz: &str, rate: u32, listen: u16, peer: u16, output: &Path, log: &Path) -> Proc {
+    let log = std::fs::File::create(log).expect("log file");
     Proc::spawn(
         Command::new(BIN)
             .args(["jam", "--peer", &format!("127.0.0.1:{peer}")])
             .args(["--listen", &format!("127.0.0.1:{listen}"), "--sine", hz])
+            .args(["--rate", &rate.to_string()])
             .args(["--duration", &SECONDS.to_string(), "--output"])
             .arg(output)
             .stdout(Stdio::null())
-            .stderr(Stdio::null()),
+            .stderr(log),
         "netjam jam",
     )
 }
@@ -60,27 +63,46 @@ fn judge(output: &Path, heard: f64, own: f64) -> (ListenSummary, f64, usize, u32
 
 #[test]
 fn two_players_hear_each_others_tone_in_tune_and_not_their_own() {
-    let dir = tmp_dir("listener-tones");
+    two_players(48_000, 48_000);
+}
+
+/// A player at 44.1 kHz and one at 48 kHz: each hears the other converted to their own
+/// rate, in tune, and is told so in one line.
+#[test]
+fn players_at_44_1_and_48_khz_hear_each_other_converted() {
+    let logs = two_players(44_100, 48_000);
+    for (log, other, mine) in [(&logs[0], 48_000, 44_100), (&logs[1], 44_100, 48_000)] {
+        let want = format!("the other player sends at {other} Hz: converted to your {mine} Hz");
+        assert_eq!(log.matches(&want).count(), 1, "said once: {want:?} in\n{log}");
+    }
+}
+
+/// Two players at `a_rate` and `b_rate`, judged; returns what each said.
+fn two_players(a_rate: u32, b_rate: u32) -> [String; 2] {
+    let dir = tmp_dir(&format!("listener-tones-{a_rate}-{b_rate}"));
     let (a_out, b_out) = (dir.join("a.wav"), dir.join("b.wav"));
+    let (a_log, b_log) = (dir.join("a.log"), dir.join("b.log"));
     let (a_port, b_port) = (free_udp_port(), free_udp_port());
-    let mut a = player("440", a_port, b_port, &a_out);
-    let mut b = player("660", b_port, a_port, &b_out);
+    let mut a = player("440", a_rate, a_port, b_port, &a_out, &a_log);
+    let mut b = player("660", b_rate, b_port, a_port, &b_out, &b_log);
     let limit = Duration::from_secs(u64::from(SECONDS) + 20);
     assert!(a.wait_for(limit).success(), "player a failed");
     assert!(b.wait_for(limit).success(), "player b failed");
 
-    let heard = [("a", &a_out, 660.0, 440.0), ("b", &b_out, 440.0, 660.0)].map(|(who, out, heard, own)| {
+    let heard = [("a", &a_out, 660.0, 440.0, a_rate), ("b", &b_out, 440.0, 660.0, b_rate)].map(|(who, out, heard, own, want_rate)| {
         let (summary, clean_cents, frames, rate) = judge(out, heard, own);
         let level = summary.present[0].median_db;
         eprintln!(
             "player {who} heard {heard} Hz at {level:.1} dB: {summary}; worst outside glitch windows {clean_cents:.2} cents"
         );
+        assert_eq!(rate, want_rate, "player {who} writes at its own rate");
         (who, summary, clean_cents, frames, rate)
     });
     for (who, s, clean_cents, frames, rate) in &heard {
-        assert_eq!(
-            *frames,
-            (SECONDS * rate) as usize,
+        // The duration in whole periods of 64 frames (at 44.1 kHz, 6 s is 4134.4 of them).
+        let want = (SECONDS * rate) as usize;
+        assert!(
+            (want..want + 64).contains(frames),
             "player {who}: {frames} frames at {rate} Hz"
         );
         let level = s.present[0].median_db;
@@ -95,4 +117,5 @@ fn two_players_hear_each_others_tone_in_tune_and_not_their_own() {
             "player {who}: {clean_cents:.2} cents outside glitch windows: {s}"
         );
     }
+    [a_log, b_log].map(|p| std::fs::read_to_string(p).unwrap_or_default())
 }

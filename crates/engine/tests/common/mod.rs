@@ -43,6 +43,9 @@ pub struct Session {
     pub garbage: Option<GarbageSource>,
     /// How fast the sender's sample clock runs against the receiver's, in ppm.
     pub sender_ppm: f64,
+    /// The playing device's rate when it is not the stream's (the receiver must be told
+    /// too, with `Receiver::set_output_rate`).
+    pub device_rate: Option<u32>,
     /// What the sender captures, if not `synth`: fills one packet's interleaved frames.
     pub source: Option<CaptureSource>,
     /// When set, every RTP datagram the receiver is handed: its arrival and sequence number.
@@ -108,6 +111,7 @@ impl Session {
             garbage: None,
             arrivals: None,
             sender_ppm: 0.0,
+            device_rate: None,
             source: None,
         }
     }
@@ -119,7 +123,7 @@ impl Session {
         let capture_ns = (frames_to_ns(self.frames as u64, self.format.rate) as f64
             / (1.0 + self.sender_ppm * 1e-6))
             .round() as u64;
-        let play_ns = frames_to_ns(self.period as u64, self.format.rate);
+        let play_ns = frames_to_ns(self.period as u64, self.device_rate.unwrap_or(self.format.rate));
         let mut cap = vec![0.0; self.frames as usize * ch];
         let mut out =
             vec![0.0; self.period * self.receiver.output_format().map_or(ch, |f| f.channels as usize)];

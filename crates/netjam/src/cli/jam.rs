@@ -518,13 +518,18 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     let mut status = StatusLine::new();
     let mut series = BoundedSeries::default();
     let mut realtime_told = false;
-    let mut mismatch_told = false;
+    let mut rate_told = HeardRate::default();
     let mut delay_told = DelayState::Waiting;
     running.watch(&mut snaps, |s| {
-        if s.stats.heard.rate_mismatch > 0 && !mismatch_told {
+        let heard_rate = s.stats.heard.format.map(|f| f.rate);
+        if let Some(line) = rate_told.tell(
+            "the other player",
+            heard_rate,
+            s.stats.heard.rate_mismatch,
+            heard.rate,
+        ) {
             status.finish();
-            eprintln!("{}", rate_mismatch_line(heard.rate));
-            mismatch_told = true;
+            eprintln!("{line}");
         }
         let mut line = jam_line(&s);
         device_status(&mut line, &mut status, &mut realtime_told, &jack_info, &card_info);
@@ -849,13 +854,46 @@ pub(crate) fn open_endpoint(
     })
 }
 
-/// What a player is told when the other side's stream runs at another sample rate than
-/// theirs: nothing of it plays, and both must pick one rate.
-pub(crate) fn rate_mismatch_line(rate: u32) -> String {
-    format!(
-        "netjam: error: the other player sends at a different sample rate than yours ({rate} Hz), so you hear nothing from them: \
-         both of you use the same --rate (PCM carries 8000 to 192000 Hz; with --codec opus on both sides, any device rate works)"
-    )
+/// What a player has been told about the sample rate another player's stream arrives at,
+/// so each change is said once: a stream at another rate is converted to the player's; one
+/// too far from it to convert is refused (nothing of it plays).
+#[derive(Debug, Default)]
+pub(crate) struct HeardRate {
+    told: Option<(Option<u32>, bool)>,
+}
+
+impl HeardRate {
+    /// The line to print now about `who`, whose stream was last heard at `heard` Hz (None:
+    /// not yet) with `refused` packets refused for their rate so far, on a device at
+    /// `device_rate`; `None` when nothing changed or there is nothing to say.
+    pub(crate) fn tell(
+        &mut self,
+        who: &str,
+        heard: Option<u32>,
+        refused: u64,
+        device_rate: u32,
+    ) -> Option<String> {
+        // Refused packets are counted for good: a stream heard since is what counts.
+        let refusing = refused > 0 && heard.is_none();
+        let now = (heard, refusing);
+        if self.told == Some(now) {
+            return None;
+        }
+        self.told = Some(now);
+        if refusing {
+            return Some(format!(
+                "netjam: error: {who} sends at a sample rate too far from yours ({device_rate} Hz) to convert, so you hear \
+                 nothing from them: 44.1 and 48 kHz convert to each other, as do 88.2 and 96 kHz, so one of you picks a --rate \
+                 near the other's (with --codec opus on both sides any device rate works)"
+            ));
+        }
+        match heard {
+            Some(r) if r != device_rate => Some(format!(
+                "netjam: {who} sends at {r} Hz: converted to your {device_rate} Hz"
+            )),
+            _ => None,
+        }
+    }
 }
 
 /// Append the device's xruns to a status line, and say once whether it runs realtime.

@@ -691,6 +691,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let mut everyone: std::collections::BTreeMap<u32, HeardMember> = Default::default();
     let mut path_states: std::collections::BTreeMap<u32, PathState> = Default::default();
     let mut sees = reflexive.server_sees;
+    let mut rates_told: std::collections::BTreeMap<u32, super::jam::HeardRate> = Default::default();
     running.watch(&mut snaps, |s| {
         let roster = room_link.roster();
         if roster.server_sees.is_some() && roster.server_sees != sees {
@@ -735,6 +736,18 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
                 PathState::Punching => None,
             };
             if let Some(line) = line {
+                status.finish();
+                eprintln!("{line}");
+            }
+        }
+        for m in s.stats.active_members() {
+            let who = roster
+                .members
+                .get(&m.member)
+                .map_or_else(|| format!("member {}", m.member), |r| r.name.clone());
+            let heard_rate = m.heard.format.map(|f| f.rate);
+            let told = rates_told.entry(m.ssrc).or_default();
+            if let Some(line) = told.tell(&who, heard_rate, m.heard.rate_mismatch, device_rate) {
                 status.finish();
                 eprintln!("{line}");
             }
