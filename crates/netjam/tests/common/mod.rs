@@ -228,12 +228,18 @@ pub fn read_json(path: &Path) -> serde_json::Value {
 /// `netjam server` on a free loopback port for at most `duration_s` seconds, once it says
 /// it is serving rooms (within `timeout`): the process and its address.
 pub fn room_server(duration_s: &str, timeout: Duration) -> (Proc, SocketAddr) {
-    let addr = SocketAddr::from(([127, 0, 0, 1], free_udp_port()));
+    // Port 0: the server binds a free port itself and says which. A port found free here
+    // and handed over could be taken by another test in between (the server then exits).
     let server = Proc::spawn_lines(
-        Command::new(BIN).args(["server", "--listen", &addr.to_string(), "--duration", duration_s]),
+        Command::new(BIN).args(["server", "--listen", "127.0.0.1:0", "--duration", duration_s]),
         "netjam server",
     );
-    server.line_with("serving rooms", timeout);
+    let line = server.line_with("serving rooms", timeout);
+    let addr = line
+        .split_whitespace()
+        .nth(4)
+        .and_then(|a| a.parse::<SocketAddr>().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
     (server, addr)
 }
 
