@@ -125,6 +125,11 @@ const REORDER_MEMORY_NS: u64 = 10_000_000_000;
 const PAUSED_NS: u64 = 50_000_000;
 /// Time constant of [`JitterStats::added_latency_recent_ms`], ns.
 const RECENT_LATENCY_TAU_NS: f64 = 500_000_000.0;
+/// The most a catch-up is put off for want of a clean cut, in shrink windows (0.2 s).
+const CUTS_PUT_OFF: u32 = 2;
+/// The most a wait is lengthened to end on a whole period of the signal, ms: a tone of
+/// 400 Hz or more always finds one.
+const WAIT_ROUNDING_MS: f64 = 2.5;
 /// A frame whose channels average below this (−60 dBFS) is quiet: the resampler may give
 /// latency back faster there, with no pitch to bend.
 const QUIET_LEVEL: f32 = 0.001;
@@ -319,6 +324,9 @@ pub struct JitterBuffer {
     scratch: Vec<f32>,
     /// Finds cut and wait lengths that keep a steady signal's phase.
     splice: SpliceFinder,
+    /// Catch-ups put off in a row for want of a clean cut (see
+    /// [`JitterBuffer::pitch_aligned_skip`]).
+    cuts_put_off: u32,
     /// Compressed streams are decoded in order through this queue, and concealed by their
     /// decoder when frames are read that never came (taken out while it feeds the buffer).
     coded: Option<Box<DecodeQueue>>,
@@ -382,6 +390,7 @@ impl JitterBuffer {
             out_rate: 0,
             // A period's input at the largest ratio the resampler converts (1.1 × 1.01).
             scratch: vec![0.0; (MAX_PERIOD * 9 / 8 + 8) * max_channels],
+            cuts_put_off: 0,
             splice: SpliceFinder::new(
                 2 * splice::window_frames(MAX_RATE) + splice::max_period_frames(MAX_RATE) as usize + 1,
             ),
@@ -1355,8 +1364,10 @@ impl JitterBuffer {
     /// more than the longest period searched, that keeps the phase of a steady signal
     /// ([`crate::splice`]). A stretch that is quiet or noise-like is cut by all of `skip`.
     /// A tonal stretch with no clean cut in range waits for a better moment (0: the next
-    /// window tries again, and the resampler takes back what it may meanwhile), except for
-    /// time the device lost, which is cut now whatever it costs.
+    /// window tries again, and the resampler takes back what it may meanwhile), but for at
+    /// most [`CUTS_PUT_OFF`] windows: latency is what a musician feels first, so then the
+    /// best cut there is is made (1 ms or more; less is left to the resampler). Time the
+    /// device lost is cut now whatever it costs.
     fn pitch_aligned_skip(&mut self, ts: u64, skip: u64, frames: u64, lost_time: bool) -> u64 {
         if skip == 0 {
             return 0;
@@ -1382,24 +1393,30 @@ impl JitterBuffer {
             Prefer::Longer,
         );
         self.splice = finder;
-        match found {
+        let cut = match found {
             Some(s) if s.kind == SpliceKind::Aligned && s.frames >= shortest => s.frames,
             Some(s) if matches!(s.kind, SpliceKind::Quiet | SpliceKind::Noise) => s.frames,
-            Some(_) if !lost_time => 0,
-            _ => skip,
-        }
+            Some(_) if lost_time => skip,
+            Some(s) if self.cuts_put_off >= CUTS_PUT_OFF && s.frames >= shortest => s.frames,
+            Some(_) => 0,
+            None => skip,
+        };
+        self.cuts_put_off = if cut == 0 { self.cuts_put_off + 1 } else { 0 };
+        cut
     }
 
     /// How long to wait at `ts` for audio that is `need` frames from being due: at least
     /// `need`, and as much more (up to the longest period searched) as makes the inserted
     /// stretch a whole number of the signal's periods, so the audio that resumes after it
-    /// continues the phase the concealment carried on ([`crate::splice`]). A quiet or
-    /// noise-like stretch, or one without a clean length, waits `need`.
+    /// continues the phase the concealment carried on ([`crate::splice`]), but by no more
+    /// than [`WAIT_ROUNDING_MS`]: every frame waited is latency to give back later. A quiet
+    /// or noise-like stretch, or one without a clean length, waits `need`.
     fn pitch_aligned_wait(&mut self, ts: u64, need: u64) -> u64 {
         if need == 0 {
             return 0;
         }
-        let hi = need + splice::max_period_frames(self.rate);
+        let rounding = (self.rate as f64 * WAIT_ROUNDING_MS / 1000.0) as u64;
+        let hi = need + splice::max_period_frames(self.rate).min(rounding);
         let mut finder = std::mem::take(&mut self.splice);
         let found = finder.find(
             |i| {
