@@ -125,8 +125,13 @@ const REORDER_MEMORY_NS: u64 = 10_000_000_000;
 const PAUSED_NS: u64 = 50_000_000;
 /// Time constant of [`JitterStats::added_latency_recent_ms`], ns.
 const RECENT_LATENCY_TAU_NS: f64 = 500_000_000.0;
-/// The most a catch-up is put off for want of a clean cut, in shrink windows (0.2 s).
+/// The most a catch-up of [`FORCED_CUT_MS`] or more is put off for want of a clean cut, in
+/// shrink windows (0.2 s).
 const CUTS_PUT_OFF: u32 = 2;
+/// A catch-up this long (ms) or longer is made after [`CUTS_PUT_OFF`] windows even without a
+/// clean cut (a phase jump in a steady tone); a shorter one is left to the resampler, which
+/// gives back 0.5 ms a second without bending the pitch.
+const FORCED_CUT_MS: f64 = 2.5;
 /// The most a wait is lengthened to end on a whole period of the signal, ms: a tone of
 /// 400 Hz or more always finds one.
 const WAIT_ROUNDING_MS: f64 = 2.5;
@@ -1349,6 +1354,11 @@ impl JitterBuffer {
         self.cursor += frames as u64;
     }
 
+    /// [`FORCED_CUT_MS`] in frames.
+    fn forced_cut_frames(&self) -> u64 {
+        (self.rate as f64 * FORCED_CUT_MS / 1000.0) as u64
+    }
+
     /// The mono value of stream frame `t`, when the ring holds it.
     fn mono_at(&self, t: u64) -> Option<f32> {
         if !self.has(t) {
@@ -1364,10 +1374,10 @@ impl JitterBuffer {
     /// more than the longest period searched, that keeps the phase of a steady signal
     /// ([`crate::splice`]). A stretch that is quiet or noise-like is cut by all of `skip`.
     /// A tonal stretch with no clean cut in range waits for a better moment (0: the next
-    /// window tries again, and the resampler takes back what it may meanwhile), but for at
-    /// most [`CUTS_PUT_OFF`] windows: latency is what a musician feels first, so then the
-    /// best cut there is is made (1 ms or more; less is left to the resampler). Time the
-    /// device lost is cut now whatever it costs.
+    /// window tries again, and the resampler takes back what it may meanwhile). An excess of
+    /// [`FORCED_CUT_MS`] or more, which the resampler would take seconds to give back, waits
+    /// at most [`CUTS_PUT_OFF`] windows: latency is what a musician feels first, so then the
+    /// best cut there is is made. Time the device lost is cut now whatever it costs.
     fn pitch_aligned_skip(&mut self, ts: u64, skip: u64, frames: u64, lost_time: bool) -> u64 {
         if skip == 0 {
             return 0;
@@ -1395,11 +1405,16 @@ impl JitterBuffer {
         self.splice = finder;
         let cut = match found {
             Some(s) if s.kind == SpliceKind::Aligned && s.frames >= shortest => s.frames,
-            Some(s) if matches!(s.kind, SpliceKind::Quiet | SpliceKind::Noise) => s.frames,
-            Some(_) if lost_time => skip,
-            Some(s) if self.cuts_put_off >= CUTS_PUT_OFF && s.frames >= shortest => s.frames,
-            Some(_) => 0,
-            None => skip,
+            Some(s) if s.kind == SpliceKind::Quiet => s.frames,
+            // Noise is told from a tone only over a range of lags at least a period long.
+            Some(s) if s.kind == SpliceKind::Noise && skip >= 2 * shortest => s.frames,
+            _ if lost_time => skip,
+            // Put off long enough: the best cut there is, or (too little audio has arrived
+            // to search) the whole excess.
+            found if self.cuts_put_off >= CUTS_PUT_OFF && skip >= self.forced_cut_frames() => {
+                found.map_or(skip, |s| s.frames)
+            }
+            _ => 0,
         };
         self.cuts_put_off = if cut == 0 { self.cuts_put_off + 1 } else { 0 };
         cut
