@@ -1379,8 +1379,9 @@ impl JitterBuffer {
     /// at most [`CUTS_PUT_OFF`] windows: latency is what a musician feels first, so then the
     /// best cut there is is made. Time the device lost is cut now whatever it costs.
     fn pitch_aligned_skip(&mut self, ts: u64, skip: u64, frames: u64, lost_time: bool) -> u64 {
-        if skip == 0 {
-            return 0;
+        // The device's own gap is where the output breaks already: all of it, now.
+        if skip == 0 || lost_time {
+            return skip;
         }
         // A cut shorter than the shortest period searched keeps no phase (a low tone
         // correlates with itself a frame later): only a quiet or noise-like stretch is cut
@@ -1408,7 +1409,6 @@ impl JitterBuffer {
             Some(s) if s.kind == SpliceKind::Quiet => s.frames,
             // Noise is told from a tone only over a range of lags at least a period long.
             Some(s) if s.kind == SpliceKind::Noise && skip >= 2 * shortest => s.frames,
-            _ if lost_time => skip,
             // Put off long enough: the best cut there is, or (too little audio has arrived
             // to search) the whole excess.
             found if self.cuts_put_off >= CUTS_PUT_OFF && skip >= self.forced_cut_frames() => {
