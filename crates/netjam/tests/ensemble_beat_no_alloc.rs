@@ -4,7 +4,7 @@
 //! where the stream heard stands, while another thread keeps publishing that.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use netjam::endpoint::Process;
@@ -75,6 +75,11 @@ fn the_beat_the_marks_and_the_delay_line_do_not_allocate() {
     )
     .with_marks(sent_w, heard_r, Some(2_000_000_000));
     let start = netjam::clock::now_ns();
+    // How many marks the other thread has published: the audio loop waits for a fresh one
+    // every simulated second, so a busy machine that starves that thread cannot leave the
+    // line with nothing heard (the loop itself runs far faster than real time).
+    let echoes = Arc::new(AtomicU64::new(0));
+    let echoes_seen = echoes.clone();
     let audio = std::thread::spawn(move || {
         let input = vec![0f32; FRAMES as usize * 2];
         let mut output = vec![0f32; FRAMES as usize * 2];
@@ -82,6 +87,15 @@ fn the_beat_the_marks_and_the_delay_line_do_not_allocate() {
         alloc_count::prove_counting();
         // 10 s of periods.
         for k in 0..7_500u64 {
+            if k % 750 == 1 {
+                let seen = echoes_seen.load(Ordering::Acquire);
+                let waited = std::time::Instant::now();
+                while echoes_seen.load(Ordering::Acquire) == seen
+                    && waited.elapsed() < std::time::Duration::from_secs(10)
+                {
+                    std::thread::yield_now();
+                }
+            }
             let now = start + frames_to_ns(k * u64::from(FRAMES), 48_000);
             p.process(now, &input, &mut output);
         }
@@ -96,6 +110,7 @@ fn the_beat_the_marks_and_the_delay_line_do_not_allocate() {
                 ensemble_ns: m.ensemble_ns - 20_000_000,
                 ..m
             });
+            echoes.fetch_add(1, Ordering::Release);
         }
         published += 1;
         std::thread::yield_now();
