@@ -26,7 +26,8 @@
 //!   windows far above it, and left in a least-squares fit they would tilt it for the whole
 //!   32 s memory. A fit beyond ±0.1 % is discarded as a transient, not a clock.
 //!   A jump of the timeline (a new stream) restarts a clock's fit; a step of the path delay
-//!   larger than 2 ms restarts it too, keeping the last slope until the new fit has 1.5 s.
+//!   up by more than 2 ms, or down by more than 0.5 ms, restarts it too, keeping the last
+//!   slope until the new fit has 1.5 s.
 //!   The sender's lower envelope is also offered as a base transit
 //!   ([`DriftEstimator::earliest_arrival_ns`]): unlike a windowed minimum of transit it
 //!   does not lag a drifting sender, so a buffer measuring its depth against it holds the
@@ -108,6 +109,13 @@ const POINTS: usize = 128;
 const MIN_POINTS: usize = 6;
 /// A window minimum this far off the fitted line, twice in a row, is a step of the path.
 const STEP_NS: f64 = 2_000_000.0;
+/// A window minimum this far below the fitted line, and [`STEP_DOWN_SPREADS`] times the
+/// minimums' spread about it, twice in a row, is a step of the path too: delay only ever
+/// adds, so arrivals earlier than the envelope mean the path got shorter (a route change),
+/// not congestion, and the latency is there to give back. The spread keeps a path whose
+/// minimums scatter widely (normal jitter has no floor) from being read as steps.
+const STEP_DOWN_NS: f64 = 500_000.0;
+const STEP_DOWN_SPREADS: f64 = 5.0;
 /// The largest rate error a fit may report: sound cards run within ±200 ppm of nominal, so
 /// a slope beyond ±0.1 % comes from a transient, not a clock.
 const MAX_CLOCK_DEVIATION: f64 = 0.001;
@@ -286,7 +294,8 @@ impl ClockFit {
         self.windows += 1;
         if let Some(line) = self.line_min() {
             let predicted = line.0 + line.1 * p.min_m;
-            if (p.min_x - predicted).abs() > STEP_NS {
+            let down = STEP_DOWN_NS.max(STEP_DOWN_SPREADS * line.2);
+            if p.min_x - predicted > STEP_NS || predicted - p.min_x > down {
                 match self.off_line.take() {
                     // Twice off the line: the path changed. Fit again from the two
                     // windows after the step.
@@ -430,13 +439,18 @@ impl ClockFit {
         }
     }
 
-    /// Intercept and slope of the minimum series, when there are enough points.
-    fn line_min(&self) -> Option<(f64, f64)> {
+    /// Intercept and slope of the minimum series, and the minimums' spread about it (root
+    /// mean square), when there are enough points.
+    fn line_min(&self) -> Option<(f64, f64, f64)> {
         if self.len < MIN_POINTS {
             return None;
         }
         let (a, b, _) = least_squares(self.kept_iter().map(|p| (p.min_m, p.min_x)))?;
-        Some((a, b))
+        let (n, ss) = self
+            .kept_iter()
+            .map(|p| p.min_x - a - b * p.min_m)
+            .fold((0.0f64, 0.0f64), |(n, ss), r| (n + 1.0, ss + r * r));
+        Some((a, b, (ss / n.max(1.0)).sqrt()))
     }
 
     fn fit(&self) -> Option<Slope> {

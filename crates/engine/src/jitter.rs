@@ -128,9 +128,10 @@ const RECENT_LATENCY_TAU_NS: f64 = 500_000_000.0;
 /// The most a catch-up of [`FORCED_CUT_MS`] or more is put off for want of a clean cut, in
 /// shrink windows (0.2 s).
 const CUTS_PUT_OFF: u32 = 2;
-/// A catch-up this long (ms) or longer is made after [`CUTS_PUT_OFF`] windows even without a
-/// clean cut (a phase jump in a steady tone); a shorter one is left to the resampler, which
-/// gives back 0.5 ms a second without bending the pitch.
+/// In a periodic signal (a held note), a catch-up this long (ms) or longer is made after
+/// [`CUTS_PUT_OFF`] windows even without a clean cut (a phase jump in a steady tone); a
+/// shorter one is left to the resampler, which gives back 0.5 ms a second without bending
+/// the pitch. A signal without a period is cut after those windows whatever the excess.
 const FORCED_CUT_MS: f64 = 2.5;
 /// The most a wait is lengthened to end on a whole period of the signal, ms: a tone of
 /// 400 Hz or more always finds one.
@@ -1410,14 +1411,44 @@ impl JitterBuffer {
             // Noise is told from a tone only over a range of lags at least a period long.
             Some(s) if s.kind == SpliceKind::Noise && skip >= 2 * shortest => s.frames,
             // Put off long enough: the best cut there is, or (too little audio has arrived
-            // to search) the whole excess.
-            found if self.cuts_put_off >= CUTS_PUT_OFF && skip >= self.forced_cut_frames() => {
+            // to search) the whole excess. A signal with a period (a held note) waits for
+            // an excess of [`FORCED_CUT_MS`], whose range of lags holds the period, and the
+            // resampler drains anything less; one with no period to keep (a chord, a dense
+            // mix, a noise-like texture) has no cleaner cut coming, so it is cut now.
+            found
+                if self.cuts_put_off >= CUTS_PUT_OFF
+                    && (skip >= self.forced_cut_frames() || !self.periodic_behind(ts)) =>
+            {
                 found.map_or(skip, |s| s.frames)
             }
             _ => 0,
         };
         self.cuts_put_off = if cut == 0 { self.cuts_put_off + 1 } else { 0 };
         cut
+    }
+
+    /// Whether the audio played just before `ts` repeats itself with a period of 1–10 ms
+    /// ([`crate::splice`]): a held note or a steady tone, whose phase a cut must keep. A
+    /// stretch too short to tell counts as periodic.
+    fn periodic_behind(&mut self, ts: u64) -> bool {
+        let mut finder = std::mem::take(&mut self.splice);
+        let found = finder.find(
+            |i| {
+                let t = ts as i64 + i;
+                if t < 0 {
+                    None
+                } else {
+                    self.mono_at(t as u64)
+                }
+            },
+            splice::window_frames(self.rate),
+            splice::min_period_frames(self.rate),
+            splice::max_period_frames(self.rate),
+            Direction::Behind,
+            Prefer::Shorter,
+        );
+        self.splice = finder;
+        found.is_none_or(|s| s.kind == SpliceKind::Aligned)
     }
 
     /// How long to wait at `ts` for audio that is `need` frames from being due: at least
