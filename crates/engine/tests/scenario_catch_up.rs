@@ -90,21 +90,30 @@ fn ms(ns: Option<u64>) -> String {
 fn a_chord_is_cut_back_to_its_latency_at_once() {
     for seed in [1, 2, 3] {
         let (back, skipped, ppm) = run(partials(CHORD), seed);
-        println!("chord, seed {seed}: back after {}, {skipped} frames cut, correction up to {ppm:.0} ppm", ms(back));
+        println!(
+            "chord, seed {seed}: back after {}, {skipped} frames cut, correction up to {ppm:.0} ppm",
+            ms(back)
+        );
         assert!(
             back.is_some_and(|ns| ns <= CHORD_BACK_NS),
             "seed {seed}: a chord's 2 ms excess is back after {} (at most {} s)",
             ms(back),
             CHORD_BACK_NS as f64 / 1e9
         );
-        assert!(skipped >= 48, "seed {seed}: the excess was cut ({skipped} frames)");
+        assert!(
+            skipped >= 48,
+            "seed {seed}: the excess was cut ({skipped} frames)"
+        );
     }
 }
 
 #[test]
 fn a_held_note_is_drained_by_the_resampler_within_its_pitch_limit() {
     let (back, skipped, ppm) = run(partials(NOTE), 1);
-    println!("440 Hz, seed 1: back after {}, {skipped} frames cut, correction up to {ppm:.0} ppm", ms(back));
+    println!(
+        "440 Hz, seed 1: back after {}, {skipped} frames cut, correction up to {ppm:.0} ppm",
+        ms(back)
+    );
     // No cut shorter than the note's period keeps its phase: none is made (a whole period,
     // 109 frames, would overshoot the excess), and the correction stays within 0.87 cents.
     assert!(skipped < 100, "a 440 Hz note was cut {skipped} frames");

@@ -4,12 +4,17 @@
 //! 2. Added one-way latency of the receiver on clean loopback, 48 kHz / 64 frames
 //!    (target ≤ one packet, 1.33 ms, + 0.5 ms).
 //! 3. With 1 ms of jitter on the link: the adaptive buffer's depth and underrun rate.
+//!
+//! Each latency case runs a second time with a steady 440 Hz tone instead of music, and
+//! prints what a listener hears of it (`netjam_engine::listen`: the worst pitch error in
+//! cents, the glitch windows, the tone's level), beside the buffer's own counts.
 
 use std::time::Instant;
 
 use netjam::loopback::{run_loopback, LoopbackOptions, LoopbackReport};
 use netjam_engine::delay::BufferMode;
 use netjam_engine::link::{JitterDist, LinkConfig};
+use netjam_engine::listen::{listen, Tones};
 use netjam_engine::receiver::{Receiver, ReceiverConfig};
 use netjam_engine::sender::{Sender, SenderConfig};
 use netjam_engine::synth::{Synth, SynthKind};
@@ -82,6 +87,55 @@ fn cpu_per_packet(redundancy: usize) {
 }
 
 fn latency(name: &str, link: Option<LinkConfig>, seconds: f64, drift_correction: bool) -> LoopbackReport {
+    let r = latency_of(
+        name,
+        link.clone(),
+        seconds,
+        drift_correction,
+        SynthKind::Music { bpm: 120.0 },
+        None,
+    );
+    listened(name, link, seconds, drift_correction);
+    r
+}
+
+/// The tone the listener's pass plays, Hz.
+const TONE_HZ: f64 = 440.0;
+
+/// The same case with a steady tone, played into a WAV file and judged as a listener would.
+fn listened(name: &str, link: Option<LinkConfig>, seconds: f64, drift_correction: bool) {
+    let dir = std::env::temp_dir().join(format!("netjam-bench-stream-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temporary directory");
+    let wav = dir.join("heard.wav");
+    let r = latency_of(
+        &format!("{name}, {TONE_HZ} Hz tone"),
+        link,
+        seconds,
+        drift_correction,
+        SynthKind::Sine { hz: TONE_HZ },
+        Some(wav.clone()),
+    );
+    let (samples, rate) = netjam::endpoint::wav::read_first_channel(&wav).expect("the tone's recording");
+    let _ = std::fs::remove_dir_all(&dir);
+    // The first second holds the stream's start and the buffer settling.
+    let tones = Tones::present(&[TONE_HZ]).skip(1.0);
+    match listen(&samples, rate, &tones) {
+        Ok(l) => println!(
+            "  heard: {} (jitter buffer: {} discontinuities)",
+            l.summary, r.receiver.jitter_buffer.discontinuities.events
+        ),
+        Err(e) => println!("  heard: not measured: {e}"),
+    }
+}
+
+fn latency_of(
+    name: &str,
+    link: Option<LinkConfig>,
+    seconds: f64,
+    drift_correction: bool,
+    source: SynthKind,
+    output: Option<std::path::PathBuf>,
+) -> LoopbackReport {
     let options = LoopbackOptions {
         format: AudioFormat::new(Codec::L16, 48_000, 2).expect("format"),
         frames_per_packet: 64,
@@ -92,8 +146,8 @@ fn latency(name: &str, link: Option<LinkConfig>, seconds: f64, drift_correction:
         events: Default::default(),
         seed: 7,
         duration_s: seconds,
-        source: SynthKind::Music { bpm: 120.0 },
-        output: None,
+        source,
+        output,
         sender_name: "bench".into(),
         receiver_name: "bench".into(),
         drift_correction,
