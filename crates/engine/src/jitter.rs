@@ -1448,7 +1448,7 @@ impl JitterBuffer {
             Prefer::Shorter,
         );
         self.splice = finder;
-        found.is_none_or(|s| s.kind == SpliceKind::Aligned)
+        found.map_or(true, |s| s.kind == SpliceKind::Aligned)
     }
 
     /// How long to wait at `ts` for audio that is `need` frames from being due: at least
