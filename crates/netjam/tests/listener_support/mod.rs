@@ -389,9 +389,10 @@ fn impair(listen: u16, forward: u16, link: &Link, seconds: f64) -> Proc {
     p
 }
 
-/// Waits for `impair` to say its event begins: when, as an instant here.
+/// Waits for `impair` to say its event begins ("4.000 s: event begins: ..." for a stall,
+/// "... event takes effect: ..." for a step): when, as an instant here.
 fn event_begins(impair: &Proc, within: Duration) -> Instant {
-    impair.line_with("event begins", within);
+    impair.line_with(" s: event ", within);
     Instant::now()
 }
 
