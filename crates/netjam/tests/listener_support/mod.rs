@@ -149,6 +149,8 @@ pub struct Row {
     pub listener: String,
     pub heard: Heard,
     pub latency: Latency,
+    /// The latency series it was read from ([`latency_series`]); empty for a room player.
+    pub series: Vec<(f64, f64)>,
     /// When the event started and ended on the listener's clock (s), if there was one.
     pub event: Option<(f64, f64)>,
     /// A second event (a member joining again), on the listener's clock (s).
@@ -241,6 +243,44 @@ pub struct Latency {
     pub before_ms: Option<f64>,
     pub peak_ms: Option<f64>,
     pub after_ms: Option<f64>,
+    /// Seconds from the event's end until the latency came back for good within
+    /// [`BACK_WITHIN_MS`] of what it was before (issue 22's goal: within 1 s), looking
+    /// [`BACK_HORIZON_S`] ahead; None if it was still above at the horizon.
+    pub back_s: Option<f64>,
+}
+
+/// How close to the latency before an event counts as back (issue 22: 0.5 ms), ms.
+pub const BACK_WITHIN_MS: f64 = 0.5;
+/// How far after an event's end [`back_after`] looks, s.
+pub const BACK_HORIZON_S: f64 = 3.0;
+
+/// Seconds from `to` to the end of the last interval of `series` in the [`BACK_HORIZON_S`]
+/// after it whose latency is more than `within_ms` above `before_ms` (0 if none is); None
+/// if the last one is still above. Each interval is read as the median of itself and its
+/// two neighbours, so one interval's misreading of the smoothed series is not taken for
+/// latency kept.
+pub fn back_after(series: &[(f64, f64)], to: f64, before_ms: f64, within_ms: f64) -> Option<f64> {
+    let horizon: Vec<usize> = (0..series.len())
+        .filter(|&i| series[i].0 > to && series[i].0 <= to + BACK_HORIZON_S + 1e-6)
+        .collect();
+    let above = |i: usize| {
+        let near: Vec<f64> = series[i.saturating_sub(1)..(i + 2).min(series.len())]
+            .iter()
+            .map(|p| p.1)
+            .collect();
+        median(near).is_some_and(|ms| ms > before_ms + within_ms)
+    };
+    match horizon.last() {
+        None => None,
+        Some(&last) if above(last) => None,
+        Some(_) => Some(
+            horizon
+                .iter()
+                .rev()
+                .find(|&&i| above(i))
+                .map_or(0.0, |&i| series[i].0 - to),
+        ),
+    }
 }
 
 /// The mean added latency of what played in each interval of the time series: (end of the
@@ -293,10 +333,12 @@ impl Latency {
                 .map(|p| p.1)
                 .collect()
         };
+        let before_ms = median(within(from - 1.5, from - 0.2));
         Self {
-            before_ms: median(within(from - 1.5, from - 0.2)),
+            before_ms,
             peak_ms: within(from - 0.1, to + 1.5).into_iter().reduce(f64::max),
             after_ms: median(within(to + 0.9 - 1e-6, to + 1.1 + 1e-6)),
+            back_s: before_ms.and_then(|b| back_after(series, to, b, BACK_WITHIN_MS)),
         }
     }
 
@@ -311,6 +353,7 @@ impl Latency {
             before_ms: median(after_skip.clone()),
             peak_ms: after_skip.into_iter().reduce(f64::max),
             after_ms: None,
+            back_s: None,
         }
     }
 }
@@ -453,6 +496,7 @@ fn peer_pair(scenario: Scenario, dir: &Path, link: Option<Link>) -> Vec<Row> {
                 listener: who.into(),
                 heard: judge(&f.wav, &[heard], own),
                 latency,
+                series,
                 event,
                 second_event: None,
             }
@@ -513,6 +557,7 @@ fn room_row(scenario: Scenario, p: &RoomPlayer, others: &[f64], event: Option<(f
         listener: format!("{}", p.hz),
         heard: judge(&p.files.wav, others, p.hz),
         latency: Latency::default(),
+        series: Vec::new(),
         event,
         second_event: None,
     }
@@ -591,7 +636,7 @@ pub fn print_table(runs: &[Vec<Row>]) {
     let n = runs.len();
     println!("listener scenarios: {n} run(s) each; cells: median/worst over runs (one run: its figure)");
     println!(
-        "{:<10} {:>6} {:>11} {:>7} {:>7} {:>7} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}",
+        "{:<10} {:>6} {:>11} {:>7} {:>7} {:>7} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}",
         "scenario",
         "hears",
         "|cents|",
@@ -604,6 +649,7 @@ pub fn print_table(runs: &[Vec<Row>]) {
         "lat before",
         "lat peak",
         "lat +1s",
+        "back s",
         "event s"
     );
     for (i, row) in first.iter().enumerate() {
@@ -612,7 +658,7 @@ pub fn print_table(runs: &[Vec<Row>]) {
             cell(cells.iter().map(|r| f(r)).collect(), worst_high, digits)
         };
         println!(
-            "{:<10} {:>6} {:>11} {:>7} {:>7} {:>7} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}",
+            "{:<10} {:>6} {:>11} {:>7} {:>7} {:>7} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}",
             row.scenario.name(),
             row.listener,
             col(&|r| Some(r.heard.clean_cents), true, 1),
@@ -625,6 +671,7 @@ pub fn print_table(runs: &[Vec<Row>]) {
             col(&|r| r.latency.before_ms, true, 1),
             col(&|r| r.latency.peak_ms, true, 1),
             col(&|r| r.latency.after_ms, true, 1),
+            back_cell(&cells),
             event_cell(&cells),
         );
     }
@@ -637,8 +684,10 @@ pub fn print_table(runs: &[Vec<Row>]) {
          weakest heard tone's median level relative to what was sent; lat: the jitter \
          buffer's added latency in ms (mean of each 0.1 s of the --stats-json series) before \
          the event, at its peak, 1 s after it (no event: median and peak of the run; a room \
-         player writes no series: -); event s: when it began on the listener's clock (+ a \
-         member joining again)."
+         player writes no series: -); back s: from the event's end until the latency was back for \
+         good within {BACK_WITHIN_MS} ms of before (looking {BACK_HORIZON_S} s ahead; \
+         \"never\": still above then); event s: when it began on the \
+         listener's clock (+ a member joining again)."
     );
 }
 
@@ -668,6 +717,26 @@ fn cell(mut v: Vec<Option<f64>>, worst_high: bool, digits: usize) -> String {
         format!("{med:.digits$}{mark}")
     } else {
         format!("{med:.digits$}/{worst:.digits$}{mark}")
+    }
+}
+
+/// Median and worst of [`Latency::back_s`], a run that never came back being the worst.
+fn back_cell(cells: &[&Row]) -> String {
+    if cells.iter().all(|r| r.event.is_none() || r.series.is_empty()) {
+        return "-".into();
+    }
+    let never = cells.iter().filter(|r| r.latency.back_s.is_none()).count();
+    let mut back: Vec<f64> = cells.iter().filter_map(|r| r.latency.back_s).collect();
+    back.sort_by(f64::total_cmp);
+    // Never counts as later than any time.
+    let at = |i: usize| back.get(i).map_or("never".to_string(), |s| format!("{s:.1}"));
+    let n = cells.len();
+    if n == 1 {
+        at(0)
+    } else if never > 0 {
+        format!("{}/never", at(n / 2))
+    } else {
+        format!("{}/{}", at(n / 2), at(n - 1))
     }
 }
 
