@@ -243,44 +243,46 @@ pub struct Latency {
     pub before_ms: Option<f64>,
     pub peak_ms: Option<f64>,
     pub after_ms: Option<f64>,
-    /// Seconds from the event's end until the latency came back for good within
-    /// [`BACK_WITHIN_MS`] of what it was before (issue 22's goal: within 1 s), looking
-    /// [`BACK_HORIZON_S`] ahead; None if it was still above at the horizon.
+    /// Seconds from the event's end until the latency came back within [`BACK_WITHIN_MS`]
+    /// of what it was before and stayed there (issue 22's goal: within 1 s); None if not
+    /// within [`BACK_HORIZON_S`] ([`back_after`]).
     pub back_s: Option<f64>,
 }
 
 /// How close to the latency before an event counts as back (issue 22: 0.5 ms), ms.
 pub const BACK_WITHIN_MS: f64 = 0.5;
-/// How far after an event's end [`back_after`] looks, s.
+/// How far after an event's end [`back_after`] looks for the latency to be back, s.
 pub const BACK_HORIZON_S: f64 = 3.0;
+/// How long the latency must stay back to count as back, s.
+pub const BACK_STAYS_S: f64 = 1.0;
 
-/// Seconds from `to` to the end of the last interval of `series` in the [`BACK_HORIZON_S`]
-/// after it whose latency is more than `within_ms` above `before_ms` (0 if none is); None
-/// if the last one is still above. Each interval is read as the median of itself and its
-/// two neighbours, so one interval's misreading of the smoothed series is not taken for
-/// latency kept.
+/// Seconds from `to` until the latency of `series` is back within `within_ms` of
+/// `before_ms` and stays there for [`BACK_STAYS_S`]: the start of the first interval from
+/// which it does (0 if it never rose), looking at most [`BACK_HORIZON_S`] ahead; None if it
+/// is not back by then. Each interval is read as the median of itself and its two
+/// neighbours, so one interval's misreading of the smoothed series is not taken for latency
+/// kept, and a rise a second later (the machine, not the event) is not the event's.
 pub fn back_after(series: &[(f64, f64)], to: f64, before_ms: f64, within_ms: f64) -> Option<f64> {
-    let horizon: Vec<usize> = (0..series.len())
-        .filter(|&i| series[i].0 > to && series[i].0 <= to + BACK_HORIZON_S + 1e-6)
-        .collect();
-    let above = |i: usize| {
+    let within = |i: usize| {
         let near: Vec<f64> = series[i.saturating_sub(1)..(i + 2).min(series.len())]
             .iter()
             .map(|p| p.1)
             .collect();
-        median(near).is_some_and(|ms| ms > before_ms + within_ms)
+        median(near).is_some_and(|ms| ms <= before_ms + within_ms)
     };
-    match horizon.last() {
-        None => None,
-        Some(&last) if above(last) => None,
-        Some(_) => Some(
-            horizon
-                .iter()
-                .rev()
-                .find(|&&i| above(i))
-                .map_or(0.0, |&i| series[i].0 - to),
-        ),
-    }
+    let end = series.last()?.0;
+    (0..series.len())
+        .filter(|&i| series[i].0 > to && series[i].0 <= to + BACK_HORIZON_S + 1e-6)
+        .filter(|&i| series[i].0 + BACK_STAYS_S <= end + 1e-6)
+        .find(|&i| {
+            (i..series.len())
+                .take_while(|&j| series[j].0 <= series[i].0 + BACK_STAYS_S + 1e-6)
+                .all(within)
+        })
+        .map(|i| {
+            let start = if i == 0 { to } else { series[i - 1].0 };
+            (start - to).max(0.0)
+        })
 }
 
 /// The mean added latency of what played in each interval of the time series: (end of the
@@ -684,9 +686,9 @@ pub fn print_table(runs: &[Vec<Row>]) {
          weakest heard tone's median level relative to what was sent; lat: the jitter \
          buffer's added latency in ms (mean of each 0.1 s of the --stats-json series) before \
          the event, at its peak, 1 s after it (no event: median and peak of the run; a room \
-         player writes no series: -); back s: from the event's end until the latency was back for \
-         good within {BACK_WITHIN_MS} ms of before (looking {BACK_HORIZON_S} s ahead; \
-         \"never\": still above then); event s: when it began on the \
+         player writes no series: -); back s: from the event's end until the latency was back \
+         within {BACK_WITHIN_MS} ms of before and stayed there {BACK_STAYS_S} s (\"never\": not \
+         within {BACK_HORIZON_S} s); event s: when it began on the \
          listener's clock (+ a member joining again)."
     );
 }
