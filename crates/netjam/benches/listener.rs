@@ -46,6 +46,14 @@ impl Drop for Busy {
     }
 }
 
+/// The machine's load averages (1, 5, 15 min), where Linux says them: other work on a
+/// shared machine moves every figure.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let runs: usize = arg(&args, "--runs", "NETJAM_LISTENER_RUNS")
@@ -82,6 +90,7 @@ fn main() {
         if busy.is_some() { ", one core busy" } else { "" },
         dir.display()
     );
+    let load_before = load_average();
     // rows[run] holds that run's rows, scenario after scenario.
     let mut rows: Vec<Vec<Row>> = Vec::with_capacity(runs);
     for run in 0..runs {
@@ -97,6 +106,7 @@ fn main() {
     }
     drop(busy);
     print_table(&rows);
+    println!("load average before: {load_before}; after: {}", load_average());
     if keep.is_none() {
         let _ = std::fs::remove_dir_all(&dir);
     }

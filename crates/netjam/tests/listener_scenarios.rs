@@ -92,13 +92,22 @@ fn a_200_ms_stall_is_heard_and_its_latency_given_back() {
             "the stall at {from:.2} s falls outside the run: {}",
             describe(r)
         );
-        // The stall is there to be heard: 200 ms without packets is concealed or silent.
+        // The stall reaches the listener: 200 ms without packets is concealed or silent
+        // where the buffer runs dry, or is held as added latency where it does not (a
+        // machine that was too busy a moment before can leave it 100 ms deep).
         let win = netjam_engine::listen::WINDOW_SECONDS;
+        let glitched = h
+            .glitches_at
+            .iter()
+            .any(|&at| at + win > from - 0.3 && at < to + 1.0);
+        let l = r.latency;
+        let held = l
+            .peak_ms
+            .zip(l.before_ms)
+            .is_some_and(|(peak, before)| peak > before + STALL_KEPT_MS);
         assert!(
-            h.glitches_at
-                .iter()
-                .any(|&at| at + win > from - 0.3 && at < to + 1.0),
-            "player {} heard no glitch at the stall: {}",
+            glitched || held,
+            "player {} neither heard a glitch at the stall nor held it as latency: {}",
             r.listener,
             describe(r)
         );
@@ -116,7 +125,7 @@ fn a_200_ms_stall_is_heard_and_its_latency_given_back() {
             r.listener,
             describe(r)
         );
-        let before = r.latency.before_ms.expect("latency before the stall");
+        let before = l.before_ms.expect("latency before the stall");
         // The goal is back within 0.5 ms in 1 s (printed as "back s"); a loaded machine
         // today keeps the stall's 200 ms for up to about 2 s. What must hold: the backlog is
         // given back within seconds (back_after looks 3 s ahead), not kept for the rest of
