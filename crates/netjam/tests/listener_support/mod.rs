@@ -9,7 +9,9 @@
 //!
 //! - **cents**: the largest |pitch error| of a heard tone in a window that is not a glitch.
 //!   A tone is read only in windows where it is heard (within [`HEARD_WITHIN_DB`] of its
-//!   median level), so a member who has left does not read as a wild pitch;
+//!   median level), so a member who has left does not read as a wild pitch; and the same
+//!   over every window that is not silent (**any**): a pitch that bends fast leaves a
+//!   residual and glitches its own window, so the first figure alone would hide it;
 //! - **glitch windows**, and of those the ones **away** from the event (more than
 //!   [`EVENT_BEFORE_S`] before it starts or [`EVENT_AFTER_S`] after it ends), and the
 //!   **silent** ones among them;
@@ -164,6 +166,9 @@ pub struct Heard {
     pub clean_cents: f64,
     /// When the window holding it starts (s).
     pub clean_cents_at_s: f64,
+    /// Largest |cents| of a heard tone in any window that is not silent, glitch windows
+    /// included: a pitch that bends fast enough leaves a residual and glitches its window.
+    pub any_cents: f64,
     pub windows: usize,
     /// Start of every glitch window (s).
     pub glitches_at: Vec<f64>,
@@ -209,11 +214,14 @@ pub fn judge(wav: &Path, present: &[f64], own: f64) -> Heard {
 
 fn heard_of(l: &Listening) -> Heard {
     let s = &l.summary;
-    let (mut clean_cents, mut clean_cents_at_s) = (0.0f64, 0.0);
-    for w in l.windows.iter().filter(|w| !w.is_glitch()) {
+    let (mut clean_cents, mut clean_cents_at_s, mut any_cents) = (0.0f64, 0.0, 0.0f64);
+    for w in &l.windows {
         for (t, level) in w.present.iter().zip(&s.present) {
-            let heard = t.level_db > level.median_db - HEARD_WITHIN_DB;
-            if heard && t.cents.abs() > clean_cents {
+            if t.level_db <= level.median_db - HEARD_WITHIN_DB {
+                continue;
+            }
+            any_cents = any_cents.max(t.cents.abs());
+            if !w.is_glitch() && t.cents.abs() > clean_cents {
                 (clean_cents, clean_cents_at_s) = (t.cents.abs(), w.start_seconds);
             }
         }
@@ -222,6 +230,7 @@ fn heard_of(l: &Listening) -> Heard {
     Heard {
         clean_cents,
         clean_cents_at_s,
+        any_cents,
         windows: s.windows,
         glitches_at: s.glitches.iter().map(|g| g.at_seconds).collect(),
         silent_windows: s.silent_windows,
@@ -638,10 +647,11 @@ pub fn print_table(runs: &[Vec<Row>]) {
     let n = runs.len();
     println!("listener scenarios: {n} run(s) each; cells: median/worst over runs (one run: its figure)");
     println!(
-        "{:<10} {:>6} {:>11} {:>7} {:>7} {:>7} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}",
+        "{:<10} {:>6} {:>11} {:>11} {:>7} {:>7} {:>7} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}",
         "scenario",
         "hears",
         "|cents|",
+        "any |c|",
         "glitch",
         "away",
         "silent",
@@ -660,10 +670,11 @@ pub fn print_table(runs: &[Vec<Row>]) {
             cell(cells.iter().map(|r| f(r)).collect(), worst_high, digits)
         };
         println!(
-            "{:<10} {:>6} {:>11} {:>7} {:>7} {:>7} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}",
+            "{:<10} {:>6} {:>11} {:>11} {:>7} {:>7} {:>7} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}",
             row.scenario.name(),
             row.listener,
             col(&|r| Some(r.heard.clean_cents), true, 1),
+            col(&|r| Some(r.heard.any_cents), true, 1),
             col(&|r| Some(r.heard.glitches_at.len() as f64), true, 0),
             col(&|r| Some(r.heard.glitches_away(&events(r)) as f64), true, 0),
             col(&|r| Some(r.heard.silent_windows as f64), true, 0),
@@ -679,7 +690,8 @@ pub fn print_table(runs: &[Vec<Row>]) {
     }
     println!(
         "hears: the listener, by the tone it sends; |cents|: worst pitch error of a heard tone \
-         outside glitch windows; glitch: glitch windows (200 ms, hop 100 ms) after the first \
+         outside glitch windows; any |c|: the same in any window not silent (a fast bend glitches \
+         its window); glitch: glitch windows (200 ms, hop 100 ms) after the first \
          {SKIP_SECONDS} s, away: of those, more than {EVENT_BEFORE_S} s before or \
          {EVENT_AFTER_S} s after the event, silent: of those, silent; resid: worst residual of \
          a window that is not silent; ghost: own tone relative to the loudest heard; weakest: \
@@ -757,12 +769,13 @@ fn event_cell(cells: &[&Row]) -> String {
 pub fn describe(r: &Row) -> String {
     let h = &r.heard;
     format!(
-        "{} heard by {}: {:.1} cents at {:.1} s outside glitch windows; {} glitch windows \
+        "{} heard by {}: {:.1} cents at {:.1} s outside glitch windows ({:.1} in any); {} glitch windows \
          ({} away from the event, {} silent) of {}; latency {:?}; event {:?}{}; {}",
         r.scenario.name(),
         r.listener,
         h.clean_cents,
         h.clean_cents_at_s,
+        h.any_cents,
         h.glitches_at.len(),
         h.glitches_away(&events(r)),
         h.silent_windows,
