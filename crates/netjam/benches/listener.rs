@@ -2,13 +2,15 @@
 //! `netjam` processes on loopback and judged by the listener's measure
 //! (`netjam_engine::listen`); prints one table.
 //!
-//! Run: `cargo bench -p netjam --bench listener [-- --runs N] [--only NAME,...] [--busy]`
-//! (or NETJAM_LISTENER_RUNS, NETJAM_LISTENER_ONLY). N defaults to 3; NAME is one of p2p,
-//! room4, stall, step, leave-join; `--busy` keeps one core spinning for the whole series.
-//! Each run of a scenario plays 10–12 s; the default series takes about 4 minutes on two
-//! cores. Runs are interleaved (every scenario once, then again), so a change in the
-//! machine's load hits every scenario alike. Files go to a temporary directory, kept with
-//! `--keep DIR`.
+//! Run: `cargo bench -p netjam --bench listener [-- [--runs N] [--only NAME,...] [--busy]
+//! [--keep DIR]]` (or NETJAM_LISTENER_RUNS, NETJAM_LISTENER_ONLY, NETJAM_LISTENER_KEEP). N
+//! defaults to 3; NAME is one of p2p, room4, stall, step, leave-join; `--busy` keeps one core
+//! spinning for the whole series. Each run of a scenario plays 10–12 s; the default series
+//! takes about 3 minutes on two cores (the first `cargo bench` also builds the bench
+//! profile, several minutes more). It prints the load average before and after: other work
+//! on a shared machine moves every figure. Runs are interleaved (every scenario once, then again), so a change in the
+//! machine's load hits every scenario alike. Files go to a temporary directory, removed at
+//! the end unless `--keep DIR` names one.
 //!
 //! A cargo bench target rather than a script beside scripts/bench-jack-roundtrip: the
 //! measure is Rust (`listen`) and so is reading the `--stats-json` series, and the
