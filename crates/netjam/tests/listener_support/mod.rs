@@ -9,9 +9,10 @@
 //!
 //! - **cents**: the largest |pitch error| of a heard tone in a window that is not a glitch.
 //!   A tone is read only in windows where it is heard (within [`HEARD_WITHIN_DB`] of its
-//!   median level), so a member who has left does not read as a wild pitch; and the same
-//!   over every window that is not silent (**any**): a pitch that bends fast leaves a
-//!   residual and glitches its own window, so the first figure alone would hide it;
+//!   median level, that median within as much of the loudest tone's), so a member who has
+//!   left, or was never heard, does not read as a wild pitch (the weakest level says so);
+//!   and the same over every window that is not silent (**any**): a pitch that bends fast
+//!   leaves a residual and glitches its own window, so the first figure alone would hide it;
 //! - **glitch windows**, and of those the ones **away** from the event (more than
 //!   [`EVENT_BEFORE_S`] before it starts or [`EVENT_AFTER_S`] after it ends), and the
 //!   **silent** ones among them;
@@ -217,7 +218,9 @@ fn heard_of(l: &Listening) -> Heard {
     let (mut clean_cents, mut clean_cents_at_s, mut any_cents) = (0.0f64, 0.0, 0.0f64);
     for w in &l.windows {
         for (t, level) in w.present.iter().zip(&s.present) {
-            if t.level_db <= level.median_db - HEARD_WITHIN_DB {
+            // A tone never heard (its median far below the loudest) has no pitch to read.
+            let heard = level.relative_db > -HEARD_WITHIN_DB;
+            if !heard || t.level_db <= level.median_db - HEARD_WITHIN_DB {
                 continue;
             }
             any_cents = any_cents.max(t.cents.abs());
