@@ -73,7 +73,9 @@ const TIGHT_SHRINK_NS_PER_S: u64 = 1_000_000_000;
 /// The largest peak `Safe` covers; anything later is a stall, left to concealment.
 pub const SAFE_PEAK_MAX_NS: u64 = 60_000_000;
 
-/// How readily the buffer trades latency for fewer dropouts.
+/// How readily the buffer trades latency for fewer dropouts. Under either, the height a
+/// recurring series of peaks is covered at is one that recurred (the second highest
+/// under `Tight`): a stall among hiccups is not held as latency.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LatencyPolicy {
@@ -540,11 +542,18 @@ impl DelayEstimator {
         if now_ns.saturating_sub(last) >= hold_ns {
             return 0;
         }
-        live()
-            .filter(|p| now_ns.saturating_sub(p.last_ns) < memory_ns)
-            .map(|p| p.height_ns)
-            .max()
-            .unwrap_or(0)
+        // The height covered is one that recurred: the `count`-th highest of the series that
+        // made the last peak a recurrence. One stall beside a few hiccups is a stall, not a height to keep: covering
+        // it would hold its whole length as latency for as long as the hiccups go on.
+        let mut heights = [0u64; PEAKS];
+        let mut k = 0;
+        for p in live().filter(|p| p.last_ns + memory_ns > last) {
+            heights[k] = p.height_ns;
+            k += 1;
+        }
+        let heights = &mut heights[..k];
+        heights.sort_unstable_by(|a, b| b.cmp(a));
+        heights.get(count.max(1) - 1).copied().unwrap_or(0)
     }
 
     fn update_target(&mut self, now_ns: u64) {
@@ -718,6 +727,26 @@ mod tests {
         // Three calm seconds later they are forgotten and the target is back within 1 ms.
         calm(&mut d, t, 2250, &mut r);
         assert!(d.target_ns() < MS, "forgotten {}", d.target_ns());
+    }
+
+    #[test]
+    fn tight_covers_the_hiccups_around_a_stall_not_the_stall() {
+        let mut d = DelayEstimator::new(auto(), 750.0);
+        let mut r = SimRng::new(12);
+        let mut t = calm(&mut d, 0, 3000, &mut r);
+        t = stall(&mut d, t);
+        // Hiccups of 8 ms half a second apart after it: they recur, and are covered at
+        // their own height, not at the stall's.
+        for _ in 0..3 {
+            t = calm(&mut d, t, 375, &mut r) + 1_333_333;
+            d.on_packet(t, 18 * MS as i64);
+        }
+        assert!(
+            d.target_ns() >= 7 * MS,
+            "the hiccups are covered: {}",
+            d.target_ns()
+        );
+        assert!(d.target_ns() <= 12 * MS, "the stall is not: {}", d.target_ns());
     }
 
     #[test]
