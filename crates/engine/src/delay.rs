@@ -69,13 +69,17 @@ const DISTURBED_FLOOR_NS: u64 = 1_000_000;
 /// back within a second of its end, while peaks that recur every second or so (a busy
 /// machine, a periodic Wi-Fi scan) stay covered instead of being met by a shrunk buffer.
 const TIGHT_PEAK_HOLD_NS: u64 = 250_000_000;
+/// Peaks recur at a height when another is at least this fraction of it (1/2): a busy
+/// machine's hiccups vary in height and are covered at their top, but one stall among
+/// hiccups a tenth its height is not.
+const RECUR_RATIO: u64 = 2;
 const TIGHT_SHRINK_NS_PER_S: u64 = 1_000_000_000;
 /// The largest peak `Safe` covers; anything later is a stall, left to concealment.
 pub const SAFE_PEAK_MAX_NS: u64 = 60_000_000;
 
-/// How readily the buffer trades latency for fewer dropouts. Under either, the height a
-/// recurring series of peaks is covered at is one that recurred (the second highest
-/// under `Tight`): a stall among hiccups is not held as latency.
+/// How readily the buffer trades latency for fewer dropouts. Under `Tight`, the height a
+/// recurring series of peaks is covered at is one that recurred (the highest with another
+/// at least half as high): a stall among hiccups is not held as latency.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LatencyPolicy {
@@ -542,8 +546,9 @@ impl DelayEstimator {
         if now_ns.saturating_sub(last) >= hold_ns {
             return 0;
         }
-        // The height covered is one that recurred: the `count`-th highest of the series that
-        // made the last peak a recurrence. One stall beside a few hiccups is a stall, not a height to keep: covering
+        // The height covered is one that recurred: the highest of the series that made the
+        // last peak a recurrence with another at least half as high (or, none such, the
+        // lowest). One stall beside a few hiccups is a stall, not a height to keep: covering
         // it would hold its whole length as latency for as long as the hiccups go on.
         let mut heights = [0u64; PEAKS];
         let mut k = 0;
@@ -553,7 +558,13 @@ impl DelayEstimator {
         }
         let heights = &mut heights[..k];
         heights.sort_unstable_by(|a, b| b.cmp(a));
-        heights.get(count.max(1) - 1).copied().unwrap_or(0)
+        if count <= 1 {
+            return heights.first().copied().unwrap_or(0);
+        }
+        heights
+            .windows(2)
+            .find(|w| w[1].saturating_mul(RECUR_RATIO) >= w[0])
+            .map_or_else(|| heights.last().copied().unwrap_or(0), |w| w[0])
     }
 
     fn update_target(&mut self, now_ns: u64) {
@@ -747,6 +758,19 @@ mod tests {
             d.target_ns()
         );
         assert!(d.target_ns() <= 12 * MS, "the stall is not: {}", d.target_ns());
+    }
+
+    #[test]
+    fn tight_covers_hiccups_of_varying_height_at_their_top() {
+        let mut d = DelayEstimator::new(auto(), 750.0);
+        let mut r = SimRng::new(13);
+        let mut t = calm(&mut d, 0, 3000, &mut r);
+        // A busy machine: hiccups of 20, 30 and 25 ms, 0.3 s apart.
+        for late in [30, 40, 35] {
+            t = calm(&mut d, t, 225, &mut r) + 1_333_333;
+            d.on_packet(t, late * MS as i64);
+        }
+        assert!(d.target_ns() >= 29 * MS, "covered at the top: {}", d.target_ns());
     }
 
     #[test]
