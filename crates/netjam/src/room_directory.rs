@@ -1,0 +1,342 @@
+//! A [`RoomDirectory`] on Redis: which server hosts each room, shared by several
+//! `netjam server` processes (`netjam server --directory redis://HOST:PORT`).
+//!
+//! # Leases
+//!
+//! A claim is a lease of [`LEASE`] (5 s) that its server renews every [`RENEW_EVERY`]
+//! (1 s) while the room has members. A server that dies stops renewing; within 5 s its
+//! rooms are free and the next server a player reaches claims them. Four renewals can be
+//! lost in a row (a slow Redis, a congested link) before a live room's lease runs out.
+//!
+//! # Keys and commands
+//!
+//! * `netjam:room:<name>` holds `"<epoch> <server>"`: the fencing epoch of the claim and
+//!   the address players reach the holder at (`--advertise`).
+//! * `netjam:epoch` is a counter: every claim takes a fresh epoch from it with `INCR`.
+//! * Claim: `INCR netjam:epoch`, then `SET netjam:room:<name> "<epoch> <server>" NX GET PX
+//!   5000` — set only if absent, answering with the holder when it is not.
+//! * Renew and release: Lua scripts run with `EVALSHA` (`EVAL` the first time) that act only
+//!   if the key still holds this server's exact value, epoch included — Redis 7 has no
+//!   compare-and-delete of its own. An earlier incarnation of the same server (restarted at
+//!   the same address) holds another epoch, so it can neither renew nor release a claim
+//!   made since. A renewal that finds the key gone (Redis restarted empty, or the lease ran
+//!   out while Redis was unreachable) takes it again, since the room is still playing here;
+//!   one that finds another holder reports the room lost.
+//! * Lookup: `GET`.
+//!
+//! Every call is a blocking round trip to Redis, bounded by [`IO_TIMEOUT`]; it belongs
+//! on a thread of its own (the server's directory thread), never on the forwarding thread.
+//! A failed call drops the connection and the next call connects again.
+//!
+//! # Why a crate
+//!
+//! The `redis` crate speaks RESP, parses `redis://` URLs (with passwords and database
+//! numbers) and runs scripts by SHA with the `EVAL` fallback; a hand-written client
+//! would repeat all of that for no gain in latency, as nothing here is on the audio or
+//! forwarding path. Its blocking API is used: one directory thread needs no async runtime.
+//!
+//! Never here: anything the forwarding thread waits for.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use netjam_engine::room::directory::{DirectoryError, RoomDirectory, ServerId};
+
+/// How long a claim lives without renewal.
+pub const LEASE: Duration = Duration::from_secs(5);
+/// How often a server renews its claims.
+pub const RENEW_EVERY: Duration = Duration::from_secs(1);
+/// The longest one call to Redis may take (connecting, sending, waiting for the answer).
+pub const IO_TIMEOUT: Duration = Duration::from_millis(500);
+
+const ROOM_PREFIX: &str = "netjam:room:";
+const EPOCH_KEY: &str = "netjam:epoch";
+
+/// Extends the lease if the key holds exactly ARGV[1]; takes it again if it is gone.
+const RENEW: &str = r"
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+elseif v == false then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+";
+
+/// Deletes the key if it holds exactly ARGV[1].
+const RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+";
+
+/// Replaces the key's value ARGV[1] (a dead incarnation's claim) by ARGV[2].
+const TAKE_OVER: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0
+";
+
+/// Why a directory URL cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// Not a `redis://HOST:PORT` (or `rediss://`, `redis+unix://`) URL.
+    #[error("{url:?} is not a Redis URL ({reason}): write redis://HOST:PORT")]
+    BadUrl { url: String, reason: String },
+    /// Redis did not answer `PING`.
+    #[error("no answer from Redis at {url} ({reason}): is redis-server running there and reachable from this machine?")]
+    Unreachable { url: String, reason: String },
+}
+
+/// The room directory on one Redis server. See the module docs.
+pub struct RedisDirectory {
+    client: redis::Client,
+    url: String,
+    conn: Option<redis::Connection>,
+    lease_ms: u64,
+    /// The claims this directory made and still holds: room → value stored.
+    held: HashMap<String, String>,
+    /// Rooms whose claim another server took (found while renewing), not yet taken.
+    lost: Vec<(String, ServerId)>,
+    renew: redis::Script,
+    release: redis::Script,
+    take_over: redis::Script,
+    /// Calls made to Redis (each one round trip).
+    ops: u64,
+}
+
+impl std::fmt::Debug for RedisDirectory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisDirectory")
+            .field("url", &self.url)
+            .field("connected", &self.conn.is_some())
+            .field("held", &self.held.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn unavailable(e: &redis::RedisError) -> DirectoryError {
+    DirectoryError::Unavailable(e.to_string())
+}
+
+/// The server part of a stored `"<epoch> <server>"`.
+fn holder_of(value: &str) -> &str {
+    value.split_once(' ').map_or(value, |(_, s)| s)
+}
+
+impl RedisDirectory {
+    /// A directory at `url` (`redis://HOST:PORT`) with leases of [`LEASE`]: checks the URL
+    /// and that Redis answers, so a mistake is said at start, not at the first join.
+    pub fn open(url: &str) -> Result<Self, OpenError> {
+        Self::open_with_lease(url, LEASE)
+    }
+
+    /// [`RedisDirectory::open`] with leases of `lease` (tests shorten it).
+    pub fn open_with_lease(url: &str, lease: Duration) -> Result<Self, OpenError> {
+        let bad = |reason: String| OpenError::BadUrl {
+            url: url.to_owned(),
+            reason,
+        };
+        if !(url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("redis+unix://"))
+        {
+            return Err(bad("it must start with redis://".into()));
+        }
+        let client = redis::Client::open(url).map_err(|e| bad(e.to_string()))?;
+        let mut d = Self {
+            client,
+            url: url.to_owned(),
+            conn: None,
+            lease_ms: lease.as_millis().max(1) as u64,
+            held: HashMap::new(),
+            lost: Vec::new(),
+            renew: redis::Script::new(RENEW),
+            release: redis::Script::new(RELEASE),
+            take_over: redis::Script::new(TAKE_OVER),
+            ops: 0,
+        };
+        d.ping().map_err(|e| OpenError::Unreachable {
+            url: url.to_owned(),
+            reason: e.to_string(),
+        })?;
+        Ok(d)
+    }
+
+    /// The URL it was opened with.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Calls made to Redis so far (each one round trip).
+    pub fn ops(&self) -> u64 {
+        self.ops
+    }
+
+    /// The rooms this directory holds claims on.
+    pub fn held(&self) -> impl Iterator<Item = &str> {
+        self.held.keys().map(String::as_str)
+    }
+
+    /// The fencing epoch of the claim held on `room`, if this directory holds one.
+    pub fn epoch(&self, room: &str) -> Option<u64> {
+        self.held
+            .get(room)
+            .and_then(|v| v.split_once(' '))
+            .and_then(|(e, _)| e.parse().ok())
+    }
+
+    /// Stops renewing the claim on `room` without releasing it: its lease runs out.
+    pub fn forget(&mut self, room: &str) {
+        self.held.remove(room);
+    }
+
+    /// Rooms found held by another server while renewing (each reported once), with
+    /// their holder.
+    pub fn take_lost(&mut self) -> Vec<(String, ServerId)> {
+        std::mem::take(&mut self.lost)
+    }
+
+    /// Whether Redis answers now.
+    pub fn ping(&mut self) -> Result<(), DirectoryError> {
+        self.with_conn(|c| redis::cmd("PING").query::<String>(c))
+            .map(drop)
+    }
+
+    fn key(room: &str) -> String {
+        format!("{ROOM_PREFIX}{room}")
+    }
+
+    /// Runs `f` on the connection (made first if there is none); a failure drops it.
+    fn with_conn<T>(
+        &mut self,
+        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T, DirectoryError> {
+        if self.conn.is_none() {
+            let c = self
+                .client
+                .get_connection_with_timeout(IO_TIMEOUT)
+                .map_err(|e| unavailable(&e))?;
+            c.set_read_timeout(Some(IO_TIMEOUT))
+                .map_err(|e| unavailable(&e))?;
+            c.set_write_timeout(Some(IO_TIMEOUT))
+                .map_err(|e| unavailable(&e))?;
+            self.conn = Some(c);
+        }
+        let Some(c) = self.conn.as_mut() else {
+            return Err(DirectoryError::Unavailable("not connected".into()));
+        };
+        self.ops += 1;
+        match f(c) {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                self.conn = None;
+                Err(unavailable(&e))
+            }
+        }
+    }
+}
+
+impl RoomDirectory for RedisDirectory {
+    fn lookup(&mut self, room: &str, _now_ns: u64) -> Result<Option<ServerId>, DirectoryError> {
+        let key = Self::key(room);
+        let v: Option<String> = self.with_conn(|c| redis::cmd("GET").arg(&key).query(c))?;
+        Ok(v.map(|v| holder_of(&v).to_owned()))
+    }
+
+    fn claim(&mut self, room: &str, server: &str, _now_ns: u64) -> Result<ServerId, DirectoryError> {
+        let key = Self::key(room);
+        let ms = self.lease_ms;
+        if let Some(mine) = self.held.get(room).cloned() {
+            // Held already: renew, and if it is lost say who has it.
+            let script = self.renew.clone();
+            let ok: i64 = self.with_conn(|c| script.key(&key).arg(&mine).arg(ms).invoke(c))?;
+            if ok == 1 {
+                return Ok(server.to_owned());
+            }
+            self.held.remove(room);
+        }
+        let epoch: u64 = self.with_conn(|c| redis::cmd("INCR").arg(EPOCH_KEY).query(c))?;
+        let value = format!("{epoch} {server}");
+        let before: Option<String> = self.with_conn(|c| {
+            redis::cmd("SET")
+                .arg(&key)
+                .arg(&value)
+                .arg("NX")
+                .arg("GET")
+                .arg("PX")
+                .arg(ms)
+                .query(c)
+        })?;
+        match before {
+            None => {
+                self.held.insert(room.to_owned(), value);
+                Ok(server.to_owned())
+            }
+            Some(old) if holder_of(&old) == server => {
+                // An earlier incarnation of this server (same address, another epoch)
+                // claimed it and died or forgot it: take it over if it is still that claim.
+                let script = self.take_over.clone();
+                let took: i64 =
+                    self.with_conn(|c| script.key(&key).arg(&old).arg(&value).arg(ms).invoke(c))?;
+                if took == 1 {
+                    self.held.insert(room.to_owned(), value);
+                    return Ok(server.to_owned());
+                }
+                Ok(self.lookup(room, 0)?.unwrap_or_default())
+            }
+            Some(old) => Ok(holder_of(&old).to_owned()),
+        }
+    }
+
+    fn renew(&mut self, _server: &str, _now_ns: u64) -> Result<(), DirectoryError> {
+        let ms = self.lease_ms;
+        let held: Vec<(String, String)> = self.held.iter().map(|(r, v)| (r.clone(), v.clone())).collect();
+        let script = self.renew.clone();
+        for (room, value) in held {
+            let key = Self::key(&room);
+            let ok: i64 = self.with_conn(|c| script.key(&key).arg(&value).arg(ms).invoke(c))?;
+            if ok != 1 {
+                self.held.remove(&room);
+                let holder = self.lookup(&room, 0)?.unwrap_or_default();
+                self.lost.push((room, holder));
+            }
+        }
+        Ok(())
+    }
+
+    fn release(&mut self, room: &str, _server: &str) -> Result<(), DirectoryError> {
+        let Some(value) = self.held.get(room).cloned() else {
+            return Ok(());
+        };
+        let key = Self::key(room);
+        let script = self.release.clone();
+        let _: i64 = self.with_conn(|c| script.key(&key).arg(&value).invoke(c))?;
+        self.held.remove(room);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holders_are_read_from_stored_values() {
+        assert_eq!(holder_of("17 10.0.0.1:4464"), "10.0.0.1:4464");
+        assert_eq!(holder_of("odd"), "odd");
+    }
+
+    #[test]
+    fn urls_that_are_not_redis_are_refused_before_any_connection() {
+        for url in ["http://localhost:6379", "localhost:6379", "redis://[::1"] {
+            match RedisDirectory::open(url) {
+                Err(OpenError::BadUrl { .. }) => {}
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+    }
+}
