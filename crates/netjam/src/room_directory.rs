@@ -16,7 +16,9 @@
 //! * Claim: `INCR netjam:epoch`, then `SET netjam:room:<name> "<epoch> <server>" NX GET PX
 //!   5000` — set only if absent, answering with the holder when it is not.
 //! * Renew and release: Lua scripts run with `EVALSHA` (`EVAL` the first time) that act only
-//!   if the key still holds this server's exact value, epoch included — Redis 7 has no
+//!   if the key still holds this server's exact value, epoch included (one call renews
+//!   every room a server holds, so a server costs Redis about one call a second however
+//!   many rooms it hosts, plus two per room opened and one per room closed) — Redis 7 has no
 //!   compare-and-delete of its own. An earlier incarnation of the same server (restarted at
 //!   the same address) holds another epoch, so it can neither renew nor release a claim
 //!   made since. A renewal that finds the key gone (Redis restarted empty, or the lease ran
@@ -35,12 +37,25 @@
 //! would repeat all of that for no gain in latency, as nothing here is on the audio or
 //! forwarding path. Its blocking API is used: one directory thread needs no async runtime.
 //!
+//! # The directory thread
+//!
+//! [`DirectoryThread::spawn`] runs a server's side of it: it takes the forwarding
+//! thread's [`DirectoryRequest`]s from a channel (never blocking the sender), claims or
+//! looks rooms up, answers with a [`Placement`] on another channel that the forwarding
+//! thread drains between batches, releases rooms that emptied and renews every claim each
+//! [`RENEW_EVERY`]. Whether Redis answers, and what it cost, is published in a
+//! [`DirectoryStatus`] for the command line to say.
+//!
 //! Never here: anything the forwarding thread waits for.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use netjam_engine::room::directory::{DirectoryError, RoomDirectory, ServerId};
+use netjam_engine::room::{DirectoryRequest, Placement};
 
 /// How long a claim lives without renewal.
 pub const LEASE: Duration = Duration::from_secs(5);
@@ -52,18 +67,26 @@ pub const IO_TIMEOUT: Duration = Duration::from_millis(500);
 const ROOM_PREFIX: &str = "netjam:room:";
 const EPOCH_KEY: &str = "netjam:epoch";
 
-/// Extends the lease if the key holds exactly ARGV[1]; takes it again if it is gone.
+/// For each key KEYS[i]: extends its lease (ARGV[1] ms) if it holds exactly ARGV[i + 1],
+/// takes it again if it is gone; answers 1 for each renewed, 0 for each held by another.
 const RENEW: &str = r"
-local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-elseif v == false then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
+local out = {}
+for i, key in ipairs(KEYS) do
+  local v = redis.call('GET', key)
+  if v == ARGV[i + 1] then
+    redis.call('PEXPIRE', key, ARGV[1])
+    out[i] = 1
+  elseif v == false then
+    redis.call('SET', key, ARGV[i + 1], 'PX', ARGV[1])
+    out[i] = 1
+  else
+    out[i] = 0
+  end
 end
-return 0
+return out
 ";
+/// Most claims renewed by one call (one script run holds Redis for its duration).
+const RENEW_BATCH: usize = 256;
 
 /// Deletes the key if it holds exactly ARGV[1].
 const RELEASE: &str = r"
@@ -253,8 +276,8 @@ impl RoomDirectory for RedisDirectory {
         if let Some(mine) = self.held.get(room).cloned() {
             // Held already: renew, and if it is lost say who has it.
             let script = self.renew.clone();
-            let ok: i64 = self.with_conn(|c| script.key(&key).arg(&mine).arg(ms).invoke(c))?;
-            if ok == 1 {
+            let ok: Vec<i64> = self.with_conn(|c| script.key(&key).arg(ms).arg(&mine).invoke(c))?;
+            if ok.first() == Some(&1) {
                 return Ok(server.to_owned());
             }
             self.held.remove(room);
@@ -296,13 +319,21 @@ impl RoomDirectory for RedisDirectory {
         let ms = self.lease_ms;
         let held: Vec<(String, String)> = self.held.iter().map(|(r, v)| (r.clone(), v.clone())).collect();
         let script = self.renew.clone();
-        for (room, value) in held {
-            let key = Self::key(&room);
-            let ok: i64 = self.with_conn(|c| script.key(&key).arg(&value).arg(ms).invoke(c))?;
-            if ok != 1 {
-                self.held.remove(&room);
-                let holder = self.lookup(&room, 0)?.unwrap_or_default();
-                self.lost.push((room, holder));
+        for batch in held.chunks(RENEW_BATCH) {
+            let ok: Vec<i64> = self.with_conn(|c| {
+                let mut call = script.prepare_invoke();
+                call.arg(ms);
+                for (room, value) in batch {
+                    call.key(Self::key(room)).arg(value);
+                }
+                call.invoke(c)
+            })?;
+            for ((room, _), ok) in batch.iter().zip(ok.iter().chain(std::iter::repeat(&0))) {
+                if *ok != 1 {
+                    self.held.remove(room);
+                    let holder = self.lookup(room, 0)?.unwrap_or_default();
+                    self.lost.push((room.clone(), holder));
+                }
             }
         }
         Ok(())
@@ -338,5 +369,208 @@ mod tests {
                 other => panic!("{url}: {other:?}"),
             }
         }
+    }
+}
+
+/// The forwarding thread's ends of the directory thread's channels.
+#[derive(Debug)]
+pub struct DirectoryLink {
+    /// Requests from the core ([`netjam_engine::room::Server::poll_directory`]); sending
+    /// never blocks.
+    pub requests: mpsc::Sender<DirectoryRequest>,
+    /// Answers for [`netjam_engine::room::Server::placed`]; read with `try_recv`.
+    pub answers: mpsc::Receiver<(String, Placement)>,
+}
+
+/// What the directory thread reports.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct DirectoryStatus {
+    /// The directory's URL.
+    pub url: String,
+    /// The address this server advertises (what redirects to it name).
+    pub advertise: String,
+    /// Whether Redis answered the last call.
+    pub reachable: bool,
+    /// The last error, while it does not answer.
+    pub error: Option<String>,
+    /// Rooms this server holds claims on.
+    pub rooms_held: usize,
+    /// Most rooms held at once.
+    pub rooms_held_max: usize,
+    /// Calls made to Redis (each one round trip).
+    pub ops: u64,
+    /// Seconds since the thread started.
+    pub uptime_s: f64,
+    /// Rooms claimed for this server, answered elsewhere, and refused for want of Redis.
+    pub claimed: u64,
+    pub elsewhere: u64,
+    pub unavailable: u64,
+    /// Rooms whose claim another server took while this one still had them: (room, holder).
+    pub lost: Vec<(String, String)>,
+}
+
+/// A server's directory thread. Stopping it (or dropping the forwarding thread's end)
+/// releases every claim it holds.
+#[derive(Debug)]
+pub struct DirectoryThread {
+    status: Arc<Mutex<DirectoryStatus>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl DirectoryThread {
+    /// Runs `directory` for the server that players reach at `advertise`.
+    pub fn spawn(directory: RedisDirectory, advertise: String) -> std::io::Result<(Self, DirectoryLink)> {
+        let (req_tx, req_rx) = mpsc::channel();
+        let (ans_tx, ans_rx) = mpsc::channel();
+        let status = Arc::new(Mutex::new(DirectoryStatus {
+            url: directory.url().to_owned(),
+            advertise: advertise.clone(),
+            reachable: true,
+            ..DirectoryStatus::default()
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (status, stop) = (status.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("netjam-directory".into())
+                .spawn(move || run(directory, &advertise, &req_rx, &ans_tx, &status, &stop))?
+        };
+        Ok((
+            Self {
+                status,
+                stop,
+                thread: Some(thread),
+            },
+            DirectoryLink {
+                requests: req_tx,
+                answers: ans_rx,
+            },
+        ))
+    }
+
+    /// The latest status.
+    pub fn status(&self) -> DirectoryStatus {
+        match self.status.lock() {
+            Ok(s) => s.clone(),
+            Err(e) => e.into_inner().clone(),
+        }
+    }
+
+    /// Releases every claim and stops.
+    pub fn stop(mut self) -> DirectoryStatus {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.status()
+    }
+}
+
+impl Drop for DirectoryThread {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Where `room` lives, claiming it for `me` if nobody holds it.
+fn locate(d: &mut RedisDirectory, room: &str, me: &str) -> Result<Placement, DirectoryError> {
+    let holder = d.claim(room, me, 0)?;
+    Ok(if holder == me {
+        Placement::Here
+    } else {
+        Placement::Elsewhere(holder)
+    })
+}
+
+fn run(
+    mut d: RedisDirectory,
+    me: &str,
+    requests: &mpsc::Receiver<DirectoryRequest>,
+    answers: &mpsc::Sender<(String, Placement)>,
+    status: &Mutex<DirectoryStatus>,
+    stop: &AtomicBool,
+) {
+    let started = Instant::now();
+    let mut next_renew = started + RENEW_EVERY;
+    let mut st = DirectoryStatus {
+        url: d.url().to_owned(),
+        advertise: me.to_owned(),
+        reachable: true,
+        ..DirectoryStatus::default()
+    };
+    let result = |st: &mut DirectoryStatus, r: &Result<(), DirectoryError>| match r {
+        Ok(()) => {
+            st.reachable = true;
+            st.error = None;
+        }
+        Err(e) => {
+            st.reachable = false;
+            st.error = Some(e.to_string());
+        }
+    };
+    while !stop.load(Ordering::Relaxed) {
+        let wait = next_renew
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_millis(100));
+        match requests.recv_timeout(wait) {
+            Ok(DirectoryRequest::Locate(room)) => {
+                let placement = match locate(&mut d, &room, me) {
+                    Ok(p) => {
+                        result(&mut st, &Ok(()));
+                        p
+                    }
+                    Err(e) => {
+                        result(&mut st, &Err(e));
+                        Placement::Unavailable
+                    }
+                };
+                match &placement {
+                    Placement::Here => st.claimed += 1,
+                    Placement::Elsewhere(_) => st.elsewhere += 1,
+                    Placement::Unavailable => st.unavailable += 1,
+                }
+                if answers.send((room, placement)).is_err() {
+                    break;
+                }
+            }
+            Ok(DirectoryRequest::Vacate(room)) => {
+                let r = d.release(&room, me);
+                if r.is_err() {
+                    // Its lease runs out instead.
+                    d.forget(&room);
+                }
+                result(&mut st, &r);
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        let now = Instant::now();
+        if now >= next_renew {
+            next_renew = now + RENEW_EVERY;
+            let r = if d.held().next().is_some() {
+                d.renew(me, 0)
+            } else {
+                d.ping()
+            };
+            result(&mut st, &r);
+            st.lost.extend(d.take_lost());
+        }
+        st.rooms_held = d.held().count();
+        st.rooms_held_max = st.rooms_held_max.max(st.rooms_held);
+        st.ops = d.ops();
+        st.uptime_s = started.elapsed().as_secs_f64();
+        if let Ok(mut s) = status.lock() {
+            s.clone_from(&st);
+        }
+    }
+    let rooms: Vec<String> = d.held().map(str::to_owned).collect();
+    for room in rooms {
+        let _ = d.release(&room, me);
+    }
+    st.rooms_held = d.held().count();
+    st.ops = d.ops();
+    if let Ok(mut s) = status.lock() {
+        s.clone_from(&st);
     }
 }

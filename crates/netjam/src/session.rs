@@ -195,7 +195,8 @@ impl NetIo {
         Self::start_with_control(socket, peer, None)
     }
 
-    /// Like [`NetIo::start`], but OSC datagrams (first byte `/`) from the fixed peer, and
+    /// Like [`NetIo::start`], but OSC datagrams (first byte `/`) from the peer (as
+    /// [`NetIo::route`] names it now: a room client moves it to another server), and
     /// direct-path probes (`/netjam/probe`) from anyone, go to `control` instead of the
     /// audio thread (a room client's control thread); when that channel is full they are
     /// dropped and counted in [`NetIo::control_dropped`]. The send thread sends each
@@ -219,10 +220,6 @@ impl NetIo {
         let (to_net, mut from_audio) = packet_ring(RING_BYTES);
         let rx_overflow = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let control_dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let control_from = match peer {
-            Peer::Fixed(a) => Some(a),
-            Peer::Learned => None,
-        };
 
         let rx = {
             let (socket, stop, route, overflow, control_dropped) = (
@@ -243,6 +240,9 @@ impl NetIo {
                     match socket.recv(&mut buf) {
                         Ok(Some(r)) => {
                             if let Some(control) = &control {
+                                // Control comes from the peer the route names now (a room
+                                // client moves it when its room moves to another server).
+                                let control_from = route.peer();
                                 // STUN answers from the server (asked again after a
                                 // rejoin) go to the control thread too.
                                 if Some(r.from) == control_from

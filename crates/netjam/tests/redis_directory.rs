@@ -170,3 +170,41 @@ fn a_redis_that_does_not_answer_is_said_at_open() {
         other => panic!("{other:?}"),
     }
 }
+
+/// The calls a server makes to Redis: two to open a room, one a second to renew however
+/// many it holds, one to close one. Counted, not timed; the figures per second at 100
+/// rooms are printed.
+#[test]
+fn a_hundred_rooms_cost_one_call_a_second_to_keep() {
+    const ROOMS: u64 = 100;
+    let redis = RedisServer::start();
+    let mut d = RedisDirectory::open(&redis.url()).expect("open");
+    let opened = d.ops();
+    for i in 0..ROOMS {
+        assert_eq!(d.claim(&format!("room-{i}"), "a:1", 0).unwrap(), "a:1");
+    }
+    let to_open = d.ops() - opened;
+    assert_eq!(to_open, 2 * ROOMS, "calls to open {ROOMS} rooms");
+    let before = d.ops();
+    const RENEWALS: u64 = 5;
+    let started = Instant::now();
+    for _ in 0..RENEWALS {
+        d.renew("a:1", 0).unwrap();
+    }
+    let renew_s = started.elapsed().as_secs_f64() / RENEWALS as f64;
+    assert_eq!(
+        d.ops() - before,
+        RENEWALS,
+        "calls for {RENEWALS} renewals of {ROOMS} rooms"
+    );
+    assert!(d.take_lost().is_empty());
+    let before = d.ops();
+    for i in 0..ROOMS {
+        d.release(&format!("room-{i}"), "a:1").unwrap();
+    }
+    assert_eq!(d.ops() - before, ROOMS);
+    eprintln!(
+        "{ROOMS} rooms: {to_open} calls to open them, then 1 call a second to keep them (one renewal of all {ROOMS} took {:.2} ms here), {ROOMS} to close them",
+        renew_s * 1e3
+    );
+}

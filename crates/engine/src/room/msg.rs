@@ -24,6 +24,8 @@ pub const ROOM_KEY_LEN: usize = 32;
 pub const MAX_NAME_LEN: usize = 64;
 /// Longest refusal text the server writes.
 pub const MAX_REASON_LEN: usize = 64;
+/// Longest server address a `/netjam/redirect` carries (`host:port`), in bytes of UTF-8.
+pub const MAX_SERVER_LEN: usize = 128;
 /// Largest control message either side writes (a buffer of this size always suffices).
 pub const MAX_CONTROL_LEN: usize = 512;
 
@@ -101,6 +103,10 @@ pub enum RefuseCode {
     BadRequest = 8,
     /// The server holds its maximum number of members or rooms.
     ServerFull = 9,
+    /// The server cannot reach the room directory it shares with other servers, so it
+    /// cannot tell whether the room lives elsewhere: it opens no new room until the
+    /// directory answers again (rooms already playing on it go on).
+    DirectoryUnavailable = 10,
 }
 
 impl RefuseCode {
@@ -116,6 +122,7 @@ impl RefuseCode {
             7 => Self::UnknownMember,
             8 => Self::BadRequest,
             9 => Self::ServerFull,
+            10 => Self::DirectoryUnavailable,
             _ => return None,
         })
     }
@@ -132,6 +139,7 @@ impl RefuseCode {
             Self::UnknownMember => "unknown member, join again",
             Self::BadRequest => "bad request",
             Self::ServerFull => "server is full",
+            Self::DirectoryUnavailable => "room directory unreachable, no new rooms",
         }
     }
 }
@@ -332,6 +340,15 @@ pub enum Control<'a> {
     },
     /// member → member: `/netjam/probe`.
     Probe(Probe<'a>),
+    /// server → client: `/netjam/redirect`, the answer to a join for a room that another
+    /// server hosts: join that one instead.
+    Redirect {
+        /// The room the join asked for.
+        room: &'a str,
+        /// Where the room lives: `host:port` as that server advertises itself
+        /// (1..=[`MAX_SERVER_LEN`] bytes).
+        server: &'a str,
+    },
 }
 
 /// Why bytes are not a control message this code understands.
@@ -371,6 +388,7 @@ const ROUTE: &str = "/netjam/route";
 const ROUTED: &str = "/netjam/routed";
 const PROBE: &str = "/netjam/probe";
 const ENS: &str = "/netjam/ens";
+const REDIRECT: &str = "/netjam/redirect";
 
 /// The padding blob a client puts in its hello so that the hello is at least as long as
 /// the challenge it asks for: 64 bytes makes a 92-byte hello for an 88-byte challenge.
@@ -415,6 +433,7 @@ impl<'a> Control<'a> {
                 | ROUTED
                 | PROBE
                 | ENS
+                | REDIRECT
         );
         if !known {
             return Err(ControlError::UnknownAddress);
@@ -609,6 +628,15 @@ impl<'a> Control<'a> {
                 }
                 Control::Ens { member_id, payload }
             }
+            REDIRECT => {
+                expect(b"iss")?;
+                let room = s!();
+                let server = s!();
+                if !valid_name(room) || server.is_empty() || server.len() > MAX_SERVER_LEN {
+                    return Err(bad);
+                }
+                Control::Redirect { room, server }
+            }
             _ => {
                 expect(b"i")?;
                 Control::Rebind
@@ -709,6 +737,9 @@ impl<'a> Control<'a> {
             Control::Routed { seq } => encode_message(buf, ROUTED, &[v, u(seq)]),
             Control::Ens { member_id, payload } => {
                 encode_message(buf, ENS, &[v, u(member_id), Arg::Blob(payload)])
+            }
+            Control::Redirect { room, server } => {
+                encode_message(buf, REDIRECT, &[v, Arg::Str(room), Arg::Str(server)])
             }
             Control::Probe(p) => encode_message(
                 buf,
@@ -934,6 +965,46 @@ mod tests {
         roundtrip(Control::Keepalive);
         roundtrip(Control::Leave);
         roundtrip(Control::Rebind);
+        roundtrip(Control::Redirect {
+            room: "band",
+            server: "eu-west.example.org:4464",
+        });
+        roundtrip(Control::Refused {
+            code: RefuseCode::DirectoryUnavailable as i32,
+            text: RefuseCode::DirectoryUnavailable.text(),
+        });
+    }
+
+    #[test]
+    fn redirects_name_a_room_and_a_server_within_limits() {
+        let mut buf = [0u8; MAX_CONTROL_LEN];
+        let long = "s".repeat(MAX_SERVER_LEN);
+        let n = Control::Redirect {
+            room: "band",
+            server: &long,
+        }
+        .encode(&mut buf)
+        .unwrap();
+        assert!(Control::decode(&buf[..n]).is_ok());
+        let longer = "s".repeat(MAX_SERVER_LEN + 1);
+        for (room, server) in [("band", longer.as_str()), ("band", ""), ("", "a:1")] {
+            let n = Control::Redirect { room, server }.encode(&mut buf).unwrap();
+            assert_eq!(
+                Control::decode(&buf[..n]),
+                Err(ControlError::BadArguments),
+                "{room:?} {server:?}"
+            );
+        }
+        // "band" takes 8 bytes, "a:1" 4.
+        assert_eq!(
+            Control::Redirect {
+                room: "band",
+                server: "a:1"
+            }
+            .encode(&mut buf)
+            .unwrap(),
+            20 + 8 + 4 + 8 + 4
+        );
     }
 
     #[test]
