@@ -23,6 +23,14 @@
 //! thread's [`RouteTable`] current; a route list for the server is sent before the table
 //! changes, so the server hears of a dead path before media goes back through it.
 //!
+//! Rooms across servers: a join redirected to the room's server follows at once
+//! ([`join`] says where the seat was taken). Once seated, the control thread follows the
+//! room if its server stops answering: it goes back to the server the player named (which
+//! redirects it, or claims the room itself), moves the stream's route there, forgets the
+//! members (they come again with new ids) and keeps their control seats by name. A server
+//! a redirect named that stays silent for [`REDIRECT_PATIENCE`] is given up for the named
+//! one.
+//!
 //! Never here: audio, blocking the audio thread, or trusting a datagram that did not come
 //! from the server (probes from elsewhere are authenticated by the pair's token).
 
@@ -678,7 +686,7 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                     // Sent to a server that does not answer: ask the first one again.
                     server = named;
                     switched_at = now;
-                    route.learn_peer(server);
+                    route.set_peer(server);
                     client.server_changed(now);
                 }
                 if client.poll_timeout().is_some_and(|t| t <= now) {
@@ -754,7 +762,7 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                                 // knows (or decides) where the room lives now.
                                 server = named;
                                 switched_at = clock::now_ns();
-                                route.learn_peer(server);
+                                route.set_peer(server);
                                 client.server_changed(switched_at);
                             }
                         }
@@ -762,7 +770,7 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                             Ok(a) => {
                                 server = a;
                                 switched_at = clock::now_ns();
-                                route.learn_peer(server);
+                                route.set_peer(server);
                                 client.server_changed(switched_at);
                             }
                             Err(e) => tracing::warn!("{e:#}"),

@@ -129,6 +129,13 @@ impl SendRoute {
         }
     }
 
+    /// Send to `peer` from now on: a room client's control thread, when its room moves to
+    /// another server (control from that server then reaches it too). As
+    /// [`SendRoute::learn_peer`].
+    pub fn set_peer(&self, peer: SocketAddr) {
+        self.learn_peer(peer);
+    }
+
     /// The route table in force. Lock-free; allocation-free after this thread's first load.
     pub fn table(&self) -> RouteTable {
         **self.table.load()
