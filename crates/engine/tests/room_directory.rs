@@ -17,8 +17,8 @@ use netjam_engine::room::client::MAX_REDIRECTS;
 use netjam_engine::room::msg::MAX_ENS_LEN;
 use netjam_engine::room::server::{CLAIM_UNUSED_NS, LOCATE_WAIT_NS};
 use netjam_engine::room::{
-    ClientConfig, DirectoryRequest, InMemoryDirectory, Placement, RefuseCode, RoomClient, RoomDirectory,
-    RoomEvent, RosterKind, Server, ServerConfig,
+    ClientConfig, DirectoryRequest, InMemoryDirectory, ListedRoom, Placement, RefuseCode, RoomClient,
+    RoomDirectory, RoomEvent, RosterKind, Server, ServerConfig,
 };
 
 const MS: u64 = 1_000_000;
@@ -126,6 +126,7 @@ impl World {
                         server.placed(now, &room, placement);
                     }
                     DirectoryRequest::Vacate(room) => self.directory.release(&room, &me).expect("release"),
+                    DirectoryRequest::Listed { .. } => {}
                 }
             }
             while let Some((dst, n)) = server.poll_transmit(&mut buf) {
@@ -335,4 +336,116 @@ fn redirects_to_a_server_that_never_answers_do_not_use_up_the_limit() {
         c.server_changed(now);
     }
     assert!(c.poll_event().is_none());
+}
+
+/// Asks `server` for its list at `now` from `from`: hello, challenge, list.
+fn ask_list(server: &mut Server, now: u64, from: SocketAddr) -> Vec<(String, String, u32, String)> {
+    use netjam_engine::room::msg::{Control, HELLO_PAD, MAX_CONTROL_LEN};
+    let mut buf = [0u8; MAX_ENS_LEN];
+    let n = Control::Hello { pad: HELLO_PAD }.encode(&mut buf).expect("hello");
+    let _ = server.handle_datagram(now, from, &buf[..n]);
+    let (_, n) = server.poll_transmit(&mut buf).expect("a challenge");
+    let Ok(Control::Challenge { cookie, .. }) = Control::decode(&buf[..n]) else {
+        panic!("no challenge")
+    };
+    let cookie = *cookie;
+    let mut q = [0u8; MAX_CONTROL_LEN];
+    let n = Control::List { cookie: &cookie }.encode(&mut q).expect("list");
+    let _ = server.handle_datagram(now, from, &q[..n]);
+    let mut out = Vec::new();
+    while let Some((to, n)) = server.poll_transmit(&mut buf) {
+        assert_eq!(to, from);
+        match Control::decode(&buf[..n]).expect("a reply") {
+            Control::Listed {
+                room,
+                server,
+                members,
+                region,
+            } => out.push((room.into(), server.into(), members, region.into())),
+            Control::ListEnd { count } => {
+                assert_eq!(count as usize, out.len());
+                return out;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    panic!("no end of the list: {out:?}");
+}
+
+#[test]
+fn public_rooms_are_listed_with_their_players_and_region_and_private_ones_are_not() {
+    let mut w = World::new();
+    w.servers[0] = Server::new(
+        ServerConfig {
+            region: "eu-west".into(),
+            ..ServerConfig::default()
+        },
+        [9; 32],
+    );
+    let ana = w.add(0, "band", "ana");
+    let bo = w.add(0, "band", "bo");
+    let cy = w.add(0, "duo", "cy");
+    w.run_ms(50);
+    assert!(w.seated(ana) && w.seated(bo) && w.seated(cy));
+    let asker: SocketAddr = "10.2.0.1:7000".parse().unwrap();
+    assert_eq!(ask_list(&mut w.servers[0], w.now, asker), []);
+    w.players[ana].client.set_public();
+    w.run_ms(20);
+    assert!(w.players[ana].client.is_public());
+    assert_eq!(
+        ask_list(&mut w.servers[0], w.now, asker),
+        [("band".into(), String::new(), 2, "eu-west".into())]
+    );
+    w.players[bo].client.leave(w.now);
+    w.run_ms(20);
+    assert_eq!(ask_list(&mut w.servers[0], w.now, asker)[0].2, 1);
+    // Without a cookie for its address, a list is refused, never answered.
+    let mut buf = [0u8; MAX_ENS_LEN];
+    let n = netjam_engine::room::msg::Control::List { cookie: &[0; 32] }
+        .encode(&mut buf)
+        .unwrap();
+    let _ = w.servers[0].handle_datagram(w.now, asker, &buf[..n]);
+    while let Some((_, n)) = w.servers[0].poll_transmit(&mut buf) {
+        assert!(matches!(
+            netjam_engine::room::msg::Control::decode(&buf[..n]),
+            Ok(netjam_engine::room::msg::Control::Refused { .. })
+        ));
+    }
+}
+
+#[test]
+fn with_a_directory_public_rooms_are_published_and_the_list_is_the_directorys() {
+    let mut w = World::new();
+    let ana = w.add(1, "band", "ana");
+    w.run_ms(50);
+    w.players[ana].client.set_public();
+    w.run_ms(20);
+    assert!(w.asked.contains(&(
+        1,
+        DirectoryRequest::Listed {
+            room: "band".into(),
+            members: 1
+        }
+    )));
+    let listing = vec![ListedRoom {
+        room: "band".into(),
+        server: server_addr(1).to_string(),
+        members: 1,
+        region: "us".into(),
+    }];
+    w.servers[0].set_listing(listing);
+    let asker: SocketAddr = "10.2.0.1:7000".parse().unwrap();
+    assert_eq!(
+        ask_list(&mut w.servers[0], w.now, asker),
+        [("band".into(), server_addr(1).to_string(), 1, "us".into())]
+    );
+    w.players[ana].client.leave(w.now);
+    w.run_ms(20);
+    assert!(w.asked.contains(&(
+        1,
+        DirectoryRequest::Listed {
+            room: "band".into(),
+            members: 0
+        }
+    )));
 }

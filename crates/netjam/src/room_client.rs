@@ -455,6 +455,75 @@ pub fn join_asking(
     }
 }
 
+/// The public rooms a rooms server knows (every server's, when it shares a directory):
+/// hello, challenge, `/netjam/list` with the cookie, and the `/netjam/listed` answers up
+/// to `/netjam/listend`, asked again until answered or `timeout`. A room listed without
+/// a server is on the server asked.
+pub fn list_rooms(
+    server: SocketAddr,
+    timeout: Duration,
+) -> anyhow::Result<Vec<netjam_engine::room::ListedRoom>> {
+    use netjam_engine::room::msg::{Control, HELLO_PAD};
+    let socket = UdpTransport::bind(crate::lifecycle::any_for(server))?;
+    let deadline = Instant::now() + timeout;
+    let mut buf = vec![0u8; MAX_CONTROL_LEN.max(2048)];
+    let mut out = Vec::new();
+    let mut cookie: Option<[u8; netjam_engine::room::msg::COOKIE_LEN]> = None;
+    let mut asked_at: Option<Instant> = None;
+    while Instant::now() < deadline {
+        if asked_at.map_or(true, |t| t.elapsed() >= Duration::from_millis(500)) {
+            // (Again) from the start of the exchange: a lost datagram costs half a second.
+            out.clear();
+            let msg = match &cookie {
+                Some(c) => Control::List { cookie: c },
+                None => Control::Hello { pad: HELLO_PAD },
+            };
+            let n = msg.encode(&mut buf)?;
+            socket.send_to(&buf[..n], server)?;
+            asked_at = Some(Instant::now());
+        }
+        socket.set_read_timeout(Some(Duration::from_millis(50)))?;
+        let Ok(Some(got)) = socket.recv(&mut buf) else {
+            continue;
+        };
+        if got.from != server {
+            continue;
+        }
+        match Control::decode(&buf[..got.len]) {
+            Ok(Control::Challenge { cookie: c, .. }) if cookie.is_none() => {
+                cookie = Some(*c);
+                asked_at = None;
+            }
+            Ok(Control::Listed {
+                room,
+                server: at,
+                members,
+                region,
+            }) => out.push(netjam_engine::room::ListedRoom {
+                room: room.to_owned(),
+                server: if at.is_empty() {
+                    server.to_string()
+                } else {
+                    at.to_owned()
+                },
+                members,
+                region: region.to_owned(),
+            }),
+            Ok(Control::ListEnd { count }) if count as usize == out.len() => return Ok(out),
+            Ok(Control::Refused { code, .. }) if code == RefuseCode::BadCookie as i32 => {
+                cookie = None;
+                asked_at = None;
+            }
+            _ => {}
+        }
+    }
+    bail!(
+        "no list from the rooms server at {server} within {:.0} s: is `netjam server` (this version or newer) running there, and does its firewall let UDP port {} in?",
+        timeout.as_secs_f64(),
+        server.port()
+    )
+}
+
 /// How long to collect the roster events that follow a welcome before the audio starts
 /// (the rest arrive through the control thread).
 const EARLY_ROSTER: Duration = Duration::from_millis(20);
@@ -559,6 +628,8 @@ pub struct RoomWires<S> {
     pub route: Arc<crate::session::SendRoute>,
     /// Whether to punch direct paths to other members (`jam --via-server` says no).
     pub direct: bool,
+    /// List the room publicly (`jam --public`), on whichever server it is.
+    pub public: bool,
 }
 
 impl<S> std::fmt::Debug for RoomWires<S> {
@@ -597,8 +668,12 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
         send,
         route,
         direct,
+        public,
     } = wires;
     let mut server = server;
+    if public {
+        client.set_public();
+    }
     let mut paths = DirectPaths::new(DirectConfig::default(), member_id);
     if let Some(rtt) = client.server_rtt_ns() {
         paths.set_server_rtt(rtt);

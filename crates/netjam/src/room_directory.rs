@@ -25,6 +25,11 @@
 //!   out while Redis was unreachable) takes it again, since the room is still playing here;
 //!   one that finds another holder reports the room lost.
 //! * Lookup: `GET`.
+//! * Public rooms (`jam --public`): `netjam:public:<name>` holds `"<players>\t<region>\t<server>"`
+//!   with the same lease, written by the room's server each renewal (one pipelined call
+//!   for all of them) and deleted when the room closes (a script: only the server that
+//!   wrote it). A server reads the list with `SCAN MATCH netjam:public:*` and `MGET` each
+//!   renewal, and answers `netjam rooms` from it.
 //!
 //! Every call is a blocking round trip to Redis, bounded by [`IO_TIMEOUT`]; it belongs
 //! on a thread of its own (the server's directory thread), never on the forwarding thread.
@@ -55,7 +60,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use netjam_engine::room::directory::{DirectoryError, RoomDirectory, ServerId};
-use netjam_engine::room::{DirectoryRequest, Placement};
+use netjam_engine::room::{DirectoryRequest, ListedRoom, Placement};
 
 /// How long a claim lives without renewal.
 pub const LEASE: Duration = Duration::from_secs(5);
@@ -65,6 +70,18 @@ pub const RENEW_EVERY: Duration = Duration::from_secs(1);
 pub const IO_TIMEOUT: Duration = Duration::from_millis(500);
 
 const ROOM_PREFIX: &str = "netjam:room:";
+const PUBLIC_PREFIX: &str = "netjam:public:";
+/// Most public rooms read into one list.
+const LIST_MOST: usize = 1024;
+
+/// Deletes the key if its value ends with ARGV[1] (a tab and the server that wrote it).
+const UNPUBLISH: &str = r"
+local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, -string.len(ARGV[1])) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+";
 const EPOCH_KEY: &str = "netjam:epoch";
 
 /// For each key KEYS[i]: extends its lease (ARGV[1] ms) if it holds exactly ARGV[i + 1],
@@ -129,6 +146,7 @@ pub struct RedisDirectory {
     renew: redis::Script,
     release: redis::Script,
     take_over: redis::Script,
+    unpublish: redis::Script,
     /// Calls made to Redis (each one round trip).
     ops: u64,
 }
@@ -180,6 +198,7 @@ impl RedisDirectory {
             renew: redis::Script::new(RENEW),
             release: redis::Script::new(RELEASE),
             take_over: redis::Script::new(TAKE_OVER),
+            unpublish: redis::Script::new(UNPUBLISH),
             ops: 0,
         };
         d.ping().map_err(|e| OpenError::Unreachable {
@@ -221,6 +240,86 @@ impl RedisDirectory {
     /// their holder.
     pub fn take_lost(&mut self) -> Vec<(String, ServerId)> {
         std::mem::take(&mut self.lost)
+    }
+
+    /// Lists `rooms` (name, players) publicly as `server`'s, in `region`, for one lease:
+    /// one call for all of them.
+    pub fn publish(
+        &mut self,
+        rooms: &[(String, u32)],
+        server: &str,
+        region: &str,
+    ) -> Result<(), DirectoryError> {
+        if rooms.is_empty() {
+            return Ok(());
+        }
+        let ms = self.lease_ms;
+        self.with_conn(|c| {
+            let mut p = redis::pipe();
+            for (room, members) in rooms {
+                p.cmd("SET")
+                    .arg(format!("{PUBLIC_PREFIX}{room}"))
+                    .arg(format!("{members}\t{region}\t{server}"))
+                    .arg("PX")
+                    .arg(ms)
+                    .ignore();
+            }
+            p.query::<()>(c)
+        })
+    }
+
+    /// Takes `room` off the public list if `server` listed it.
+    pub fn unpublish(&mut self, room: &str, server: &str) -> Result<(), DirectoryError> {
+        let key = format!("{PUBLIC_PREFIX}{room}");
+        let script = self.unpublish.clone();
+        let _: i64 = self.with_conn(|c| script.key(&key).arg(format!("\t{server}")).invoke(c))?;
+        Ok(())
+    }
+
+    /// Every server's public rooms (at most 1024), by name.
+    pub fn public_rooms(&mut self) -> Result<Vec<ListedRoom>, DirectoryError> {
+        let mut keys: Vec<String> = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, batch): (u64, Vec<String>) = self.with_conn(|c| {
+                redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(format!("{PUBLIC_PREFIX}*"))
+                    .arg("COUNT")
+                    .arg(500)
+                    .query(c)
+            })?;
+            keys.extend(batch);
+            cursor = next;
+            if cursor == 0 || keys.len() >= LIST_MOST {
+                break;
+            }
+        }
+        keys.truncate(LIST_MOST);
+        keys.sort_unstable();
+        keys.dedup();
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let values: Vec<Option<String>> = self.with_conn(|c| redis::cmd("MGET").arg(&keys).query(c))?;
+        Ok(keys
+            .iter()
+            .zip(values)
+            .filter_map(|(k, v)| {
+                let v = v?;
+                let mut f = v.splitn(3, '\t');
+                let members = f.next()?.parse().ok()?;
+                let region = f.next()?.to_owned();
+                let server = f.next()?.to_owned();
+                Some(ListedRoom {
+                    room: k.strip_prefix(PUBLIC_PREFIX)?.to_owned(),
+                    server,
+                    members,
+                    region,
+                })
+            })
+            .collect())
     }
 
     /// Whether Redis answers now.
@@ -380,6 +479,9 @@ pub struct DirectoryLink {
     pub requests: mpsc::Sender<DirectoryRequest>,
     /// Answers for [`netjam_engine::room::Server::placed`]; read with `try_recv`.
     pub answers: mpsc::Receiver<(String, Placement)>,
+    /// Every server's public rooms, when the list changed, for
+    /// [`netjam_engine::room::Server::set_listing`]; read with `try_recv`.
+    pub listings: mpsc::Receiver<Vec<ListedRoom>>,
 }
 
 /// What the directory thread reports.
@@ -419,10 +521,16 @@ pub struct DirectoryThread {
 }
 
 impl DirectoryThread {
-    /// Runs `directory` for the server that players reach at `advertise`.
-    pub fn spawn(directory: RedisDirectory, advertise: String) -> std::io::Result<(Self, DirectoryLink)> {
+    /// Runs `directory` for the server that players reach at `advertise`, whose region
+    /// label is `region`.
+    pub fn spawn(
+        directory: RedisDirectory,
+        advertise: String,
+        region: String,
+    ) -> std::io::Result<(Self, DirectoryLink)> {
         let (req_tx, req_rx) = mpsc::channel();
         let (ans_tx, ans_rx) = mpsc::channel();
+        let (list_tx, list_rx) = mpsc::channel();
         let status = Arc::new(Mutex::new(DirectoryStatus {
             url: directory.url().to_owned(),
             advertise: advertise.clone(),
@@ -434,7 +542,14 @@ impl DirectoryThread {
             let (status, stop) = (status.clone(), stop.clone());
             std::thread::Builder::new()
                 .name("netjam-directory".into())
-                .spawn(move || run(directory, &advertise, &req_rx, &ans_tx, &status, &stop))?
+                .spawn(move || {
+                    let wires = Wires {
+                        requests: req_rx,
+                        answers: ans_tx,
+                        listings: list_tx,
+                    };
+                    run(directory, &advertise, &region, &wires, &status, &stop);
+                })?
         };
         Ok((
             Self {
@@ -445,6 +560,7 @@ impl DirectoryThread {
             DirectoryLink {
                 requests: req_tx,
                 answers: ans_rx,
+                listings: list_rx,
             },
         ))
     }
@@ -483,14 +599,24 @@ fn locate(d: &mut RedisDirectory, room: &str, me: &str) -> Result<Placement, Dir
     })
 }
 
+/// The directory thread's ends of its channels.
+struct Wires {
+    requests: mpsc::Receiver<DirectoryRequest>,
+    answers: mpsc::Sender<(String, Placement)>,
+    listings: mpsc::Sender<Vec<ListedRoom>>,
+}
+
 fn run(
     mut d: RedisDirectory,
     me: &str,
-    requests: &mpsc::Receiver<DirectoryRequest>,
-    answers: &mpsc::Sender<(String, Placement)>,
+    region: &str,
+    w: &Wires,
     status: &Mutex<DirectoryStatus>,
     stop: &AtomicBool,
 ) {
+    // This server's public rooms and their players; the last list sent.
+    let mut public: HashMap<String, u32> = HashMap::new();
+    let mut listed: Vec<ListedRoom> = Vec::new();
     let started = Instant::now();
     let mut next_renew = started + RENEW_EVERY;
     let mut st = DirectoryStatus {
@@ -513,7 +639,7 @@ fn run(
         let wait = next_renew
             .saturating_duration_since(Instant::now())
             .min(Duration::from_millis(100));
-        match requests.recv_timeout(wait) {
+        match w.requests.recv_timeout(wait) {
             Ok(DirectoryRequest::Locate(room)) => {
                 let placement = match locate(&mut d, &room, me) {
                     Ok(p) => {
@@ -530,7 +656,7 @@ fn run(
                     Placement::Elsewhere(_) => st.elsewhere += 1,
                     Placement::Unavailable => st.unavailable += 1,
                 }
-                if answers.send((room, placement)).is_err() {
+                if w.answers.send((room, placement)).is_err() {
                     break;
                 }
             }
@@ -542,17 +668,42 @@ fn run(
                 }
                 result(&mut st, &r);
             }
+            Ok(DirectoryRequest::Listed { room, members: 0 }) => {
+                public.remove(&room);
+                let r = d.unpublish(&room, me);
+                result(&mut st, &r);
+            }
+            Ok(DirectoryRequest::Listed { room, members }) => {
+                public.insert(room, members);
+                // Published at once, so a list asked for right after shows it.
+                next_renew = Instant::now();
+            }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
         let now = Instant::now();
         if now >= next_renew {
             next_renew = now + RENEW_EVERY;
-            let r = if d.held().next().is_some() {
+            let mut r = if d.held().next().is_some() {
                 d.renew(me, 0)
             } else {
                 d.ping()
             };
+            if r.is_ok() {
+                let rooms: Vec<(String, u32)> = public.iter().map(|(k, v)| (k.clone(), *v)).collect();
+                r = d.publish(&rooms, me, region);
+            }
+            if r.is_ok() {
+                match d.public_rooms() {
+                    Ok(list) => {
+                        if list != listed {
+                            listed = list;
+                            let _ = w.listings.send(listed.clone());
+                        }
+                    }
+                    Err(e) => r = Err(e),
+                }
+            }
             result(&mut st, &r);
             st.lost.extend(d.take_lost());
         }
@@ -567,6 +718,9 @@ fn run(
     let rooms: Vec<String> = d.held().map(str::to_owned).collect();
     for room in rooms {
         let _ = d.release(&room, me);
+    }
+    for room in public.keys() {
+        let _ = d.unpublish(room, me);
     }
     st.rooms_held = d.held().count();
     st.ops = d.ops();

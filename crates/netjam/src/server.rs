@@ -545,6 +545,9 @@ fn forward(
             while let Ok((room, placement)) = d.answers.try_recv() {
                 core.placed(now, &room, placement);
             }
+            while let Ok(listing) = d.listings.try_recv() {
+                core.set_listing(listing);
+            }
             while let Some(r) = core.poll_directory() {
                 // An unbounded channel: sending never waits (a gone thread is said by
                 // the command line, which watches it).

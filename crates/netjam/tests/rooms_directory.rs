@@ -8,6 +8,9 @@
 //!   players' silence timeout and some slack, each plays on on A, hearing the other three
 //!   under their names (the silence each measured is printed). B started again: nothing
 //!   moves.
+//! * `netjam rooms --server A` lists the public rooms of both servers (`jam --public`) with
+//!   their players and their server's region label (`server --region`), and not the
+//!   rooms nobody made public.
 //! * Redis stopped: the room in progress plays on, the server says once that it lost the
 //!   directory, and a player asking for a new room is refused with the reason; Redis back:
 //!   the server says so and a new room opens.
@@ -54,11 +57,16 @@ struct DirServer {
 
 impl DirServer {
     fn start(redis: &str, dir: &Path, tag: &str, listen: &str) -> Self {
+        Self::start_in(redis, dir, tag, listen, "")
+    }
+
+    fn start_in(redis: &str, dir: &Path, tag: &str, listen: &str, region: &str) -> Self {
         let json = dir.join(format!("server-{tag}.json"));
         let proc = Proc::spawn_lines(
             Command::new(BIN)
                 .args(["server", "--listen", listen, "--directory", redis, "--stats-json"])
                 .arg(&json)
+                .args(["--region", region])
                 .env("NETJAM_NO_REALTIME", "1")
                 .stdout(Stdio::null()),
             "netjam server",
@@ -116,6 +124,18 @@ impl Player {
         duration_s: f64,
         dir: &Path,
     ) -> Self {
+        Self::start_with(name, hz, server, room, duration_s, dir, &[])
+    }
+
+    fn start_with(
+        name: &'static str,
+        hz: u32,
+        server: SocketAddr,
+        room: &str,
+        duration_s: f64,
+        dir: &Path,
+        extra: &[&str],
+    ) -> Self {
         let json = dir.join(format!("{name}-{room}.json"));
         let proc = Proc::spawn_lines(
             Command::new(BIN)
@@ -133,6 +153,7 @@ impl Player {
                 .arg(dir.join(format!("{name}-{room}.wav")))
                 .arg("--stats-json")
                 .arg(&json)
+                .args(extra)
                 .env("NETJAM_NO_REALTIME", "1")
                 .stdout(Stdio::null()),
             "netjam jam",
@@ -499,4 +520,96 @@ fn without_redis_rooms_in_progress_play_on_and_new_rooms_wait_for_it() {
         "{}",
         report["server"]
     );
+}
+
+/// `netjam rooms --server SERVER --json`: room → (players, region, server).
+fn rooms_at(server: SocketAddr) -> BTreeMap<String, (u64, String, String)> {
+    let out = Command::new(BIN)
+        .args([
+            "rooms",
+            "--server",
+            &server.to_string(),
+            "--json",
+            "--timeout",
+            "10",
+        ])
+        .output()
+        .expect("run netjam rooms");
+    assert!(
+        out.status.success(),
+        "netjam rooms failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON from netjam rooms");
+    list.as_array()
+        .expect("a list")
+        .iter()
+        .map(|r| {
+            (
+                r["room"].as_str().unwrap_or_default().to_owned(),
+                (
+                    r["members"].as_u64().unwrap_or_default(),
+                    r["region"].as_str().unwrap_or_default().to_owned(),
+                    r["server"].as_str().unwrap_or_default().to_owned(),
+                ),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn public_rooms_of_every_server_are_listed_with_players_and_region() {
+    let _turn = one_at_a_time();
+    let dir = tmp_dir("rooms-directory-list");
+    let redis = RedisServer::start();
+    let a = DirServer::start_in(&redis.url(), &dir, "a", "127.0.0.1:0", "eu-west");
+    let b = DirServer::start_in(&redis.url(), &dir, "b", "127.0.0.1:0", "us-east");
+    const DURATION_S: f64 = 20.0;
+    // Two players make "band" public on B (one names A and is sent there); one plays in a
+    // room on A that nobody made public.
+    let mut players = vec![
+        Player::start_with("ana", 311, b.addr, "band", DURATION_S, &dir, &["--public"]),
+        Player::start("cy", 647, a.addr, "secret", DURATION_S, &dir),
+    ];
+    players[0].wait_seated();
+    players.push(Player::start_with(
+        "bo",
+        463,
+        a.addr,
+        "band",
+        DURATION_S,
+        &dir,
+        &["--public"],
+    ));
+    for p in &mut players[1..] {
+        p.wait_seated();
+    }
+    players[0].wait_roster("band", &["bo"], STEP);
+    // The list is refreshed every renewal (1 s): ask until it shows both players.
+    let deadline = Instant::now() + STEP;
+    let listed = loop {
+        let listed = rooms_at(a.addr);
+        if listed.get("band").is_some_and(|r| r.0 == 2) || Instant::now() >= deadline {
+            break listed;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    eprintln!("netjam rooms --server A: {listed:?}");
+    assert_eq!(
+        listed.get("band"),
+        Some(&(2, "us-east".to_owned(), b.addr.to_string())),
+        "{listed:?}"
+    );
+    assert!(
+        !listed.contains_key("secret"),
+        "a room nobody made public is listed: {listed:?}"
+    );
+    assert_eq!(rooms_at(b.addr), listed, "the two servers list differently");
+    for p in players {
+        p.finish(Duration::from_secs_f64(DURATION_S) + STEP);
+    }
+    // Once its players left, the room is no longer listed (within a renewal).
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!rooms_at(a.addr).contains_key("band"));
+    drop((a, b));
 }

@@ -220,6 +220,10 @@ pub struct RoomClient {
     redirects: u32,
     /// Whether anything came from the server since the caller last changed servers.
     heard_since_change: bool,
+    /// The room is to be listed publicly ([`RoomClient::set_public`]), and whether the
+    /// server it sits on said it is.
+    public: bool,
+    public_acked: bool,
 }
 
 impl RoomClient {
@@ -250,6 +254,8 @@ impl RoomClient {
             server_rtt_ns: None,
             redirects: 0,
             heard_since_change: false,
+            public: false,
+            public_acked: false,
         };
         c.hello(now_ns);
         c
@@ -427,6 +433,11 @@ impl RoomClient {
                 self.keepalive_ns = u64::from(w.keepalive_ms.clamp(50, 60_000)) * 1_000_000;
                 self.timeout_ns = u64::from(w.timeout_ms.clamp(200, 600_000)) * 1_000_000;
                 self.next_keepalive = now_ns + self.keepalive_ns;
+                if self.public {
+                    // A new seat (perhaps on another server): list the room there too.
+                    self.public_acked = false;
+                    self.send(&Control::Public);
+                }
                 self.events.push_back(RoomEvent::Joined {
                     member_id: w.member_id,
                     ssrc: w.ssrc,
@@ -516,6 +527,7 @@ impl RoomClient {
             }
             (Control::Routed { seq }, Phase::Joined) => self.events.push_back(RoomEvent::Routed { seq }),
             (Control::Rebind, Phase::Joined) => self.hello(now_ns),
+            (Control::Public, Phase::Joined) => self.public_acked = true,
             (Control::Keepalive, _) => {
                 self.rtt_sample(now_ns, self.keepalive_at);
                 self.keepalive_at = 0;
@@ -561,6 +573,9 @@ impl RoomClient {
                     self.reset_backoff();
                     self.hello(now_ns);
                 } else if now_ns >= self.next_keepalive {
+                    if self.public && !self.public_acked {
+                        self.send(&Control::Public);
+                    }
                     self.send(&Control::Keepalive);
                     self.keepalive_at = now_ns;
                     self.next_keepalive = now_ns + self.keepalive_ns;
@@ -677,6 +692,20 @@ impl RoomClient {
         self.lost_reported = false;
         self.reset_backoff();
         self.hello(now_ns);
+    }
+
+    /// Asks that the room be listed publicly (`netjam rooms`): sent now if seated, again
+    /// with each keep-alive until the server confirms, and again on every new seat.
+    pub fn set_public(&mut self) {
+        self.public = true;
+        if self.phase == Phase::Joined && !self.public_acked {
+            self.send(&Control::Public);
+        }
+    }
+
+    /// Whether the server confirmed that the room is listed publicly.
+    pub fn is_public(&self) -> bool {
+        self.public_acked
     }
 
     /// Leaves the room (one `/netjam/leave`; a lost one ends as a timeout at the server).

@@ -25,8 +25,8 @@ pub use client::{ClientConfig, PeerEntry, RoomClient, RoomEvent, RosterEntry};
 pub use directory::{InMemoryDirectory, RoomDirectory};
 pub use msg::{RefuseCode, RosterKind, PROTOCOL_VERSION};
 pub use server::{
-    Dest, DestId, DirectoryRequest, DropReason, MemberStats, Placement, Server, ServerConfig, ServerStats,
-    Verdict,
+    Dest, DestId, DirectoryRequest, DropReason, ListedRoom, MemberStats, Placement, Server, ServerConfig,
+    ServerStats, Verdict,
 };
 
 /// What a datagram on the room port is, from its first bytes.

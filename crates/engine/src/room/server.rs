@@ -64,7 +64,7 @@ use super::auth;
 use super::msg::{
     decode_addrs, encode_addrs, valid_name, Control, Join, PeerInfo, RefuseCode, Rejoin, Roster, RosterKind,
     Welcome, CHALLENGE_LEN, CLOCK_PING_PREFIX, ENS_EVERYONE, MAX_ADDRS_LEN, MAX_CONTROL_LEN, MAX_ENS_LEN,
-    MAX_HOSTS, PAIR_TOKEN_LEN, ROOM_KEY_LEN, TOKEN_LEN,
+    MAX_HOSTS, MAX_LISTED, PAIR_TOKEN_LEN, ROOM_KEY_LEN, TOKEN_LEN,
 };
 use crate::nat::stun;
 
@@ -120,6 +120,8 @@ pub struct ServerConfig {
     /// Rooms are shared with other servers through a room directory: a join for a room not
     /// open here waits for [`Server::placed`] (see the module docs).
     pub directory: bool,
+    /// This server's region label, named with its public rooms (`/netjam/listed`).
+    pub region: String,
 }
 
 impl Default for ServerConfig {
@@ -146,6 +148,7 @@ impl Default for ServerConfig {
             ensemble_packets_per_s: 400,
             ensemble_bytes_per_s: 400_000,
             directory: false,
+            region: String::new(),
         }
     }
 }
@@ -171,6 +174,27 @@ pub enum DirectoryRequest {
     /// This server no longer hosts the room (its last member left, or a claim went
     /// unused): release the claim.
     Vacate(String),
+    /// A public room here now has this many players (0: it is no longer listed): publish
+    /// it for the other servers' lists.
+    Listed {
+        /// The room.
+        room: String,
+        /// Its players.
+        members: u32,
+    },
+}
+
+/// One public room, as the directory lists it ([`Server::set_listing`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ListedRoom {
+    /// The room's name.
+    pub room: String,
+    /// The server it lives on (`host:port`).
+    pub server: String,
+    /// Its players.
+    pub members: u32,
+    /// That server's region label.
+    pub region: String,
 }
 
 /// How long a join waits for the directory before it is dropped (the client retries).
@@ -301,6 +325,8 @@ pub struct ServerStats {
     /// Joins dropped unanswered because the directory had not answered in time, or too
     /// many waited (the client retries).
     pub locate_drops: u64,
+    /// `/netjam/list` queries answered.
+    pub lists: u64,
 }
 
 /// How many bytes longer than its request a STUN answer may be (an IPv4
@@ -482,6 +508,8 @@ struct Room {
     name: String,
     key: [u8; ROOM_KEY_LEN],
     members: Vec<u32>,
+    /// Listed publicly (a member asked, `/netjam/public`).
+    public: bool,
 }
 
 /// The rooms server's state machine. See the module docs for the calling loop.
@@ -502,6 +530,8 @@ pub struct Server {
     claimed: HashMap<String, u64>,
     locating: HashMap<String, Locating>,
     directory_out: VecDeque<DirectoryRequest>,
+    /// Every server's public rooms, as the directory last said (with a directory).
+    listing: Vec<ListedRoom>,
     scratch: Vec<Dest>,
     transmit: VecDeque<(SocketAddr, Vec<u8>)>,
     next_member_id: u32,
@@ -584,6 +614,7 @@ impl Server {
             claimed: HashMap::new(),
             locating: HashMap::new(),
             directory_out: VecDeque::new(),
+            listing: Vec::new(),
             transmit: VecDeque::new(),
             next_member_id: 1,
             serial: 0,
@@ -842,6 +873,21 @@ impl Server {
                 );
             }
             (Control::Join(j), _) => self.join(now, src, &j, bytes),
+            (Control::List { cookie }, _) => self.list(now, src, cookie, bytes.len()),
+            (Control::Public, Some(slot)) => {
+                let room = self
+                    .slots
+                    .get(slot as usize)
+                    .and_then(Option::as_ref)
+                    .map(|m| m.room);
+                if let Some(Some(r)) = room.and_then(|i| self.rooms.get_mut(i)) {
+                    r.public = true;
+                }
+                if let Some(i) = room {
+                    self.listed_changed(i);
+                }
+                self.queue(src, &Control::Public);
+            }
             (Control::Rejoin(r), _) => self.rejoin(now, src, &r, bytes.len()),
             (Control::Ack { seq }, Some(slot)) => self.ack(now, slot, seq),
             (Control::Rename { name }, Some(slot)) => {
@@ -868,7 +914,8 @@ impl Server {
                 | Control::Keepalive
                 | Control::Leave
                 | Control::Route { .. }
-                | Control::Ens { .. },
+                | Control::Ens { .. }
+                | Control::Public,
                 None,
             ) => {
                 self.rebind_hint(now, src, bytes.len());
@@ -1037,6 +1084,7 @@ impl Server {
                     name: j.room.to_owned(),
                     key,
                     members: Vec::with_capacity(self.cfg.max_members_per_room),
+                    public: false,
                 };
                 let i = match self.free_rooms.pop() {
                     Some(i) => {
@@ -1138,6 +1186,7 @@ impl Server {
         };
         self.stats.joins += 1;
         self.welcome(src, slot);
+        self.listed_changed(room);
         // The newcomer hears of everyone already there; they hear of the newcomer. A seat
         // without media is in no roster and hears none.
         for other in existing {
@@ -1354,6 +1403,22 @@ impl Server {
         self.by_id.remove(&m.id);
         if let Some(Some(r)) = self.rooms.get_mut(m.room) {
             r.members.retain(|&s| s != slot);
+            if r.public && self.cfg.directory {
+                let members = r
+                    .members
+                    .iter()
+                    .filter(|&&o| {
+                        self.slots
+                            .get(o as usize)
+                            .and_then(Option::as_ref)
+                            .is_some_and(|m| m.media)
+                    })
+                    .count() as u32;
+                self.directory_out.push_back(DirectoryRequest::Listed {
+                    room: r.name.clone(),
+                    members,
+                });
+            }
             if r.members.is_empty() {
                 if self.cfg.directory {
                     self.directory_out
@@ -1477,6 +1542,86 @@ impl Server {
                 }
             }
         }
+    }
+
+    /// Every server's public rooms, as the directory last listed them (with
+    /// [`ServerConfig::directory`]; without one, `/netjam/list` is answered from this
+    /// server's own rooms).
+    pub fn set_listing(&mut self, rooms: Vec<ListedRoom>) {
+        self.listing = rooms;
+    }
+
+    /// This server's public rooms: name and players.
+    pub fn public_rooms(&self) -> Vec<(String, u32)> {
+        self.rooms
+            .iter()
+            .flatten()
+            .filter(|r| r.public)
+            .map(|r| (r.name.clone(), self.players_in(r)))
+            .collect()
+    }
+
+    fn players_in(&self, r: &Room) -> u32 {
+        r.members.iter().filter(|&&o| self.has_media(o)).count() as u32
+    }
+
+    /// A public room's player count changed: tell the directory.
+    fn listed_changed(&mut self, room: usize) {
+        let Some(Some(r)) = self.rooms.get(room) else {
+            return;
+        };
+        if r.public && self.cfg.directory {
+            let members = self.players_in(r);
+            let room = r.name.clone();
+            self.directory_out
+                .push_back(DirectoryRequest::Listed { room, members });
+        }
+    }
+
+    /// Answers `/netjam/list` from an address that proved it receives (its cookie): the
+    /// public rooms, at most [`MAX_LISTED`], then `/netjam/listend`.
+    fn list(&mut self, now: u64, src: SocketAddr, cookie: &[u8; super::msg::COOKIE_LEN], len: usize) {
+        if !auth::cookie_valid(&self.secret, src, now, cookie) {
+            self.stats.bad_cookies += 1;
+            let code = RefuseCode::BadCookie;
+            let refusal = Control::Refused {
+                code: code as i32,
+                text: code.text(),
+            };
+            return self.unproven_reply(now, src, len, &refusal);
+        }
+        let rooms: Vec<ListedRoom> = if self.cfg.directory {
+            self.listing.iter().take(MAX_LISTED).cloned().collect()
+        } else {
+            self.public_rooms()
+                .into_iter()
+                .take(MAX_LISTED)
+                .map(|(room, members)| ListedRoom {
+                    room,
+                    server: String::new(),
+                    members,
+                    region: self.cfg.region.clone(),
+                })
+                .collect()
+        };
+        for r in &rooms {
+            self.queue(
+                src,
+                &Control::Listed {
+                    room: &r.room,
+                    server: &r.server,
+                    members: r.members,
+                    region: &r.region,
+                },
+            );
+        }
+        self.stats.lists += 1;
+        self.queue(
+            src,
+            &Control::ListEnd {
+                count: rooms.len() as u32,
+            },
+        );
     }
 
     /// Holds a join for a room not open here and asks the directory where it lives.

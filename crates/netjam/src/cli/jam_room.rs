@@ -615,6 +615,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         },
         route: io.route.clone(),
         direct: !a.via_server,
+        public: a.public,
     };
     let room_link = match extra {
         Some(extra) => room_client::spawn(seated, &room, wires, control_rx, commands, extra)?,

@@ -55,6 +55,10 @@ pub struct ServerArgs {
     /// unless that is a wildcard (0.0.0.0, ::).
     #[arg(long, value_name = "HOST:PORT", requires = "directory")]
     pub advertise: Option<String>,
+    /// A label for where this server is (e.g. eu-west), shown with its public rooms in
+    /// `netjam rooms`.
+    #[arg(long, value_name = "LABEL", default_value = "")]
+    pub region: String,
 }
 
 /// What the directory knows this server as: `--advertise` (its port defaulting to the
@@ -122,7 +126,11 @@ pub fn run(a: ServerArgs) -> anyhow::Result<()> {
             anyhow::bail!("--duration must be a positive number of seconds");
         }
     }
+    if a.region.len() > netjam_engine::room::msg::MAX_NAME_LEN || a.region.chars().any(char::is_control) {
+        anyhow::bail!("--region must be at most 64 printable characters");
+    }
     let config = ServerConfig {
+        region: a.region.clone(),
         max_members_per_room: usize::from(a.max_members_per_room),
         max_rooms: a.max_rooms as usize,
         max_packets_per_s: a.max_packet_rate,
@@ -144,7 +152,7 @@ pub fn run(a: ServerArgs) -> anyhow::Result<()> {
         Some(redis) => {
             let me = advertised(a.advertise.as_deref(), local)?;
             let url = redis.url().to_owned();
-            let (thread, link) = DirectoryThread::spawn(redis, me.clone())?;
+            let (thread, link) = DirectoryThread::spawn(redis, me.clone(), a.region.clone())?;
             let handle = server::spawn_with_directory(socket, config, ShellConfig::default(), link)?;
             eprintln!(
                 "netjam: sharing rooms through the directory at {url} as {me} (leases of {} s, renewed every {} s)",
