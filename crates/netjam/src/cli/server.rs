@@ -5,14 +5,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Args;
 use netjam_engine::room::ServerConfig;
 
 use crate::cli::common::check_outputs;
 use crate::cli::stream::write_json;
 use crate::control::server::ServerControl;
-use crate::room_directory::{DirectoryThread, LEASE, RENEW_EVERY};
+use crate::room_directory::{DirectoryThread, OpenError, LEASE, RENEW_EVERY};
 use crate::server::{self, ServerReport, ShellConfig, DEFAULT_PORT};
 use crate::session::interrupt_flag;
 use crate::status::StatusLine;
@@ -141,8 +140,11 @@ pub fn run(a: ServerArgs) -> anyhow::Result<()> {
         .directory
         .as_deref()
         .map(|url| {
-            crate::room_directory::RedisDirectory::open(url).with_context(|| {
-                format!("--directory {url}: start redis-server there, or leave out --directory to serve rooms alone")
+            crate::room_directory::RedisDirectory::open(url).map_err(|e| match e {
+                OpenError::Unreachable { .. } => {
+                    anyhow::anyhow!("--directory: {e} (or leave out --directory to serve rooms alone)")
+                }
+                OpenError::BadUrl { .. } => anyhow::anyhow!("--directory: {e}"),
             })
         })
         .transpose()?;
