@@ -23,6 +23,7 @@ pub mod reflexive;
 pub mod resample;
 pub mod ring;
 pub mod room_client;
+pub mod room_directory;
 pub mod rt;
 pub mod series;
 pub mod server;

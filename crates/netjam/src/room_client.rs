@@ -23,6 +23,14 @@
 //! thread's [`RouteTable`] current; a route list for the server is sent before the table
 //! changes, so the server hears of a dead path before media goes back through it.
 //!
+//! Rooms across servers: a join redirected to the room's server follows at once
+//! ([`join`] says where the seat was taken). Once seated, the control thread follows the
+//! room if its server stops answering: it goes back to the server the player named (which
+//! redirects it, or claims the room itself), moves the stream's route there, forgets the
+//! members (they come again with new ids) and keeps their control seats by name. A server
+//! a redirect named that stays silent for [`REDIRECT_PATIENCE`] is given up for the named
+//! one.
+//!
 //! Never here: audio, blocking the audio thread, or trusting a datagram that did not come
 //! from the server (probes from elsewhere are authenticated by the pair's token).
 
@@ -90,6 +98,28 @@ pub struct Roster {
     /// Where the server sees you, as it answered STUN after the last rejoin (a rejoin
     /// follows a changed mapping; the first answer is in the join's report).
     pub server_sees: Option<SocketAddr>,
+    /// The rooms server the seat is on now.
+    pub server: Option<SocketAddr>,
+    /// Times the room was found on another server after the one it was on stopped
+    /// answering (failover), and the last such move.
+    pub moves: u64,
+    pub last_move: Option<RoomMove>,
+    /// Why the server (or the one the room moved to) refused to seat this player again;
+    /// it then stops trying.
+    pub refused: Option<String>,
+    /// Seats kept for members of the room while it moves between servers: a member seen
+    /// again under the same name takes its seat back.
+    #[serde(skip)]
+    pub kept_seats: BTreeMap<String, usize>,
+}
+
+/// The room moved to another server after the one it was on stopped answering.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RoomMove {
+    /// The server it is on now.
+    pub to: SocketAddr,
+    /// Seconds from the last word of the old server to the seat on the new one.
+    pub silence_s: f64,
 }
 
 /// Control seats (the OSC surface's `/member#16`).
@@ -145,7 +175,13 @@ impl Roster {
                     },
                 );
                 if self.seat_of(e.member_id).is_none() {
-                    if let Some(free) = self.seats.iter_mut().find(|s| s.is_none()) {
+                    let kept = self
+                        .kept_seats
+                        .remove(&e.name)
+                        .filter(|&s| self.seats.get(s).is_some_and(Option::is_none));
+                    if let Some(s) = kept {
+                        self.seats[s] = Some(e.member_id);
+                    } else if let Some(free) = self.seats.iter_mut().find(|s| s.is_none()) {
                         *free = Some(e.member_id);
                     }
                 }
@@ -178,6 +214,23 @@ impl Roster {
             }
         }
     }
+
+    /// The room is on a new server, where every member has a new id: forgets the members
+    /// (their commands release them on the audio thread) and keeps each one's seat for
+    /// its name, so that a member seen again under the same name sits where it sat.
+    pub fn forget_members(&mut self) -> Vec<RoomCommand> {
+        let mut out = Vec::new();
+        for (seat, id) in self.seats.iter_mut().enumerate() {
+            if let Some(m) = id.take().and_then(|id| self.members.get(&id)) {
+                self.kept_seats.insert(m.name.clone(), seat);
+            }
+        }
+        for m in std::mem::take(&mut self.members).into_values() {
+            out.push(RoomCommand::Release { ssrc: m.ssrc });
+        }
+        self.paths.clear();
+        out
+    }
 }
 
 /// How to take a seat.
@@ -203,6 +256,12 @@ pub struct JoinRequest {
 #[derive(Debug)]
 pub struct Seated {
     pub client: RoomClient,
+    /// The server the seat is on: the one asked, or the one it redirected to.
+    pub server: SocketAddr,
+    /// The server that redirected the join here, if one did (as it named this one).
+    pub redirected: Option<String>,
+    /// From the first hello to the welcome (redirects followed included).
+    pub took: Duration,
     pub member_id: u32,
     /// Send with this SSRC.
     pub ssrc: u32,
@@ -235,13 +294,42 @@ fn refusal_text(code: Option<RefuseCode>, reason: &str, r: &JoinRequest) -> Stri
         Some(RefuseCode::BadVersion) => "the server speaks another protocol version: use the same netjam version as the server".into(),
         Some(RefuseCode::BadRequest) => "the server refused the name or room (1-64 printable characters each)".into(),
         Some(RefuseCode::ServerFull) => "the server is full: try again later or another server".into(),
+        Some(RefuseCode::DirectoryUnavailable) => format!(
+            "the server cannot reach the room directory it shares with other servers, so it opens no new room now (rooms already playing go on): try room {:?} again in a moment",
+            r.room
+        ),
         _ => "the server refused to seat you".into(),
     };
     format!("{what} (server said: {reason})")
 }
 
+/// How long a server a redirect named may stay silent before the client goes back to the
+/// server it was told to use and asks again (a dead server's rooms stay in the directory
+/// until their leases run out; the server asked then claims the room itself).
+pub const REDIRECT_PATIENCE: Duration = Duration::from_millis(1_000);
+
+/// The address a redirect names (`host:port`), of the socket's family if it has both.
+pub fn resolve_redirect(server: &str, like: SocketAddr) -> anyhow::Result<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    let all: Vec<SocketAddr> = server
+        .to_socket_addrs()
+        .map_err(|e| {
+            anyhow::anyhow!("the rooms server sent this player to {server:?}, which does not resolve: {e}")
+        })?
+        .collect();
+    all.iter()
+        .find(|a| a.is_ipv4() == like.is_ipv4())
+        .or(all.first())
+        .copied()
+        .ok_or_else(|| {
+            anyhow::anyhow!("the rooms server sent this player to {server:?}, which resolves to no address")
+        })
+}
+
 /// Takes a seat on `socket` (the one the stream will use, so the server learns the
-/// address media will come from). Blocks until seated, refused or `r.timeout`.
+/// address media will come from). Blocks until seated, refused or `r.timeout`. A
+/// redirect (the room lives on another server) is followed at once; the seat says where
+/// it was taken.
 pub fn join(socket: &UdpTransport, r: &JoinRequest) -> anyhow::Result<Seated> {
     join_asking(socket, r, None)
 }
@@ -259,12 +347,17 @@ pub fn join_asking(
     config.bytes_per_s = r.bytes_per_s.max(1);
     config.nonce_seed = nonce_seed();
     config.hosts.clone_from(&r.hosts);
+    let began = Instant::now();
     let mut client = RoomClient::new(config, clock::now_ns());
     let deadline = Instant::now() + r.timeout;
     let mut buf = vec![0u8; MAX_CONTROL_LEN.max(2048)];
     let mut early = Vec::new();
     let mut early_peers = Vec::new();
     let mut others = 0u64;
+    // The server sent to now, and since when nothing has come from it.
+    let mut server = r.server;
+    let mut redirected: Option<String> = None;
+    let mut quiet_since = Instant::now();
     loop {
         if let Some(q) = ask.as_deref_mut() {
             while let Some((to, n)) = q.poll_transmit(clock::now_ns(), &mut buf) {
@@ -274,17 +367,21 @@ pub fn join_asking(
             }
         }
         while let Some(n) = client.poll_transmit(&mut buf) {
-            if let Err(e) = socket.send_to(&buf[..n], r.server) {
-                tracing::debug!("join: send to {}: {e}", r.server);
+            if let Err(e) = socket.send_to(&buf[..n], server) {
+                tracing::debug!("join: send to {server}: {e}");
             }
         }
         while let Some(e) = client.poll_event() {
             match e {
                 RoomEvent::Joined { member_id, ssrc, .. } => {
+                    let took = began.elapsed();
                     // Roster events sent together with the welcome may already be queued.
-                    drain_early(socket, r.server, &mut client, &mut early, &mut early_peers, ask);
+                    drain_early(socket, server, &mut client, &mut early, &mut early_peers, ask);
                     return Ok(Seated {
                         client,
+                        server,
+                        redirected,
+                        took,
                         member_id,
                         ssrc,
                         early,
@@ -294,8 +391,28 @@ pub fn join_asking(
                 RoomEvent::Roster(entry) => early.push(entry),
                 RoomEvent::Peer(p) => early_peers.push(p),
                 RoomEvent::Refused { code, reason } => bail!(refusal_text(code, &reason, r)),
+                RoomEvent::Redirected { server: to } => {
+                    server = resolve_redirect(&to, r.server)?;
+                    redirected = Some(to);
+                    quiet_since = Instant::now();
+                    client.server_changed(clock::now_ns());
+                    // The hello to the room's server goes now, not after the next wait.
+                    while let Some(n) = client.poll_transmit(&mut buf) {
+                        if let Err(e) = socket.send_to(&buf[..n], server) {
+                            tracing::debug!("join: send to {server}: {e}");
+                        }
+                    }
+                }
                 RoomEvent::Lost | RoomEvent::Routed { .. } => {}
             }
+        }
+        if server != r.server && quiet_since.elapsed() >= REDIRECT_PATIENCE {
+            // Sent to a server that does not answer: ask the first one again.
+            tracing::debug!("join: {server} does not answer; asking {} again", r.server);
+            server = r.server;
+            redirected = None;
+            client.server_changed(clock::now_ns());
+            continue;
         }
         let now = Instant::now();
         if now >= deadline {
@@ -319,7 +436,8 @@ pub fn join_asking(
         let wait = Duration::from_nanos(wait_ns).min(deadline - now);
         socket.set_read_timeout(Some(wait.max(Duration::from_millis(1))))?;
         match socket.recv(&mut buf) {
-            Ok(Some(got)) if got.from == r.server && buf.first() == Some(&b'/') => {
+            Ok(Some(got)) if got.from == server && buf.first() == Some(&b'/') => {
+                quiet_since = Instant::now();
                 client.handle_datagram(got.at_ns, &buf[..got.len]);
             }
             Ok(Some(got))
@@ -335,6 +453,75 @@ pub fn join_asking(
             client.handle_timeout(now_ns);
         }
     }
+}
+
+/// The public rooms a rooms server knows (every server's, when it shares a directory):
+/// hello, challenge, `/netjam/list` with the cookie, and the `/netjam/listed` answers up
+/// to `/netjam/listend`, asked again until answered or `timeout`. A room listed without
+/// a server is on the server asked.
+pub fn list_rooms(
+    server: SocketAddr,
+    timeout: Duration,
+) -> anyhow::Result<Vec<netjam_engine::room::ListedRoom>> {
+    use netjam_engine::room::msg::{Control, HELLO_PAD};
+    let socket = UdpTransport::bind(crate::lifecycle::any_for(server))?;
+    let deadline = Instant::now() + timeout;
+    let mut buf = vec![0u8; MAX_CONTROL_LEN.max(2048)];
+    let mut out = Vec::new();
+    let mut cookie: Option<[u8; netjam_engine::room::msg::COOKIE_LEN]> = None;
+    let mut asked_at: Option<Instant> = None;
+    while Instant::now() < deadline {
+        if asked_at.map_or(true, |t| t.elapsed() >= Duration::from_millis(500)) {
+            // (Again) from the start of the exchange: a lost datagram costs half a second.
+            out.clear();
+            let msg = match &cookie {
+                Some(c) => Control::List { cookie: c },
+                None => Control::Hello { pad: HELLO_PAD },
+            };
+            let n = msg.encode(&mut buf)?;
+            socket.send_to(&buf[..n], server)?;
+            asked_at = Some(Instant::now());
+        }
+        socket.set_read_timeout(Some(Duration::from_millis(50)))?;
+        let Ok(Some(got)) = socket.recv(&mut buf) else {
+            continue;
+        };
+        if got.from != server {
+            continue;
+        }
+        match Control::decode(&buf[..got.len]) {
+            Ok(Control::Challenge { cookie: c, .. }) if cookie.is_none() => {
+                cookie = Some(*c);
+                asked_at = None;
+            }
+            Ok(Control::Listed {
+                room,
+                server: at,
+                members,
+                region,
+            }) => out.push(netjam_engine::room::ListedRoom {
+                room: room.to_owned(),
+                server: if at.is_empty() {
+                    server.to_string()
+                } else {
+                    at.to_owned()
+                },
+                members,
+                region: region.to_owned(),
+            }),
+            Ok(Control::ListEnd { count }) if count as usize == out.len() => return Ok(out),
+            Ok(Control::Refused { code, .. }) if code == RefuseCode::BadCookie as i32 => {
+                cookie = None;
+                asked_at = None;
+            }
+            _ => {}
+        }
+    }
+    bail!(
+        "no list from the rooms server at {server} within {:.0} s: is `netjam server` (this version or newer) running there, and does its firewall let UDP port {} in?",
+        timeout.as_secs_f64(),
+        server.port()
+    )
 }
 
 /// How long to collect the roster events that follow a welcome before the audio starts
@@ -430,14 +617,19 @@ const PATHS_REFRESH: Duration = Duration::from_millis(250);
 
 /// Where the control thread sends and what it steers.
 pub struct RoomWires<S> {
-    /// The rooms server's address.
+    /// The rooms server's address (where the seat is).
     pub server: SocketAddr,
+    /// The server the player was told to use: when the one it is on stops answering, it
+    /// asks this one again where the room lives now.
+    pub named: SocketAddr,
     /// Sends one datagram to an address on the stream's socket.
     pub send: S,
     /// The send thread's route table ([`crate::session::NetIo::route`]).
     pub route: Arc<crate::session::SendRoute>,
     /// Whether to punch direct paths to other members (`jam --via-server` says no).
     pub direct: bool,
+    /// List the room publicly (`jam --public`), on whichever server it is.
+    pub public: bool,
 }
 
 impl<S> std::fmt::Debug for RoomWires<S> {
@@ -468,13 +660,20 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
         ssrc,
         early,
         early_peers,
+        ..
     } = seated;
     let RoomWires {
         server,
+        named,
         send,
         route,
         direct,
+        public,
     } = wires;
+    let mut server = server;
+    if public {
+        client.set_public();
+    }
     let mut paths = DirectPaths::new(DirectConfig::default(), member_id);
     if let Some(rtt) = client.server_rtt_ns() {
         paths.set_server_rtt(rtt);
@@ -487,6 +686,7 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
     let mut roster = Roster {
         room: room.to_owned(),
         me: Some((member_id, ssrc)),
+        server: Some(server),
         ..Roster::default()
     };
     for e in &early {
@@ -507,15 +707,23 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
             let mut refreshed = clock::now_ns();
             // Asked again after a rejoin: where the server sees us now.
             let mut stun: Option<ReflexiveQuery> = None;
+            // When the server was last heard from, and when it was switched to.
+            let mut heard_at = clock::now_ns();
+            let mut switched_at = heard_at;
+            // Silence began here (the old server's last word) when the room is moving.
+            let mut moving_since: Option<u64> = None;
             let take = |paths: &mut DirectPaths,
                         client: &mut RoomClient,
                         stun: &mut Option<ReflexiveQuery>,
+                        server: SocketAddr,
+                        heard_at: &mut u64,
                         at: u64,
                         from: SocketAddr,
                         bytes: &[u8]| {
                 if from != server {
                     paths.handle_probe(at, from, bytes);
                 } else if bytes.first() == Some(&b'/') {
+                    *heard_at = at;
                     client.handle_datagram(at, bytes);
                 } else if let Some(q) = stun {
                     q.handle_datagram(at, from, bytes);
@@ -536,15 +744,26 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                     .min(5_000_000);
                 match control.recv_timeout(Duration::from_nanos(wait)) {
                     Ok((at, from, bytes)) => {
-                        take(&mut paths, &mut client, &mut stun, at, from, &bytes);
+                        take(&mut paths, &mut client, &mut stun, server, &mut heard_at, at, from, &bytes);
                         while let Ok((at, from, bytes)) = control.try_recv() {
-                            take(&mut paths, &mut client, &mut stun, at, from, &bytes);
+                            take(&mut paths, &mut client, &mut stun, server, &mut heard_at, at, from, &bytes);
                         }
                     }
                     Err(mpsc::RecvTimeoutError::Timeout) => {}
                     Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 }
                 let now = clock::now_ns();
+                if server != named
+                    && client.seat().is_none()
+                    && heard_at < switched_at
+                    && now.saturating_sub(switched_at) >= REDIRECT_PATIENCE.as_nanos() as u64
+                {
+                    // Sent to a server that does not answer: ask the first one again.
+                    server = named;
+                    switched_at = now;
+                    route.set_peer(server);
+                    client.server_changed(now);
+                }
                 if client.poll_timeout().is_some_and(|t| t <= now) {
                     client.handle_timeout(now);
                 }
@@ -577,7 +796,26 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                             roster.lost = false;
                             if rejoined {
                                 roster.rejoins += 1;
+                            } else {
+                                // A fresh seat (on another server, or this one restarted):
+                                // the members come again with new ids.
+                                for m in roster.members.keys().copied().collect::<Vec<_>>() {
+                                    paths.remove_peer(clock::now_ns(), m);
+                                }
+                                for c in roster.forget_members() {
+                                    if commands.push(c).is_err() {
+                                        roster.commands_dropped += 1;
+                                    }
+                                }
                             }
+                            if let Some(since) = moving_since.take() {
+                                roster.moves += 1;
+                                roster.last_move = Some(RoomMove {
+                                    to: server,
+                                    silence_s: clock::now_ns().saturating_sub(since) as f64 / 1e9,
+                                });
+                            }
+                            roster.server = Some(server);
                             if new_ssrc != ssrc {
                                 // A fresh seat after the server forgot us: its SSRC is in
                                 // the welcome, but the sender cannot change mid-stream.
@@ -589,9 +827,32 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                             paths.set_me(clock::now_ns(), member_id);
                             stun = Some(ReflexiveQuery::new(server, None, clock::now_ns()));
                         }
-                        RoomEvent::Lost => roster.lost = true,
+                        RoomEvent::Lost => {
+                            roster.lost = true;
+                            if moving_since.is_none() {
+                                moving_since = Some(heard_at);
+                            }
+                            if server != named {
+                                // The room's server went silent: the one first named
+                                // knows (or decides) where the room lives now.
+                                server = named;
+                                switched_at = clock::now_ns();
+                                route.set_peer(server);
+                                client.server_changed(switched_at);
+                            }
+                        }
+                        RoomEvent::Redirected { server: to } => match resolve_redirect(&to, named) {
+                            Ok(a) => {
+                                server = a;
+                                switched_at = clock::now_ns();
+                                route.set_peer(server);
+                                client.server_changed(switched_at);
+                            }
+                            Err(e) => tracing::warn!("{e:#}"),
+                        },
                         RoomEvent::Refused { reason, .. } => {
                             tracing::warn!("the rooms server refused to seat this player again: {reason}");
+                            roster.refused = Some(reason);
                             roster.lost = true;
                         }
                     }

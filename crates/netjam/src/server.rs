@@ -24,8 +24,12 @@
 //! answer as t3): the server is the clock reference of every ensemble in its rooms. The
 //! answer is written into a buffer on the stack; nothing is allocated for it.
 //!
+//! With a room directory ([`spawn_with_directory`]), the core's requests go to the
+//! directory thread ([`crate::room_directory`]) over a channel and its answers are taken
+//! between batches with `try_recv`: the forwarding thread never waits for Redis.
+//!
 //! Never here: room logic, policing or authentication (the core's), blocking on a
-//! destination, allocation per packet.
+//! destination or on the directory, allocation per packet.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -320,9 +324,41 @@ pub fn spawn_with(
     config: ServerConfig,
     shell: ShellConfig,
 ) -> anyhow::Result<ServerHandle> {
-    let socket = UdpTransport::bind(listen).with_context(|| {
+    let socket = bind(listen)?;
+    spawn_on(socket, config, shell, None)
+}
+
+/// Binds `listen` for [`spawn_on`] (a server that must know its port before it starts,
+/// to advertise it in a room directory).
+pub fn bind(listen: SocketAddr) -> anyhow::Result<UdpTransport> {
+    UdpTransport::bind(listen).with_context(|| {
         format!("cannot listen on {listen}: is another server using it? Pick another with --listen")
-    })?;
+    })
+}
+
+/// Starts forwarding on a bound socket ([`bind`]) with the shipped [`ShellConfig`].
+pub fn spawn_on_socket(socket: UdpTransport, config: ServerConfig) -> anyhow::Result<ServerHandle> {
+    spawn_on(socket, config, ShellConfig::default(), None)
+}
+
+/// Starts forwarding on a bound socket, sharing rooms with other servers through
+/// `directory` when given (the core's [`ServerConfig::directory`] is set to match).
+pub fn spawn_with_directory(
+    socket: UdpTransport,
+    config: ServerConfig,
+    shell: ShellConfig,
+    directory: crate::room_directory::DirectoryLink,
+) -> anyhow::Result<ServerHandle> {
+    spawn_on(socket, config, shell, Some(directory))
+}
+
+fn spawn_on(
+    socket: UdpTransport,
+    mut config: ServerConfig,
+    shell: ShellConfig,
+    directory: Option<crate::room_directory::DirectoryLink>,
+) -> anyhow::Result<ServerHandle> {
+    config.directory = directory.is_some();
     socket.set_read_timeout(Some(IDLE_WAKE))?;
     let local = socket.local_addr()?;
     let core = Server::new(config, fresh_secret()?);
@@ -336,7 +372,7 @@ pub fn spawn_with(
         let (stop, restart, report) = (stop.clone(), restart.clone(), report.clone());
         std::thread::Builder::new()
             .name("netjam-server".into())
-            .spawn(move || forward(socket, core, &shell, &stop, &restart, &report))?
+            .spawn(move || forward(socket, core, &shell, directory.as_ref(), &stop, &restart, &report))?
     };
     Ok(ServerHandle {
         local,
@@ -399,6 +435,7 @@ fn forward(
     socket: UdpTransport,
     mut core: Server,
     cfg: &ShellConfig,
+    directory: Option<&crate::room_directory::DirectoryLink>,
     stop: &AtomicBool,
     restart: &AtomicBool,
     published: &Mutex<Arc<ServerReport>>,
@@ -503,6 +540,19 @@ fn forward(
         let now = clock::now_ns();
         if core.poll_timeout().is_some_and(|t| t <= now) {
             core.handle_timeout(now);
+        }
+        if let Some(d) = directory {
+            while let Ok((room, placement)) = d.answers.try_recv() {
+                core.placed(now, &room, placement);
+            }
+            while let Ok(listing) = d.listings.try_recv() {
+                core.set_listing(listing);
+            }
+            while let Some(r) = core.poll_directory() {
+                // An unbounded channel: sending never waits (a gone thread is said by
+                // the command line, which watches it).
+                let _ = d.requests.send(r);
+            }
         }
         while let Some((dst, len)) = core.poll_transmit(&mut control) {
             match socket.send_to(&control[..len], dst) {

@@ -129,6 +129,13 @@ impl SendRoute {
         }
     }
 
+    /// Send to `peer` from now on: a room client's control thread, when its room moves to
+    /// another server (control from that server then reaches it too). As
+    /// [`SendRoute::learn_peer`].
+    pub fn set_peer(&self, peer: SocketAddr) {
+        self.learn_peer(peer);
+    }
+
     /// The route table in force. Lock-free; allocation-free after this thread's first load.
     pub fn table(&self) -> RouteTable {
         **self.table.load()
@@ -195,7 +202,8 @@ impl NetIo {
         Self::start_with_control(socket, peer, None)
     }
 
-    /// Like [`NetIo::start`], but OSC datagrams (first byte `/`) from the fixed peer, and
+    /// Like [`NetIo::start`], but OSC datagrams (first byte `/`) from the peer (as
+    /// [`NetIo::route`] names it now: a room client moves it to another server), and
     /// direct-path probes (`/netjam/probe`) from anyone, go to `control` instead of the
     /// audio thread (a room client's control thread); when that channel is full they are
     /// dropped and counted in [`NetIo::control_dropped`]. The send thread sends each
@@ -219,10 +227,6 @@ impl NetIo {
         let (to_net, mut from_audio) = packet_ring(RING_BYTES);
         let rx_overflow = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let control_dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let control_from = match peer {
-            Peer::Fixed(a) => Some(a),
-            Peer::Learned => None,
-        };
 
         let rx = {
             let (socket, stop, route, overflow, control_dropped) = (
@@ -243,6 +247,9 @@ impl NetIo {
                     match socket.recv(&mut buf) {
                         Ok(Some(r)) => {
                             if let Some(control) = &control {
+                                // Control comes from the peer the route names now (a room
+                                // client moves it when its room moves to another server).
+                                let control_from = route.peer();
                                 // STUN answers from the server (asked again after a
                                 // rejoin) go to the control thread too.
                                 if Some(r.from) == control_from

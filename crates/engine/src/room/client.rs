@@ -6,6 +6,12 @@
 //! address changed or the server sends a rebind hint. Every request is retried with
 //! backoff until answered.
 //!
+//! A server that shares a room directory with others may answer a join with
+//! `/netjam/redirect`: the client reports [`RoomEvent::Redirected`] and waits until the
+//! caller sends to the server named and says so with [`RoomClient::server_changed`]; it
+//! then says hello there. The caller also calls `server_changed` when it goes back to the
+//! server it was first told to use (the one redirected to stopped answering).
+//!
 //! It hands on `/netjam/peer` (how to reach another member directly) in roster order, and
 //! the server's `/netjam/routed`; it declares the caller's host addresses in the join, and
 //! measures the round trip to the server (hello → challenge, join → welcome, keep-alive →
@@ -140,6 +146,12 @@ pub enum RoomEvent {
     },
     /// The server stopped answering; the client keeps trying.
     Lost,
+    /// The room lives on another server (`host:port`): send to it from now on and call
+    /// [`RoomClient::server_changed`]; until then the client waits.
+    Redirected {
+        /// The server the room lives on, as it advertises itself.
+        server: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,6 +169,8 @@ enum Phase {
         attempts: u32,
     },
     Joined,
+    /// Told to join elsewhere; waiting for the caller to switch servers.
+    Redirected,
     Refused,
     Left,
 }
@@ -172,6 +186,9 @@ struct Seat {
 const REORDER_WINDOW: u32 = 64;
 /// Unanswered joins after which the cookie may be stale: say hello again.
 const JOIN_ATTEMPTS: u32 = 4;
+/// Redirects followed without taking a seat before the client gives up (two servers
+/// that each believe the other hosts the room would otherwise bounce it for ever).
+pub const MAX_REDIRECTS: u32 = 8;
 
 /// The client's join state machine. See the module docs for the calling loop.
 #[derive(Debug)]
@@ -198,6 +215,15 @@ pub struct RoomClient {
     asked_at: u64,
     keepalive_at: u64,
     server_rtt_ns: Option<u64>,
+    /// Redirects followed since the last seat (one to a server that never answered does
+    /// not count: a dead server's rooms stay in the directory until their leases end).
+    redirects: u32,
+    /// Whether anything came from the server since the caller last changed servers.
+    heard_since_change: bool,
+    /// The room is to be listed publicly ([`RoomClient::set_public`]), and whether the
+    /// server it sits on said it is.
+    public: bool,
+    public_acked: bool,
 }
 
 impl RoomClient {
@@ -226,6 +252,10 @@ impl RoomClient {
             asked_at: now_ns,
             keepalive_at: 0,
             server_rtt_ns: None,
+            redirects: 0,
+            heard_since_change: false,
+            public: false,
+            public_acked: false,
         };
         c.hello(now_ns);
         c
@@ -356,6 +386,7 @@ impl RoomClient {
         };
         self.last_heard = now_ns;
         self.lost_reported = false;
+        self.heard_since_change = true;
         match (msg, self.phase) {
             (_, Phase::Refused | Phase::Left) => self.ignored += 1,
             (Control::Challenge { cookie, server_nonce }, Phase::Hello) => {
@@ -394,10 +425,19 @@ impl RoomClient {
                     token: *w.token,
                 });
                 self.phase = Phase::Joined;
+                self.redirects = 0;
+                // A fresh seat elsewhere (after a redirect) asks for the SSRC the stream
+                // already sends with.
+                self.cfg.ssrc = w.ssrc;
                 self.reset_backoff();
                 self.keepalive_ns = u64::from(w.keepalive_ms.clamp(50, 60_000)) * 1_000_000;
                 self.timeout_ns = u64::from(w.timeout_ms.clamp(200, 600_000)) * 1_000_000;
                 self.next_keepalive = now_ns + self.keepalive_ns;
+                if self.public {
+                    // A new seat (perhaps on another server): list the room there too.
+                    self.public_acked = false;
+                    self.send(&Control::Public);
+                }
                 self.events.push_back(RoomEvent::Joined {
                     member_id: w.member_id,
                     ssrc: w.ssrc,
@@ -451,6 +491,17 @@ impl RoomClient {
                     c => self.refused(c, text),
                 }
             }
+            (Control::Redirect { room, server }, Phase::Join { .. }) if room == self.cfg.room => {
+                self.redirects += 1;
+                if self.redirects > MAX_REDIRECTS {
+                    self.refused(None, "redirected too many times without a seat");
+                } else {
+                    self.phase = Phase::Redirected;
+                    self.events.push_back(RoomEvent::Redirected {
+                        server: server.to_owned(),
+                    });
+                }
+            }
             (Control::Refused { code, .. }, Phase::Hello) if code == RefuseCode::BadVersion as i32 => {
                 self.refused(Some(RefuseCode::BadVersion), RefuseCode::BadVersion.text());
             }
@@ -476,6 +527,7 @@ impl RoomClient {
             }
             (Control::Routed { seq }, Phase::Joined) => self.events.push_back(RoomEvent::Routed { seq }),
             (Control::Rebind, Phase::Joined) => self.hello(now_ns),
+            (Control::Public, Phase::Joined) => self.public_acked = true,
             (Control::Keepalive, _) => {
                 self.rtt_sample(now_ns, self.keepalive_at);
                 self.keepalive_at = 0;
@@ -511,7 +563,7 @@ impl RoomClient {
     /// Runs the timers due at `now_ns`: retries, keep-alives and loss of the server.
     pub fn handle_timeout(&mut self, now_ns: u64) {
         match self.phase {
-            Phase::Refused | Phase::Left => {}
+            Phase::Refused | Phase::Left | Phase::Redirected => {}
             Phase::Joined => {
                 if now_ns >= self.last_heard.saturating_add(self.timeout_ns) {
                     // The server no longer answers: report it, then try to take the seat
@@ -521,6 +573,9 @@ impl RoomClient {
                     self.reset_backoff();
                     self.hello(now_ns);
                 } else if now_ns >= self.next_keepalive {
+                    if self.public && !self.public_acked {
+                        self.send(&Control::Public);
+                    }
                     self.send(&Control::Keepalive);
                     self.keepalive_at = now_ns;
                     self.next_keepalive = now_ns + self.keepalive_ns;
@@ -574,7 +629,7 @@ impl RoomClient {
     /// When [`RoomClient::handle_timeout`] must be called next (`None` once refused or left).
     pub fn poll_timeout(&self) -> Option<u64> {
         match self.phase {
-            Phase::Refused | Phase::Left => None,
+            Phase::Refused | Phase::Left | Phase::Redirected => None,
             Phase::Joined => Some(
                 self.next_keepalive
                     .min(self.last_heard.saturating_add(self.timeout_ns)),
@@ -618,6 +673,39 @@ impl RoomClient {
             self.reset_backoff();
             self.hello(now_ns);
         }
+    }
+
+    /// The caller sends to another server from now on: the one a
+    /// [`RoomEvent::Redirected`] named, or back to the one it was first told to use. Says
+    /// hello there; a seat held elsewhere is asked back with a rejoin (refused as unknown,
+    /// it becomes a fresh join). Nothing happens once refused or left.
+    pub fn server_changed(&mut self, now_ns: u64) {
+        if matches!(self.phase, Phase::Refused | Phase::Left) {
+            return;
+        }
+        if !self.heard_since_change && self.phase != Phase::Redirected {
+            // Leaving a server that never answered: the redirect to it does not count.
+            self.redirects = self.redirects.saturating_sub(1);
+        }
+        self.heard_since_change = false;
+        self.last_heard = now_ns;
+        self.lost_reported = false;
+        self.reset_backoff();
+        self.hello(now_ns);
+    }
+
+    /// Asks that the room be listed publicly (`netjam rooms`): sent now if seated, again
+    /// with each keep-alive until the server confirms, and again on every new seat.
+    pub fn set_public(&mut self) {
+        self.public = true;
+        if self.phase == Phase::Joined && !self.public_acked {
+            self.send(&Control::Public);
+        }
+    }
+
+    /// Whether the server confirmed that the room is listed publicly.
+    pub fn is_public(&self) -> bool {
+        self.public_acked
     }
 
     /// Leaves the room (one `/netjam/leave`; a lost one ends as a timeout at the server).

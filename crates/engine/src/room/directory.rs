@@ -20,10 +20,15 @@
 //!   (only if this server still holds it: a compare-and-delete).
 //! * [`RoomDirectory::lookup`] is a plain read (`GET`, etcd `Range`).
 //!
-//! Those calls do network I/O, so a real backend runs them on the control thread (or an
-//! async task) and caches answers; the trait is synchronous and infallible in shape only
-//! for the in-memory default — a networked implementation reports failures through
-//! [`DirectoryError`].
+//! Those calls do network I/O, so a real backend runs them on a thread of its own and
+//! caches answers; the trait is synchronous and infallible in shape only for the in-memory
+//! default — a networked implementation reports failures through [`DirectoryError`].
+//!
+//! The Redis backend (`netjam::room_directory`, `netjam server --directory`) stores a
+//! fencing epoch with each claim and renews and releases with compare-and-set scripts
+//! rather than a bare `PEXPIRE`/`DEL`, so a server whose lease ran out cannot touch a
+//! claim made since; the [`Server`](super::Server) core asks for it through
+//! [`DirectoryRequest`](super::DirectoryRequest) and never waits for it.
 
 use std::collections::HashMap;
 

@@ -24,7 +24,10 @@ pub mod server;
 pub use client::{ClientConfig, PeerEntry, RoomClient, RoomEvent, RosterEntry};
 pub use directory::{InMemoryDirectory, RoomDirectory};
 pub use msg::{RefuseCode, RosterKind, PROTOCOL_VERSION};
-pub use server::{Dest, DestId, DropReason, MemberStats, Server, ServerConfig, ServerStats, Verdict};
+pub use server::{
+    Dest, DestId, DirectoryRequest, DropReason, ListedRoom, MemberStats, Placement, Server, ServerConfig,
+    ServerStats, Verdict,
+};
 
 /// What a datagram on the room port is, from its first bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

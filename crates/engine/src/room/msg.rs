@@ -24,6 +24,10 @@ pub const ROOM_KEY_LEN: usize = 32;
 pub const MAX_NAME_LEN: usize = 64;
 /// Longest refusal text the server writes.
 pub const MAX_REASON_LEN: usize = 64;
+/// Most rooms one answer to `/netjam/list` names.
+pub const MAX_LISTED: usize = 64;
+/// Longest server address a `/netjam/redirect` carries (`host:port`), in bytes of UTF-8.
+pub const MAX_SERVER_LEN: usize = 128;
 /// Largest control message either side writes (a buffer of this size always suffices).
 pub const MAX_CONTROL_LEN: usize = 512;
 
@@ -101,6 +105,10 @@ pub enum RefuseCode {
     BadRequest = 8,
     /// The server holds its maximum number of members or rooms.
     ServerFull = 9,
+    /// The server cannot reach the room directory it shares with other servers, so it
+    /// cannot tell whether the room lives elsewhere: it opens no new room until the
+    /// directory answers again (rooms already playing on it go on).
+    DirectoryUnavailable = 10,
 }
 
 impl RefuseCode {
@@ -116,6 +124,7 @@ impl RefuseCode {
             7 => Self::UnknownMember,
             8 => Self::BadRequest,
             9 => Self::ServerFull,
+            10 => Self::DirectoryUnavailable,
             _ => return None,
         })
     }
@@ -132,6 +141,7 @@ impl RefuseCode {
             Self::UnknownMember => "unknown member, join again",
             Self::BadRequest => "bad request",
             Self::ServerFull => "server is full",
+            Self::DirectoryUnavailable => "room directory unreachable, no new rooms",
         }
     }
 }
@@ -332,6 +342,40 @@ pub enum Control<'a> {
     },
     /// member → member: `/netjam/probe`.
     Probe(Probe<'a>),
+    /// both ways: `/netjam/public`: a member asks that its room be listed publicly; the
+    /// server echoes it once the room is.
+    Public,
+    /// anyone → server: `/netjam/list` with a cookie from `/netjam/challenge`: which public
+    /// rooms are there?
+    List {
+        /// The cookie the challenge gave this address.
+        cookie: &'a [u8; COOKIE_LEN],
+    },
+    /// server → asker: `/netjam/listed`, one public room.
+    Listed {
+        /// The room's name.
+        room: &'a str,
+        /// The server it lives on (`host:port`; empty: the server answering).
+        server: &'a str,
+        /// Players in it.
+        members: u32,
+        /// That server's region label (may be empty).
+        region: &'a str,
+    },
+    /// server → asker: `/netjam/listend`: the answer to `/netjam/list` is complete.
+    ListEnd {
+        /// How many `/netjam/listed` came before it.
+        count: u32,
+    },
+    /// server → client: `/netjam/redirect`, the answer to a join for a room that another
+    /// server hosts: join that one instead.
+    Redirect {
+        /// The room the join asked for.
+        room: &'a str,
+        /// Where the room lives: `host:port` as that server advertises itself
+        /// (1..=[`MAX_SERVER_LEN`] bytes).
+        server: &'a str,
+    },
 }
 
 /// Why bytes are not a control message this code understands.
@@ -371,6 +415,11 @@ const ROUTE: &str = "/netjam/route";
 const ROUTED: &str = "/netjam/routed";
 const PROBE: &str = "/netjam/probe";
 const ENS: &str = "/netjam/ens";
+const REDIRECT: &str = "/netjam/redirect";
+const PUBLIC: &str = "/netjam/public";
+const LIST: &str = "/netjam/list";
+const LISTED: &str = "/netjam/listed";
+const LISTEND: &str = "/netjam/listend";
 
 /// The padding blob a client puts in its hello so that the hello is at least as long as
 /// the challenge it asks for: 64 bytes makes a 92-byte hello for an 88-byte challenge.
@@ -415,6 +464,11 @@ impl<'a> Control<'a> {
                 | ROUTED
                 | PROBE
                 | ENS
+                | REDIRECT
+                | PUBLIC
+                | LIST
+                | LISTED
+                | LISTEND
         );
         if !known {
             return Err(ControlError::UnknownAddress);
@@ -609,6 +663,42 @@ impl<'a> Control<'a> {
                 }
                 Control::Ens { member_id, payload }
             }
+            REDIRECT => {
+                expect(b"iss")?;
+                let room = s!();
+                let server = s!();
+                if !valid_name(room) || server.is_empty() || server.len() > MAX_SERVER_LEN {
+                    return Err(bad);
+                }
+                Control::Redirect { room, server }
+            }
+            PUBLIC => {
+                expect(b"i")?;
+                Control::Public
+            }
+            LIST => {
+                expect(b"ib")?;
+                Control::List {
+                    cookie: fixed!(COOKIE_LEN),
+                }
+            }
+            LISTED => {
+                expect(b"issis")?;
+                let (room, server, members, region) = (s!(), s!(), i!() as u32, s!());
+                if !valid_name(room) || server.len() > MAX_SERVER_LEN || region.len() > MAX_NAME_LEN {
+                    return Err(bad);
+                }
+                Control::Listed {
+                    room,
+                    server,
+                    members,
+                    region,
+                }
+            }
+            LISTEND => {
+                expect(b"ii")?;
+                Control::ListEnd { count: i!() as u32 }
+            }
             _ => {
                 expect(b"i")?;
                 Control::Rebind
@@ -710,6 +800,22 @@ impl<'a> Control<'a> {
             Control::Ens { member_id, payload } => {
                 encode_message(buf, ENS, &[v, u(member_id), Arg::Blob(payload)])
             }
+            Control::Redirect { room, server } => {
+                encode_message(buf, REDIRECT, &[v, Arg::Str(room), Arg::Str(server)])
+            }
+            Control::Public => encode_message(buf, PUBLIC, &[v]),
+            Control::List { cookie } => encode_message(buf, LIST, &[v, Arg::Blob(cookie)]),
+            Control::Listed {
+                room,
+                server,
+                members,
+                region,
+            } => encode_message(
+                buf,
+                LISTED,
+                &[v, Arg::Str(room), Arg::Str(server), u(members), Arg::Str(region)],
+            ),
+            Control::ListEnd { count } => encode_message(buf, LISTEND, &[v, u(count)]),
             Control::Probe(p) => encode_message(
                 buf,
                 PROBE,
@@ -934,6 +1040,61 @@ mod tests {
         roundtrip(Control::Keepalive);
         roundtrip(Control::Leave);
         roundtrip(Control::Rebind);
+        roundtrip(Control::Redirect {
+            room: "band",
+            server: "eu-west.example.org:4464",
+        });
+        roundtrip(Control::Public);
+        roundtrip(Control::List { cookie: &c });
+        roundtrip(Control::Listed {
+            room: "band",
+            server: "eu-west.example.org:4464",
+            members: 4,
+            region: "eu-west",
+        });
+        roundtrip(Control::Listed {
+            room: "duo",
+            server: "",
+            members: 2,
+            region: "",
+        });
+        roundtrip(Control::ListEnd { count: 2 });
+        roundtrip(Control::Refused {
+            code: RefuseCode::DirectoryUnavailable as i32,
+            text: RefuseCode::DirectoryUnavailable.text(),
+        });
+    }
+
+    #[test]
+    fn redirects_name_a_room_and_a_server_within_limits() {
+        let mut buf = [0u8; MAX_CONTROL_LEN];
+        let long = "s".repeat(MAX_SERVER_LEN);
+        let n = Control::Redirect {
+            room: "band",
+            server: &long,
+        }
+        .encode(&mut buf)
+        .unwrap();
+        assert!(Control::decode(&buf[..n]).is_ok());
+        let longer = "s".repeat(MAX_SERVER_LEN + 1);
+        for (room, server) in [("band", longer.as_str()), ("band", ""), ("", "a:1")] {
+            let n = Control::Redirect { room, server }.encode(&mut buf).unwrap();
+            assert_eq!(
+                Control::decode(&buf[..n]),
+                Err(ControlError::BadArguments),
+                "{room:?} {server:?}"
+            );
+        }
+        // "band" takes 8 bytes, "a:1" 4.
+        assert_eq!(
+            Control::Redirect {
+                room: "band",
+                server: "a:1"
+            }
+            .encode(&mut buf)
+            .unwrap(),
+            20 + 8 + 4 + 8 + 4
+        );
     }
 
     #[test]
@@ -1053,6 +1214,16 @@ mod tests {
             mac: &[0; PROBE_MAC_LEN],
         });
         assert_eq!(len(probe), 76);
+        assert_eq!(len(Control::Public), 24);
+        assert_eq!(len(Control::List { cookie: &c }), 60);
+        let listed = Control::Listed {
+            room: "abc",
+            server: "abc",
+            members: 2,
+            region: "abcd",
+        };
+        assert_eq!(len(listed), 32 + 4 + 4 + 8);
+        assert_eq!(len(Control::ListEnd { count: 1 }), 28);
     }
 
     #[test]

@@ -39,6 +39,16 @@
 //! forwarded to or from it, it is in no roster and paired with nobody, and its control
 //! and ensemble traffic is policed at [`ServerConfig::ensemble_packets_per_s`].
 //!
+//! Rooms across servers ([`ServerConfig::directory`]): a join for a room this server does
+//! not host is held while the shell asks the shared room directory where it lives
+//! ([`Server::poll_directory`] gives [`DirectoryRequest::Locate`]; the answer comes back
+//! through [`Server::placed`]). [`Placement::Here`] (this server claimed it) lets the held
+//! joins in; [`Placement::Elsewhere`] answers them with `/netjam/redirect`;
+//! [`Placement::Unavailable`] refuses them ([`RefuseCode::DirectoryUnavailable`]). A room
+//! that empties, or a claim no join used, comes back as [`DirectoryRequest::Vacate`]. The
+//! core never waits for the directory: held joins are bytes in a bounded table, and rooms
+//! already open here never ask it anything.
+//!
 //! STUN Binding requests (RFC 8489) on the same port are answered with the address the
 //! request came from (XOR-MAPPED-ADDRESS), so a player learns the public address and port
 //! its router gave the socket its audio uses. Anyone may ask, so an answer comes out of
@@ -54,7 +64,7 @@ use super::auth;
 use super::msg::{
     decode_addrs, encode_addrs, valid_name, Control, Join, PeerInfo, RefuseCode, Rejoin, Roster, RosterKind,
     Welcome, CHALLENGE_LEN, CLOCK_PING_PREFIX, ENS_EVERYONE, MAX_ADDRS_LEN, MAX_CONTROL_LEN, MAX_ENS_LEN,
-    MAX_HOSTS, PAIR_TOKEN_LEN, ROOM_KEY_LEN, TOKEN_LEN,
+    MAX_HOSTS, MAX_LISTED, PAIR_TOKEN_LEN, ROOM_KEY_LEN, TOKEN_LEN,
 };
 use crate::nat::stun;
 
@@ -107,6 +117,11 @@ pub struct ServerConfig {
     pub ensemble_packets_per_s: u32,
     /// The same in bytes per second.
     pub ensemble_bytes_per_s: u32,
+    /// Rooms are shared with other servers through a room directory: a join for a room not
+    /// open here waits for [`Server::placed`] (see the module docs).
+    pub directory: bool,
+    /// This server's region label, named with its public rooms (`/netjam/listed`).
+    pub region: String,
 }
 
 impl Default for ServerConfig {
@@ -132,8 +147,71 @@ impl Default for ServerConfig {
             transmit_queue: 8192,
             ensemble_packets_per_s: 400,
             ensemble_bytes_per_s: 400_000,
+            directory: false,
+            region: String::new(),
         }
     }
+}
+
+/// Where the shared room directory puts a room: the shell's answer to
+/// [`DirectoryRequest::Locate`], given to [`Server::placed`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// This server holds the claim: it may open the room.
+    Here,
+    /// Another server hosts it (`host:port`, as that server advertises itself).
+    Elsewhere(String),
+    /// The directory did not answer: no new room can be opened now.
+    Unavailable,
+}
+
+/// What the core asks of the room directory ([`Server::poll_directory`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DirectoryRequest {
+    /// A join came for this room, which is not open here: where does it live? Claim it
+    /// for this server if nobody holds it, and answer with [`Server::placed`].
+    Locate(String),
+    /// This server no longer hosts the room (its last member left, or a claim went
+    /// unused): release the claim.
+    Vacate(String),
+    /// A public room here now has this many players (0: it is no longer listed): publish
+    /// it for the other servers' lists.
+    Listed {
+        /// The room.
+        room: String,
+        /// Its players.
+        members: u32,
+    },
+}
+
+/// One public room, as the directory lists it ([`Server::set_listing`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ListedRoom {
+    /// The room's name.
+    pub room: String,
+    /// The server it lives on (`host:port`).
+    pub server: String,
+    /// Its players.
+    pub members: u32,
+    /// That server's region label.
+    pub region: String,
+}
+
+/// How long a join waits for the directory before it is dropped (the client retries).
+pub const LOCATE_WAIT_NS: u64 = 2_000_000_000;
+/// How long a claim may stay unused (no join opened the room) before it is given back.
+pub const CLAIM_UNUSED_NS: u64 = 10_000_000_000;
+/// Joins held for one room while the directory is asked; more are dropped (retried).
+const LOCATE_JOINS: usize = 16;
+/// Rooms being located at once; joins for more are dropped (retried).
+const LOCATE_ROOMS: usize = 256;
+
+/// Joins held while the directory is asked where their room lives.
+#[derive(Debug)]
+struct Locating {
+    since: u64,
+    /// Source and the join's bytes, replayed when the room turns out to be ours.
+    joins: Vec<(SocketAddr, Vec<u8>)>,
 }
 
 /// Identifies a destination's queue; give it back through [`Server::sent`].
@@ -240,6 +318,15 @@ pub struct ServerStats {
     pub ens_undeliverable: u64,
     /// Ensemble clock probes handed to the shell to answer.
     pub clock_probes: u64,
+    /// Joins answered with `/netjam/redirect` (the room lives on another server).
+    pub redirects: u64,
+    /// Rooms asked of the room directory.
+    pub locates: u64,
+    /// Joins dropped unanswered because the directory had not answered in time, or too
+    /// many waited (the client retries).
+    pub locate_drops: u64,
+    /// `/netjam/list` queries answered.
+    pub lists: u64,
 }
 
 /// How many bytes longer than its request a STUN answer may be (an IPv4
@@ -421,6 +508,8 @@ struct Room {
     name: String,
     key: [u8; ROOM_KEY_LEN],
     members: Vec<u32>,
+    /// Listed publicly (a member asked, `/netjam/public`).
+    public: bool,
 }
 
 /// The rooms server's state machine. See the module docs for the calling loop.
@@ -436,6 +525,13 @@ pub struct Server {
     rooms: Vec<Option<Room>>,
     free_rooms: Vec<usize>,
     room_by_name: HashMap<String, usize>,
+    /// Rooms this server claimed in the directory and has not opened yet, with when the
+    /// claim is given back if no join opens it.
+    claimed: HashMap<String, u64>,
+    locating: HashMap<String, Locating>,
+    directory_out: VecDeque<DirectoryRequest>,
+    /// Every server's public rooms, as the directory last said (with a directory).
+    listing: Vec<ListedRoom>,
     scratch: Vec<Dest>,
     transmit: VecDeque<(SocketAddr, Vec<u8>)>,
     next_member_id: u32,
@@ -515,6 +611,10 @@ impl Server {
             rooms: Vec::new(),
             free_rooms: Vec::new(),
             room_by_name: HashMap::new(),
+            claimed: HashMap::new(),
+            locating: HashMap::new(),
+            directory_out: VecDeque::new(),
+            listing: Vec::new(),
             transmit: VecDeque::new(),
             next_member_id: 1,
             serial: 0,
@@ -772,7 +872,22 @@ impl Server {
                     },
                 );
             }
-            (Control::Join(j), _) => self.join(now, src, &j, bytes.len()),
+            (Control::Join(j), _) => self.join(now, src, &j, bytes),
+            (Control::List { cookie }, _) => self.list(now, src, cookie, bytes.len()),
+            (Control::Public, Some(slot)) => {
+                let room = self
+                    .slots
+                    .get(slot as usize)
+                    .and_then(Option::as_ref)
+                    .map(|m| m.room);
+                if let Some(Some(r)) = room.and_then(|i| self.rooms.get_mut(i)) {
+                    r.public = true;
+                }
+                if let Some(i) = room {
+                    self.listed_changed(i);
+                }
+                self.queue(src, &Control::Public);
+            }
             (Control::Rejoin(r), _) => self.rejoin(now, src, &r, bytes.len()),
             (Control::Ack { seq }, Some(slot)) => self.ack(now, slot, seq),
             (Control::Rename { name }, Some(slot)) => {
@@ -799,7 +914,8 @@ impl Server {
                 | Control::Keepalive
                 | Control::Leave
                 | Control::Route { .. }
-                | Control::Ens { .. },
+                | Control::Ens { .. }
+                | Control::Public,
                 None,
             ) => {
                 self.rebind_hint(now, src, bytes.len());
@@ -899,7 +1015,8 @@ impl Server {
         );
     }
 
-    fn join(&mut self, now: u64, src: SocketAddr, j: &Join<'_>, len: usize) {
+    fn join(&mut self, now: u64, src: SocketAddr, j: &Join<'_>, bytes: &[u8]) {
+        let len = bytes.len();
         if !auth::cookie_valid(&self.secret, src, now, j.cookie) {
             self.stats.bad_cookies += 1;
             let code = RefuseCode::BadCookie;
@@ -926,8 +1043,11 @@ impl Server {
         if j.packets_per_s > self.cfg.max_packets_per_s || j.bytes_per_s > self.cfg.max_bytes_per_s {
             return self.refuse(src, RefuseCode::RateTooHigh);
         }
-        let server_nonce = auth::server_nonce(&self.secret, j.cookie);
         let room_idx = self.room_by_name.get(j.room).copied();
+        if self.cfg.directory && room_idx.is_none() && !self.claimed.contains_key(j.room) {
+            return self.locate(now, src, j.room, bytes);
+        }
+        let server_nonce = auth::server_nonce(&self.secret, j.cookie);
         let key = match room_idx.and_then(|i| self.rooms.get(i)).and_then(Option::as_ref) {
             Some(r) => r.key,
             None => match <&[u8; ROOM_KEY_LEN]>::try_from(j.create_key) {
@@ -964,6 +1084,7 @@ impl Server {
                     name: j.room.to_owned(),
                     key,
                     members: Vec::with_capacity(self.cfg.max_members_per_room),
+                    public: false,
                 };
                 let i = match self.free_rooms.pop() {
                     Some(i) => {
@@ -976,6 +1097,7 @@ impl Server {
                     }
                 };
                 self.room_by_name.insert(j.room.to_owned(), i);
+                self.claimed.remove(j.room);
                 i
             }
         };
@@ -1064,6 +1186,7 @@ impl Server {
         };
         self.stats.joins += 1;
         self.welcome(src, slot);
+        self.listed_changed(room);
         // The newcomer hears of everyone already there; they hear of the newcomer. A seat
         // without media is in no roster and hears none.
         for other in existing {
@@ -1280,7 +1403,27 @@ impl Server {
         self.by_id.remove(&m.id);
         if let Some(Some(r)) = self.rooms.get_mut(m.room) {
             r.members.retain(|&s| s != slot);
+            if r.public && self.cfg.directory {
+                let members = r
+                    .members
+                    .iter()
+                    .filter(|&&o| {
+                        self.slots
+                            .get(o as usize)
+                            .and_then(Option::as_ref)
+                            .is_some_and(|m| m.media)
+                    })
+                    .count() as u32;
+                self.directory_out.push_back(DirectoryRequest::Listed {
+                    room: r.name.clone(),
+                    members,
+                });
+            }
             if r.members.is_empty() {
+                if self.cfg.directory {
+                    self.directory_out
+                        .push_back(DirectoryRequest::Vacate(r.name.clone()));
+                }
                 self.room_by_name.remove(&r.name);
                 self.rooms[m.room] = None;
                 self.free_rooms.push(m.room);
@@ -1324,6 +1467,25 @@ impl Server {
                 }
             }
         }
+        self.locating.retain(|_, l| {
+            let keep = now_ns < l.since + LOCATE_WAIT_NS;
+            if keep {
+                next = next.min(l.since + LOCATE_WAIT_NS);
+            } else {
+                self.stats.locate_drops += l.joins.len() as u64;
+            }
+            keep
+        });
+        let out = &mut self.directory_out;
+        self.claimed.retain(|room, until| {
+            let keep = now_ns < *until;
+            if keep {
+                next = next.min(*until);
+            } else {
+                out.push_back(DirectoryRequest::Vacate(room.clone()));
+            }
+            keep
+        });
         self.next_wake = next;
         for (a, b) in resend {
             self.queue_bytes(a, b);
@@ -1336,7 +1498,161 @@ impl Server {
 
     /// When [`Server::handle_timeout`] must be called next (`None`: no member, no timer).
     pub fn poll_timeout(&self) -> Option<u64> {
-        (self.next_wake != u64::MAX && !self.by_id.is_empty()).then_some(self.next_wake)
+        let waiting = !self.by_id.is_empty() || !self.locating.is_empty() || !self.claimed.is_empty();
+        (self.next_wake != u64::MAX && waiting).then_some(self.next_wake)
+    }
+
+    /// The next request for the room directory (only with [`ServerConfig::directory`]):
+    /// drain after each call, like [`Server::poll_transmit`].
+    pub fn poll_directory(&mut self) -> Option<DirectoryRequest> {
+        self.directory_out.pop_front()
+    }
+
+    /// The directory's answer to [`DirectoryRequest::Locate`] for `room`: lets the joins
+    /// held for it in ([`Placement::Here`]), redirects them, or refuses them. A claim
+    /// (`Here`) that no join uses within [`CLAIM_UNUSED_NS`] comes back as
+    /// [`DirectoryRequest::Vacate`].
+    pub fn placed(&mut self, now_ns: u64, room: &str, placement: Placement) {
+        let joins = self.locating.remove(room).map(|l| l.joins).unwrap_or_default();
+        match placement {
+            Placement::Here => {
+                if !self.room_by_name.contains_key(room) {
+                    self.claimed.insert(room.to_owned(), now_ns + CLAIM_UNUSED_NS);
+                    self.wake_at(now_ns + CLAIM_UNUSED_NS);
+                }
+                for (src, bytes) in joins {
+                    self.control(now_ns, src, &bytes);
+                }
+            }
+            Placement::Elsewhere(server) => {
+                for (src, _) in joins {
+                    self.stats.redirects += 1;
+                    self.queue(
+                        src,
+                        &Control::Redirect {
+                            room,
+                            server: &server,
+                        },
+                    );
+                }
+            }
+            Placement::Unavailable => {
+                for (src, _) in joins {
+                    self.refuse(src, RefuseCode::DirectoryUnavailable);
+                }
+            }
+        }
+    }
+
+    /// Every server's public rooms, as the directory last listed them (with
+    /// [`ServerConfig::directory`]; without one, `/netjam/list` is answered from this
+    /// server's own rooms).
+    pub fn set_listing(&mut self, rooms: Vec<ListedRoom>) {
+        self.listing = rooms;
+    }
+
+    /// This server's public rooms: name and players.
+    pub fn public_rooms(&self) -> Vec<(String, u32)> {
+        self.rooms
+            .iter()
+            .flatten()
+            .filter(|r| r.public)
+            .map(|r| (r.name.clone(), self.players_in(r)))
+            .collect()
+    }
+
+    fn players_in(&self, r: &Room) -> u32 {
+        r.members.iter().filter(|&&o| self.has_media(o)).count() as u32
+    }
+
+    /// A public room's player count changed: tell the directory.
+    fn listed_changed(&mut self, room: usize) {
+        let Some(Some(r)) = self.rooms.get(room) else {
+            return;
+        };
+        if r.public && self.cfg.directory {
+            let members = self.players_in(r);
+            let room = r.name.clone();
+            self.directory_out
+                .push_back(DirectoryRequest::Listed { room, members });
+        }
+    }
+
+    /// Answers `/netjam/list` from an address that proved it receives (its cookie): the
+    /// public rooms, at most [`MAX_LISTED`], then `/netjam/listend`.
+    fn list(&mut self, now: u64, src: SocketAddr, cookie: &[u8; super::msg::COOKIE_LEN], len: usize) {
+        if !auth::cookie_valid(&self.secret, src, now, cookie) {
+            self.stats.bad_cookies += 1;
+            let code = RefuseCode::BadCookie;
+            let refusal = Control::Refused {
+                code: code as i32,
+                text: code.text(),
+            };
+            return self.unproven_reply(now, src, len, &refusal);
+        }
+        let rooms: Vec<ListedRoom> = if self.cfg.directory {
+            self.listing.iter().take(MAX_LISTED).cloned().collect()
+        } else {
+            self.public_rooms()
+                .into_iter()
+                .take(MAX_LISTED)
+                .map(|(room, members)| ListedRoom {
+                    room,
+                    server: String::new(),
+                    members,
+                    region: self.cfg.region.clone(),
+                })
+                .collect()
+        };
+        for r in &rooms {
+            self.queue(
+                src,
+                &Control::Listed {
+                    room: &r.room,
+                    server: &r.server,
+                    members: r.members,
+                    region: &r.region,
+                },
+            );
+        }
+        self.stats.lists += 1;
+        self.queue(
+            src,
+            &Control::ListEnd {
+                count: rooms.len() as u32,
+            },
+        );
+    }
+
+    /// Holds a join for a room not open here and asks the directory where it lives.
+    fn locate(&mut self, now: u64, src: SocketAddr, room: &str, bytes: &[u8]) {
+        let rooms = self.locating.len();
+        match self.locating.get_mut(room) {
+            Some(l) => {
+                if let Some(held) = l.joins.iter_mut().find(|(a, _)| *a == src) {
+                    // A retry: keep the newest (its cookie is the freshest).
+                    held.1 = bytes.to_vec();
+                } else if l.joins.len() < LOCATE_JOINS {
+                    l.joins.push((src, bytes.to_vec()));
+                } else {
+                    self.stats.locate_drops += 1;
+                }
+            }
+            None if rooms >= LOCATE_ROOMS => self.stats.locate_drops += 1,
+            None => {
+                self.locating.insert(
+                    room.to_owned(),
+                    Locating {
+                        since: now,
+                        joins: vec![(src, bytes.to_vec())],
+                    },
+                );
+                self.stats.locates += 1;
+                self.directory_out
+                    .push_back(DirectoryRequest::Locate(room.to_owned()));
+                self.wake_at(now + LOCATE_WAIT_NS);
+            }
+        }
     }
 
     /// The next control reply: writes it into `buf` and returns its destination and

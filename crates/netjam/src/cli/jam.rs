@@ -89,6 +89,10 @@ pub struct JamArgs {
     /// uses it when it is not slower).
     #[arg(long, requires = "room")]
     pub via_server: bool,
+    /// List the room publicly: `netjam rooms --server HOST` shows it with its players (any
+    /// member may ask; the room stays listed while it lives).
+    #[arg(long, requires = "room")]
+    pub public: bool,
     /// In a room: ask your home router to forward a UDP port to you (PCP, NAT-PMP or
     /// UPnP-IGD, whichever it speaks), and offer it to the other players as one more way to
     /// reach you directly; it helps where the router gives every destination another public

@@ -240,6 +240,9 @@ impl CommandSource for OscCommands {
 struct HeardMember {
     name: String,
     member_id: u32,
+    /// The rooms server this member was heard through (member ids are per server: a room
+    /// that moves to another server hears its members again under new ids).
+    server: Option<SocketAddr>,
     ssrc: u32,
     /// Control seat (`/memberN`).
     seat: Option<usize>,
@@ -277,6 +280,7 @@ fn heard_members(stats: &RoomStats, roster: &Roster, fixed_ms: f64) -> Vec<Heard
                     .get(&id)
                     .map_or_else(|| format!("member {id}"), |r| r.name.clone()),
                 member_id: id,
+                server: roster.server,
                 ssrc: m.ssrc,
                 seat: roster.seat_of(id),
                 received: m.heard.received,
@@ -326,9 +330,10 @@ fn room_line(s: &Snapshot<RoomStats>, roster: &Roster, fixed_ms: f64) -> String 
 }
 
 /// Keep the latest figures of everyone heard, and the name they had while in the room.
-fn remember(everyone: &mut std::collections::BTreeMap<u32, HeardMember>, now: Vec<HeardMember>) {
+fn remember(everyone: &mut Everyone, now: Vec<HeardMember>) {
     for mut m in now {
-        if let Some(old) = everyone.get(&m.member_id) {
+        let key = (m.server, m.member_id);
+        if let Some(old) = everyone.get(&key) {
             if m.seat.is_none() {
                 m.name.clone_from(&old.name);
                 m.seat = old.seat;
@@ -336,9 +341,12 @@ fn remember(everyone: &mut std::collections::BTreeMap<u32, HeardMember>, now: Ve
                 m.path.clone_from(&old.path);
             }
         }
-        everyone.insert(m.member_id, m);
+        everyone.insert(key, m);
     }
 }
+
+/// Everyone heard during the session, by server and member id.
+type Everyone = std::collections::BTreeMap<(Option<SocketAddr>, u32), HeardMember>;
 
 #[derive(Debug, serde::Serialize)]
 struct RoomReport {
@@ -515,8 +523,20 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     }
     let reflexive = ask.report();
     say_reflexive(&reflexive, server);
+    // The server named is the front door; the seat may be on another one.
+    let named = server;
+    let server = seated.server;
+    if let Some(to) = &seated.redirected {
+        let at = if to == &server.to_string() {
+            String::new()
+        } else {
+            format!(" ({server})")
+        };
+        eprintln!("netjam: room {room:?} lives on {to}{at}, not {named}: joined there");
+    }
     sender.set_ssrc(seated.ssrc);
     let (member_id, ssrc) = (seated.member_id, seated.ssrc);
+    let join_ms = seated.took.as_secs_f64() * 1e3;
     let packets = packets_text(&sender);
     let packet_ms = sender.packet_ns() as f64 / 1e6;
     let (control_tx, control_rx) = mpsc::sync_channel(CONTROL_QUEUE);
@@ -584,6 +604,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     };
     let wires = RoomWires {
         server,
+        named,
         send: {
             let socket = io.socket.clone();
             move |bytes: &[u8], to: SocketAddr| {
@@ -594,6 +615,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         },
         route: io.route.clone(),
         direct: !a.via_server,
+        public: a.public,
     };
     let room_link = match extra {
         Some(extra) => room_client::spawn(seated, &room, wires, control_rx, commands, extra)?,
@@ -678,9 +700,10 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     });
     let fixed_ms = packet_ms + device_ms + hear_edge_ms;
     eprintln!(
-        "netjam: in room {room:?} as member {member_id} from {} ({format}, {packets}); you hear the others, not yourself{}",
+        "netjam: in room {room:?} as member {member_id} from {} ({format}, {packets}); you hear the others, not yourself{}; seated in {:.0} ms",
         io.local,
-        if a.monitor { " except through --monitor" } else { "" }
+        if a.monitor { " except through --monitor" } else { "" },
+        join_ms
     );
     let stop = interrupt_flag();
     let running = Running::start("netjam-audio", io, endpoint, process, stop)?;
@@ -688,12 +711,33 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let mut realtime_told = false;
     let mut names = String::new();
     // Everyone heard during the session, as last seen (members who left stay in the summary).
-    let mut everyone: std::collections::BTreeMap<u32, HeardMember> = Default::default();
+    let mut everyone: Everyone = Default::default();
     let mut path_states: std::collections::BTreeMap<u32, PathState> = Default::default();
     let mut sees = reflexive.server_sees;
+    let mut moves_told = 0;
+    let mut refusal_told = false;
     let mut rates_told: std::collections::BTreeMap<u32, super::jam::HeardRate> = Default::default();
     running.watch(&mut snaps, |s| {
         let roster = room_link.roster();
+        if roster.refused.is_some() && !refusal_told {
+            refusal_told = true;
+            status.finish();
+            eprintln!(
+                "netjam: the rooms server at {} refused to seat this player again ({}): restart to try again",
+                roster.server.map_or("-".into(), |a| a.to_string()),
+                roster.refused.as_deref().unwrap_or_default()
+            );
+        }
+        if roster.moves != moves_told {
+            moves_told = roster.moves;
+            if let Some(m) = &roster.last_move {
+                status.finish();
+                eprintln!(
+                    "netjam: room {room:?} moved to {} after {:.1} s of silence (its server stopped answering); playing on",
+                    m.to, m.silence_s
+                );
+            }
+        }
         if roster.server_sees.is_some() && roster.server_sees != sees {
             sees = roster.server_sees;
             status.finish();

@@ -11,6 +11,7 @@ pub mod jam_room;
 pub mod osc;
 pub mod probe;
 pub mod reflect;
+pub mod rooms;
 pub mod server;
 pub mod stream;
 
@@ -49,6 +50,8 @@ pub enum Command {
     Devices(devices::DevicesArgs),
     /// Serve rooms: forward every member's audio to the others in their room, without decoding.
     Server(server::ServerArgs),
+    /// List the public rooms a rooms server knows, with their players and region.
+    Rooms(rooms::RoomsArgs),
     /// Open Sound Control tools.
     #[command(subcommand)]
     Osc(osc::OscCommand),
@@ -71,6 +74,7 @@ impl Cli {
             Command::Impair(a) => probe::run_impair(a),
             Command::Devices(a) => devices::run(a),
             Command::Server(a) => server::run(a),
+            Command::Rooms(a) => rooms::run(a),
             Command::Osc(c) => osc::run(c),
             Command::Ensemble(c) => ensemble::run(c),
         }

@@ -11,7 +11,8 @@ use netjam_engine::room::ServerConfig;
 use crate::cli::common::check_outputs;
 use crate::cli::stream::write_json;
 use crate::control::server::ServerControl;
-use crate::server::{self, ServerReport, DEFAULT_PORT};
+use crate::room_directory::{DirectoryThread, OpenError, LEASE, RENEW_EVERY};
+use crate::server::{self, ServerReport, ShellConfig, DEFAULT_PORT};
 use crate::session::interrupt_flag;
 use crate::status::StatusLine;
 
@@ -43,6 +44,57 @@ pub struct ServerArgs {
     /// The address OSC queries are answered on (default: this machine only).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1", requires = "osc")]
     pub osc_bind: std::net::IpAddr,
+    /// Share rooms with other servers through this Redis (redis://HOST:PORT): each room
+    /// lives on one server, and a join for a room another server hosts is redirected there.
+    /// Claims are leases of 5 s, renewed every second.
+    #[arg(long, value_name = "URL")]
+    pub directory: Option<String>,
+    /// The address players reach this server at, as the directory tells other servers
+    /// (HOST:PORT; HOST alone takes the port listened on). Default: the --listen address,
+    /// unless that is a wildcard (0.0.0.0, ::).
+    #[arg(long, value_name = "HOST:PORT", requires = "directory")]
+    pub advertise: Option<String>,
+    /// A label for where this server is (e.g. eu-west), shown with its public rooms in
+    /// `netjam rooms`.
+    #[arg(long, value_name = "LABEL", default_value = "")]
+    pub region: String,
+}
+
+/// What the directory knows this server as: `--advertise` (its port defaulting to the
+/// port listened on), or the listen address when it is not a wildcard.
+fn advertised(advertise: Option<&str>, local: SocketAddr) -> anyhow::Result<String> {
+    use netjam_engine::room::msg::MAX_SERVER_LEN;
+    let text = match advertise {
+        None if local.ip().is_unspecified() => anyhow::bail!(
+            "--directory needs --advertise HOST:PORT, the address players reach this server at: it listens on {local}, which names no one address"
+        ),
+        None => local.to_string(),
+        Some(a) => {
+            let a = a.trim();
+            if a.is_empty() || a.starts_with(':') {
+                anyhow::bail!("--advertise {a:?} names no host: write HOST:PORT (e.g. rooms.example.org:{DEFAULT_PORT})");
+            }
+            let (host, port) = match a.rsplit_once(':') {
+                // "host:port", "[v6]:port"; a bare IPv6 address has colons but no brackets.
+                Some((h, p)) if !h.is_empty() && (a.starts_with('[') || !h.contains(':')) => {
+                    let port: u16 = p
+                        .parse()
+                        .map_err(|_| anyhow::anyhow!("--advertise {a:?}: {p:?} is not a port (1..=65535)"))?;
+                    (h.to_owned(), port)
+                }
+                _ if a.contains(':') && !a.starts_with('[') => (format!("[{a}]"), local.port()),
+                _ => (a.to_owned(), local.port()),
+            };
+            if host.is_empty() || port == 0 || host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                anyhow::bail!("--advertise {a:?} is not HOST:PORT (e.g. rooms.example.org:{DEFAULT_PORT})");
+            }
+            format!("{host}:{port}")
+        }
+    };
+    if text.len() > MAX_SERVER_LEN {
+        anyhow::bail!("--advertise is longer than {MAX_SERVER_LEN} bytes");
+    }
+    Ok(text)
 }
 
 fn line(r: &ServerReport, last: &ServerReport) -> String {
@@ -73,13 +125,46 @@ pub fn run(a: ServerArgs) -> anyhow::Result<()> {
             anyhow::bail!("--duration must be a positive number of seconds");
         }
     }
+    if a.region.len() > netjam_engine::room::msg::MAX_NAME_LEN || a.region.chars().any(char::is_control) {
+        anyhow::bail!("--region must be at most 64 printable characters");
+    }
     let config = ServerConfig {
+        region: a.region.clone(),
         max_members_per_room: usize::from(a.max_members_per_room),
         max_rooms: a.max_rooms as usize,
         max_packets_per_s: a.max_packet_rate,
         ..ServerConfig::default()
     };
-    let handle = server::spawn(a.listen, config)?;
+    // A directory that cannot be used is said before anything else starts.
+    let redis = a
+        .directory
+        .as_deref()
+        .map(|url| {
+            crate::room_directory::RedisDirectory::open(url).map_err(|e| match e {
+                OpenError::Unreachable { .. } => {
+                    anyhow::anyhow!("--directory: {e} (or leave out --directory to serve rooms alone)")
+                }
+                OpenError::BadUrl { .. } => anyhow::anyhow!("--directory: {e}"),
+            })
+        })
+        .transpose()?;
+    let socket = server::bind(a.listen)?;
+    let local = socket.local_addr()?;
+    let (handle, directory) = match redis {
+        Some(redis) => {
+            let me = advertised(a.advertise.as_deref(), local)?;
+            let url = redis.url().to_owned();
+            let (thread, link) = DirectoryThread::spawn(redis, me.clone(), a.region.clone())?;
+            let handle = server::spawn_with_directory(socket, config, ShellConfig::default(), link)?;
+            eprintln!(
+                "netjam: sharing rooms through the directory at {url} as {me} (leases of {} s, renewed every {} s)",
+                LEASE.as_secs(),
+                RENEW_EVERY.as_secs()
+            );
+            (handle, Some(thread))
+        }
+        None => (server::spawn_on_socket(socket, config)?, None),
+    };
     eprintln!(
         "netjam: serving rooms on {} (UDP; control and audio on one port). Players join with: netjam jam --server HOST:{} --room NAME --name YOU",
         handle.local,
@@ -103,6 +188,8 @@ pub fn run(a: ServerArgs) -> anyhow::Result<()> {
     let mut status = StatusLine::new();
     let mut last = handle.report();
     let mut roster = String::new();
+    let mut directory_told = true;
+    let mut lost_told = 0;
     while !stop.load(std::sync::atomic::Ordering::Relaxed)
         && !handle.is_finished()
         && deadline.map_or(true, |d| std::time::Instant::now() < d)
@@ -115,6 +202,32 @@ pub fn run(a: ServerArgs) -> anyhow::Result<()> {
             eprintln!("netjam: {now_roster}");
             roster = now_roster;
         }
+        if let Some(d) = &directory {
+            let st = d.status();
+            if st.reachable != directory_told {
+                directory_told = st.reachable;
+                status.finish();
+                if st.reachable {
+                    eprintln!(
+                        "netjam: the room directory at {} answers again: new rooms are opened again",
+                        st.url
+                    );
+                } else {
+                    eprintln!(
+                        "netjam: lost the room directory at {} ({}): rooms playing here go on; new rooms are refused until it answers",
+                        st.url,
+                        st.error.as_deref().unwrap_or("no answer")
+                    );
+                }
+            }
+            for (room, holder) in st.lost.iter().skip(lost_told) {
+                status.finish();
+                eprintln!(
+                    "netjam: room {room:?} is now claimed by {holder} (this server's lease ran out); its players here go on until they leave"
+                );
+            }
+            lost_told = st.lost.len();
+        }
         status.show(&line(&r, &last));
         last = r;
     }
@@ -123,6 +236,19 @@ pub fn run(a: ServerArgs) -> anyhow::Result<()> {
         c.shutdown();
     }
     let r = handle.stop()?;
+    if let Some(d) = directory {
+        let st = d.stop();
+        eprintln!(
+            "netjam: directory: {} calls to Redis in {:.0} s ({:.1}/s) for up to {} rooms held; {} rooms claimed here, {} redirected elsewhere, {} refused without Redis",
+            st.ops,
+            st.uptime_s,
+            st.ops as f64 / st.uptime_s.max(1e-3),
+            st.rooms_held_max,
+            st.claimed,
+            st.elsewhere,
+            st.unavailable
+        );
+    }
     eprintln!(
         "netjam: forwarded {} copies of {} datagrams; {} joins, {} rejoins, {} refused, {} timed out; time inside the server p50 {:.0} µs, p99 {:.0} µs, p99.9 {:.0} µs",
         r.shell.sent,
@@ -155,4 +281,39 @@ fn roster_text(r: &ServerReport) -> String {
         .map(|(room, names)| format!("room {room}: {}", names.join(", ")))
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_advertised_address_takes_the_port_listened_on_and_refuses_what_names_no_one() {
+        let local: SocketAddr = "10.0.0.5:4470".parse().unwrap();
+        let any: SocketAddr = "0.0.0.0:4470".parse().unwrap();
+        assert_eq!(advertised(None, local).unwrap(), "10.0.0.5:4470");
+        assert!(advertised(None, any)
+            .unwrap_err()
+            .to_string()
+            .contains("--advertise"));
+        assert_eq!(
+            advertised(Some("rooms.example.org"), any).unwrap(),
+            "rooms.example.org:4470"
+        );
+        assert_eq!(
+            advertised(Some("rooms.example.org:9000"), any).unwrap(),
+            "rooms.example.org:9000"
+        );
+        assert_eq!(
+            advertised(Some("[2001:db8::1]:9000"), any).unwrap(),
+            "[2001:db8::1]:9000"
+        );
+        assert_eq!(
+            advertised(Some("2001:db8::1"), any).unwrap(),
+            "[2001:db8::1]:4470"
+        );
+        for bad in ["rooms:0", "rooms:http", ":9000", "two words:9000"] {
+            assert!(advertised(Some(bad), any).is_err(), "{bad}");
+        }
+    }
 }

@@ -1,6 +1,6 @@
 //! What the netjam integration tests share: child processes that never outlive a failing
 //! assertion, `netjam reflect`, `impair` and `recv` on ephemeral loopback ports, temporary
-//! files, checks for the tools scripts/deps installs, and (in submodules) a private JACK
+//! files, checks for the tools scripts/deps installs, and (in submodules) a private Redis, a private JACK
 //! server, an echoing `Process` and the analysis of decoded tones.
 //!
 //! Every test binary compiles this module on its own and uses a part of it.
@@ -9,6 +9,7 @@
 pub mod echo;
 pub mod jackd;
 pub mod natlab;
+pub mod redis;
 pub mod signal;
 
 use std::io::{BufRead, BufReader};

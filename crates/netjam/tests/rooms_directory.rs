@@ -1,0 +1,615 @@
+//! Rooms across servers, with real processes: a private `redis-server`, two `netjam server
+//! --directory` beside it on loopback, and `netjam jam` players sending sine tones through
+//! the server (`--via-server`: a direct path between two players on one machine would keep
+//! them hearing each other without any server, which is not what is tested here).
+//!
+//! * Four players naming server A join a room that server B hosts: each is redirected, says
+//!   so, and ends on B hearing the other three. B is killed: within the lease plus the
+//!   players' silence timeout and some slack, each plays on on A, hearing the other three
+//!   under their names (the silence each measured is printed). B started again: nothing
+//!   moves.
+//! * `netjam rooms --server A` lists the public rooms of both servers (`jam --public`) with
+//!   their players and their server's region label (`server --region`), and not the
+//!   rooms nobody made public.
+//! * Redis stopped: the room in progress plays on, the server says once that it lost the
+//!   directory, and a player asking for a new room is refused with the reason; Redis back:
+//!   the server says so and a new room opens.
+//!
+//! What a player heard is read from its `--stats-json`: packets received from each member
+//! of its final roster (the seats on the last server), and from the same names before.
+//! Every wait is for something a process prints, with a generous timeout; every process
+//! started is killed when the test ends, passed or failed.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use common::redis::RedisServer;
+use common::{address_in, read_json, tmp_dir, Proc, BIN};
+use netjam_engine::room::msg::MAX_CONTROL_LEN;
+use netjam_engine::room::{ClientConfig, RoomClient};
+
+/// How long any one step may take on a loaded machine.
+const STEP: Duration = Duration::from_secs(20);
+/// Packets a second each player sends (64-frame packets at 48 kHz).
+const PACKETS_PER_S: f64 = 750.0;
+/// The lease of a claim and the silence after which a player gives its server up (the
+/// server's default member timeout, told in the welcome).
+const LEASE_S: f64 = 5.0;
+const SILENCE_TIMEOUT_S: f64 = 5.0;
+
+const PLAYERS: [(&str, u32); 4] = [("ana", 311), ("bo", 463), ("cy", 647), ("dee", 887)];
+
+/// `netjam server --directory` on a loopback port.
+struct DirServer {
+    proc: Proc,
+    addr: SocketAddr,
+    json: PathBuf,
+    said: Vec<String>,
+}
+
+impl DirServer {
+    fn start(redis: &str, dir: &Path, tag: &str, listen: &str) -> Self {
+        Self::start_in(redis, dir, tag, listen, "")
+    }
+
+    fn start_in(redis: &str, dir: &Path, tag: &str, listen: &str, region: &str) -> Self {
+        let json = dir.join(format!("server-{tag}.json"));
+        let proc = Proc::spawn_lines(
+            Command::new(BIN)
+                .args(["server", "--listen", listen, "--directory", redis, "--stats-json"])
+                .arg(&json)
+                .args(["--region", region])
+                .env("NETJAM_NO_REALTIME", "1")
+                .stdout(Stdio::null()),
+            "netjam server",
+        );
+        let addr = address_in(
+            &proc
+                .line_with("serving rooms on", STEP)
+                .replace("serving rooms on ", ""),
+        );
+        Self {
+            proc,
+            addr,
+            json,
+            said: Vec::new(),
+        }
+    }
+
+    /// Reads its lines until one contains `needle`.
+    fn wait_line(&mut self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            if let Some(l) = self.proc.line_within(left) {
+                self.said.push(l.clone());
+                if l.contains(needle) {
+                    return l;
+                }
+            }
+        }
+        panic!(
+            "the server said no {needle:?} within {timeout:?}: {:#?}",
+            self.said
+        );
+    }
+
+    fn lines_with(&mut self, needle: &str) -> usize {
+        self.said.extend(self.proc.drain_lines());
+        self.said.iter().filter(|l| l.contains(needle)).count()
+    }
+}
+
+/// A `netjam jam` player with what it printed so far.
+struct Player {
+    name: &'static str,
+    proc: Proc,
+    json: PathBuf,
+    said: Vec<String>,
+}
+
+impl Player {
+    fn start(
+        name: &'static str,
+        hz: u32,
+        server: SocketAddr,
+        room: &str,
+        duration_s: f64,
+        dir: &Path,
+    ) -> Self {
+        Self::start_with(name, hz, server, room, duration_s, dir, &[])
+    }
+
+    fn start_with(
+        name: &'static str,
+        hz: u32,
+        server: SocketAddr,
+        room: &str,
+        duration_s: f64,
+        dir: &Path,
+        extra: &[&str],
+    ) -> Self {
+        let json = dir.join(format!("{name}-{room}.json"));
+        let proc = Proc::spawn_lines(
+            Command::new(BIN)
+                .args([
+                    "jam",
+                    "--server",
+                    &server.to_string(),
+                    "--room",
+                    room,
+                    "--name",
+                    name,
+                ])
+                .args(["--sine", &hz.to_string(), "--via-server"])
+                .args(["--duration", &duration_s.to_string(), "--output"])
+                .arg(dir.join(format!("{name}-{room}.wav")))
+                .arg("--stats-json")
+                .arg(&json)
+                .args(extra)
+                .env("NETJAM_NO_REALTIME", "1")
+                .stdout(Stdio::null()),
+            "netjam jam",
+        );
+        Self {
+            name,
+            proc,
+            json,
+            said: Vec::new(),
+        }
+    }
+
+    /// Reads its lines until one satisfies `want`; the time it came.
+    fn wait_line(&mut self, what: &str, timeout: Duration, want: impl Fn(&str) -> bool) -> (String, Instant) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.proc.line_within(left.min(Duration::from_millis(200))) {
+                Some(line) => {
+                    self.said.push(line.clone());
+                    if want(&line) {
+                        return (line, Instant::now());
+                    }
+                }
+                None => {
+                    let exited = !self.proc.running();
+                    if exited || left.is_zero() {
+                        self.said.extend(self.proc.drain_lines());
+                        panic!(
+                            "{}: no {what} within {timeout:?}{}; it said: {:#?}",
+                            self.name,
+                            if exited { " (it exited)" } else { "" },
+                            self.said
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits for its seat; how long the join took, as it says (ms, hello to welcome).
+    fn wait_seated(&mut self) -> f64 {
+        let (line, _) = self.wait_line("seat", STEP, |l| l.starts_with("netjam: in room"));
+        line.rsplit("seated in ")
+            .next()
+            .and_then(|r| r.split(' ').next())
+            .and_then(|ms| ms.parse().ok())
+            .unwrap_or_else(|| panic!("{}: no join time in {line:?}", self.name))
+    }
+
+    /// Waits until the roster it prints is exactly `names`.
+    fn wait_roster(&mut self, room: &str, names: &[&str], timeout: Duration) {
+        let mut want: Vec<&str> = names.to_vec();
+        want.sort_unstable();
+        let prefix = format!("netjam: room {room}: ");
+        self.wait_line(&format!("roster {want:?}"), timeout, |l| {
+            l.strip_prefix(&prefix).is_some_and(|rest| {
+                let mut got: Vec<&str> = rest.split(", ").collect();
+                got.sort_unstable();
+                got == want
+            })
+        });
+    }
+
+    /// Waits for it to end on its own; its report.
+    fn finish(mut self, timeout: Duration) -> serde_json::Value {
+        let (status, rest) = self.proc.finish(timeout);
+        self.said.extend(rest);
+        assert!(status.success(), "{} failed: {:#?}", self.name, self.said);
+        read_json(&self.json)
+    }
+}
+
+/// Packets received from each name through each server (member ids are per server).
+fn heard_by_name(report: &serde_json::Value) -> BTreeMap<(String, String), u64> {
+    let mut out = BTreeMap::new();
+    for h in report["heard"].as_array().into_iter().flatten() {
+        let server = h["server"].as_str().unwrap_or_default().to_owned();
+        let name = h["name"].as_str().unwrap_or_default().to_owned();
+        *out.entry((server, name)).or_default() += h["received"].as_u64().unwrap_or_default();
+    }
+    out
+}
+
+/// A seat without media on `server` in `room` (an ensemble-style member: in nobody's
+/// roster), kept until dropped: the room is open on that server while it sits.
+struct Holder {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<bool>>,
+}
+
+impl Holder {
+    fn sit(server: SocketAddr, room: &str) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (seated_tx, seated_rx) = std::sync::mpsc::channel();
+        let thread = {
+            let (stop, room) = (stop.clone(), room.to_owned());
+            std::thread::spawn(move || {
+                let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
+                socket
+                    .set_read_timeout(Some(Duration::from_millis(20)))
+                    .expect("timeout");
+                let start = Instant::now();
+                let now = || start.elapsed().as_nanos() as u64 + 1;
+                let mut cfg = ClientConfig::new(&room, "holder", "", 1);
+                cfg.packets_per_s = 0;
+                cfg.bytes_per_s = 0;
+                let mut client = RoomClient::new(cfg, now());
+                let mut buf = [0u8; 2048];
+                let mut told = false;
+                while !stop.load(Ordering::Relaxed) {
+                    while let Some(n) = client.poll_transmit(&mut buf[..MAX_CONTROL_LEN]) {
+                        let _ = socket.send_to(&buf[..n], server);
+                    }
+                    while client.poll_event().is_some() {}
+                    if !told && client.seat().is_some() {
+                        told = true;
+                        let _ = seated_tx.send(());
+                    }
+                    if let Ok((n, from)) = socket.recv_from(&mut buf) {
+                        if from == server && buf.first() == Some(&b'/') {
+                            client.handle_datagram(now(), &buf[..n]);
+                        }
+                    }
+                    if client.poll_timeout().is_some_and(|t| t <= now()) {
+                        client.handle_timeout(now());
+                    }
+                }
+                told
+            })
+        };
+        assert!(
+            seated_rx.recv_timeout(STEP).is_ok(),
+            "the holder got no seat on {server} within {STEP:?}"
+        );
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One scenario at a time: several players pacing sine tones on two shared cores would
+/// otherwise measure the machine, not the rooms.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+#[test]
+fn players_naming_a_front_door_end_on_the_rooms_server_and_play_on_after_it_dies() {
+    let _turn = one_at_a_time();
+    let dir = tmp_dir("rooms-directory-failover");
+    let redis = RedisServer::start();
+    let mut a = DirServer::start(&redis.url(), &dir, "a", "127.0.0.1:0");
+    let b = DirServer::start(&redis.url(), &dir, "b", "127.0.0.1:0");
+    let b_addr = b.addr;
+    // B hosts the room: a seat is held there before any player comes.
+    let holder = Holder::sit(b.addr, "band");
+    const DURATION_S: f64 = 45.0;
+    let mut players: Vec<Player> = PLAYERS
+        .iter()
+        .map(|&(name, hz)| Player::start(name, hz, a.addr, "band", DURATION_S, &dir))
+        .collect();
+    let mut join_s = Vec::new();
+    for p in &mut players {
+        let (line, _) = p.wait_line("redirect", STEP, |l| l.contains("lives on"));
+        assert!(line.contains(&b_addr.to_string()), "{}: {line}", p.name);
+        join_s.push(p.wait_seated());
+    }
+    for (i, p) in players.iter_mut().enumerate() {
+        let others: Vec<&str> = PLAYERS
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| j != i)
+            .map(|(_, x)| x.0)
+            .collect();
+        p.wait_roster("band", &others, STEP);
+    }
+    eprintln!(
+        "joined through a redirect in {:.0} ms median, {:.0} ms worst (hello to welcome)",
+        median(&mut join_s.clone()),
+        join_s.iter().copied().fold(0.0, f64::max)
+    );
+    // Music on B for a while, then B dies without a word (its leases are left to expire).
+    std::thread::sleep(Duration::from_secs(4));
+    drop(holder);
+    let killed = Instant::now();
+    drop(b);
+    let deadline = Duration::from_secs_f64(LEASE_S + SILENCE_TIMEOUT_S + 15.0);
+    let mut silences = Vec::new();
+    for p in &mut players {
+        let (line, at) = p.wait_line("move to A", deadline, |l| l.contains("moved to"));
+        assert!(line.contains(&a.addr.to_string()), "{}: {line}", p.name);
+        let said: f64 = line
+            .split("after ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no silence in {line:?}"));
+        let seen = at.duration_since(killed).as_secs_f64();
+        eprintln!(
+            "{}: back on A {seen:.1} s after B was killed; it measured {said:.1} s of silence",
+            p.name
+        );
+        silences.push(seen);
+    }
+    let worst = silences.iter().copied().fold(0.0, f64::max);
+    eprintln!(
+        "failover: silence median {:.1} s, worst {worst:.1} s (lease {LEASE_S} s, silence timeout {SILENCE_TIMEOUT_S} s)",
+        median(&mut silences.clone())
+    );
+    assert!(worst <= deadline.as_secs_f64());
+    // (The roster lines do not change: the same names sit in the same seats. What each
+    // heard on A is read from its report below.)
+    // B back (on its old port): the room stays where it is.
+    let mut b = DirServer::start(&redis.url(), &dir, "b2", &b_addr.to_string());
+    std::thread::sleep(Duration::from_secs(3));
+    for p in &mut players {
+        let moves = p.said.iter().filter(|l| l.contains("moved to")).count();
+        p.said.extend(p.proc.drain_lines());
+        assert_eq!(
+            p.said.iter().filter(|l| l.contains("moved to")).count(),
+            moves,
+            "{} moved again when B came back: {:#?}",
+            p.name,
+            p.said
+        );
+    }
+    assert_eq!(
+        b.lines_with("room band"),
+        0,
+        "a player sat on the restarted B: {:#?}",
+        b.said
+    );
+    let playing_on_a = killed.elapsed().as_secs_f64();
+    let reports: Vec<(&str, serde_json::Value)> = players
+        .into_iter()
+        .map(|p| (p.name, p.finish(Duration::from_secs_f64(DURATION_S) + STEP)))
+        .collect();
+    let (a_text, b_text) = (a.addr.to_string(), b_addr.to_string());
+    for (i, (name, r)) in reports.iter().enumerate() {
+        let heard = heard_by_name(r);
+        for (j, (other, _)) in PLAYERS.iter().enumerate() {
+            let on = |server: &str| {
+                heard
+                    .get(&(server.to_owned(), (*other).to_owned()))
+                    .copied()
+                    .unwrap_or(0)
+            };
+            if i == j {
+                assert_eq!(on(&a_text) + on(&b_text), 0, "{name} heard itself");
+                continue;
+            }
+            // Each played a few seconds on B and half a minute on A; a loaded machine
+            // starves players' threads for whole seconds, so the bounds are far below that:
+            // a tenth of a second's packets through B, a second's through A.
+            let (on_a, on_b) = (on(&a_text), on(&b_text));
+            eprintln!("{name} heard {other}: {on_b} packets through B, {on_a} through A");
+            assert!(
+                on_b as f64 >= 0.1 * PACKETS_PER_S,
+                "{name} hardly heard {other} through B: {on_b}"
+            );
+            assert!(
+                on_a as f64 >= PACKETS_PER_S,
+                "{name} heard {other} through A for less than 1 s: {on_a}"
+            );
+        }
+    }
+    let report = a.proc.stop_server(&a.json, STEP);
+    a.said.extend(a.proc.drain_lines());
+    assert!(
+        report["server"]["redirects"].as_u64().unwrap_or(0) >= 4,
+        "{}",
+        report["server"]
+    );
+    assert!(playing_on_a > 3.0);
+    drop(b);
+}
+
+#[test]
+fn without_redis_rooms_in_progress_play_on_and_new_rooms_wait_for_it() {
+    let _turn = one_at_a_time();
+    let dir = tmp_dir("rooms-directory-redis-lost");
+    let mut redis = RedisServer::start();
+    let mut a = DirServer::start(&redis.url(), &dir, "a", "127.0.0.1:0");
+    const DURATION_S: f64 = 30.0;
+    let mut band: Vec<Player> = PLAYERS[..2]
+        .iter()
+        .map(|&(name, hz)| Player::start(name, hz, a.addr, "band", DURATION_S, &dir))
+        .collect();
+    let mut join_s = Vec::new();
+    for p in &mut band {
+        join_s.push(p.wait_seated());
+    }
+    band[0].wait_roster("band", &["bo"], STEP);
+    band[1].wait_roster("band", &["ana"], STEP);
+    eprintln!(
+        "joined without a redirect in {:.0} ms and {:.0} ms (hello to welcome; the first to come claims the room)",
+        join_s[0], join_s[1]
+    );
+    redis.stop();
+    let lost_at = Instant::now();
+    a.wait_line("lost the room directory", STEP);
+    // A new room is refused, with the reason.
+    let mut cy = Player::start("cy", 647, a.addr, "duo", 5.0, &dir);
+    let (status, said) = cy.proc.finish(STEP);
+    assert!(
+        !status.success(),
+        "cy was seated in a new room without Redis: {said:#?}"
+    );
+    assert!(
+        said.iter().any(|l| l.contains("cannot reach the room directory")),
+        "cy was not told why: {said:#?}"
+    );
+    // The room in progress takes a newcomer too: it is open here.
+    let mut dee = Player::start("dee", 887, a.addr, "band", 5.0, &dir);
+    dee.wait_seated();
+    // Redis back: said once, and new rooms open again.
+    std::thread::sleep(Duration::from_secs(2));
+    redis.restart();
+    let down_s = lost_at.elapsed().as_secs_f64();
+    a.wait_line("answers again", STEP);
+    let mut cy = Player::start("cy", 647, a.addr, "duo", 3.0, &dir);
+    cy.wait_seated();
+    cy.finish(STEP);
+    dee.finish(STEP);
+    assert_eq!(a.lines_with("lost the room directory"), 1, "{:#?}", a.said);
+    for (i, p) in band.into_iter().enumerate() {
+        let name = p.name;
+        let r = p.finish(Duration::from_secs_f64(DURATION_S) + STEP);
+        let other = PLAYERS[1 - i].0;
+        let got = heard_by_name(&r)
+            .get(&(a.addr.to_string(), other.to_owned()))
+            .copied()
+            .unwrap_or(0);
+        // It heard the other through the whole outage: at least half of the packets sent
+        // while Redis was down, however loaded the machine.
+        eprintln!("{name} heard {other}: {got} packets; Redis was down {down_s:.1} s");
+        assert!(
+            got as f64 >= 0.5 * down_s * PACKETS_PER_S,
+            "{name} heard {other} for {got} packets only, Redis down {down_s:.1} s"
+        );
+    }
+    let report = a.proc.stop_server(&a.json, STEP);
+    assert_eq!(
+        report["server"]["timeouts"].as_u64(),
+        Some(0),
+        "{}",
+        report["server"]
+    );
+}
+
+/// `netjam rooms --server SERVER --json`: room → (players, region, server).
+fn rooms_at(server: SocketAddr) -> BTreeMap<String, (u64, String, String)> {
+    let out = Command::new(BIN)
+        .args([
+            "rooms",
+            "--server",
+            &server.to_string(),
+            "--json",
+            "--timeout",
+            "10",
+        ])
+        .output()
+        .expect("run netjam rooms");
+    assert!(
+        out.status.success(),
+        "netjam rooms failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON from netjam rooms");
+    list.as_array()
+        .expect("a list")
+        .iter()
+        .map(|r| {
+            (
+                r["room"].as_str().unwrap_or_default().to_owned(),
+                (
+                    r["members"].as_u64().unwrap_or_default(),
+                    r["region"].as_str().unwrap_or_default().to_owned(),
+                    r["server"].as_str().unwrap_or_default().to_owned(),
+                ),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn public_rooms_of_every_server_are_listed_with_players_and_region() {
+    let _turn = one_at_a_time();
+    let dir = tmp_dir("rooms-directory-list");
+    let redis = RedisServer::start();
+    let a = DirServer::start_in(&redis.url(), &dir, "a", "127.0.0.1:0", "eu-west");
+    let b = DirServer::start_in(&redis.url(), &dir, "b", "127.0.0.1:0", "us-east");
+    const DURATION_S: f64 = 20.0;
+    // Two players make "band" public on B (one names A and is sent there); one plays in a
+    // room on A that nobody made public.
+    let mut players = vec![
+        Player::start_with("ana", 311, b.addr, "band", DURATION_S, &dir, &["--public"]),
+        Player::start("cy", 647, a.addr, "secret", DURATION_S, &dir),
+    ];
+    players[0].wait_seated();
+    players.push(Player::start_with(
+        "bo",
+        463,
+        a.addr,
+        "band",
+        DURATION_S,
+        &dir,
+        &["--public"],
+    ));
+    for p in &mut players[1..] {
+        p.wait_seated();
+    }
+    players[0].wait_roster("band", &["bo"], STEP);
+    // The list is refreshed every renewal (1 s): ask until it shows both players.
+    let deadline = Instant::now() + STEP;
+    let listed = loop {
+        let listed = rooms_at(a.addr);
+        if listed.get("band").is_some_and(|r| r.0 == 2) || Instant::now() >= deadline {
+            break listed;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    eprintln!("netjam rooms --server A: {listed:?}");
+    assert_eq!(
+        listed.get("band"),
+        Some(&(2, "us-east".to_owned(), b.addr.to_string())),
+        "{listed:?}"
+    );
+    assert!(
+        !listed.contains_key("secret"),
+        "a room nobody made public is listed: {listed:?}"
+    );
+    assert_eq!(rooms_at(b.addr), listed, "the two servers list differently");
+    for p in players {
+        p.finish(Duration::from_secs_f64(DURATION_S) + STEP);
+    }
+    // Once its players left, the room is no longer listed (within a renewal).
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!rooms_at(a.addr).contains_key("band"));
+    drop((a, b));
+}
