@@ -1370,6 +1370,13 @@ impl JitterBuffer {
         Some(self.samples[slot * ch..(slot + 1) * ch].iter().sum::<f32>() / ch as f32)
     }
 
+    /// [`Self::mono_at`] of frame `ts + offset`; `None` before the stream's first frame.
+    fn mono_at_offset(&self, ts: u64, offset: i64) -> Option<f32> {
+        u64::try_from(ts as i64 + offset)
+            .ok()
+            .and_then(|t| self.mono_at(t))
+    }
+
     /// How much of a catch-up of `skip` frames from `ts` to make now, with a block of
     /// `frames` to cross-fade in: the longest cut of at most `skip` frames, and less by no
     /// more than the longest period searched, that keeps the phase of a steady signal
@@ -1397,7 +1404,7 @@ impl JitterBuffer {
         let w = (splice::window_frames(self.rate) as u64).min(room).max(frames) as usize;
         let mut finder = std::mem::take(&mut self.splice);
         let found = finder.find(
-            |i| self.mono_at((ts as i64 + i) as u64),
+            |i| self.mono_at_offset(ts, i),
             w,
             lo,
             skip,
@@ -1433,14 +1440,7 @@ impl JitterBuffer {
     fn periodic_behind(&mut self, ts: u64) -> bool {
         let mut finder = std::mem::take(&mut self.splice);
         let found = finder.find(
-            |i| {
-                let t = ts as i64 + i;
-                if t < 0 {
-                    None
-                } else {
-                    self.mono_at(t as u64)
-                }
-            },
+            |i| self.mono_at_offset(ts, i),
             splice::window_frames(self.rate),
             splice::min_period_frames(self.rate),
             splice::max_period_frames(self.rate),
@@ -1465,14 +1465,7 @@ impl JitterBuffer {
         let hi = need + splice::max_period_frames(self.rate).min(rounding);
         let mut finder = std::mem::take(&mut self.splice);
         let found = finder.find(
-            |i| {
-                let t = ts as i64 + i;
-                if t < 0 {
-                    None
-                } else {
-                    self.mono_at(t as u64)
-                }
-            },
+            |i| self.mono_at_offset(ts, i),
             splice::window_frames(self.rate),
             need,
             hi,
