@@ -273,30 +273,8 @@ impl Player {
 
     /// Reads its lines until one satisfies `want`, within `timeout`.
     fn wait_line(&mut self, what: &str, timeout: Duration, want: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.proc.line_within(left.min(Duration::from_millis(200))) {
-                Some(line) => {
-                    self.said.push(line.clone());
-                    if want(&line) {
-                        return line;
-                    }
-                }
-                None => {
-                    let exited = !self.proc.running();
-                    if exited || left.is_zero() {
-                        self.said.extend(self.proc.drain_lines());
-                        panic!(
-                            "{}: no {what} within {timeout:?}{}; it said: {:#?}",
-                            self.name,
-                            if exited { " (it exited)" } else { "" },
-                            self.said
-                        );
-                    }
-                }
-            }
-        }
+        self.proc
+            .line_keeping(self.name, &mut self.said, what, timeout, want)
     }
 
     /// Waits until it is seated and playing.

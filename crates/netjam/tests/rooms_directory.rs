@@ -168,30 +168,10 @@ impl Player {
 
     /// Reads its lines until one satisfies `want`; the time it came.
     fn wait_line(&mut self, what: &str, timeout: Duration, want: impl Fn(&str) -> bool) -> (String, Instant) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.proc.line_within(left.min(Duration::from_millis(200))) {
-                Some(line) => {
-                    self.said.push(line.clone());
-                    if want(&line) {
-                        return (line, Instant::now());
-                    }
-                }
-                None => {
-                    let exited = !self.proc.running();
-                    if exited || left.is_zero() {
-                        self.said.extend(self.proc.drain_lines());
-                        panic!(
-                            "{}: no {what} within {timeout:?}{}; it said: {:#?}",
-                            self.name,
-                            if exited { " (it exited)" } else { "" },
-                            self.said
-                        );
-                    }
-                }
-            }
-        }
+        let line = self
+            .proc
+            .line_keeping(self.name, &mut self.said, what, timeout, want);
+        (line, Instant::now())
     }
 
     /// Waits for its seat; how long the join took, as it says (ms, hello to welcome).

@@ -63,6 +63,40 @@ impl Proc {
         self.lines().recv_timeout(timeout).ok()
     }
 
+    /// Reads lines, keeping each in `said`, until one satisfies `want`, within `timeout`;
+    /// panics with all it said, naming it `name`, when none does or it exits first.
+    pub fn line_keeping(
+        &mut self,
+        name: &str,
+        said: &mut Vec<String>,
+        what: &str,
+        timeout: Duration,
+        want: impl Fn(&str) -> bool,
+    ) -> String {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.line_within(left.min(Duration::from_millis(200))) {
+                Some(line) => {
+                    said.push(line.clone());
+                    if want(&line) {
+                        return line;
+                    }
+                }
+                None => {
+                    let exited = !self.running();
+                    if exited || left.is_zero() {
+                        said.extend(self.drain_lines());
+                        panic!(
+                            "{name}: no {what} within {timeout:?}{}; it said: {said:#?}",
+                            if exited { " (it exited)" } else { "" },
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     pub fn next_line(&self, timeout: Duration) -> String {
         self.line_within(timeout)
             .unwrap_or_else(|| panic!("{} printed nothing within {timeout:?}", self.what))
