@@ -373,6 +373,11 @@ unsafe extern "C" fn on_process(nframes: u32, arg: *mut c_void) -> c_int {
         state.silence(nframes);
         return 0;
     }
+    // jack2 deactivates a realtime client by cancelling its thread. A cancellation acted on
+    // inside Rust code (at a `sendto`, say) unwinds through `catch_unwind`, which cannot pass
+    // it on, and the process aborts ("exception not rethrown"). Held off for the callback, the
+    // cancellation happens in libjack once it returns.
+    let _held = CancelHeld::new();
     // A panic must not unwind into libjack: the stream goes silent and `run` reports it.
     let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| state.period_callback(nframes)));
     if ok.is_err() {
@@ -381,6 +386,51 @@ unsafe extern "C" fn on_process(nframes: u32, arg: *mut c_void) -> c_int {
         state.silence(nframes);
     }
     0
+}
+
+/// Thread cancellation held off while it lives (`pthread_setcancelstate`: no system call, no
+/// allocation, so the callback stays realtime-safe).
+struct CancelHeld {
+    #[cfg(any(target_os = "linux", target_os = "macos"))]
+    old: c_int,
+}
+
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+mod cancel {
+    use std::ffi::c_int;
+    extern "C" {
+        pub fn pthread_setcancelstate(state: c_int, old: *mut c_int) -> c_int;
+    }
+    #[cfg(target_os = "linux")]
+    pub const DISABLE: c_int = 1;
+    #[cfg(target_os = "macos")]
+    pub const DISABLE: c_int = 0;
+}
+
+impl CancelHeld {
+    #[cfg(any(target_os = "linux", target_os = "macos"))]
+    fn new() -> Self {
+        let mut old: c_int = 0;
+        // SAFETY: sets the calling thread's own cancel state; `old` is a valid out pointer.
+        unsafe { cancel::pthread_setcancelstate(cancel::DISABLE, &mut old) };
+        Self { old }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+    fn new() -> Self {
+        Self {}
+    }
+}
+
+impl Drop for CancelHeld {
+    fn drop(&mut self) {
+        #[cfg(any(target_os = "linux", target_os = "macos"))]
+        // SAFETY: restores the state saved by `new` on the same thread (the guard never
+        // leaves the callback's stack frame).
+        unsafe {
+            let mut was: c_int = 0;
+            cancel::pthread_setcancelstate(self.old, &mut was);
+        }
+    }
 }
 
 unsafe extern "C" fn on_xrun(arg: *mut c_void) -> c_int {
