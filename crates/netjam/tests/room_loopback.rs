@@ -654,6 +654,7 @@ fn four_players_hear_the_three_others_and_a_flooding_member_changes_nothing() {
                 members.iter().all(|(n, _, _)| n != p.name),
                 "{who} heard itself: {members:?}"
             );
+            assert_series_follows_the_others(&who, p, &names_except(i));
         }
     }
 
@@ -703,6 +704,49 @@ fn four_players_hear_the_three_others_and_a_flooding_member_changes_nothing() {
             lf <= lc + 540,
             "{} lost {lf} packets with the flood, {lc} without",
             c.name
+        );
+    }
+}
+
+/// The statistics file's time series: points over the whole session, in time order, one of
+/// them listing all of `others` by name, with counters that never went back.
+fn assert_series_follows_the_others(who: &str, p: &Finished, others: &[&str]) {
+    let series = p.report["series"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{who}: no series in the statistics file"));
+    // A point about every 100 ms of a session of more than 5 s; a busy machine skips some.
+    assert!(series.len() >= 20, "{who}: {} points in the series", series.len());
+    let t: Vec<f64> = series.iter().map(|x| x["t_s"].as_f64().expect("t_s")).collect();
+    assert!(t.windows(2).all(|w| w[0] < w[1]), "{who}: times out of order: {t:?}");
+    let all_in = |x: &&serde_json::Value| {
+        others.iter().all(|o| {
+            x["members"]
+                .as_array()
+                .is_some_and(|m| m.iter().any(|m| m["name"] == *o))
+        })
+    };
+    let full = series.iter().filter(all_in).count();
+    // Everyone plays for at least 5 s of the 8: half the points at least.
+    assert!(
+        2 * full >= series.len(),
+        "{who}: only {full} of {} points list {others:?}",
+        series.len()
+    );
+    eprintln!("{who}: mid-session {}", series[series.len() / 2]);
+    for other in others {
+        let received: Vec<u64> = series
+            .iter()
+            .filter_map(|x| {
+                x["members"]
+                    .as_array()?
+                    .iter()
+                    .find(|m| m["name"] == *other)
+                    .and_then(|m| m["received"].as_u64())
+            })
+            .collect();
+        assert!(
+            received.windows(2).all(|w| w[0] <= w[1]),
+            "{who}: packets received from {other} went back: {received:?}"
         );
     }
 }

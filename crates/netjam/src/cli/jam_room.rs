@@ -368,6 +368,64 @@ struct RoomReport {
     /// The resampler from Opus's 48 kHz to a device at another rate, ms (0 without one):
     /// counted in every member's `mouth_to_ear_ms`.
     hear_edge_ms: f64,
+    /// How the session went: a point about every 100 ms, spread evenly over a long one.
+    series: BoundedSeries<RoomPoint>,
+}
+
+/// One moment of the session in the statistics file.
+#[derive(Debug, Clone, serde::Serialize)]
+struct RoomPoint {
+    /// Seconds into the session.
+    t_s: f64,
+    sent_packets: u64,
+    /// The output limiter's most gain reduction since the point before, dB.
+    limiter_reduction_db: f32,
+    members: Vec<MemberPoint>,
+}
+
+/// A member heard at one [`RoomPoint`].
+#[derive(Debug, Clone, serde::Serialize)]
+struct MemberPoint {
+    name: String,
+    member_id: u32,
+    received: u64,
+    lost: i64,
+    concealment_events: u64,
+    /// Playout stretches inserted (waits) and skipped (catch-ups) so far.
+    inserted: u64,
+    skipped: u64,
+    buffer_target_ms: f64,
+    added_latency_ms: f64,
+    rtt_ms: Option<f64>,
+    mouth_to_ear_ms: Option<f64>,
+    peak_dbfs: f32,
+}
+
+impl RoomPoint {
+    fn new(s: &Snapshot<RoomStats>, members: &[HeardMember]) -> Self {
+        Self {
+            t_s: s.t_s,
+            sent_packets: s.stats.sent.packets,
+            limiter_reduction_db: s.stats.limiter.max_reduction_db,
+            members: members
+                .iter()
+                .map(|m| MemberPoint {
+                    name: m.name.clone(),
+                    member_id: m.member_id,
+                    received: m.received,
+                    lost: m.lost,
+                    concealment_events: m.concealment_events,
+                    inserted: m.inserted,
+                    skipped: m.skipped,
+                    buffer_target_ms: m.buffer_target_ms,
+                    added_latency_ms: m.added_latency_ms,
+                    rtt_ms: m.rtt_ms,
+                    mouth_to_ear_ms: m.mouth_to_ear_ms,
+                    peak_dbfs: m.peak_dbfs,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// One round trip found in band: when (seconds into the session) and how long, ms.
@@ -712,6 +770,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let mut names = String::new();
     // Everyone heard during the session, as last seen (members who left stay in the summary).
     let mut everyone: Everyone = Default::default();
+    let mut series = BoundedSeries::default();
     let mut path_states: std::collections::BTreeMap<u32, PathState> = Default::default();
     let mut sees = reflexive.server_sees;
     let mut moves_told = 0;
@@ -820,7 +879,11 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
                 eprintln!("netjam: member ports: {}", ports.describe(&roster));
             }
         }
-        remember(&mut everyone, heard_members(&s.stats, &roster, fixed_ms));
+        let members = heard_members(&s.stats, &roster, fixed_ms);
+        if a.stats_json.is_some() {
+            series.push(RoomPoint::new(&s, &members));
+        }
+        remember(&mut everyone, members);
         let mut line = room_line(&s, &roster, fixed_ms);
         if let Some(rt) = &mut round_trips {
             rt.offer(&s);
@@ -950,6 +1013,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
                 round_trip: round_trips,
                 reflexive,
                 hear_edge_ms,
+                series,
             },
         )?;
     }
