@@ -315,6 +315,7 @@ impl Player {
             name: self.name,
             report,
             output: self.output,
+            said: self.said,
         }
     }
 }
@@ -323,9 +324,14 @@ struct Finished {
     name: &'static str,
     report: serde_json::Value,
     output: PathBuf,
+    said: Vec<String>,
 }
 
 impl Finished {
+    fn said_lines(&self) -> impl Iterator<Item = &String> {
+        self.said.iter()
+    }
+
     /// The members it heard: name → (member id, counters).
     fn heard(&self) -> Vec<(String, u64, serde_json::Value)> {
         self.report["heard"]
@@ -717,7 +723,10 @@ fn assert_series_follows_the_others(who: &str, p: &Finished, others: &[&str]) {
     // A point about every 100 ms of a session of more than 5 s; a busy machine skips some.
     assert!(series.len() >= 20, "{who}: {} points in the series", series.len());
     let t: Vec<f64> = series.iter().map(|x| x["t_s"].as_f64().expect("t_s")).collect();
-    assert!(t.windows(2).all(|w| w[0] < w[1]), "{who}: times out of order: {t:?}");
+    assert!(
+        t.windows(2).all(|w| w[0] < w[1]),
+        "{who}: times out of order: {t:?}"
+    );
     let all_in = |x: &&serde_json::Value| {
         others.iter().all(|o| {
             x["members"]
@@ -993,4 +1002,52 @@ fn a_wrong_password_is_refused_within_seconds() {
         .collect();
     assert_eq!(names, ["ana"], "seated with the wrong password");
     drop(ana);
+}
+
+/// A server that stops answering (SIGSTOP, as a machine that hangs) and comes back: each
+/// player says so once when it goes, and once when it answers again, with how long it was.
+#[test]
+fn a_server_that_stops_answering_and_comes_back_is_said_both_times() {
+    const HELD_S: u64 = 7;
+    let dir = common::tmp_dir("room-held");
+    let _alone = one_room_at_a_time();
+    let (server, mut players) = room_of_four(&dir, "held", 16.0);
+    let pid = server.proc.child.id().to_string();
+    let signal = |sig: &str| {
+        let ok = Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    let held = Instant::now();
+    for p in &mut players {
+        p.wait_line("the server lost", Duration::from_secs(HELD_S), |l| {
+            l.contains("rooms server at") && l.contains("stopped answering")
+        });
+    }
+    std::thread::sleep(Duration::from_secs(HELD_S).saturating_sub(held.elapsed()));
+    signal("-CONT");
+    for p in &mut players {
+        let line = p.wait_line("the server back", STEP, |l| l.contains("answers again"));
+        let said: f64 = line
+            .split("after ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("{}: no time in {line:?}", p.name));
+        // Lost after the server's timeout of a few seconds, found within a few after.
+        assert!((0.5..HELD_S as f64 + 3.0).contains(&said), "{}: {line}", p.name);
+    }
+    for p in players {
+        let f = p.finish(Duration::from_secs(16) + STEP);
+        let lost = f
+            .said_lines()
+            .filter(|l| l.contains("rooms server at") && l.contains("stopped answering"))
+            .count();
+        assert_eq!(lost, 1, "{}: said the server was lost {lost} times", f.name);
+    }
+    server.stop();
 }

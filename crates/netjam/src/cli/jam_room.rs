@@ -775,6 +775,8 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let mut sees = reflexive.server_sees;
     let mut moves_told = 0;
     let mut refusal_told = false;
+    // When the server was found silent and which one it was, while it is.
+    let mut lost_since: Option<(f64, Option<SocketAddr>)> = None;
     let mut rates_told: std::collections::BTreeMap<u32, super::jam::HeardRate> = Default::default();
     running.watch(&mut snaps, |s| {
         let roster = room_link.roster();
@@ -787,13 +789,38 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
                 roster.refused.as_deref().unwrap_or_default()
             );
         }
+        if roster.lost && lost_since.is_none() {
+            lost_since = Some((s.t_s, roster.server));
+            status.finish();
+            eprintln!(
+                "netjam: the rooms server at {} stopped answering; asking again (members on a direct path are still heard)",
+                roster.server.map_or("-".into(), |a| a.to_string())
+            );
+        }
         if roster.moves != moves_told {
             moves_told = roster.moves;
             if let Some(m) = &roster.last_move {
                 status.finish();
+                if lost_since.is_some_and(|(_, from)| from == Some(m.to)) {
+                    eprintln!(
+                        "netjam: the rooms server at {} answers again after {:.1} s; playing on",
+                        m.to, m.silence_s
+                    );
+                } else {
+                    eprintln!(
+                        "netjam: room {room:?} moved to {} after {:.1} s of silence (its server stopped answering); playing on",
+                        m.to, m.silence_s
+                    );
+                }
+            }
+            lost_since = None;
+        } else if !roster.lost {
+            if let Some((since, from)) = lost_since.take() {
+                status.finish();
                 eprintln!(
-                    "netjam: room {room:?} moved to {} after {:.1} s of silence (its server stopped answering); playing on",
-                    m.to, m.silence_s
+                    "netjam: the rooms server at {} answers again after {:.1} s",
+                    from.map_or("-".into(), |a| a.to_string()),
+                    s.t_s - since
                 );
             }
         }
