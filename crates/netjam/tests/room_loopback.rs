@@ -655,6 +655,13 @@ fn four_players_hear_the_three_others_and_a_flooding_member_changes_nothing() {
                     received >= 3_750,
                     "{who} received {received} packets from {other}: {members:?}"
                 );
+                // Their tone at -6 dBFS, however the session ended.
+                let peak = members
+                    .iter()
+                    .filter(|(n, _, _)| n == other)
+                    .filter_map(|(_, _, m)| m["peak_dbfs"].as_f64())
+                    .fold(-200.0, f64::max);
+                assert!(peak > -12.0, "{who}: {other} peaked at {peak:.1} dBFS");
             }
             assert!(
                 members.iter().all(|(n, _, _)| n != p.name),

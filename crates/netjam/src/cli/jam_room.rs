@@ -265,6 +265,8 @@ struct HeardMember {
     gain_db: f32,
     pan: f32,
     mute: bool,
+    /// Their peak level since the snapshot before, dBFS (-120: silence); in the summary
+    /// (`heard` in the statistics file), their loudest of the session.
     peak_dbfs: f32,
 }
 
@@ -334,6 +336,9 @@ fn remember(everyone: &mut Everyone, now: Vec<HeardMember>) {
     for mut m in now {
         let key = (m.server, m.member_id);
         if let Some(old) = everyone.get(&key) {
+            // The summary's level is the loudest of the session: the last snapshot, taken
+            // as everyone stops, is silence for members who played to the end.
+            m.peak_dbfs = m.peak_dbfs.max(old.peak_dbfs);
             if m.seat.is_none() {
                 m.name.clone_from(&old.name);
                 m.seat = old.seat;
