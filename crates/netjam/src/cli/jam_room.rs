@@ -385,25 +385,8 @@ struct RoomPoint {
     sent_packets: u64,
     /// The output limiter's most gain reduction since the point before, dB.
     limiter_reduction_db: f32,
-    members: Vec<MemberPoint>,
-}
-
-/// A member heard at one [`RoomPoint`].
-#[derive(Debug, Clone, serde::Serialize)]
-struct MemberPoint {
-    name: String,
-    member_id: u32,
-    received: u64,
-    lost: i64,
-    concealment_events: u64,
-    /// Playout stretches inserted (waits) and skipped (catch-ups) so far.
-    inserted: u64,
-    skipped: u64,
-    buffer_target_ms: f64,
-    added_latency_ms: f64,
-    rtt_ms: Option<f64>,
-    mouth_to_ear_ms: Option<f64>,
-    peak_dbfs: f32,
+    /// Each member heard then, as the summary's `heard` lists them.
+    members: Vec<HeardMember>,
 }
 
 impl RoomPoint {
@@ -412,23 +395,7 @@ impl RoomPoint {
             t_s: s.t_s,
             sent_packets: s.stats.sent.packets,
             limiter_reduction_db: s.stats.limiter.max_reduction_db,
-            members: members
-                .iter()
-                .map(|m| MemberPoint {
-                    name: m.name.clone(),
-                    member_id: m.member_id,
-                    received: m.received,
-                    lost: m.lost,
-                    concealment_events: m.concealment_events,
-                    inserted: m.inserted,
-                    skipped: m.skipped,
-                    buffer_target_ms: m.buffer_target_ms,
-                    added_latency_ms: m.added_latency_ms,
-                    rtt_ms: m.rtt_ms,
-                    mouth_to_ear_ms: m.mouth_to_ear_ms,
-                    peak_dbfs: m.peak_dbfs,
-                })
-                .collect(),
+            members: members.to_vec(),
         }
     }
 }
