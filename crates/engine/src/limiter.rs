@@ -187,7 +187,7 @@ fn reduction_db(gain: f32) -> f32 {
     if gain >= 1.0 {
         0.0
     } else {
-        -20.0 * gain.max(1e-6).log10()
+        -crate::mixer::amplitude_db(gain)
     }
 }
 

@@ -63,23 +63,34 @@ pub struct Level {
 
 impl Level {
     pub fn peak_dbfs(&self) -> f32 {
-        to_dbfs(self.peak)
+        amplitude_db(self.peak)
     }
     pub fn rms_dbfs(&self) -> f32 {
-        to_dbfs(self.rms)
+        amplitude_db(self.rms)
     }
 }
 
-fn to_dbfs(x: f32) -> f32 {
+/// An amplitude (or a linear gain) in dB, floored at -120 dB: the one conversion every
+/// meter, gain read-out and statistic uses.
+pub fn amplitude_db(x: f32) -> f32 {
     20.0 * x.max(1e-6).log10()
 }
 
-/// A decibel figure as a linear gain (−∞ dB is 0).
+/// A decibel figure as a linear gain (−∞ dB is 0): the one conversion every fader uses.
 pub fn db_to_gain(db: f32) -> f32 {
     if db == f32::NEG_INFINITY {
         0.0
     } else {
         10f32.powf(db / 20.0)
+    }
+}
+
+/// A fader's linear gain: 0 when muted, else `db` as a gain.
+pub fn fader_gain(db: f32, mute: bool) -> f32 {
+    if mute {
+        0.0
+    } else {
+        db_to_gain(db)
     }
 }
 

@@ -41,7 +41,7 @@ use netjam_engine::delay::LatencyPolicy;
 use netjam_osc::{encode_message, Arg, Outbox, Packet, Route, Tree};
 
 /// Seats a room client's tree offers (`/member0` … `/member15`).
-pub const MAX_MEMBERS: u16 = 16;
+pub const MAX_MEMBERS: u16 = netjam_engine::room::ROOM_SEATS as u16;
 /// Lowest gain a fader reaches, dB (mute is its own switch).
 pub const GAIN_MIN_DB: f32 = -60.0;
 /// Highest gain, dB: enough to lift a quiet player without making clipping easy.
@@ -86,13 +86,7 @@ pub enum ControlCommand {
 }
 
 /// Linear amplitude of a gain in dB (0 when muted): what an audio thread multiplies by.
-pub fn linear_gain(db: f32, mute: bool) -> f32 {
-    if mute {
-        0.0
-    } else {
-        10f32.powf(db / 20.0)
-    }
-}
+pub use netjam_engine::mixer::fader_gain as linear_gain;
 
 /// A gain and a mute switch.
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]

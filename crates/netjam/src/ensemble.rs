@@ -766,7 +766,7 @@ pub mod beat {
             channels: usize,
             gain_db: f32,
         ) -> Self {
-            let level = 10f32.powf(gain_db / 20.0);
+            let level = netjam_engine::mixer::db_to_gain(gain_db);
             let beat = Some(Beat {
                 clicks: ClickTrack::new(rate, level, 4),
                 clock,

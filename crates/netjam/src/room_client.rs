@@ -123,7 +123,7 @@ pub struct RoomMove {
 }
 
 /// Control seats (the OSC surface's `/member#16`).
-pub const SEATS: usize = 16;
+pub const SEATS: usize = netjam_engine::room::ROOM_SEATS;
 
 impl Roster {
     /// The name of the member sending with `ssrc`.

@@ -401,7 +401,7 @@ impl<S: Copy> Publisher<S> {
             self.since = 0;
             let snap = Snapshot {
                 t_s: self.frames as f64 / self.rate as f64,
-                peak_dbfs: 20.0 * self.peak.max(1e-6).log10(),
+                peak_dbfs: netjam_engine::mixer::amplitude_db(self.peak),
                 stats: stats(),
             };
             self.peak = 0.0;
@@ -807,15 +807,11 @@ const SEND_SCRATCH_FRAMES: usize = 4096;
 
 /// A send gain in dB, or silence when muted.
 fn send_linear(db: f32, mute: bool) -> f32 {
-    if mute || !db.is_finite() && db < 0.0 {
-        0.0
-    } else {
-        10f32.powf(db.clamp(-120.0, 12.0) / 20.0)
-    }
+    netjam_engine::mixer::fader_gain(db.min(12.0), mute || db.is_nan())
 }
 
 /// The most members a room client hears at once (the size of [`RoomStats::members`]).
-pub const MAX_ROOM_MEMBERS: usize = 16;
+pub const MAX_ROOM_MEMBERS: usize = netjam_engine::room::ROOM_SEATS;
 /// Commands that may wait for the audio thread.
 const ROOM_COMMANDS: usize = 256;
 /// Room snapshots that may wait for the control side (each is a few kB).

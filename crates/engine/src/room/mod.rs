@@ -21,6 +21,11 @@ pub mod directory;
 pub mod msg;
 pub mod server;
 
+/// The most members a room seats by default, and so the most a player hears at once: the
+/// size of a player's member receivers, mixer strips and OSC seats (`/member0` …
+/// `/member15`). The one place this number is set.
+pub const ROOM_SEATS: usize = 16;
+
 pub use client::{ClientConfig, PeerEntry, RoomClient, RoomEvent, RosterEntry};
 pub use directory::{InMemoryDirectory, RoomDirectory};
 pub use msg::{RefuseCode, RosterKind, PROTOCOL_VERSION};

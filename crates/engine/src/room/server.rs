@@ -127,7 +127,7 @@ pub struct ServerConfig {
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
-            max_members_per_room: 16,
+            max_members_per_room: super::ROOM_SEATS,
             max_ensemble_seats_per_room: 32,
             max_members: 4096,
             max_rooms: 1024,

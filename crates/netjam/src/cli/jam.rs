@@ -472,7 +472,7 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         format.rate,
     ));
     let (io, link) = NetIo::start(socket, Peer::Fixed(peer))?;
-    let gain = if a.mute { 0.0 } else { 10f32.powf(a.gain / 20.0) };
+    let gain = netjam_engine::mixer::fader_gain(a.gain, a.mute);
     let gain = Arc::new(AtomicU32::new(gain.to_bits()));
     let packets = packets_text(&sender);
     let packet_ms = sender.packet_ns() as f64 / 1e6;

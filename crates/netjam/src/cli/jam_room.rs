@@ -295,7 +295,7 @@ fn heard_members(stats: &RoomStats, roster: &Roster, fixed_ms: f64) -> Vec<Heard
                 rtt_ms: m.rtt_ms,
                 path: path_text(roster.paths.get(&id), m.rtt_ms),
                 mouth_to_ear_ms: m.rtt_ms.map(|rtt| rtt / 2.0 + fixed_ms + jb.added_latency_ms),
-                gain_db: 20.0 * m.mix.gain.max(1e-6).log10(),
+                gain_db: netjam_engine::mixer::amplitude_db(m.mix.gain),
                 pan: m.mix.pan,
                 mute: m.mix.mute,
                 peak_dbfs: m.level.peak_dbfs(),
