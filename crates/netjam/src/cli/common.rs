@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use netjam_engine::delay::BufferMode;
 use netjam_engine::link::{spec_lines, EventSpecError, LinkEvent, LinkSchedule, Transition};
 use netjam_engine::time::frames_to_ns;
@@ -55,14 +55,37 @@ impl BufferArg {
 
 /// Resolve `HOST:PORT` to one address.
 pub fn resolve(s: &str) -> anyhow::Result<SocketAddr> {
+    resolve_host(s, None, "the address")
+}
+
+/// Resolve `HOST:PORT`, or `HOST` alone when there is a `default_port` (a bare IPv6
+/// address too), given on the command line as `what` (e.g. `--server`): every address a
+/// user types goes through here, so they all take the same forms and fail the same way.
+pub fn resolve_host(s: &str, default_port: Option<u16>, what: &str) -> anyhow::Result<SocketAddr> {
     use std::net::ToSocketAddrs;
-    let mut addrs = s
+    let with_port = match default_port {
+        _ if s.parse::<SocketAddr>().is_ok() => s.to_string(),
+        Some(_)
+            if s.rsplit_once(':')
+                .is_some_and(|(h, p)| !h.contains(':') && p.parse::<u16>().is_ok()) =>
+        {
+            s.to_string()
+        }
+        // A bare IPv6 address.
+        Some(port) if s.contains(':') && !s.starts_with('[') => format!("[{s}]:{port}"),
+        Some(port) => format!("{s}:{port}"),
+        None => s.to_string(),
+    };
+    let forms = if default_port.is_some() {
+        "HOST or HOST:PORT"
+    } else {
+        "HOST:PORT (e.g. 203.0.113.5:4464 or jam.example.org:4464)"
+    };
+    with_port
         .to_socket_addrs()
-        .with_context(|| format!("{s:?} is not HOST:PORT (e.g. 203.0.113.5:4464 or jam.example.org:4464)"))?;
-    match addrs.next() {
-        Some(a) => Ok(a),
-        None => bail!("{s:?} resolved to no address"),
-    }
+        .with_context(|| format!("cannot resolve {what} {s:?}: give {forms}"))?
+        .next()
+        .with_context(|| format!("{what} {s:?} resolves to no address"))
 }
 
 /// Which directions of an emulated link a scripted link event acts on (`up`: from the client).

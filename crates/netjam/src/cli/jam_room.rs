@@ -10,7 +10,9 @@
 //! library pieces ([`crate::room_client`], [`crate::session::RoomProcess`],
 //! [`crate::control`]) to the endpoint `jam` opened, and prints.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
+
+use super::common::resolve_host;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -52,27 +54,7 @@ const STUN_PORT: u16 = 3478;
 
 /// `HOST` or `HOST:PORT` (port 4464 unless given).
 pub(crate) fn resolve_server(s: &str) -> anyhow::Result<SocketAddr> {
-    resolve(s, DEFAULT_PORT, "--server")
-}
-
-/// `HOST` or `HOST:PORT` (`default_port` unless given), for the flag `flag`.
-fn resolve(s: &str, default_port: u16, flag: &str) -> anyhow::Result<SocketAddr> {
-    let with_port = if s.parse::<SocketAddr>().is_ok()
-        || s.rsplit_once(':')
-            .is_some_and(|(h, p)| !h.contains(':') && p.parse::<u16>().is_ok())
-    {
-        s.to_string()
-    } else if s.contains(':') && !s.starts_with('[') {
-        // A bare IPv6 address.
-        format!("[{s}]:{default_port}")
-    } else {
-        format!("{s}:{default_port}")
-    };
-    with_port
-        .to_socket_addrs()
-        .with_context(|| format!("cannot resolve {flag} {s}: give HOST or HOST:PORT"))?
-        .next()
-        .with_context(|| format!("{flag} {s} resolves to no address"))
+    resolve_host(s, Some(DEFAULT_PORT), "--server")
 }
 
 /// This player's own address as the other members at home would reach it: the local
@@ -509,7 +491,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let stun = a
         .stun
         .as_deref()
-        .map(|s| resolve(s, STUN_PORT, "--stun"))
+        .map(|s| resolve_host(s, Some(STUN_PORT), "--stun"))
         .transpose()?;
     let socket = bind(a.listen.unwrap_or(any_for(server)))?;
     let packets_per_s = format.rate.div_ceil(sender.frames_per_packet().max(1));

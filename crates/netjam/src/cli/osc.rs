@@ -7,7 +7,7 @@
 //! own: parsing, validation and framing live in the library.
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, ToSocketAddrs, UdpSocket};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context};
@@ -73,13 +73,7 @@ pub fn run(cmd: OscCommand) -> anyhow::Result<()> {
 }
 
 fn resolve(target: &str) -> anyhow::Result<SocketAddr> {
-    target
-        .to_socket_addrs()
-        .with_context(|| {
-            format!("cannot resolve {target:?}: give the target as HOST:PORT, e.g. 127.0.0.1:9000")
-        })?
-        .next()
-        .with_context(|| format!("{target:?} resolves to no address: give the target as HOST:PORT"))
+    super::common::resolve_host(target, None, "the target")
 }
 
 fn send(a: SendArgs) -> anyhow::Result<()> {

@@ -2,7 +2,7 @@
 //! around the library in [`crate::probe`].
 
 use std::io::{IsTerminal, Write};
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -20,13 +20,7 @@ use crate::probe::ping::{ping_with_progress, write_csv, PingConfig, PingReport};
 use crate::probe::sweep::{sweep, sweep_svg};
 use crate::transport::TimestampSource;
 
-fn resolve(target: &str) -> anyhow::Result<SocketAddr> {
-    target
-        .to_socket_addrs()
-        .with_context(|| format!("cannot resolve {target}; give HOST:PORT"))?
-        .next()
-        .with_context(|| format!("{target} resolves to no address"))
-}
+use super::common::resolve;
 
 fn ts_name(s: TimestampSource) -> &'static str {
     match s {
