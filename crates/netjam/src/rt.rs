@@ -164,20 +164,29 @@ pub fn report_line() -> Option<String> {
     })
 }
 
+/// Put the calling thread under SCHED_FIFO at `priority`: one system call, no allocation, no
+/// lock and no log, so an audio callback may call it on its own thread. The one place netjam
+/// asks for SCHED_FIFO. Err holds the error number.
 #[cfg(target_os = "linux")]
-fn platform_promote(priority: i32, _period_ns: u64) -> RtStatus {
+pub fn set_fifo(priority: i32) -> Result<(), i32> {
     let param = libc::sched_param {
         sched_priority: priority,
     };
     // SAFETY: pthread_self() is the calling thread; `param` is a valid sched_param that
     // outlives the call.
-    let rc = unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
-    if rc == 0 {
-        RtStatus::Realtime { priority }
-    } else {
-        RtStatus::Normal {
+    match unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) } {
+        0 => Ok(()),
+        rc => Err(rc),
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn platform_promote(priority: i32, _period_ns: u64) -> RtStatus {
+    match set_fifo(priority) {
+        Ok(()) => RtStatus::Realtime { priority },
+        Err(rc) => RtStatus::Normal {
             reason: std::io::Error::from_raw_os_error(rc).to_string(),
-        }
+        },
     }
 }
 

@@ -523,11 +523,8 @@ fn promote_and_record(shared: Option<&Shared>, want_realtime: bool) {
     #[cfg(target_os = "linux")]
     {
         if want_realtime {
-            let param = libc::sched_param {
-                sched_priority: crate::rt::AUDIO_PRIORITY,
-            };
-            // SAFETY: the calling thread's own scheduling; `param` outlives the call.
-            unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
+            // What the thread got is read back below.
+            let _ = crate::rt::set_fifo(crate::rt::AUDIO_PRIORITY);
         }
         if let Some(shared) = shared {
             // SAFETY: querying the calling thread's own scheduling into locals.
