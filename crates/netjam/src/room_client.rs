@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use netjam_engine::nat::direct::{DirectConfig, DirectPaths, DirectStats, PathInfo, RouteTable, Target};
-use netjam_engine::room::msg::MAX_CONTROL_LEN;
+use netjam_engine::room::msg::{fold_name, MAX_CONTROL_LEN};
 use netjam_engine::room::{
     ClientConfig, PeerEntry, RefuseCode, RoomClient, RoomEvent, RosterEntry, RosterKind,
 };
@@ -87,7 +87,9 @@ pub struct Roster {
     /// Control datagrams dropped because the control thread was behind.
     pub control_dropped: u64,
     /// Which member sits at each control seat (`/member0` …): a member keeps its seat
-    /// while it is in the room, and a newcomer takes the lowest free one.
+    /// while it is in the room and gets it back when it comes again under its name while
+    /// the seat is free; a newcomer takes the lowest free seat no one left is kept for, or
+    /// else the lowest free one.
     pub seats: [Option<u32>; SEATS],
     /// The path media takes to each member (direct or through the server), by member id.
     pub paths: BTreeMap<u32, PathInfo>,
@@ -107,8 +109,12 @@ pub struct Roster {
     /// Why the server (or the one the room moved to) refused to seat this player again;
     /// it then stops trying.
     pub refused: Option<String>,
-    /// Seats kept for members of the room while it moves between servers: a member seen
-    /// again under the same name takes its seat back.
+    /// The refusal was [`RefuseCode::Replaced`]: netjam joined again under this player's
+    /// name from this computer and has the seat now.
+    pub replaced: bool,
+    /// Seats kept, by name (as [`fold_name`] folds it), for members who left or timed out
+    /// and for every member while the room moves between servers: a member seen again
+    /// under the same name takes its seat back. At most one name per seat.
     #[serde(skip)]
     pub kept_seats: BTreeMap<String, usize>,
 }
@@ -177,12 +183,19 @@ impl Roster {
                 if self.seat_of(e.member_id).is_none() {
                     let kept = self
                         .kept_seats
-                        .remove(&e.name)
+                        .remove(&fold_name(&e.name))
                         .filter(|&s| self.seats.get(s).is_some_and(Option::is_none));
-                    if let Some(s) = kept {
+                    let free = |s: &usize| self.seats[*s].is_none();
+                    let seat = kept
+                        .or_else(|| {
+                            (0..SEATS)
+                                .filter(free)
+                                .find(|s| !self.kept_seats.values().any(|k| k == s))
+                        })
+                        .or_else(|| (0..SEATS).find(free));
+                    if let Some(s) = seat {
+                        self.kept_seats.retain(|_, k| *k != s);
                         self.seats[s] = Some(e.member_id);
-                    } else if let Some(free) = self.seats.iter_mut().find(|s| s.is_none()) {
-                        *free = Some(e.member_id);
                     }
                 }
                 if let Some(old) = replaced.filter(|old| old.ssrc != e.ssrc) {
@@ -201,6 +214,10 @@ impl Roster {
             RosterKind::Left | RosterKind::Timeout => {
                 if let Some(seat) = self.seat_of(e.member_id) {
                     self.seats[seat] = None;
+                    if let Some(m) = self.members.get(&e.member_id) {
+                        self.kept_seats.retain(|_, k| *k != seat);
+                        self.kept_seats.insert(fold_name(&m.name), seat);
+                    }
                 }
                 self.members
                     .remove(&e.member_id)
@@ -222,7 +239,8 @@ impl Roster {
         let mut out = Vec::new();
         for (seat, id) in self.seats.iter_mut().enumerate() {
             if let Some(m) = id.take().and_then(|id| self.members.get(&id)) {
-                self.kept_seats.insert(m.name.clone(), seat);
+                self.kept_seats.retain(|_, k| *k != seat);
+                self.kept_seats.insert(fold_name(&m.name), seat);
             }
         }
         for m in std::mem::take(&mut self.members).into_values() {
@@ -292,6 +310,10 @@ fn refusal_text(code: Option<RefuseCode>, reason: &str, r: &JoinRequest) -> Stri
             "the server does not admit this much audio per player: send fewer channels, a larger --frames, or --codec opus".into()
         }
         Some(RefuseCode::BadVersion) => "the server speaks another protocol version: use the same netjam version as the server".into(),
+        Some(RefuseCode::NameTaken) => format!(
+            "room {:?} already has a player named {:?} on another computer: pick another --name (or `name` in the settings file)",
+            r.room, r.name
+        ),
         Some(RefuseCode::BadRequest) => "the server refused the name or room (1-64 printable characters each)".into(),
         Some(RefuseCode::ServerFull) => "the server is full: try again later or another server".into(),
         Some(RefuseCode::DirectoryUnavailable) => format!(
@@ -850,8 +872,9 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                             }
                             Err(e) => tracing::warn!("{e:#}"),
                         },
-                        RoomEvent::Refused { reason, .. } => {
+                        RoomEvent::Refused { code, reason } => {
                             tracing::warn!("the rooms server refused to seat this player again: {reason}");
+                            roster.replaced = code == Some(RefuseCode::Replaced);
                             roster.refused = Some(reason);
                             roster.lost = true;
                         }
@@ -966,10 +989,40 @@ mod tests {
         // A member already gone is not released twice.
         assert_eq!(r.apply(&entry(RosterKind::Left, 2, "bob", 0xb0)), None);
         assert_eq!(r.seat_of(2), None);
-        // The seat bob left is the next newcomer's; cy keeps hers.
+        // The seat bob left is kept for him: the next newcomer takes the next free one;
+        // cy keeps hers.
         r.apply(&entry(RosterKind::Joined, 7, "di", 0xd0));
-        assert_eq!((r.seat_of(7), r.seat_of(5)), (Some(0), Some(1)));
+        assert_eq!((r.seat_of(7), r.seat_of(5)), (Some(2), Some(1)));
         assert_eq!(r.member_at(1).map(|m| m.name.as_str()), Some("cy"));
+    }
+
+    #[test]
+    fn a_member_who_comes_back_under_its_name_sits_where_it_sat() {
+        let mut r = Roster::default();
+        for (id, name) in [(1, "ana"), (2, "bo"), (3, "cy")] {
+            r.apply(&entry(RosterKind::Joined, id, name, id));
+        }
+        // Bo's ghost is replaced (left, then joined with a new id): seat 1 again, so a
+        // fader on /member1 keeps moving Bo.
+        r.apply(&entry(RosterKind::Left, 2, "bo", 2));
+        r.apply(&entry(RosterKind::Joined, 9, "bo", 9));
+        assert_eq!(r.seat_of(9), Some(1));
+        // Timed out, a newcomer in between, then back (in another case): still seat 0.
+        r.apply(&entry(RosterKind::Timeout, 1, "ana", 1));
+        r.apply(&entry(RosterKind::Joined, 10, "di", 10));
+        assert_eq!(r.seat_of(10), Some(3));
+        r.apply(&entry(RosterKind::Joined, 11, "Ana", 11));
+        assert_eq!(r.seat_of(11), Some(0));
+        // A full house: a newcomer takes a kept seat rather than none, and the name it was
+        // kept for then sits wherever is free.
+        r.apply(&entry(RosterKind::Left, 3, "cy", 3));
+        for id in 20..32 {
+            r.apply(&entry(RosterKind::Joined, id, &format!("m{id}"), id));
+        }
+        r.apply(&entry(RosterKind::Joined, 40, "eve", 40));
+        assert_eq!(r.seat_of(40), Some(2));
+        assert!(r.kept_seats.is_empty());
+        assert!(r.seats.iter().all(Option::is_some));
     }
 
     #[test]

@@ -51,7 +51,8 @@ pub struct JamArgs {
     #[arg(long, value_name = "HOST[:PORT]", requires = "room")]
     pub server: Option<String>,
     /// Play in a room instead: join room NAME on the rooms server (its first player
-    /// creates it). --server and --name default to `server = "HOST"` and `name = "YOU"` in
+    /// creates it). Room names match whatever the case: "Friday" and "friday" are one
+    /// room, shown as its first player spelled it. --server and --name default to `server = "HOST"` and `name = "YOU"` in
     /// the settings file ($NETJAM_CONFIG, else netjam/config.toml in your configuration
     /// directory, e.g. ~/.config/netjam/config.toml).
     #[arg(long, value_name = "NAME")]
