@@ -117,7 +117,56 @@ pub struct Roster {
     /// under the same name takes its seat back. At most one name per seat.
     #[serde(skip)]
     pub kept_seats: BTreeMap<String, usize>,
+    /// Each member's mix as last set (by `--mix` or through its seat), by name as
+    /// [`fold_name`] folds it: applied again whenever a member of that name is seated, so
+    /// a mix survives the member leaving and coming back.
+    #[serde(skip)]
+    pub mixes: Mixes,
 }
+
+/// A member's mix settings given so far (`None`: never set, the mixer's default stands).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct MemberMix {
+    pub gain_db: Option<f32>,
+    pub pan: Option<f32>,
+    pub mute: Option<bool>,
+}
+
+/// Mix settings by member name, folded by [`fold_name`].
+pub type Mixes = BTreeMap<String, MemberMix>;
+
+/// Parses `--mix`: `NAME=SETTING` entries separated by commas, each SETTING a gain in dB
+/// (`-6`, `+3`, `-inf`), `mute` or `unmute`; a name may come back for a second setting
+/// (`bo=-3,bo=mute`). Names are matched whatever the case.
+pub fn parse_mix(text: &str) -> Result<Mixes, String> {
+    let mut out = Mixes::new();
+    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let Some((name, setting)) = entry.rsplit_once('=') else {
+            return Err(format!("{entry:?} is not NAME=SETTING (e.g. ana=-6 or bo=mute)"));
+        };
+        let (name, setting) = (name.trim(), setting.trim());
+        if name.is_empty() {
+            return Err(format!("{entry:?} names no member (e.g. ana=-6)"));
+        }
+        let mix = out.entry(fold_name(name)).or_default();
+        match setting.to_ascii_lowercase().as_str() {
+            "mute" => mix.mute = Some(true),
+            "unmute" => mix.mute = Some(false),
+            s => match s.parse::<f32>() {
+                Ok(db) if !db.is_nan() && db <= MAX_MEMBER_GAIN_DB => mix.gain_db = Some(db),
+                _ => {
+                    return Err(format!(
+                        "{setting:?} for {name:?} is neither a gain in dB (at most +{MAX_MEMBER_GAIN_DB}) nor mute/unmute"
+                    ))
+                }
+            },
+        }
+    }
+    Ok(out)
+}
+
+/// The highest gain `--mix` takes for a member, as the mixer's own limit.
+const MAX_MEMBER_GAIN_DB: f32 = 12.0;
 
 /// The room moved to another server after the one it was on stopped answering.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -155,17 +204,48 @@ impl Roster {
     }
 
     /// The commands the audio thread needs for roster event `e`: [`Roster::apply`]'s, and
-    /// after an `Assign` the seat of that member (for its per-member ports).
+    /// after an `Assign` the seat of that member (for its per-member ports) and the mix
+    /// set for its name.
     pub fn commands_for(&mut self, e: &RosterEntry) -> impl Iterator<Item = RoomCommand> {
         let first = self.apply(e);
-        let seat = match first {
-            Some(RoomCommand::Assign { member, .. }) => self.seat_of(member).map(|seat| RoomCommand::Seat {
-                member,
-                seat: seat as u16,
-            }),
-            _ => None,
+        let (seat, mix) = match first {
+            Some(RoomCommand::Assign { member, .. }) => (
+                self.seat_of(member).map(|seat| RoomCommand::Seat {
+                    member,
+                    seat: seat as u16,
+                }),
+                self.mixes.get(&fold_name(&e.name)).copied().unwrap_or_default(),
+            ),
+            _ => (None, MemberMix::default()),
         };
-        first.into_iter().chain(seat)
+        let member = e.member_id;
+        let mix = [
+            mix.gain_db.map(|db| RoomCommand::Gain { member, db }),
+            mix.pan.map(|pan| RoomCommand::Pan { member, pan }),
+            mix.mute.map(|mute| RoomCommand::Mute { member, mute }),
+        ];
+        first.into_iter().chain(seat).chain(mix.into_iter().flatten())
+    }
+
+    /// Keeps a member's gain, pan or mute under its name (other commands are not about
+    /// one member's mix).
+    pub fn remember(&mut self, c: &RoomCommand) {
+        let member = match *c {
+            RoomCommand::Gain { member, .. }
+            | RoomCommand::Pan { member, .. }
+            | RoomCommand::Mute { member, .. } => member,
+            _ => return,
+        };
+        let Some(name) = self.members.get(&member).map(|m| fold_name(&m.name)) else {
+            return;
+        };
+        let mix = self.mixes.entry(name).or_default();
+        match *c {
+            RoomCommand::Gain { db, .. } => mix.gain_db = Some(db),
+            RoomCommand::Pan { pan, .. } => mix.pan = Some(pan),
+            RoomCommand::Mute { mute, .. } => mix.mute = Some(mute),
+            _ => {}
+        }
     }
 
     /// Apply one roster event; returns the command the audio thread needs, if any.
@@ -652,6 +732,8 @@ pub struct RoomWires<S> {
     pub direct: bool,
     /// List the room publicly (`jam --public`), on whichever server it is.
     pub public: bool,
+    /// Mix settings by member name to apply as members are seated (`jam --mix`).
+    pub mix: Mixes,
 }
 
 impl<S> std::fmt::Debug for RoomWires<S> {
@@ -691,6 +773,7 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
         route,
         direct,
         public,
+        mix,
     } = wires;
     let mut server = server;
     if public {
@@ -709,6 +792,7 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
         room: room.to_owned(),
         me: Some((member_id, ssrc)),
         server: Some(server),
+        mixes: mix,
         ..Roster::default()
     };
     for e in &early {
@@ -926,6 +1010,7 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                     roster.direct = paths.stats();
                 }
                 while let Some(c) = extra.next(&roster) {
+                    roster.remember(&c);
                     if commands.push(c).is_err() {
                         roster.commands_dropped += 1;
                     }
@@ -1023,6 +1108,86 @@ mod tests {
         assert_eq!(r.seat_of(40), Some(2));
         assert!(r.kept_seats.is_empty());
         assert!(r.seats.iter().all(Option::is_some));
+    }
+
+    #[test]
+    fn a_mix_set_by_name_applies_whenever_that_name_is_seated() {
+        let mut r = Roster {
+            mixes: parse_mix("Ana=-6, bo=mute").expect("mix"),
+            ..Roster::default()
+        };
+        let c: Vec<_> = r
+            .commands_for(&entry(RosterKind::Joined, 1, "ana", 0xa0))
+            .collect();
+        assert_eq!(
+            c,
+            [
+                RoomCommand::Assign {
+                    ssrc: 0xa0,
+                    member: 1
+                },
+                RoomCommand::Seat { member: 1, seat: 0 },
+                RoomCommand::Gain { member: 1, db: -6.0 },
+            ]
+        );
+        let c: Vec<_> = r
+            .commands_for(&entry(RosterKind::Joined, 2, "bo", 0xb0))
+            .collect();
+        assert_eq!(
+            c[2..],
+            [RoomCommand::Mute {
+                member: 2,
+                mute: true
+            }]
+        );
+        // Set through bo's seat, then bo's ghost is replaced: the new bo gets all of it.
+        for c in [
+            RoomCommand::Gain { member: 2, db: -3.0 },
+            RoomCommand::Pan { member: 2, pan: 0.5 },
+            RoomCommand::Mute {
+                member: 2,
+                mute: false,
+            },
+            RoomCommand::SendGain { db: 2.0 },
+        ] {
+            r.remember(&c);
+        }
+        r.commands_for(&entry(RosterKind::Left, 2, "bo", 0xb0))
+            .for_each(drop);
+        let c: Vec<_> = r
+            .commands_for(&entry(RosterKind::Joined, 7, "Bo", 0xb7))
+            .collect();
+        assert_eq!(
+            c[1..],
+            [
+                RoomCommand::Seat { member: 7, seat: 1 },
+                RoomCommand::Gain { member: 7, db: -3.0 },
+                RoomCommand::Pan { member: 7, pan: 0.5 },
+                RoomCommand::Mute {
+                    member: 7,
+                    mute: false
+                },
+            ]
+        );
+        // Someone never mixed gets the mixer's defaults: nothing beyond its seat.
+        assert_eq!(
+            r.commands_for(&entry(RosterKind::Joined, 8, "cy", 0xc0)).count(),
+            2
+        );
+    }
+
+    #[test]
+    fn mix_flags_parse_or_say_what_is_wrong() {
+        let m = parse_mix("ana=-6,bo=mute,bo=+3, cy = -inf ,dee=unmute,").expect("mix");
+        assert_eq!(m["ana"].gain_db, Some(-6.0));
+        assert_eq!((m["bo"].gain_db, m["bo"].mute), (Some(3.0), Some(true)));
+        assert_eq!(m["cy"].gain_db, Some(f32::NEG_INFINITY));
+        assert_eq!(m["dee"].mute, Some(false));
+        assert_eq!(parse_mix("").expect("empty"), Mixes::new());
+        for bad in ["ana", "=-6", "ana=loud", "ana=+20", "ana=NaN"] {
+            let e = parse_mix(bad).expect_err(bad);
+            assert!(e.contains("ana") || e.contains("member"), "{bad}: {e}");
+        }
     }
 
     #[test]

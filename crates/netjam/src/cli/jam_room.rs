@@ -616,6 +616,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         route: io.route.clone(),
         direct: !a.via_server,
         public: a.public,
+        mix: a.mix.clone().unwrap_or_default(),
     };
     let room_link = match extra {
         Some(extra) => room_client::spawn(seated, &room, wires, control_rx, commands, extra)?,
