@@ -6,6 +6,8 @@
 //!   seated where the room lives, with the room's other member in its roster;
 //! * a join for a room nobody hosts is held while the server claims it, then admitted;
 //! * a directory that does not answer refuses new rooms and nothing else;
+//! * every spelling of a room's name finds the one room (the directory knows it in
+//!   lowercase);
 //! * the last member leaving gives the claim back; an unused claim is given back too;
 //! * two servers that each believe the other hosts the room stop a client after a bounded
 //!   number of redirects; redirects to a server that never answers (dead, its lease not yet
@@ -195,6 +197,30 @@ fn a_join_at_the_wrong_server_is_redirected_and_seated_where_the_room_lives() {
     );
     assert_eq!(w.servers[0].stats().redirects, 1);
     assert_eq!(w.servers[1].stats().members, 2);
+}
+
+#[test]
+fn every_spelling_of_a_room_finds_it_on_the_server_that_hosts_it() {
+    let mut w = World::new();
+    let ana = w.add(1, "Friday", "ana");
+    w.run_ms(50);
+    assert!(w.seated(ana));
+    assert_eq!(
+        w.directory.lookup("friday", w.now).unwrap().as_deref(),
+        Some(server_addr(1).to_string().as_str()),
+        "the directory knows the room in lowercase"
+    );
+    let bo = w.add(0, "FRIDAY", "bo");
+    w.run_ms(50);
+    assert!(w.seated(bo), "{:?}", w.players[bo].events);
+    assert_eq!((w.redirects(bo), w.players[bo].at), (1, 1));
+    assert_eq!(w.servers[1].stats().rooms, 1);
+    assert!(w.servers[1].member_stats().iter().all(|m| m.room == "Friday"));
+    w.players[ana].client.leave(w.now);
+    w.players[bo].client.leave(w.now);
+    w.run_ms(10);
+    assert!(w.asked.contains(&(1, DirectoryRequest::Vacate("friday".into()))));
+    assert_eq!(w.directory.lookup("friday", w.now).unwrap(), None);
 }
 
 #[test]

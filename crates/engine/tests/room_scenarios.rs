@@ -2,7 +2,9 @@
 //! network (1 ms one way, optional seeded loss) driven by their `poll_timeout`s.
 //! Join, leave, timeout, rejoin after a NAT rebinding, wrong password, SSRC collisions,
 //! forged and spoofed traffic, policing of a flooding member, per-destination queues,
-//! and roster delivery over a path that loses half the control packets.
+//! roster delivery over a path that loses half the control packets (where joins retried
+//! after a lost welcome must not replace their own seat), and names: one player per name
+//! in a room, a restarted player replacing its ghost, rooms matched whatever the case.
 
 use std::collections::{BTreeMap, BinaryHeap};
 use std::net::SocketAddr;
@@ -813,4 +815,190 @@ fn seats_without_media_have_a_limit_of_their_own_beside_the_players() {
             w.peers[i].events
         );
     }
+}
+
+/// `addr(i)`'s IP address with another port: another socket on the same machine.
+fn same_ip(i: u16, port: u16) -> SocketAddr {
+    SocketAddr::new(addr(i).ip(), port)
+}
+
+fn refusals(events: &[RoomEvent]) -> Vec<Option<RefuseCode>> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            RoomEvent::Refused { code, .. } => Some(*code),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_second_player_under_a_name_already_in_the_room_is_refused() {
+    let mut w = World::new(ServerConfig::default(), 0.0, 21);
+    let a = w.add(1, "band", "ana", "pw", 1);
+    let b = w.add(2, "band", "Bo", "pw", 2);
+    w.run_for(300 * MS);
+    // Another machine, the same name (in any case): someone else, told to pick another.
+    let c = w.add(3, "band", "ana", "pw", 3);
+    let d = w.add(4, "band", "ANA", "pw", 4);
+    w.run_for(300 * MS);
+    for i in [c, d] {
+        assert!(w.peers[i].client.seat().is_none());
+        assert_eq!(refusals(&w.peers[i].events), [Some(RefuseCode::NameTaken)]);
+    }
+    assert!(w.peers[c].events.iter().any(|e| matches!(
+        e,
+        RoomEvent::Refused { reason, .. } if reason.contains("pick another")
+    )));
+    assert_eq!(w.roster(b), [(RosterKind::Joined, "ana".to_owned())]);
+    assert!(w.peers[a].client.seat().is_some());
+    // The name is free again once its player left; another room has names of its own;
+    // a seat without media (an ensemble member) is no player and may share it.
+    let e = w.add(5, "other", "ana", "", 5);
+    let f = w.add_with(6, "band", "ana", "pw", 0, 0);
+    w.run_for(300 * MS);
+    assert!(w.peers[e].client.seat().is_some());
+    assert!(w.peers[f].client.seat().is_some());
+    w.peers[a].client.leave(w.now);
+    w.run_for(300 * MS);
+    let g = w.add(7, "band", "ana", "pw", 7);
+    w.run_for(300 * MS);
+    assert!(w.peers[g].client.seat().is_some(), "{:?}", w.peers[g].events);
+    let s = w.server.stats();
+    assert_eq!((s.names_taken, s.replaced), (2, 0));
+}
+
+#[test]
+fn a_player_restarted_after_a_crash_replaces_its_ghost_at_once() {
+    let mut w = World::new(ServerConfig::default(), 0.0, 22);
+    let a = w.add(1, "band", "ana", "", 1);
+    let b = w.add(2, "band", "Bo", "", 2);
+    w.run_for(500 * MS);
+    let (ghost_id, _) = w.seat(a);
+    // Ana's process dies (no leave) and starts again on the same machine, another port.
+    w.peers[a].alive = false;
+    w.run_for(300 * MS);
+    let again = w.add(1, "band", "ana", "", 1);
+    w.peers[again].addr = same_ip(1, 50_001);
+    w.run_for(100 * MS);
+    let (id, _) = w.seat(again);
+    assert_ne!(id, ghost_id);
+    // Bo hears the ghost leave and Ana join, at once: never two "ana"s, no timeout later.
+    assert_eq!(
+        w.roster(b),
+        [
+            (RosterKind::Joined, "ana".to_owned()),
+            (RosterKind::Left, "ana".to_owned()),
+            (RosterKind::Joined, "ana".to_owned()),
+        ]
+    );
+    let heard: Vec<_> = w.peers[again]
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            RoomEvent::Roster(r) => Some((r.kind, r.name.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(heard, [(RosterKind::Joined, "Bo".to_owned())]);
+    // The ghost's address was told it was replaced.
+    assert!(w.sent_to.contains_key(&addr(1)));
+    w.run_for(10_000 * MS);
+    assert_eq!(w.roster(b).len(), 3, "{:?}", w.roster(b));
+    let s = w.server.stats();
+    assert_eq!((s.members, s.replaced, s.timeouts, s.names_taken), (2, 1, 0, 0));
+    assert_eq!(
+        w.media(same_ip(1, 50_001), &rtp(w.seat(again).1, 1, 100)),
+        Ok(vec![addr(2)])
+    );
+}
+
+#[test]
+fn a_player_restarted_on_the_same_port_replaces_its_seat() {
+    let mut w = World::new(ServerConfig::default(), 0.0, 23);
+    let a = w.add(1, "band", "ana", "", 1);
+    let b = w.add(2, "band", "Bo", "", 2);
+    w.run_for(500 * MS);
+    let (ghost_id, _) = w.seat(a);
+    w.peers[a].alive = false;
+    // Restarted with `--listen` on the same port: the same address, a fresh nonce.
+    let again = w.add(11, "band", "ana", "", 1);
+    w.peers[again].addr = addr(1);
+    w.run_for(100 * MS);
+    assert_ne!(w.seat(again).0, ghost_id);
+    assert_eq!(
+        w.roster(b),
+        [
+            (RosterKind::Joined, "ana".to_owned()),
+            (RosterKind::Left, "ana".to_owned()),
+            (RosterKind::Joined, "ana".to_owned()),
+        ]
+    );
+    assert!(refusals(&w.peers[again].events).is_empty());
+    w.run_for(10_000 * MS);
+    assert!(w.peers[again].client.seat().is_some());
+    let s = w.server.stats();
+    assert_eq!((s.members, s.replaced, s.timeouts), (2, 1, 0));
+}
+
+#[test]
+fn two_copies_of_one_player_do_not_take_the_seat_from_each_other() {
+    let mut w = World::new(ServerConfig::default(), 0.0, 24);
+    let a = w.add(1, "band", "ana", "", 1);
+    let b = w.add(2, "band", "Bo", "", 2);
+    w.run_for(500 * MS);
+    // A second copy on the same machine while the first still plays.
+    let again = w.add(1, "band", "ana", "", 1);
+    w.peers[again].addr = same_ip(1, 50_001);
+    w.run_for(100 * MS);
+    assert!(w.peers[again].client.seat().is_some());
+    assert!(w.peers[a].client.seat().is_none());
+    assert_eq!(refusals(&w.peers[a].events), [Some(RefuseCode::Replaced)]);
+    // The first one stops: it keeps no keep-alives going and asks for nothing back.
+    w.run_for(20_000 * MS);
+    assert!(w.peers[again].client.seat().is_some());
+    assert_eq!(w.roster(b).len(), 3, "{:?}", w.roster(b));
+    let s = w.server.stats();
+    assert_eq!((s.members, s.replaced, s.joins), (2, 1, 3));
+}
+
+#[test]
+fn room_names_match_whatever_the_case_and_keep_the_first_spelling() {
+    let mut w = World::new(ServerConfig::default(), 0.0, 25);
+    let a = w.add(1, "Friday", "ana", "pw", 1);
+    w.run_for(300 * MS);
+    let b = w.add(2, "friday", "Bo", "pw", 2);
+    let c = w.add(3, "FRIDAY", "Cy", "wrong", 3);
+    w.run_for(300 * MS);
+    assert!(w.peers[b].client.seat().is_some(), "{:?}", w.peers[b].events);
+    assert_eq!(w.roster(a), [(RosterKind::Joined, "Bo".to_owned())]);
+    assert_eq!(refusals(&w.peers[c].events), [Some(RefuseCode::WrongPassword)]);
+    let s = w.server.stats();
+    assert_eq!((s.rooms, s.members), (1, 2));
+    assert!(w.server.member_stats().iter().all(|m| m.room == "Friday"));
+    // Once empty the room is gone, and the next opener's spelling is the room's.
+    for i in [a, b] {
+        w.peers[i].client.leave(w.now);
+    }
+    w.run_for(300 * MS);
+    assert_eq!(w.server.stats().rooms, 0);
+    w.add(4, "fRiDaY", "Dee", "", 4);
+    w.run_for(300 * MS);
+    assert!(w.server.member_stats().iter().all(|m| m.room == "fRiDaY"));
+}
+
+#[test]
+fn a_rename_to_a_name_another_player_has_is_ignored() {
+    let mut w = World::new(ServerConfig::default(), 0.0, 26);
+    let a = w.add(1, "band", "ana", "", 1);
+    let b = w.add(2, "band", "Bo", "", 2);
+    let c = w.add(3, "band", "Cy", "", 3);
+    w.run_for(500 * MS);
+    w.peers[b].client.rename("Ana");
+    w.run_for(300 * MS);
+    assert!(!w.roster(a).iter().any(|(k, _)| *k == RosterKind::Renamed));
+    w.peers[b].client.rename("Bob");
+    w.run_for(300 * MS);
+    assert_eq!(w.roster(c).last(), Some(&(RosterKind::Renamed, "Bob".to_owned())));
+    assert_eq!(w.server.stats().bad_control, 1);
 }

@@ -5,8 +5,12 @@
 //!   the three with packets received; every tone is at −6 dBFS, so the three a player
 //!   hears would clip without the mix's limiter, and no sample of what it plays reaches
 //!   full scale;
-//! * a player killed with SIGKILL (no leave sent) and started again under the same name is
-//!   seated afresh, its old seat times out, and the others hear it again;
+//! * a player killed with SIGKILL (no leave sent) and started again under the same name on
+//!   the same machine is seated afresh and its old seat goes at once (a member written
+//!   here watches the roster: never two of that name), and the others hear it again;
+//! * a second player under a name already in the room, from another address, is refused
+//!   within seconds and told to pick another name (the room named in another case is the
+//!   same room);
 //! * a fifth member (a [`RoomClient`] in this process) flooding at 50× its declared rate is
 //!   policed, and the four hear each other as cleanly as a room next to it without a flood;
 //! * random bytes, truncated and mistyped OSC, forged RTP and oversize datagrams at the
@@ -246,6 +250,11 @@ struct PlayerArgs<'a> {
 
 impl Player {
     fn start(name: &'static str, input: &Path, a: &PlayerArgs<'_>) -> Self {
+        Self::start_with(name, input, a, &[])
+    }
+
+    /// [`Player::start`] with `extra` arguments.
+    fn start_with(name: &'static str, input: &Path, a: &PlayerArgs<'_>, extra: &[&str]) -> Self {
         let output = a.dir.join(format!("{name}{}.heard.wav", a.tag));
         let json = a.dir.join(format!("{name}{}.json", a.tag));
         let proc = Proc::spawn_lines(
@@ -257,6 +266,7 @@ impl Player {
                 .arg(&output)
                 .arg("--stats-json")
                 .arg(&json)
+                .args(extra)
                 .env("NETJAM_NO_REALTIME", "1")
                 .stdout(Stdio::null()),
             "netjam jam",
@@ -441,6 +451,8 @@ struct RawMember {
     ssrc: u32,
     /// Everyone else's SSRC, by name, from the roster.
     roster: BTreeMap<String, u32>,
+    /// Every roster event, when it was handed on: (time, kind, name, member id).
+    log: Vec<(Instant, RosterKind, String, u32)>,
     buf: Vec<u8>,
 }
 
@@ -463,6 +475,7 @@ impl RawMember {
             t0,
             ssrc: 0,
             roster: BTreeMap::new(),
+            log: Vec::new(),
             buf: vec![0u8; 65_536],
         };
         let deadline = Instant::now() + STEP;
@@ -496,6 +509,10 @@ impl RawMember {
             let _ = self.socket.send_to(&out[..n], self.server);
         }
         while let Some(e) = self.client.poll_event() {
+            if let RoomEvent::Roster(r) = &e {
+                self.log
+                    .push((Instant::now(), r.kind, r.name.clone(), r.member_id));
+            }
             match e {
                 RoomEvent::Joined { ssrc, .. } => self.ssrc = ssrc,
                 RoomEvent::Roster(r) if r.kind == RosterKind::Joined => {
@@ -768,17 +785,32 @@ fn assert_series_follows_the_others(who: &str, p: &Finished, others: &[&str]) {
 }
 
 #[test]
-fn a_killed_player_started_again_is_seated_afresh_and_heard_again() {
+fn a_killed_player_started_again_replaces_its_ghost_at_once_and_is_heard_again() {
     const SURVIVORS_S: f64 = 12.0;
     const RESTARTED_S: f64 = 7.0;
+    /// How long after the restarted player's seat the room may still hold its ghost.
+    const GHOST_BOUND: Duration = Duration::from_secs(1);
     let dir = common::tmp_dir("room-restart");
     let _alone = one_room_at_a_time();
     let (server, mut players) = room_of_four(&dir, "band", SURVIVORS_S);
     let (dee, dee_hz) = PLAYERS[3];
+    // A member written here watches the roster as it changes, event by event.
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let stop = stop.clone();
+        let mut m = RawMember::join(server.addr, "band", "watch", "open sesame", 100_000);
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                m.pump();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            m.log
+        })
+    };
     // Let the room play a while; the checks below find each stretch in the audio itself.
     std::thread::sleep(Duration::from_millis(1500));
     let mut victim = players.pop().expect("four players");
-    victim.proc.child.kill().expect("SIGKILL"); // no leave: the server must time it out
+    victim.proc.child.kill().expect("SIGKILL"); // no leave: only its restart can tell
     victim.proc.child.wait().expect("reap");
     let killed_at = Instant::now();
     let args = PlayerArgs {
@@ -792,14 +824,9 @@ fn a_killed_player_started_again_is_seated_afresh_and_heard_again() {
     let mut again = Player::start(dee, &dir.join(format!("{dee}.wav")), &args);
     again.wait_seated();
     let restarted_at = again.seated_at.expect("seated");
-    again.wait_roster("band", &names_except(3));
-    for (i, p) in players.iter_mut().enumerate() {
-        // Seated afresh beside its old seat, which then times out.
-        let mut both = names_except(i);
-        both.push(dee);
-        p.wait_roster("band", &both);
-        p.wait_roster("band", &names_except(i));
-    }
+    let mut others = names_except(3);
+    others.push("watch");
+    again.wait_roster("band", &others);
     let again = again.finish(Duration::from_secs_f64(RESTARTED_S) + STEP);
     let survivors: Vec<(Finished, Instant)> = players
         .into_iter()
@@ -808,11 +835,55 @@ fn a_killed_player_started_again_is_seated_afresh_and_heard_again() {
             (p.finish(Duration::from_secs_f64(SURVIVORS_S) + STEP), seated)
         })
         .collect();
+    stop.store(true, Ordering::Relaxed);
+    let log = watcher.join().expect("watcher");
     let report = server.stop();
 
+    // The watcher's roster: the number of dees after each event, and when the ghost went.
+    let new_id = counter(&again.report, &["member_id"]);
+    let mut dees = 0i32;
+    let mut most = 0;
+    let mut ghost_gone = None;
+    let mut new_joined = None;
+    for (at, kind, name, id) in &log {
+        if name != dee {
+            continue;
+        }
+        match kind {
+            RosterKind::Joined => dees += 1,
+            RosterKind::Left | RosterKind::Timeout => dees -= 1,
+            RosterKind::Renamed => {}
+        }
+        most = most.max(dees);
+        match (kind, u64::from(*id) == new_id) {
+            (RosterKind::Joined, true) => new_joined = Some(*at),
+            (RosterKind::Left | RosterKind::Timeout, false) => ghost_gone = Some(*at),
+            _ => {}
+        }
+    }
+    let summary: Vec<_> = log
+        .iter()
+        .map(|(at, k, n, id)| (at.duration_since(killed_at).as_secs_f64(), *k, n.as_str(), *id))
+        .collect();
+    let (Some(gone), Some(joined)) = (ghost_gone, new_joined) else {
+        panic!("the watcher never saw dee's ghost go and dee {new_id} come: {summary:?}");
+    };
+    let lingered = joined
+        .saturating_duration_since(gone)
+        .max(gone.saturating_duration_since(joined));
+    eprintln!(
+        "dee's ghost went {:.3} s after the kill; the restarted dee sat {:.3} s after the kill, seated at {:.3} s",
+        gone.duration_since(killed_at).as_secs_f64(),
+        joined.duration_since(killed_at).as_secs_f64(),
+        restarted_at.duration_since(killed_at).as_secs_f64()
+    );
     assert!(
-        counter(&report, &["server", "timeouts"]) >= 1,
-        "the killed seat never timed out: {}",
+        most == 1 && gone <= joined && lingered < GHOST_BOUND,
+        "two dees in the room (at most {most} at once), the ghost went {lingered:?} from the new seat: {summary:?}"
+    );
+    assert!(
+        counter(&report, &["server", "replaced"]) >= 1,
+        "the restarted player never replaced its seat: {}",
         report["server"]
     );
     assert!(
@@ -820,7 +891,6 @@ fn a_killed_player_started_again_is_seated_afresh_and_heard_again() {
         "{}",
         report["server"]
     );
-    let new_id = counter(&again.report, &["member_id"]);
     let heard_again = Heard::of(&again.output, &PLAYERS.map(|p| p.1));
     assert_hears_exactly_the_others("dee (restarted)", 3, &heard_again, 4.0, &[]);
     for (i, (p, seated)) in survivors.iter().enumerate() {
@@ -1057,4 +1127,58 @@ fn a_server_that_stops_answering_and_comes_back_is_said_both_times() {
         assert_eq!(lost, 1, "{}: said the server was lost {lost} times", f.name);
     }
     server.stop();
+}
+
+#[test]
+fn a_second_player_under_a_taken_name_is_refused_and_told_to_pick_another() {
+    let dir = common::tmp_dir("room-names");
+    let server = RoomServer::start(&dir);
+    let input = dir.join("tone.wav");
+    write_tone(&input, PLAYERS[0].1, AMP, 10.0);
+    let args = PlayerArgs {
+        server: server.addr,
+        room: "Band",
+        password: "open sesame",
+        duration_s: 10.0,
+        dir: &dir,
+        tag: "",
+    };
+    let mut ana = Player::start("ana", &input, &args);
+    ana.wait_seated();
+    // Another "ana" from another address (another machine, as the server sees it), naming
+    // the room in another case: the same room, and the name is taken.
+    let started = Instant::now();
+    let mut other = Player::start_with(
+        "ana",
+        &input,
+        &PlayerArgs {
+            room: "band",
+            tag: ".other",
+            ..args
+        },
+        &["--listen", "127.0.0.2:0"],
+    );
+    let (status, said) = other.proc.finish(Duration::from_secs(5));
+    let took = started.elapsed();
+    eprintln!("refused after {took:?}: {said:?}");
+    assert!(!status.success(), "a second ana joined: {said:?}");
+    assert!(
+        said.iter()
+            .any(|l| l.contains("already has a player named") && l.contains("--name")),
+        "the refusal does not say what to do: {said:?}"
+    );
+    let report = server.stop();
+    assert!(
+        counter(&report, &["server", "names_taken"]) >= 1,
+        "{}",
+        report["server"]
+    );
+    let seated: Vec<(&str, &str)> = report["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .filter_map(|m| Some((m["name"].as_str()?, m["room"].as_str()?)))
+        .collect();
+    assert_eq!(seated, [("ana", "Band")], "a second ana was seated");
+    drop(ana);
 }

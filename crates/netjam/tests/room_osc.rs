@@ -2,7 +2,9 @@
 //! three `jam --server` clients on loopback (sines at 220, 330 and 440 Hz); ana finds her
 //! seats through `/roster`, mutes bo with liblo's `oscsend` and turns cy down 12 dB with
 //! python-osc. Her output then holds no bo and cy 12 dB below what bo hears of cy, while
-//! bo's own mix is untouched. Loopback only, ephemeral ports, every wait bounded.
+//! bo's own mix is untouched. A mix given with `--mix` at start applies by name, again
+//! to a member killed and started anew under that name. Loopback only, ephemeral ports,
+//! every wait bounded.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -18,8 +20,13 @@ use netjam_osc::{encode_message, Arg, Packet};
 const WAIT: Duration = Duration::from_secs(15);
 
 fn player(server: SocketAddr, name: &str, hz: &str, seconds: &str, extra: &[&str]) -> Proc {
-    let out = tmp("room-osc", &format!("{name}.wav"));
-    let json = tmp("room-osc", &format!("{name}.json"));
+    player_in("room-osc", server, name, hz, seconds, extra)
+}
+
+/// [`player`], its files under `tag`.
+fn player_in(tag: &str, server: SocketAddr, name: &str, hz: &str, seconds: &str, extra: &[&str]) -> Proc {
+    let out = tmp(tag, &format!("{name}.wav"));
+    let json = tmp(tag, &format!("{name}.json"));
     Proc::spawn_lines(
         Command::new(BIN)
             .args([
@@ -219,5 +226,52 @@ fn each_player_sets_their_own_mix_over_osc() {
     assert!(
         cy_in_bo - own_in_ana > 40.0,
         "ana hears herself through the network: {own_in_ana:.1} dB"
+    );
+}
+
+#[test]
+fn a_mix_given_at_start_follows_each_name_across_a_restart() {
+    let (server, server_addr) = room_server("40", WAIT);
+    let bo = player_in("room-mix", server_addr, "bo", "330", "20", &[]);
+    bo.line_with("in room", WAIT);
+    let ana = player_in(
+        "room-mix",
+        server_addr,
+        "ana",
+        "220",
+        "8",
+        &["--mix", "BO=-6,cy=mute"],
+    );
+    ana.line_with("room band: bo", WAIT);
+    // Bo crashes and comes back under the same name on the same machine: the server
+    // replaces its seat, and ana's mix for "bo" applies to the new member at once.
+    let mut bo = bo;
+    bo.child.kill().unwrap();
+    bo.child.wait().unwrap();
+    let mut again = player_in("room-mix", server_addr, "bo", "330", "5", &[]);
+    again.line_with("in room", WAIT);
+    let mut ana = ana;
+    let (status, said) = ana.finish(WAIT);
+    assert!(status.success(), "ana failed: {said:#?}");
+    assert!(again.wait_for(WAIT).success());
+    server.interrupt();
+
+    let report = read_json(&tmp("room-mix", "ana.json"));
+    let bos: Vec<(u64, f64, bool)> = report["heard"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| h["name"] == "bo")
+        .map(|h| {
+            (
+                h["member_id"].as_u64().unwrap(),
+                h["gain_db"].as_f64().unwrap(),
+                h["mute"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert!(
+        bos.len() == 2 && bos.iter().all(|&(_, db, mute)| (db + 6.0).abs() < 0.01 && !mute),
+        "ana's bos (the first, then the restarted one) were not both at -6 dB: {bos:?}"
     );
 }

@@ -11,7 +11,9 @@ use std::net::{IpAddr, SocketAddr};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
-use super::msg::{AUTH_LEN, COOKIE_LEN, NONCE_LEN, PAIR_TOKEN_LEN, PROBE_MAC_LEN, ROOM_KEY_LEN, TOKEN_LEN};
+use super::msg::{
+    fold_name, AUTH_LEN, COOKIE_LEN, NONCE_LEN, PAIR_TOKEN_LEN, PROBE_MAC_LEN, ROOM_KEY_LEN, TOKEN_LEN,
+};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -86,12 +88,13 @@ pub fn session_token(secret: &[u8; 32], member_id: u32, serial: u64) -> [u8; TOK
     out
 }
 
-/// The room key: SHA-256("netjam-room-v1" ‖ room ‖ 0x00 ‖ password). A room without a
-/// password has the key of the empty password.
+/// The room key: SHA-256("netjam-room-v1" ‖ folded room ‖ 0x00 ‖ password), the room name
+/// folded by [`fold_name`] (so every spelling of one room has its one key). A room without
+/// a password has the key of the empty password.
 pub fn room_key(room: &str, password: &str) -> [u8; ROOM_KEY_LEN] {
     let mut h = Sha256::new();
     h.update(b"netjam-room-v1");
-    h.update(room.as_bytes());
+    h.update(fold_name(room).as_bytes());
     h.update([0u8]);
     h.update(password.as_bytes());
     h.finalize().into()
@@ -200,5 +203,6 @@ mod tests {
         assert_ne!(a, c);
         // The room name and the password are separated: ("ab","c") ≠ ("a","bc").
         assert_ne!(room_key("ab", "c"), room_key("a", "bc"));
+        assert_eq!(room_key("Friday", "pw"), room_key("friday", "pw"));
     }
 }

@@ -12,6 +12,10 @@
 //! then says hello there. The caller also calls `server_changed` when it goes back to the
 //! server it was first told to use (the one redirected to stopped answering).
 //!
+//! A seated client told [`RefuseCode::Replaced`] (a newer join of its name came from its
+//! address) reports [`RoomEvent::Refused`] and stops, so two copies of one player never
+//! take the seat from each other in turn.
+//!
 //! It hands on `/netjam/peer` (how to reach another member directly) in roster order, and
 //! the server's `/netjam/routed`; it declares the caller's host addresses in the join, and
 //! measures the round trip to the server (hello → challenge, join → welcome, keep-alive →
@@ -31,8 +35,8 @@ use sha2::{Digest, Sha256};
 
 use super::auth;
 use super::msg::{
-    decode_addrs, encode_addrs, Control, Join, RefuseCode, Rejoin, RosterKind, COOKIE_LEN, HELLO_PAD,
-    MAX_ADDRS_LEN, MAX_CONTROL_LEN, MAX_HOSTS, NONCE_LEN, PAIR_TOKEN_LEN, ROOM_KEY_LEN, TOKEN_LEN,
+    decode_addrs, encode_addrs, fold_name, Control, Join, RefuseCode, Rejoin, RosterKind, COOKIE_LEN,
+    HELLO_PAD, MAX_ADDRS_LEN, MAX_CONTROL_LEN, MAX_HOSTS, NONCE_LEN, PAIR_TOKEN_LEN, ROOM_KEY_LEN, TOKEN_LEN,
 };
 
 /// What a [`RoomClient`] asks for.
@@ -199,6 +203,10 @@ pub struct RoomClient {
     seat: Option<Seat>,
     client_nonce: [u8; NONCE_LEN],
     nonce_counter: u64,
+    /// `client_nonce` was drawn for a join no welcome has answered yet: every retry of
+    /// that join carries it, even after a new hello, so the server tells a retry (same
+    /// nonce) from this player restarted on the same port (another one).
+    join_nonce: bool,
     attempt_at: u64,
     backoff: u64,
     last_heard: u64,
@@ -238,6 +246,7 @@ impl RoomClient {
             seat: None,
             client_nonce: [0; NONCE_LEN],
             nonce_counter: 0,
+            join_nonce: false,
             attempt_at: now_ns,
             last_heard: now_ns,
             lost_reported: false,
@@ -393,8 +402,8 @@ impl RoomClient {
                 self.rtt_sample(now_ns, self.asked_at);
                 self.asked_at = now_ns;
                 self.reset_backoff();
-                self.fresh_nonce();
                 if self.seat.is_some() {
+                    self.fresh_nonce();
                     self.send_rejoin(cookie, server_nonce);
                     self.phase = Phase::Rejoin {
                         cookie: *cookie,
@@ -402,6 +411,10 @@ impl RoomClient {
                         attempts: 1,
                     };
                 } else {
+                    if !self.join_nonce {
+                        self.fresh_nonce();
+                        self.join_nonce = true;
+                    }
                     self.send_join(cookie, server_nonce, false);
                     self.phase = Phase::Join {
                         cookie: *cookie,
@@ -425,6 +438,7 @@ impl RoomClient {
                     token: *w.token,
                 });
                 self.phase = Phase::Joined;
+                self.join_nonce = false;
                 self.redirects = 0;
                 // A fresh seat elsewhere (after a redirect) asks for the SSRC the stream
                 // already sends with.
@@ -491,7 +505,9 @@ impl RoomClient {
                     c => self.refused(c, text),
                 }
             }
-            (Control::Redirect { room, server }, Phase::Join { .. }) if room == self.cfg.room => {
+            (Control::Redirect { room, server }, Phase::Join { .. })
+                if fold_name(room) == fold_name(&self.cfg.room) =>
+            {
                 self.redirects += 1;
                 if self.redirects > MAX_REDIRECTS {
                     self.refused(None, "redirected too many times without a seat");
@@ -524,6 +540,11 @@ impl RoomClient {
                     token: *p.token,
                 };
                 self.in_order(p.seq, RoomEvent::Peer(entry));
+            }
+            (Control::Refused { code, text }, Phase::Joined) if code == RefuseCode::Replaced as i32 => {
+                // This player's name joined again from this address: that one has the seat.
+                self.seat = None;
+                self.refused(Some(RefuseCode::Replaced), text);
             }
             (Control::Routed { seq }, Phase::Joined) => self.events.push_back(RoomEvent::Routed { seq }),
             (Control::Rebind, Phase::Joined) => self.hello(now_ns),

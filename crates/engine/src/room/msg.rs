@@ -109,6 +109,12 @@ pub enum RefuseCode {
     /// cannot tell whether the room lives elsewhere: it opens no new room until the
     /// directory answers again (rooms already playing on it go on).
     DirectoryUnavailable = 10,
+    /// Another player in the room already has this name (names are compared as
+    /// [`fold_name`] folds them) and joined from another address: pick another name.
+    NameTaken = 11,
+    /// Sent to a seated member's address when a new join with its name came from its IP
+    /// address (the same player, restarted): that seat is gone, and the client stops.
+    Replaced = 12,
 }
 
 impl RefuseCode {
@@ -125,6 +131,8 @@ impl RefuseCode {
             8 => Self::BadRequest,
             9 => Self::ServerFull,
             10 => Self::DirectoryUnavailable,
+            11 => Self::NameTaken,
+            12 => Self::Replaced,
             _ => return None,
         })
     }
@@ -142,6 +150,8 @@ impl RefuseCode {
             Self::BadRequest => "bad request",
             Self::ServerFull => "server is full",
             Self::DirectoryUnavailable => "room directory unreachable, no new rooms",
+            Self::NameTaken => "name taken in this room, pick another",
+            Self::Replaced => "a newer join of this name from this address took the seat",
         }
     }
 }
@@ -903,6 +913,13 @@ pub fn decode_addrs(bytes: &[u8]) -> [Option<std::net::SocketAddr>; MAX_HOSTS] {
 /// control characters.
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= MAX_NAME_LEN && !name.chars().any(char::is_control)
+}
+
+/// The form in which room names, and member names within a room, are compared: Unicode
+/// lowercase, so "Friday" and "friday" are one room and "Ana" and "ana" one name. What is
+/// shown keeps the spelling given.
+pub fn fold_name(name: &str) -> String {
+    name.to_lowercase()
 }
 
 /// `args` (whose last is the host addresses) without that last one when `hosts` is empty.

@@ -22,6 +22,19 @@
 //! cookie or version, a rebind hint) are never longer than the datagram that caused them,
 //! and all but the challenge come out of a small global budget.
 //!
+//! Names: rooms are known by their name in lowercase ([`fold_name`]): "Friday" and
+//! "friday" are one room, shown as its creator spelled it. Within a room no two players
+//! (seats with media) share a name, compared the same way. A join naming a player already
+//! seated is told apart by address: from that player's IP address it is the same player,
+//! restarted after a crash (a second copy of netjam on one machine under one name is no
+//! band member either), so it replaces the old seat at once instead of sitting beside its
+//! ghost until the timeout, and the old address is sent [`RefuseCode::Replaced`]; from any
+//! other address it is someone else and is refused with [`RefuseCode::NameTaken`]. The
+//! address is what the server can check without keeping anything on the player's disk; a
+//! key kept by the player would also tell apart two people with one name behind one
+//! router, who here replace each other once (the replaced one is told, and stops). A
+//! rename to a name another player of the room has is ignored.
+//!
 //! Direct paths: when a member joins (and when it takes its seat back from a new address)
 //! the server pairs it with every other member of its room — `/netjam/peer` both ways, with
 //! a fresh token per pair, reliable and ordered like roster events. A member's
@@ -62,9 +75,9 @@ use std::net::SocketAddr;
 
 use super::auth;
 use super::msg::{
-    decode_addrs, encode_addrs, valid_name, Control, Join, PeerInfo, RefuseCode, Rejoin, Roster, RosterKind,
-    Welcome, CHALLENGE_LEN, CLOCK_PING_PREFIX, ENS_EVERYONE, MAX_ADDRS_LEN, MAX_CONTROL_LEN, MAX_ENS_LEN,
-    MAX_HOSTS, MAX_LISTED, PAIR_TOKEN_LEN, ROOM_KEY_LEN, TOKEN_LEN,
+    decode_addrs, encode_addrs, fold_name, valid_name, Control, Join, PeerInfo, RefuseCode, Rejoin, Roster,
+    RosterKind, Welcome, CHALLENGE_LEN, CLOCK_PING_PREFIX, ENS_EVERYONE, MAX_ADDRS_LEN, MAX_CONTROL_LEN,
+    MAX_ENS_LEN, MAX_HOSTS, MAX_LISTED, NONCE_LEN, PAIR_TOKEN_LEN, ROOM_KEY_LEN, TOKEN_LEN,
 };
 use crate::nat::stun;
 
@@ -287,6 +300,12 @@ pub struct ServerStats {
     pub rejoins: u64,
     /// Refusals sent.
     pub refused: u64,
+    /// Joins refused because another player in the room had the name
+    /// ([`RefuseCode::NameTaken`]).
+    pub names_taken: u64,
+    /// Seats given up to a new join of their name from their IP address (a restarted
+    /// player replacing its ghost).
+    pub replaced: u64,
     /// Joins and rejoins whose cookie was not valid for their source.
     pub bad_cookies: u64,
     /// Rebind hints sent.
@@ -488,6 +507,9 @@ struct Member {
     media: bool,
     /// It has sent `/netjam/ens`: ensemble datagrams are relayed to it.
     ens: bool,
+    /// The client nonce of the join that gave the seat: a join from the seat's address
+    /// with this nonce is a retry (its welcome was lost), with another a restart.
+    join_nonce: [u8; NONCE_LEN],
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -505,7 +527,10 @@ struct Counters {
 
 #[derive(Debug)]
 struct Room {
+    /// As its creator spelled it.
     name: String,
+    /// [`fold_name`] of it: how the room table, claims and the directory know it.
+    folded: String,
     key: [u8; ROOM_KEY_LEN],
     members: Vec<u32>,
     /// Listed publicly (a member asked, `/netjam/public`).
@@ -891,7 +916,11 @@ impl Server {
             (Control::Rejoin(r), _) => self.rejoin(now, src, &r, bytes.len()),
             (Control::Ack { seq }, Some(slot)) => self.ack(now, slot, seq),
             (Control::Rename { name }, Some(slot)) => {
-                if valid_name(name) {
+                let room = self.slots.get(slot as usize).and_then(Option::as_ref);
+                let clash = room
+                    .filter(|m| m.media)
+                    .is_some_and(|m| self.player_named(m.room, name, Some(slot)).is_some());
+                if valid_name(name) && !clash {
                     if let Some(Some(m)) = self.slots.get_mut(slot as usize) {
                         m.name.clear();
                         m.name.push_str(name);
@@ -1043,9 +1072,10 @@ impl Server {
         if j.packets_per_s > self.cfg.max_packets_per_s || j.bytes_per_s > self.cfg.max_bytes_per_s {
             return self.refuse(src, RefuseCode::RateTooHigh);
         }
-        let room_idx = self.room_by_name.get(j.room).copied();
-        if self.cfg.directory && room_idx.is_none() && !self.claimed.contains_key(j.room) {
-            return self.locate(now, src, j.room, bytes);
+        let folded = fold_name(j.room);
+        let room_idx = self.room_by_name.get(&folded).copied();
+        if self.cfg.directory && room_idx.is_none() && !self.claimed.contains_key(&folded) {
+            return self.locate(now, src, &folded, bytes);
         }
         let server_nonce = auth::server_nonce(&self.secret, j.cookie);
         let key = match room_idx.and_then(|i| self.rooms.get(i)).and_then(Option::as_ref) {
@@ -1059,17 +1089,39 @@ impl Server {
         if !auth::ct_eq(&expect, j.authenticator) {
             return self.refuse(src, RefuseCode::WrongPassword);
         }
-        // A repeated join (its welcome was lost) from a seated member: welcome again.
+        // A repeated join (its welcome was lost) from a seated member: welcome again. The
+        // same join with another nonce is the player restarted on the same port: below, it
+        // replaces its old seat.
         if let Some(&slot) = self.by_addr.get(&src) {
-            let same = self
-                .slots
-                .get(slot as usize)
-                .and_then(Option::as_ref)
-                .is_some_and(|m| m.name == j.name && room_idx == Some(m.room));
-            if same {
+            let seated = self.slots.get(slot as usize).and_then(Option::as_ref);
+            let same = seated.is_some_and(|m| m.name == j.name && room_idx == Some(m.room));
+            if !same {
+                return self.refuse(src, RefuseCode::BadRequest);
+            }
+            if seated.is_some_and(|m| m.join_nonce == *j.client_nonce) {
                 return self.welcome(src, slot);
             }
-            return self.refuse(src, RefuseCode::BadRequest);
+            self.replace(now, slot, src, src);
+        }
+        // One player per name in a room: the same name from the same IP address is that
+        // player again (restarted; its old seat is a ghost) and takes over at once, from
+        // anywhere else it is someone else, who must pick another name.
+        if let Some(held) = room_idx
+            .filter(|_| media)
+            .and_then(|i| self.player_named(i, j.name, None))
+        {
+            let old = self
+                .slots
+                .get(held as usize)
+                .and_then(Option::as_ref)
+                .map(|m| m.addr);
+            match old {
+                Some(old) if old.ip() == src.ip() => self.replace(now, held, old, src),
+                _ => {
+                    self.stats.names_taken += 1;
+                    return self.refuse(src, RefuseCode::NameTaken);
+                }
+            }
         }
         if self.by_id.len() >= self.cfg.max_members {
             return self.refuse(src, RefuseCode::ServerFull);
@@ -1082,6 +1134,7 @@ impl Server {
                 }
                 let r = Room {
                     name: j.room.to_owned(),
+                    folded: folded.clone(),
                     key,
                     members: Vec::with_capacity(self.cfg.max_members_per_room),
                     public: false,
@@ -1096,8 +1149,8 @@ impl Server {
                         self.rooms.len() - 1
                     }
                 };
-                self.room_by_name.insert(j.room.to_owned(), i);
-                self.claimed.remove(j.room);
+                self.claimed.remove(&folded);
+                self.room_by_name.insert(folded, i);
                 i
             }
         };
@@ -1162,6 +1215,7 @@ impl Server {
             route_seq: 0,
             media,
             ens: false,
+            join_nonce: *j.client_nonce,
         };
         let slot = match self.free_slots.pop() {
             Some(s) => {
@@ -1391,6 +1445,39 @@ impl Server {
     }
 
     fn remove(&mut self, now: u64, slot: u32, kind: RosterKind) {
+        self.remove_member(now, slot, kind, true);
+    }
+
+    /// The player in `room` (a seat with media) whose name folds to `name`'s, other than
+    /// `except`.
+    fn player_named(&self, room: usize, name: &str, except: Option<u32>) -> Option<u32> {
+        let want = fold_name(name);
+        let r = self.rooms.get(room)?.as_ref()?;
+        r.members.iter().copied().find(|&o| {
+            Some(o) != except
+                && self
+                    .slots
+                    .get(o as usize)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|m| m.media && fold_name(&m.name) == want)
+        })
+    }
+
+    /// A join of the player in `slot`'s name came from its IP address (`by`): the old seat
+    /// (at `old`) goes at once, the others hear it `left`, and whatever still listens at
+    /// `old` is told it was replaced, so two copies of one player never take the seat from
+    /// each other in turn. The room stays open for the join that follows.
+    fn replace(&mut self, now: u64, slot: u32, old: SocketAddr, by: SocketAddr) {
+        self.stats.replaced += 1;
+        if old != by {
+            self.refuse(old, RefuseCode::Replaced);
+        }
+        self.remove_member(now, slot, RosterKind::Left, false);
+    }
+
+    /// Takes the member in `slot` out, telling the others `kind`. A room left empty closes
+    /// (and is given back to the directory) when `close_empty`.
+    fn remove_member(&mut self, now: u64, slot: u32, kind: RosterKind, close_empty: bool) {
         self.announce(now, slot, kind);
         let Some(m) = self.slots.get_mut(slot as usize).and_then(Option::take) else {
             return;
@@ -1419,12 +1506,12 @@ impl Server {
                     members,
                 });
             }
-            if r.members.is_empty() {
+            if r.members.is_empty() && close_empty {
                 if self.cfg.directory {
                     self.directory_out
-                        .push_back(DirectoryRequest::Vacate(r.name.clone()));
+                        .push_back(DirectoryRequest::Vacate(r.folded.clone()));
                 }
-                self.room_by_name.remove(&r.name);
+                self.room_by_name.remove(&r.folded);
                 self.rooms[m.room] = None;
                 self.free_rooms.push(m.room);
             }
@@ -1513,6 +1600,7 @@ impl Server {
     /// (`Here`) that no join uses within [`CLAIM_UNUSED_NS`] comes back as
     /// [`DirectoryRequest::Vacate`].
     pub fn placed(&mut self, now_ns: u64, room: &str, placement: Placement) {
+        let room = &fold_name(room);
         let joins = self.locating.remove(room).map(|l| l.joins).unwrap_or_default();
         match placement {
             Placement::Here => {

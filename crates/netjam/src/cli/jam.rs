@@ -51,7 +51,8 @@ pub struct JamArgs {
     #[arg(long, value_name = "HOST[:PORT]", requires = "room")]
     pub server: Option<String>,
     /// Play in a room instead: join room NAME on the rooms server (its first player
-    /// creates it). --server and --name default to `server = "HOST"` and `name = "YOU"` in
+    /// creates it). Room names match whatever the case: "Friday" and "friday" are one
+    /// room, shown as its first player spelled it. --server and --name default to `server = "HOST"` and `name = "YOU"` in
     /// the settings file ($NETJAM_CONFIG, else netjam/config.toml in your configuration
     /// directory, e.g. ~/.config/netjam/config.toml).
     #[arg(long, value_name = "NAME")]
@@ -68,6 +69,11 @@ pub struct JamArgs {
     /// -3 dBFS untouched and turns a louder one down smoothly instead of clipping it.
     #[arg(long, value_name = "DB", default_value_t = 0.0, allow_negative_numbers = true, requires = "room", value_parser = master_gain_db)]
     pub master_gain: f32,
+    /// In a room: each member's mix from the start, by name: `--mix "ana=-6,bo=mute"` (a
+    /// gain in dB, `mute` or `unmute`; names match whatever the case). A member's mix, set
+    /// here or over OSC, applies again whenever a member of that name comes back.
+    #[arg(long, value_name = "NAME=DB|mute,...", requires = "room", allow_hyphen_values = true, value_parser = crate::room_client::parse_mix)]
+    pub mix: Option<crate::room_client::Mixes>,
     /// In a room: record the session as a multitrack into DIR (created if missing; must
     /// not hold an earlier recording): `NN-name.wav` per member heard (as its receiver
     /// played it, before your gain, pan and mute), `mix.wav` (what you hear) and `you.wav`

@@ -628,6 +628,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         route: io.route.clone(),
         direct: !a.via_server,
         public: a.public,
+        mix: a.mix.clone().unwrap_or_default(),
     };
     let room_link = match extra {
         Some(extra) => room_client::spawn(seated, &room, wires, control_rx, commands, extra)?,
@@ -718,7 +719,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         join_ms
     );
     let stop = interrupt_flag();
-    let running = Running::start("netjam-audio", io, endpoint, process, stop)?;
+    let running = Running::start("netjam-audio", io, endpoint, process, stop.clone())?;
     let mut status = StatusLine::new();
     let mut realtime_told = false;
     let mut names = String::new();
@@ -734,6 +735,14 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let mut rates_told: std::collections::BTreeMap<u32, super::jam::HeardRate> = Default::default();
     running.watch(&mut snaps, |s| {
         let roster = room_link.roster();
+        if roster.replaced && !refusal_told {
+            refusal_told = true;
+            status.finish();
+            eprintln!(
+                "netjam: netjam joined room {room:?} again under this name from this computer and took the seat; this one stops"
+            );
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         if roster.refused.is_some() && !refusal_told {
             refusal_told = true;
             status.finish();

@@ -164,7 +164,9 @@ pub struct WireArgs {
     /// Each packet also carries the previous N packets (RFC 2198), 0..=8.
     #[arg(long, default_value_t = 0)]
     pub redundancy: usize,
-    /// Your name, shown to the other side.
+    /// Your name, shown to the other side. In a room it is yours alone (whatever the
+    /// case): a second player joining under it is refused, while netjam restarted on the
+    /// same computer under it takes your seat back at once.
     #[arg(long)]
     pub name: Option<String>,
 }
