@@ -1,0 +1,15 @@
+//! Private rooms: media sealed end to end per sender, with keys the rooms server never
+//! holds.
+//!
+//! * [`sframe`]: SFrame (RFC 9605) sealing and opening of RTP payloads with the
+//!   `AES_128_CTR_HMAC_SHA256_80` suite, and a replay window per key ID.
+//! * [`keys`]: the room secret from the password (Argon2id), split by HKDF into the join
+//!   proof the server checks and the media key it never sees, and per-sender SFrame keys.
+//!
+//! Sealing and opening allocate nothing and never block, so they run on the audio and
+//! network threads; deriving keys is slow on purpose (Argon2id) and must never run there.
+//! Nothing here reads a clock, a random source or a socket.
+
+pub mod sframe;
+
+pub use sframe::{Header, Opened, SframeError, SframeOpener, SframeSealer};
