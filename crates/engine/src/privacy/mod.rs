@@ -10,6 +10,8 @@
 //! network threads; deriving keys is slow on purpose (Argon2id) and must never run there.
 //! Nothing here reads a clock, a random source or a socket.
 
+pub mod keys;
 pub mod sframe;
 
+pub use keys::{kid, KeyError, MediaKey, RoomKdf, RoomSecret};
 pub use sframe::{Header, Opened, SframeError, SframeOpener, SframeSealer};
