@@ -29,7 +29,7 @@ fn main() {
     let payload: Vec<u8> = (0..PAYLOAD).map(|i| (i * 7) as u8).collect();
     let metadata = [0u8; 12];
     println!("SFrame AES_128_CTR_HMAC_SHA256_80, {PAYLOAD}-byte payload, {PACKETS} packets:");
-    for (what, k) in [("epoch 0", kid(0, 3)), ("epoch 1", kid(1, 3))] {
+    for (what, k) in [("epoch 0", kid(0, 0x9e37_79b9)), ("epoch 1", kid(1, 0x9e37_79b9))] {
         let mut sealer = media.sealer(k);
         let mut opener = SframeOpener::new();
         media.install(&mut opener, k);

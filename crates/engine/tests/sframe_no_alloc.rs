@@ -17,7 +17,7 @@ fn seal_and_open_do_not_allocate() {
     let media = RoomSecret::derive_with("band", "pw", cheap)
         .expect("derive")
         .media_key();
-    let (k0, k1) = (kid(0, 1), kid(1, 1));
+    let (k0, k1) = (kid(0, 1), kid(1, 0x9e37_79b9));
     let base1 = media.sender_base_key(k1);
     let mut sealer = media.sealer(k0);
     let mut opener = SframeOpener::new();

@@ -8,7 +8,7 @@
 //! join      = HKDF-Expand(prk, "netjam join proof v1", 32)          given to the server
 //! media     = HKDF-Expand(prk, "netjam media key v1", 32)           never leaves a member
 //! base(KID) = HKDF-SHA256(salt = none, media, "netjam sframe" ‖ KID BE64, 32)
-//! KID       = epoch << 8 | member
+//! KID       = epoch << 32 | SSRC
 //! ```
 //!
 //! The join proof and the media key are two HKDF outputs under different labels: knowing
@@ -20,6 +20,15 @@
 //!
 //! The epoch is the password's generation: a new password gives a new secret, and a new
 //! epoch gives every sender a new KID, so a receiver never confuses the two.
+//!
+//! The KID names the sender by its SSRC, which every player draws at random when it
+//! starts, rather than by the member id the server hands out: member ids count from 1
+//! again whenever a server restarts, so the same room and password would give the same
+//! sender key to a new player, whose counter starts at 0 again, and reuse its keystream.
+//! With a random 32-bit SSRC that takes two players of the same room and password
+//! drawing the same one. The price is the KID's length: four bytes, so a packet gains
+//! 1 + 4 + 3 + 10 = 18 bytes in epoch 0 (19 later) where a one-byte member number would
+//! have kept it to 15.
 //!
 //! Deriving the secret is slow on purpose (about a quarter of a second on a phone-class
 //! core with [`RoomKdf::ROOM`]) and allocates Argon2's memory: it must never run on the
@@ -55,7 +64,7 @@ pub struct RoomKdf {
 
 impl RoomKdf {
     /// The parameters every member of a private room uses: 32 MiB, 2 passes, 1 lane.
-    /// One core of the development machine (an AMD EPYC, shared) takes about 66 ms
+    /// One core of the development machine (an AMD EPYC, shared) takes 50 to 66 ms
     /// (`cargo bench -p netjam-engine --bench sframe`); a phone-class core is roughly four
     /// times slower at Argon2 (an estimate, not measured here), about a quarter of a
     /// second. Memory rather than passes carries the cost because memory is what guessing
@@ -76,9 +85,9 @@ pub fn room_salt(room: &str) -> [u8; 32] {
     h.finalize().into()
 }
 
-/// The key ID of `member`'s media in `epoch` (the password's generation).
-pub fn kid(epoch: u32, member: u8) -> u64 {
-    (u64::from(epoch) << 8) | u64::from(member)
+/// The key ID of the media sent with SSRC `ssrc` in `epoch` (the password's generation).
+pub fn kid(epoch: u32, ssrc: u32) -> u64 {
+    (u64::from(epoch) << 32) | u64::from(ssrc)
 }
 
 /// The secret every member of a private room derives from its name and password.
@@ -237,7 +246,7 @@ mod tests {
     fn senders_and_epochs_get_their_own_keys() {
         let m = secret("band", "pw").media_key();
         assert_eq!(kid(0, 3), 3);
-        assert_eq!(kid(2, 3), 0x203);
+        assert_eq!(kid(2, 0x8000_0003), 0x2_8000_0003);
         let keys: Vec<_> = [kid(0, 0), kid(0, 1), kid(1, 0), kid(1, 1)]
             .iter()
             .map(|&k| m.sender_base_key(k))
@@ -261,7 +270,7 @@ mod tests {
         );
         assert_eq!(
             hex(&s.media_key().sender_base_key(kid(1, 2))),
-            "be9bdcb7521747ce624bc705d62fd2ca25c1d5faa527a9fd6ddd747a08f71958"
+            "e183ed0dbcb474537fc91de0116e0c29dbedf49679eb9810c8908555543cb469"
         );
     }
 

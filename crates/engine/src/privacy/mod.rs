@@ -3,6 +3,7 @@
 //!
 //! * [`sframe`]: SFrame (RFC 9605) sealing and opening of RTP payloads with the
 //!   `AES_128_CTR_HMAC_SHA256_80` suite, and a replay window per key ID.
+//! * [`rtp`]: SFrame around an RTP payload, the header left clear and authenticated.
 //! * [`keys`]: the room secret from the password (Argon2id), split by HKDF into the join
 //!   proof the server checks and the media key it never sees, and per-sender SFrame keys.
 //!
@@ -11,6 +12,7 @@
 //! Nothing here reads a clock, a random source or a socket.
 
 pub mod keys;
+pub mod rtp;
 pub mod sframe;
 
 pub use keys::{kid, KeyError, MediaKey, RoomKdf, RoomSecret};

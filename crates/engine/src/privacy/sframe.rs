@@ -11,10 +11,10 @@
 //!
 //! # Header
 //! RFC 9605 §4.3: one config byte, then the key ID (KID) and the counter (CTR) in the
-//! fewest big-endian bytes. netjam's KID is `epoch << 8 | member` ([`super::kid`]); CTR
-//! counts the sender's packets from 0. A member in epoch 0 with a counter below 2^24
-//! (6.2 hours at 750 packets a second) adds at most 1 + 3 + 10 = 14 bytes; in a later
-//! epoch the KID takes two more, 16.
+//! fewest big-endian bytes. netjam's KID is `epoch << 32 | SSRC` ([`super::kid`], which
+//! says why the SSRC); CTR counts the sender's packets from 0. In epoch 0 a packet whose
+//! counter is below 2^24 (6.2 hours at 750 packets a second) gains 1 + 4 + 3 + 10 = 18
+//! bytes; in a later epoch the KID takes one more.
 //!
 //! # Realtime
 //! [`SframeSealer::seal`] writes into a buffer the caller owns; [`SframeOpener::open`]
@@ -83,6 +83,9 @@ pub enum SframeError {
         /// Bytes the sealed frame takes.
         need: usize,
     },
+    /// The packet is not an unpadded RTP packet (see [`super::rtp`]).
+    #[error("not an unpadded RTP packet")]
+    NotRtp,
     /// The sender has used every counter of its KID: it needs a new epoch.
     #[error("SFrame counter exhausted for this KID")]
     CounterExhausted,
