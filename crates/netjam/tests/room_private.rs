@@ -1,7 +1,8 @@
 //! A private room on loopback: `netjam server`, two `netjam jam --password` players, and a
-//! third member ("eve", a [`RoomClient`] in this process) who got a seat but holds another
-//! media key (it knows the join password's room key, not the password the others derive
-//! their media key from: the same position as a member of an earlier password generation).
+//! third member ("eve", a [`RoomClient`] in this process) who holds the room key, so she
+//! gets a seat, but seals and opens with a media key from another password: the position
+//! of whoever has the join proof (the server) but not the password, or of a member who
+//! kept an earlier password.
 //!
 //! * the two players hear each other's tones;
 //! * what eve receives through the server never opens under her key, and its payload
