@@ -13,7 +13,7 @@
 
 pub mod keys;
 pub mod rtp;
-pub mod sframe;
+pub use netjam_sframe as sframe;
 
 pub use keys::{kid, KeyError, MediaKey, RoomKdf, RoomSecret};
 pub use sframe::{Header, Opened, SframeError, SframeOpener, SframeSealer};
