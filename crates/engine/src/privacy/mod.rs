@@ -4,6 +4,7 @@
 //! * [`sframe`]: SFrame (RFC 9605) sealing and opening of RTP payloads with the
 //!   `AES_128_CTR_HMAC_SHA256_80` suite, and a replay window per key ID.
 //! * [`rtp`]: SFrame around an RTP payload, the header left clear and authenticated.
+//! * [`fuzz`]: the fuzzing entry point for opening.
 //! * [`keys`]: the room secret from the password (Argon2id), split by HKDF into the join
 //!   proof the server checks and the media key it never sees, and per-sender SFrame keys.
 //!
@@ -11,6 +12,7 @@
 //! network threads; deriving keys is slow on purpose (Argon2id) and must never run there.
 //! Nothing here reads a clock, a random source or a socket.
 
+pub mod fuzz;
 pub mod keys;
 pub mod rtp;
 pub use netjam_sframe as sframe;
