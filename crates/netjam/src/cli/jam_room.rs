@@ -464,7 +464,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             let started = std::time::Instant::now();
             let secret = RoomSecret::derive(&room, password)
                 .context("cannot derive the room's keys from --password: try another password")?;
-            Some((secret.media_key(), started.elapsed()))
+            Some((secret.media_key(), secret.join_proof(), started.elapsed()))
         }
         None => None,
     };
@@ -528,6 +528,8 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             room: room.clone(),
             name: name.clone(),
             password: a.password.clone().unwrap_or_default(),
+            // The join proof is the room key: derived once above, not again for the join.
+            room_key: private.as_ref().map(|p| p.1),
             ssrc: sender.ssrc(),
             packets_per_s: packets_per_s + RTCP_PACKETS_PER_S,
             bytes_per_s,
@@ -572,7 +574,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     };
     config.drift_correction = !a.no_drift_correction;
     let (mut process, mut snaps, mut commands) = RoomProcess::new(sender, link, config);
-    if let Some((media, took)) = private {
+    if let Some((media, _, took)) = private {
         process.set_seal(MediaSeal::new(media, 0, ssrc, MAX_ROOM_MEMBERS));
         eprintln!(
             "netjam: private room: your audio is sealed end to end (SFrame, RFC 9605) and only members with the password can open it; the server forwards what it cannot hear (keys derived in {:.0} ms)",
