@@ -338,6 +338,9 @@ pub struct JoinRequest {
     pub room: String,
     pub name: String,
     pub password: String,
+    /// The room key when already derived from the password (see
+    /// [`netjam_engine::room::ClientConfig::room_key`]); `None` derives it.
+    pub room_key: Option<[u8; 32]>,
     /// The SSRC the sender would like (the server may assign another).
     pub ssrc: u32,
     /// Declared media rate.
@@ -445,6 +448,7 @@ pub fn join_asking(
     mut ask: Option<&mut ReflexiveQuery>,
 ) -> anyhow::Result<Seated> {
     let mut config = ClientConfig::new(&r.room, &r.name, &r.password, r.ssrc);
+    config.room_key = r.room_key;
     config.packets_per_s = r.packets_per_s.max(1);
     config.bytes_per_s = r.bytes_per_s.max(1);
     config.nonce_seed = nonce_seed();

@@ -607,6 +607,7 @@ mod tests {
                         room: "batch".into(),
                         name: format!("m{i}"),
                         password: String::new(),
+                        room_key: None,
                         ssrc: 7,
                         packets_per_s: 750,
                         bytes_per_s: 750 * 300,

@@ -420,6 +420,8 @@ struct NetSide {
     rtcp: Vec<u8>,
     /// Packets refused by a full ring (the network thread fell behind).
     tx_overflow: u64,
+    /// A private room's sealing of what is sent and opening of what is heard.
+    seal: Option<crate::sealed::MediaSeal>,
 }
 
 impl NetSide {
@@ -431,6 +433,7 @@ impl NetSide {
             rx_buf: vec![0; MAX_DATAGRAM],
             rtcp: vec![0; 1500],
             tx_overflow: 0,
+            seal: None,
         }
     }
 
@@ -451,8 +454,15 @@ impl NetSide {
 
     /// Packetize `input` through `sender` onto the ring.
     fn send_frames(&mut self, sender: &mut Sender, now_ns: u64, input: &[f32]) {
-        let (to_net, overflow) = (&mut self.to_net, &mut self.tx_overflow);
+        let (to_net, overflow, seal) = (&mut self.to_net, &mut self.tx_overflow, &mut self.seal);
         sender.push_frames(now_ns, input, |p| {
+            let p = match seal {
+                Some(seal) => match seal.seal(p) {
+                    Some(sealed) => sealed,
+                    None => return,
+                },
+                None => p,
+            };
             if !to_net.push(now_ns, p) {
                 *overflow += 1;
             }
@@ -956,6 +966,8 @@ pub struct RoomStats {
     /// Bursts the round-trip meter found, and lost.
     pub round_trip_found: u64,
     pub round_trip_lost: u64,
+    /// A private room's SFrame stage (`None`: the room has no password).
+    pub sframe: Option<crate::sealed::SealStats>,
 }
 
 impl RoomStats {
@@ -1163,6 +1175,13 @@ impl RoomProcess {
         self.net.tx_overflow
     }
 
+    /// Make this a private room's player: seal what it sends and open what it hears with
+    /// `seal` (see [`crate::sealed`]); set before the stream starts, before any `Assign`.
+    /// A member's packets that do not open are dropped and counted.
+    pub fn set_seal(&mut self, seal: crate::sealed::MediaSeal) {
+        self.net.seal = Some(seal);
+    }
+
     /// Fill `channels` extra output ports per control seat ([`MAX_ROOM_MEMBERS`] seats,
     /// seat by seat: seat s, channel c is port `s × channels + c`) through
     /// [`Process::extra_outputs`]: the member at the seat as its receiver rendered it (before
@@ -1188,6 +1207,9 @@ impl RoomProcess {
                     Ok(slot) => {
                         if new {
                             self.mixer.reset_strip(slot);
+                        }
+                        if let Some(seal) = &mut self.net.seal {
+                            seal.assign(slot, ssrc);
                         }
                         true
                     }
@@ -1276,14 +1298,16 @@ impl RoomProcess {
 
     /// Everything a snapshot holds, taking the meters' readings (allocation-free).
     pub fn take_stats(&mut self) -> RoomStats {
-        room_stats(
+        let mut s = room_stats(
             &self.sender,
             &self.members,
             &mut self.mixer,
             &self.meter,
             self.commands_applied,
             self.command_errors,
-        )
+        );
+        s.sframe = self.net.seal.as_ref().map(|seal| seal.stats());
+        s
     }
 }
 
@@ -1365,8 +1389,23 @@ impl Process for RoomProcess {
         }
         let net = &mut self.net;
         while let Some((at, len)) = net.from_net.pop(&mut net.rx_buf) {
+            let kind = classify(&net.rx_buf[..len]);
+            let len = match (&mut net.seal, kind) {
+                // A private room: a member's packet is heard only if it opens.
+                (Some(seal), PacketKind::Rtp) => {
+                    let ssrc = net
+                        .rx_buf
+                        .get(8..12)
+                        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+                    match seal.open(ssrc.and_then(|s| self.members.slot_of(s)), &mut net.rx_buf[..len]) {
+                        Some(n) => n,
+                        None => continue,
+                    }
+                }
+                _ => len,
+            };
             let bytes = &net.rx_buf[..len];
-            if classify(bytes) == PacketKind::Rtcp {
+            if kind == PacketKind::Rtcp {
                 self.sender.on_rtcp(at, bytes);
             }
             self.members.receive(at, bytes);
@@ -1410,8 +1449,10 @@ impl Process for RoomProcess {
         net.waker.unpark();
         let (sender, members, mixer, meter) = (&self.sender, &self.members, &mut self.mixer, &self.meter);
         let (applied, errors) = (self.commands_applied, self.command_errors);
-        self.publisher.tick(frames, output, || {
-            room_stats(sender, members, mixer, meter, applied, errors)
+        let sframe = self.net.seal.as_ref().map(|seal| seal.stats());
+        self.publisher.tick(frames, output, || RoomStats {
+            sframe,
+            ..room_stats(sender, members, mixer, meter, applied, errors)
         });
     }
 }

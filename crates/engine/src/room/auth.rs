@@ -1,5 +1,6 @@
 //! The room protocol's cryptography: stateless return-routability cookies, server nonces,
-//! session tokens, room keys and join/rejoin authenticators, all HMAC-SHA256 / SHA-256.
+//! session tokens, room keys and join/rejoin authenticators, all HMAC-SHA256 / SHA-256
+//! except a password room's key, which is Argon2id and HKDF (see [`room_key`]).
 //!
 //! Nothing here keeps state or reads a clock or a random source: the server's secret and
 //! the time are passed in, so the same inputs always give the same bytes (tests are
@@ -88,10 +89,23 @@ pub fn session_token(secret: &[u8; 32], member_id: u32, serial: u64) -> [u8; TOK
     out
 }
 
-/// The room key: SHA-256("netjam-room-v1" ‖ folded room ‖ 0x00 ‖ password), the room name
-/// folded by [`fold_name`] (so every spelling of one room has its one key). A room without
-/// a password has the key of the empty password.
+/// The room key, which the creator gives the server and every join proves knowledge of.
+///
+/// With a password it is the join proof of [`crate::privacy::RoomSecret`] (Argon2id, then
+/// HKDF): the server, and anyone who sees the creator's join, must pay an Argon2id run per
+/// password guess, and learn nothing of the media key the same secret gives the members.
+/// Slow on purpose (tens of milliseconds here): call it on a control thread. A room
+/// without a password has SHA-256("netjam-room-v1" ‖ folded room ‖ 0x00), the room name
+/// folded by [`fold_name`] (so every spelling of one room has its one key): there is
+/// nothing to guess.
 pub fn room_key(room: &str, password: &str) -> [u8; ROOM_KEY_LEN] {
+    if !password.is_empty() {
+        // Argon2id refuses only a password over 4 GiB, which no command line can carry;
+        // such a one falls back to the fast construction below, password included.
+        if let Ok(secret) = crate::privacy::RoomSecret::derive(room, password) {
+            return secret.join_proof();
+        }
+    }
     let mut h = Sha256::new();
     h.update(b"netjam-room-v1");
     h.update(fold_name(room).as_bytes());
@@ -204,5 +218,18 @@ mod tests {
         // The room name and the password are separated: ("ab","c") ≠ ("a","bc").
         assert_ne!(room_key("ab", "c"), room_key("a", "bc"));
         assert_eq!(room_key("Friday", "pw"), room_key("friday", "pw"));
+    }
+
+    #[test]
+    fn a_password_room_key_is_the_argon2id_join_proof() {
+        let secret = crate::privacy::RoomSecret::derive("r", "pw").expect("derive");
+        assert_eq!(room_key("r", "pw"), secret.join_proof());
+        // Not the fast hash a server could run guesses through.
+        let mut h = Sha256::new();
+        h.update(b"netjam-room-v1");
+        h.update(b"r");
+        h.update([0u8]);
+        h.update(b"pw");
+        assert_ne!(room_key("r", "pw"), <[u8; 32]>::from(h.finalize()));
     }
 }

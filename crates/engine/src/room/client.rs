@@ -48,6 +48,9 @@ pub struct ClientConfig {
     pub name: String,
     /// Room password ("" for none). Only a key derived from it is ever used.
     pub password: String,
+    /// The room key when the caller has it already ([`auth::room_key`] of the room and
+    /// password: with a password it costs an Argon2id run); `None` derives it.
+    pub room_key: Option<[u8; ROOM_KEY_LEN]>,
     /// The SSRC this client would like to send with.
     pub ssrc: u32,
     /// Declared media rate: packets per second.
@@ -76,6 +79,7 @@ impl ClientConfig {
             room: room.to_owned(),
             name: name.to_owned(),
             password: password.to_owned(),
+            room_key: None,
             ssrc,
             packets_per_s: 750,
             bytes_per_s: 750 * 300,
@@ -237,7 +241,9 @@ pub struct RoomClient {
 impl RoomClient {
     /// A client that says hello at `now_ns`.
     pub fn new(config: ClientConfig, now_ns: u64) -> Self {
-        let key = auth::room_key(&config.room, &config.password);
+        let key = config
+            .room_key
+            .unwrap_or_else(|| auth::room_key(&config.room, &config.password));
         let mut c = Self {
             backoff: config.retry_initial_ns,
             cfg: config,

@@ -17,6 +17,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use netjam_engine::privacy::{sframe, RoomSecret};
 use netjam_engine::receiver::ReceiverConfig;
 
 use super::jam::{
@@ -33,6 +34,7 @@ use crate::member_ports::{self, MemberPorts};
 use crate::record::{self, RecordConfig, RecordSummary};
 use crate::reflexive::{Mapping, Reflexive, ReflexiveQuery};
 use crate::room_client::{self, CommandSource, JoinRequest, RoomWires, Roster, CONTROL_QUEUE, SEATS};
+use crate::sealed::MediaSeal;
 use crate::series::BoundedSeries;
 use crate::server::DEFAULT_PORT;
 use crate::session::{
@@ -467,6 +469,17 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         // Before anything runs: a recording that cannot be written is said now.
         record::prepare_dir(dir)?;
     }
+    // A room with a password is private: its audio is sealed with keys only those who know
+    // the password can derive. Argon2id is slow on purpose: derived once, before joining.
+    let private = match a.password.as_deref().filter(|p| !p.is_empty()) {
+        Some(password) => {
+            let started = std::time::Instant::now();
+            let secret = RoomSecret::derive(&room, password)
+                .context("cannot derive the room's keys from --password: try another password")?;
+            Some((secret.media_key(), secret.join_proof(), started.elapsed()))
+        }
+        None => None,
+    };
     let Audio {
         mut jack,
         card,
@@ -495,8 +508,13 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         .transpose()?;
     let socket = bind(a.listen.unwrap_or(any_for(server)))?;
     let packets_per_s = format.rate.div_ceil(sender.frames_per_packet().max(1));
-    let bytes_per_s =
-        (packets_per_s as usize * (sender.max_packet_bytes() + 28)) as u32 + RTCP_PACKETS_PER_S * 1500;
+    let sealing = if private.is_some() {
+        sframe::MAX_HEADER_LEN + sframe::TAG_LEN
+    } else {
+        0
+    };
+    let bytes_per_s = (packets_per_s as usize * (sender.max_packet_bytes() + sealing + 28)) as u32
+        + RTCP_PACKETS_PER_S * 1500;
     eprintln!("netjam: joining room {room:?} on {server} as {name:?}");
     let mut hosts = host_addresses(socket.local_addr()?, server);
     let port_mapping = if a.port_map {
@@ -522,6 +540,8 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             room: room.clone(),
             name: name.clone(),
             password: a.password.clone().unwrap_or_default(),
+            // The join proof is the room key: derived once above, not again for the join.
+            room_key: private.as_ref().map(|p| p.1),
             ssrc: sender.ssrc(),
             packets_per_s: packets_per_s + RTCP_PACKETS_PER_S,
             bytes_per_s,
@@ -566,6 +586,13 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     };
     config.drift_correction = !a.no_drift_correction;
     let (mut process, mut snaps, mut commands) = RoomProcess::new(sender, link, config);
+    if let Some((media, _, took)) = private {
+        process.set_seal(MediaSeal::new(media, 0, ssrc, MAX_ROOM_MEMBERS));
+        eprintln!(
+            "netjam: private room: your audio is sealed end to end (SFrame, RFC 9605) and only members with the password can open it; the server forwards what it cannot hear (keys derived in {:.0} ms)",
+            took.as_secs_f64() * 1e3
+        );
+    }
     process.members_mut().set_latency_policy(a.latency);
     process.measure_round_trip(a.measure_roundtrip);
     let mut round_trips = a.measure_roundtrip.then(|| RoundTrips {
@@ -985,6 +1012,12 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     }
     if let Some(rt) = &round_trips {
         eprintln!("netjam: {}", rt.summary());
+    }
+    if let Some(f) = &stats.sframe {
+        eprintln!(
+            "netjam: private room: sealed {} packets, opened {}, dropped {} that did not open ({} altered or under another password, {} replayed, {} without a key, {} not sealed)",
+            f.sealed, f.opened, f.rejected, f.forged, f.replayed, f.no_key, f.malformed
+        );
     }
     if let Some(path) = &a.stats_json {
         write_json(
