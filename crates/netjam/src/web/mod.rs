@@ -56,8 +56,8 @@ pub const KEPT_EVENTS: usize = 64;
 pub const WS_PATH: &str = "/ws";
 /// The largest message a page may send (it has nothing to say but close and pong).
 const MAX_INCOMING: usize = 4 * 1024;
-/// How often the accepting thread looks at its stop flag when no one connects.
-const ACCEPT_POLL: Duration = Duration::from_millis(100);
+/// How long the accepting thread waits before trying again after a failed accept.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// Longest a page's thread waits for news before it looks at what the page sent.
 const PAGE_WAKE: Duration = Duration::from_millis(500);
 
@@ -378,9 +378,6 @@ impl WebServer {
             local,
             access,
         } = listener;
-        listener
-            .set_nonblocking(true)
-            .map_err(|source| WebError::Bind { addr: local, source })?;
         let shared = Arc::new(Shared {
             access,
             page,
@@ -411,7 +408,7 @@ impl WebServer {
         self.shared.counters.snapshot()
     }
 
-    /// Closes every page and stops accepting (within [`ACCEPT_POLL`]).
+    /// Closes every page and stops accepting.
     pub fn stop(mut self) -> WebStats {
         self.halt();
         self.stats()
@@ -421,7 +418,21 @@ impl WebServer {
         self.shared.stop.store(true, Ordering::Relaxed);
         self.shared.board.close();
         if let Some(t) = self.accept.take() {
-            let _ = t.join();
+            // The accepting thread waits in accept(): a connection of our own wakes it to
+            // see the flag. Without one (no route to ourselves), it is left to end with the
+            // process rather than waited for.
+            let wake = match self.local.ip() {
+                IpAddr::V4(ip) if ip.is_unspecified() => {
+                    SocketAddr::from((Ipv4Addr::LOCALHOST, self.local.port()))
+                }
+                IpAddr::V6(ip) if ip.is_unspecified() => {
+                    SocketAddr::from((Ipv6Addr::LOCALHOST, self.local.port()))
+                }
+                _ => self.local,
+            };
+            if TcpStream::connect_timeout(&wake, Duration::from_secs(1)).is_ok() {
+                let _ = t.join();
+            }
         }
     }
 }
@@ -436,19 +447,14 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
     while !shared.stop.load(Ordering::Relaxed) {
         let stream = match listener.accept() {
             Ok((stream, _)) => stream,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                std::thread::sleep(ACCEPT_POLL);
-                continue;
-            }
             // Out of descriptors and the like: let it pass rather than spin.
             Err(_) => {
-                std::thread::sleep(ACCEPT_POLL);
+                std::thread::sleep(ACCEPT_RETRY);
                 continue;
             }
         };
-        // Accepted sockets inherit non-blocking mode on some systems.
-        if stream.set_nonblocking(false).is_err() {
-            continue;
+        if shared.stop.load(Ordering::Relaxed) {
+            break;
         }
         if shared.live.load(Ordering::Acquire) >= MAX_CONNECTIONS {
             bump(&shared.counters.busy);
