@@ -52,7 +52,7 @@ pub struct ServerView {
     pub pages_open: u64,
 }
 
-/// A room with someone in it, and its members in the order they took their seats.
+/// A room with someone in it, and its members by name.
 #[derive(Debug, Clone, Serialize)]
 pub struct RoomView {
     pub name: String,
@@ -132,11 +132,6 @@ pub fn view(now: &ServerReport, before: Option<&ServerReport>, pages_open: u64) 
                 .collect()
         })
         .unwrap_or_default();
-    let names: BTreeMap<u32, &str> = now
-        .members
-        .iter()
-        .map(|m| (m.member_id, m.name.as_str()))
-        .collect();
     let mut rooms: BTreeMap<&str, Vec<MemberView>> = BTreeMap::new();
     for m in &now.members {
         let before = earlier.get(&m.member_id);
@@ -144,7 +139,11 @@ pub fn view(now: &ServerReport, before: Option<&ServerReport>, pages_open: u64) 
             .members
             .iter()
             .filter(|o| o.room == m.room && o.member_id != m.member_id);
-        let (direct, via): (Vec<_>, Vec<_>) = others.partition(|o| m.direct_to.contains(&o.member_id));
+        let (mut direct, mut via): (Vec<_>, Vec<_>) = others
+            .map(|o| (o.member_id, o.name.clone()))
+            .partition(|(id, _)| m.direct_to.contains(id));
+        direct.sort_by(|a, b| a.1.cmp(&b.1));
+        via.sort_by(|a, b| a.1.cmp(&b.1));
         rooms.entry(&m.room).or_default().push(MemberView {
             id: m.member_id,
             name: m.name.clone(),
@@ -154,8 +153,8 @@ pub fn view(now: &ServerReport, before: Option<&ServerReport>, pages_open: u64) 
             forwarded: m.forwarded,
             policed: m.policed_drops,
             dropped: m.forged_drops + m.malformed_drops + m.queue_drops,
-            direct_to: direct.iter().map(|o| names[&o.member_id].to_owned()).collect(),
-            via_server_to: via.iter().map(|o| o.name.clone()).collect(),
+            direct_to: direct.into_iter().map(|(_, name)| name).collect(),
+            via_server_to: via.into_iter().map(|(_, name)| name).collect(),
         });
     }
     let members: &[_] = &now.members;
@@ -184,7 +183,7 @@ pub fn view(now: &ServerReport, before: Option<&ServerReport>, pages_open: u64) 
         rooms: rooms
             .into_iter()
             .map(|(name, mut members)| {
-                members.sort_by_key(|m| m.id);
+                members.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
                 RoomView {
                     name: name.to_owned(),
                     members,
@@ -338,9 +337,9 @@ mod tests {
         let now = report(
             1.25,
             vec![
+                member(3, "cy", "band", 10, vec![]),
                 member(1, "ana", "band", 200, vec![2]),
                 member(2, "bo", "band", 150, vec![]),
-                member(3, "cy", "band", 10, vec![]),
                 member(4, "dee", "duo", 10, vec![]),
             ],
         );
