@@ -32,4 +32,5 @@ pub mod session;
 pub mod status;
 pub mod transport;
 pub mod udp_batch;
+pub mod web;
 pub mod ws_bridge;

@@ -15,6 +15,8 @@ use crate::room_directory::{DirectoryThread, OpenError, LEASE, RENEW_EVERY};
 use crate::server::{self, ServerReport, ShellConfig, DEFAULT_PORT};
 use crate::session::interrupt_flag;
 use crate::status::StatusLine;
+use crate::web::server_page::{self, ServerPage};
+use crate::web::{WebError, WebListener};
 
 #[derive(Debug, Args)]
 pub struct ServerArgs {
@@ -58,6 +60,34 @@ pub struct ServerArgs {
     /// `netjam rooms`.
     #[arg(long, value_name = "LABEL", default_value = "")]
     pub region: String,
+    /// Serve a read-only page of the rooms, their members and the server's figures, for a
+    /// browser, on ADDR:PORT (alone: 127.0.0.1:4465; port 0: any free port). A loopback
+    /// address serves this machine only; any other needs the token printed with the URL.
+    #[arg(long, value_name = "ADDR:PORT", num_args = 0..=1, default_missing_value = server_page::DEFAULT_ADDR)]
+    pub web: Option<SocketAddr>,
+}
+
+/// Binds the page's address, saying what to do when it cannot be had.
+fn bind_web(addr: SocketAddr) -> anyhow::Result<WebListener> {
+    WebListener::bind(addr).map_err(|e| match e {
+        WebError::InUse { .. } => anyhow::anyhow!(
+            "--web {addr}: {e}: pick another port (--web {}:0 takes any free one)",
+            addr.ip()
+        ),
+        WebError::NotHere { .. } => anyhow::anyhow!(
+            "--web {addr}: {e}: give one of its addresses, 0.0.0.0 for all of them, or 127.0.0.1 for this machine only"
+        ),
+        e => anyhow::anyhow!("--web {addr}: {e}"),
+    })
+}
+
+/// How the page's URL is to be used, said next to it.
+fn web_note(l: &WebListener) -> &'static str {
+    match (l.access().token().is_some(), l.local_addr().ip().is_unspecified()) {
+        (false, _) => "read-only; this machine only",
+        (true, false) => "read-only; anyone with this URL can read it: share it only with who runs the server",
+        (true, true) => "read-only; from elsewhere use this machine's address with the same token; share it only with who runs the server",
+    }
 }
 
 /// What the directory knows this server as: `--advertise` (its port defaulting to the
@@ -135,6 +165,8 @@ pub fn run(a: ServerArgs) -> anyhow::Result<()> {
         max_packets_per_s: a.max_packet_rate,
         ..ServerConfig::default()
     };
+    // An address the page cannot have is said before anything starts.
+    let web = a.web.map(bind_web).transpose()?;
     // A directory that cannot be used is said before anything else starts.
     let redis = a
         .directory
@@ -178,6 +210,16 @@ pub fn run(a: ServerArgs) -> anyhow::Result<()> {
                 control.local_addr()
             );
             Some(control)
+        }
+        None => None,
+    };
+    let page = match web {
+        Some(listener) => {
+            let (url, note) = (listener.url(), web_note(&listener));
+            let page =
+                ServerPage::start(listener, handle.reader()).map_err(|e| anyhow::anyhow!("--web: {e}"))?;
+            eprintln!("netjam: the server's page: {url} ({note})");
+            Some(page)
         }
         None => None,
     };
@@ -234,6 +276,13 @@ pub fn run(a: ServerArgs) -> anyhow::Result<()> {
     status.finish();
     if let Some(c) = osc {
         c.shutdown();
+    }
+    if let Some(p) = page {
+        let w = p.stop();
+        eprintln!(
+            "netjam: page: loaded {} times, {} updates sent, {} requests refused",
+            w.page_loads, w.messages_sent, w.refused
+        );
     }
     let r = handle.stop()?;
     if let Some(d) = directory {
