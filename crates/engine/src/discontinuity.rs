@@ -78,6 +78,8 @@ pub struct DiscontinuityTotals {
     pub relock: u64,
     pub pause: u64,
     pub device_lost: u64,
+    /// Frames skipped because the device lost that time (the events are `device_lost`).
+    pub device_lost_frames: u64,
 }
 
 /// The recent entries and the totals.
@@ -131,6 +133,9 @@ impl DiscontinuityLog {
                 && prev.output_frame + prev.frames == output_frame;
             if contiguous {
                 prev.frames += frames;
+                if cause == DiscontinuityCause::DeviceLost {
+                    self.totals.device_lost_frames += frames;
+                }
                 return;
             }
         }
@@ -156,7 +161,10 @@ impl DiscontinuityLog {
             DiscontinuityCause::Shrink => t.shrink += 1,
             DiscontinuityCause::Relock => t.relock += 1,
             DiscontinuityCause::Pause => t.pause += 1,
-            DiscontinuityCause::DeviceLost => t.device_lost += 1,
+            DiscontinuityCause::DeviceLost => {
+                t.device_lost += 1;
+                t.device_lost_frames += frames;
+            }
         }
     }
 
@@ -215,7 +223,10 @@ impl DiscontinuityLog {
             DiscontinuityCause::Shrink => t.shrink -= 1,
             DiscontinuityCause::Relock => t.relock -= 1,
             DiscontinuityCause::Pause => t.pause -= 1,
-            DiscontinuityCause::DeviceLost => t.device_lost -= 1,
+            DiscontinuityCause::DeviceLost => {
+                t.device_lost -= 1;
+                t.device_lost_frames -= e.frames;
+            }
         }
     }
 
@@ -342,5 +353,24 @@ mod tests {
         assert_eq!(ts[0], 1000);
         assert!(ts.windows(2).all(|w| w[0] < w[1]));
         assert_eq!(log.totals().events, LOG_CAPACITY as u64 + 10);
+    }
+
+    #[test]
+    fn frames_the_device_lost_are_totalled_past_the_ring() {
+        let mut log = DiscontinuityLog::default();
+        log.record(Skipped, DeviceLost, 4800, 0, 0);
+        for i in 0..(LOG_CAPACITY as u64 + 10) {
+            log.record(Skipped, DeviceLost, 64, 10_000 + i * 100, 10_000 + i * 100);
+        }
+        log.record(Concealed, Loss, 64, 1_000_000, 1_000_000);
+        let t = log.totals();
+        assert_eq!(t.device_lost, LOG_CAPACITY as u64 + 11);
+        assert_eq!(t.device_lost_frames, 4800 + 64 * (LOG_CAPACITY as u64 + 10));
+        let in_ring: u64 = log
+            .recent()
+            .filter(|d| d.cause == DeviceLost)
+            .map(|d| d.frames)
+            .sum();
+        assert!(in_ring < t.device_lost_frames);
     }
 }

@@ -279,12 +279,17 @@ fn time_the_server_lost_uncounted_is_skipped_in_the_stream() {
     let report = common::read_json(&json);
     let rate = 48_000.0;
     let slipped = report["jack"]["slipped_frames"].as_u64().expect("slipped_frames") as f64;
+    let slips = report["jack"]["slips"].as_u64().expect("slips") as f64;
     let stopped_frames = stopped.as_secs_f64() * rate;
     // Most of the time it was stopped is found (a server may run a few cycles late before
-    // it carries on, and a busy machine holds it up more than the 300 ms asked).
+    // it carries on, and a busy machine holds it up more than the 300 ms asked). A server on
+    // a virtual machine also loses a period or two now and then on its own (60-90 slips of
+    // about 100 frames in 9 s here, quiet or busy): each slip beyond the three stops may add
+    // a few periods, no more.
+    let own = (slips - 3.0).max(0.0) * 4.0 * 64.0;
     assert!(
-        slipped >= 0.8 * 0.3 * rate && slipped <= stopped_frames + 0.2 * rate,
-        "{slipped} frames found lost, stopped {stopped_frames:.0}:\n{}",
+        slipped >= 0.8 * 0.3 * rate && slipped <= stopped_frames + 0.2 * rate + own,
+        "{slipped} frames found lost in {slips} slips, stopped {stopped_frames:.0}:\n{}",
         said()
     );
     let skipped = report["stats"]["sent"]["skipped_frames"]
@@ -347,22 +352,21 @@ fn time_the_server_lost_is_dropped_from_what_it_hears() {
     assert!(status.success(), "netjam jam failed:\n{}", jam.stderr());
     let report = common::read_json(&json);
     let slipped = report["jack"]["slipped_frames"].as_u64().expect("slipped_frames");
-    let log = report["discontinuities"].as_array().expect("discontinuities");
-    let dropped: u64 = log
-        .iter()
-        .filter(|d| d["kind"] == "skipped" && d["cause"] == "device_lost")
-        .map(|d| d["frames"].as_u64().expect("frames"))
-        .sum();
+    // From the totals, not the log of recent entries: a busy machine's server slips a period
+    // or two hundreds of times, and the log keeps only the newest.
+    let jb = &report["stats"]["heard"]["jitter_buffer"]["discontinuities"];
+    let dropped = jb["device_lost_frames"].as_u64().expect("device_lost_frames");
     let stopped_frames = (stopped.as_secs_f64() * 48_000.0) as u64;
     eprintln!(
-        "stood {stopped_frames} frames, found lost {slipped}, dropped from what it hears {dropped}: {:?}",
-        report["stats"]["heard"]["jitter_buffer"]["discontinuities"]
+        "stood {stopped_frames} frames, found lost {slipped}, dropped from what it hears {dropped}: {jb}"
     );
-    // The time found lost is dropped from playout, as it is found: most of it (playout may
-    // have had room for a little of it), never more.
+    // The time found lost is dropped from playout, as it is found: at least most of the three
+    // 100 ms stops (playout may have had room for a little of it), never more than was found
+    // (give or take a period or two: the output side learns of a slip a period apart from the
+    // input side's count).
     assert!(
-        slipped >= 48_000 / 10 && dropped * 10 >= slipped * 7 && dropped <= stopped_frames + 48_000 / 5,
-        "stood {stopped_frames} frames, found {slipped} lost, dropped {dropped} from what it hears: {log:?}"
+        slipped >= 48_000 / 10 && dropped >= 48_000 * 3 / 10 * 7 / 10 && dropped <= slipped + 3 * 64,
+        "stood {stopped_frames} frames, found {slipped} lost, dropped {dropped} from what it hears: {jb}"
     );
 }
 

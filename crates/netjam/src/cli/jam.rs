@@ -322,6 +322,8 @@ struct JackReport {
     /// Frames of the server's time that passed without cycles it counted: the stream's
     /// timeline skipped them (see `netjam_engine::slip`).
     slipped_frames: u64,
+    /// In how many slips.
+    slips: u64,
 }
 
 /// The rate and channels of a device, for building a sender before the device runs.
@@ -973,6 +975,7 @@ fn device_report(
             },
             xruns: monitor.xruns(),
             slipped_frames: monitor.slipped().0,
+            slips: monitor.slipped().1,
         }
     })
 }
