@@ -20,6 +20,7 @@ pub mod listen;
 pub mod members;
 pub mod mixer;
 pub mod nat;
+pub mod player;
 pub mod privacy;
 pub mod probe;
 pub mod receiver;

@@ -25,7 +25,6 @@ pub mod ring;
 pub mod room_client;
 pub mod room_directory;
 pub mod rt;
-pub mod sealed;
 pub mod series;
 pub mod server;
 pub mod session;

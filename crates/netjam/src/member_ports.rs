@@ -13,7 +13,7 @@
 //! Never here: audio, or anything the process callback waits for.
 
 use crate::endpoint::jack::PortRenamer;
-use crate::room_client::{Roster, SEATS};
+use netjam_engine::player::{Roster, SEATS};
 
 /// The short names of every seat's ports as registered: `from_<seat>_<channel>`, seat by
 /// seat (the order [`crate::session::RoomProcess`] fills them in).
@@ -141,7 +141,7 @@ impl MemberPorts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::room_client::RosterMember;
+    use netjam_engine::player::RosterMember;
 
     fn roster(seated: &[(usize, u32, &str)]) -> Roster {
         let mut r = Roster::default();

@@ -9,9 +9,10 @@
 //!             receive thread <--- UDP socket ---> send thread (parked until woken)
 //! ```
 //!
-//! A room client ([`RoomProcess`]) sends once (to the room's server) and hears every other
-//! member through a receiver of its own, mixed on the audio thread; the control side
-//! steers it with [`RoomCommand`]s through a ring.
+//! A room client ([`RoomProcess`]) runs the player's audio half
+//! ([`netjam_engine::player::Media`]): it sends once (to the room's server) and hears every
+//! other member through a receiver of its own, mixed on the audio thread; the control side
+//! steers it with [`Command`]s through a ring.
 //!
 //! The receive thread timestamps each datagram as it arrives and hands it to the audio
 //! thread, which feeds the engine and plays. Packets the engine produces go to the send
@@ -37,11 +38,9 @@ use arc_swap::{ArcSwap, ArcSwapOption};
 use std::thread::{self, JoinHandle, Thread};
 use std::time::Duration;
 
-use netjam_engine::limiter::LimiterStats;
-use netjam_engine::members::{MemberId, MemberReceivers, MembersConfig, MembersStats};
-use netjam_engine::mixer::{Level, Mixer, StripParams};
 use netjam_engine::nat::direct::RouteTable;
-use netjam_engine::receiver::{Receiver, ReceiverConfig, ReceiverStats};
+use netjam_engine::player::{Command, Media, MediaConfig, MediaReport, Transmit};
+use netjam_engine::receiver::{Receiver, ReceiverStats};
 use netjam_engine::roundtrip::RoundTripMeter;
 use netjam_engine::sender::{Sender, SenderStats};
 use netjam_engine::wire::{classify, PacketKind};
@@ -420,8 +419,6 @@ struct NetSide {
     rtcp: Vec<u8>,
     /// Packets refused by a full ring (the network thread fell behind).
     tx_overflow: u64,
-    /// A private room's sealing of what is sent and opening of what is heard.
-    seal: Option<crate::sealed::MediaSeal>,
 }
 
 impl NetSide {
@@ -433,7 +430,6 @@ impl NetSide {
             rx_buf: vec![0; MAX_DATAGRAM],
             rtcp: vec![0; 1500],
             tx_overflow: 0,
-            seal: None,
         }
     }
 
@@ -454,15 +450,8 @@ impl NetSide {
 
     /// Packetize `input` through `sender` onto the ring.
     fn send_frames(&mut self, sender: &mut Sender, now_ns: u64, input: &[f32]) {
-        let (to_net, overflow, seal) = (&mut self.to_net, &mut self.tx_overflow, &mut self.seal);
+        let (to_net, overflow) = (&mut self.to_net, &mut self.tx_overflow);
         sender.push_frames(now_ns, input, |p| {
-            let p = match seal {
-                Some(seal) => match seal.seal(p) {
-                    Some(sealed) => sealed,
-                    None => return,
-                },
-                None => p,
-            };
             if !to_net.push(now_ns, p) {
                 *overflow += 1;
             }
@@ -787,207 +776,31 @@ impl Process for JamProcess {
     }
 }
 
-/// Port `c` of `per_seat` for one seat: what the member there rendered (interleaved, its
-/// own channel count), or silence (see [`RoomProcess::set_member_ports`]).
-fn member_port(heard: Option<(&[f32], usize)>, per_seat: usize, c: usize, port: &mut [f32]) {
-    let Some((audio, channels)) = heard.filter(|(_, ch)| *ch > 0) else {
-        port.fill(0.0);
-        return;
-    };
-    let frames = port.len().min(audio.len() / channels);
-    if channels == 1 {
-        port[..frames].copy_from_slice(&audio[..frames]);
-    } else if per_seat == 1 {
-        let scale = 1.0 / channels as f32;
-        for (x, frame) in port.iter_mut().zip(audio.chunks_exact(channels)) {
-            *x = frame.iter().sum::<f32>() * scale;
-        }
-    } else if c < channels {
-        for (x, frame) in port.iter_mut().zip(audio.chunks_exact(channels)) {
-            *x = frame[c];
-        }
-    } else {
-        port[..frames].fill(0.0);
-    }
-    port[frames..].fill(0.0);
-}
-
-/// Frames of send scratch reserved per channel (longer periods are sent in parts).
-const SEND_SCRATCH_FRAMES: usize = 4096;
-
-/// A send gain in dB, or silence when muted.
-fn send_linear(db: f32, mute: bool) -> f32 {
-    netjam_engine::mixer::fader_gain(db.min(12.0), mute || db.is_nan())
-}
-
-/// The most members a room client hears at once (the size of [`RoomStats::members`]).
+/// The most members a room client hears at once (the size of [`MediaReport::members`]).
 pub const MAX_ROOM_MEMBERS: usize = netjam_engine::room::ROOM_SEATS;
 /// Commands that may wait for the audio thread.
 const ROOM_COMMANDS: usize = 256;
 /// Room snapshots that may wait for the control side (each is a few kB).
 const ROOM_SNAPSHOTS: usize = 32;
 
-/// A change for a room's audio thread (see [`RoomProcess`]). Members are named by the
-/// control side's ids; a member's mix settings apply once it is assigned, so send
-/// `Assign` first (the ring keeps the order).
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub enum RoomCommand {
-    /// Hear `ssrc` as `member`, at unity gain, centred, unmuted.
-    Assign {
-        ssrc: u32,
-        member: MemberId,
-    },
-    /// Stop hearing `ssrc`; its slot falls silent and is free.
-    Release {
-        ssrc: u32,
-    },
-    /// A member's gain in dB (−∞ is silence; at most +12).
-    Gain {
-        member: MemberId,
-        db: f32,
-    },
-    /// A member's pan, −1 (left) ..= 1 (right).
-    Pan {
-        member: MemberId,
-        pan: f32,
-    },
-    Mute {
-        member: MemberId,
-        mute: bool,
-    },
-    /// Your own signal in your ears (the local monitor, never through the network).
-    MonitorGain {
-        db: f32,
-    },
-    MonitorPan {
-        pan: f32,
-    },
-    MonitorMute {
-        mute: bool,
-    },
-    /// Gain on the whole mix you hear, before its limiter, in dB (ramped like a member's;
-    /// −∞ is silence; at most +12).
-    MasterGain {
-        db: f32,
-    },
-    /// Gain on what you send, in dB (ramped over the next period; −∞ is silence).
-    SendGain {
-        db: f32,
-    },
-    /// Send silence (the stream keeps flowing, so the others' buffers stay primed).
-    SendMute {
-        mute: bool,
-    },
-    /// Every member's buffer policy.
-    Latency {
-        policy: netjam_engine::delay::LatencyPolicy,
-    },
-    /// Pause (`false`) or resume the recording set with [`RoomProcess::set_recorder`].
-    Record {
-        on: bool,
-    },
-    /// `member` sits at control seat `seat` (0..[`MAX_ROOM_MEMBERS`]), whose per-member
-    /// ports carry its audio (see [`RoomProcess::set_member_ports`]); a member has one seat,
-    /// a seat one member. Send after its `Assign`; a `Release` frees the seat.
-    Seat {
-        member: MemberId,
-        seat: u16,
-    },
-}
-
-/// How a [`RoomProcess`] is set up.
-#[derive(Debug, Clone)]
-pub struct RoomConfig {
-    /// Members heard at once (1..=[`MAX_ROOM_MEMBERS`]).
-    pub capacity: usize,
-    /// Channels of the output (device) the mix is played into.
-    pub out_channels: usize,
-    /// Every member's receiver is made from this (`max_channels`: the most a member may
-    /// send; `buffer`, `decoders` as for `jam`).
-    pub receiver: ReceiverConfig,
-    /// Follow each member's clock by resampling.
-    pub drift_correction: bool,
-    /// Hear any SSRC that arrives, up to `capacity`, without an `Assign` (peer-to-peer or
-    /// tests; a room leaves it off so that only the roster is heard).
-    pub admit_unknown: bool,
-}
-
-impl RoomConfig {
-    /// `capacity` members of up to two channels each, into `out_channels`; drift
-    /// correction on, unknown SSRCs dropped.
-    pub fn new(capacity: usize, out_channels: usize) -> Self {
-        Self {
-            capacity,
-            out_channels,
-            receiver: ReceiverConfig::new(2),
-            drift_correction: true,
-            admit_unknown: false,
+impl Transmit for NetSide {
+    fn transmit(&mut self, now_ns: u64, datagram: &[u8]) {
+        if !self.to_net.push(now_ns, datagram) {
+            self.tx_overflow += 1;
         }
     }
 }
 
-/// One member as the audio thread last saw it.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
-pub struct RoomMemberStats {
-    /// Whether the slot is held (the rest is meaningful only then).
-    pub active: bool,
-    pub ssrc: u32,
-    pub member: MemberId,
-    /// Its mix settings.
-    pub mix: StripParams,
-    /// What it sent since the last snapshot, before its gain.
-    pub level: Level,
-    pub heard: ReceiverStats,
-    /// Round trip to this member through the server, from its reports on your stream; ms.
-    pub rtt_ms: Option<f64>,
-}
-
-/// What a room's audio thread publishes: what you send, and each member you hear.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
-pub struct RoomStats {
-    pub sent: SenderStats,
-    pub routing: MembersStats,
-    /// By slot; see [`RoomStats::active_members`].
-    pub members: [RoomMemberStats; MAX_ROOM_MEMBERS],
-    /// Your own signal since the last snapshot, before the monitor gain.
-    pub monitor: Level,
-    pub monitor_mix: StripParams,
-    /// Linear gain on the whole mix, before the limiter.
-    pub master_gain: f32,
-    /// What the mix's output limiter did (its most gain reduction is since the last
-    /// snapshot).
-    pub limiter: LimiterStats,
-    /// Commands applied, and those refused (no free slot, or no such member or SSRC).
-    pub commands: u64,
-    pub command_errors: u64,
-    /// The in-band mouth-to-ear round trip through the room when measuring (see
-    /// [`RoomProcess::measure_round_trip`]), ms.
-    pub round_trip_ms: Option<f64>,
-    /// Bursts the round-trip meter found, and lost.
-    pub round_trip_found: u64,
-    pub round_trip_lost: u64,
-    /// A private room's SFrame stage (`None`: the room has no password).
-    pub sframe: Option<crate::sealed::SealStats>,
-}
-
-impl RoomStats {
-    /// The members heard.
-    pub fn active_members(&self) -> impl Iterator<Item = &RoomMemberStats> {
-        self.members.iter().filter(|m| m.active)
-    }
-}
-
-/// The audio-thread side of a room client: send what you play through one [`Sender`]
-/// (to the room's server), hear every other member through a receiver of its own, mixed
-/// with per-member gain, pan and mute, plus your own signal as a local monitor, through a
-/// master gain and the mix's output limiter (so what you hear never exceeds full scale).
-///
-/// Built from library code:
+/// The audio thread's shell around a player's [`Media`] in a room: the rings to and from
+/// the network threads, the command ring from the control side, the snapshots for the
+/// views, the multitrack recording's tap and the per-seat output ports. What the player
+/// does with audio is all in [`Media`].
 ///
 /// ```no_run
 /// # fn main() -> anyhow::Result<()> {
-/// use netjam::session::{NetIo, Peer, RoomCommand, RoomConfig, RoomProcess};
+/// use netjam::session::{NetIo, Peer, RoomProcess};
 /// use netjam::transport::UdpTransport;
+/// use netjam_engine::player::{Command, MediaConfig};
 /// use netjam_engine::sender::{Sender, SenderConfig};
 /// use netjam_engine::wire::{AudioFormat, Codec};
 ///
@@ -996,10 +809,10 @@ impl RoomStats {
 /// let (io, link) = NetIo::start(socket, Peer::Fixed(server))?;
 /// let format = AudioFormat::new(Codec::L16, 48_000, 1)?;
 /// let sender = Sender::new(SenderConfig::new(format, 64))?;
-/// let (room, mut snapshots, mut commands) = RoomProcess::new(sender, link, RoomConfig::new(8, 2));
+/// let (room, mut snapshots, mut commands) = RoomProcess::new(sender, link, MediaConfig::new(8, 2));
 /// // The roster says who is in the room (ssrc, member id):
-/// let _ = commands.push(RoomCommand::Assign { ssrc: 0x1234_5678, member: 1 });
-/// let _ = commands.push(RoomCommand::Gain { member: 1, db: -6.0 });
+/// let _ = commands.push(Command::Assign { ssrc: 0x1234_5678, member: 1 });
+/// let _ = commands.push(Command::Gain { member: 1, db: -6.0 });
 /// // Run it on the device: `spawn_audio("netjam-audio", endpoint, room, stop)`; read
 /// // `snapshots.pop()` for the status line; at the end `room.finish(now)` and `io.shutdown()`.
 /// # let _ = (room, snapshots.pop(), io);
@@ -1010,39 +823,20 @@ impl RoomStats {
 /// to the member it comes from (its sender reports); every member's receiver reports under
 /// the sender's SSRC, so the room sees one SSRC per player.
 pub struct RoomProcess {
-    pub sender: Sender,
-    members: MemberReceivers,
-    mixer: Mixer,
-    out_channels: usize,
+    media: Media,
     net: NetSide,
-    commands: rtrb::Consumer<RoomCommand>,
-    commands_applied: u64,
-    command_errors: u64,
-    publisher: Publisher<RoomStats>,
-    /// Linear gain on what is sent now, and where the ramp is going.
-    send_gain: f32,
-    send_target: f32,
-    send_db: f32,
-    send_mute: bool,
-    /// What is sent when the gain is not unity (reserved at start; longer periods go in parts).
-    send_scratch: Vec<f32>,
+    commands: rtrb::Consumer<Command>,
+    publisher: Publisher<MediaReport>,
     /// The multitrack recording's audio-thread half, if recording.
     record: Option<crate::record::RecordTap>,
-    /// Who sits at each control seat (from [`RoomCommand::Seat`]).
-    seats: [Option<MemberId>; MAX_ROOM_MEMBERS],
     /// Ports per seat that [`Process::extra_outputs`] fills (0: none).
     member_ports: usize,
-    meter: RoundTripMeter,
-    measuring: bool,
-    /// What is sent while measuring: the input plus the meter's burst (reserved at start).
-    measure_scratch: Vec<f32>,
 }
 
 impl std::fmt::Debug for RoomProcess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RoomProcess")
-            .field("sender", &self.sender)
-            .field("members", &self.members)
+            .field("media", &self.media)
             .finish_non_exhaustive()
     }
 }
@@ -1054,105 +848,42 @@ impl RoomProcess {
     pub fn new(
         sender: Sender,
         link: AudioLink,
-        config: RoomConfig,
+        config: MediaConfig,
     ) -> (
         Self,
-        rtrb::Consumer<Snapshot<RoomStats>>,
-        rtrb::Producer<RoomCommand>,
+        rtrb::Consumer<Snapshot<MediaReport>>,
+        rtrb::Producer<Command>,
     ) {
         let rate = sender.format().rate;
-        let channels_in = sender.format().channels;
-        let capacity = config.capacity.clamp(1, MAX_ROOM_MEMBERS);
-        let out_channels = config.out_channels.max(1);
-        let mut members = MemberReceivers::new(MembersConfig {
-            capacity,
-            receiver: config.receiver,
-            rate,
-            admit_unknown: config.admit_unknown,
-        });
-        members.set_reporter_ssrc(sender.ssrc());
-        members.set_drift_correction(config.drift_correction);
         let (publisher, snapshots) = Publisher::with_capacity(rate, ROOM_SNAPSHOTS);
         let (commands_tx, commands) = rtrb::RingBuffer::new(ROOM_COMMANDS);
         let p = Self {
-            sender,
-            members,
-            mixer: Mixer::new(capacity, out_channels, rate),
-            out_channels,
+            media: Media::new(sender, config),
             net: NetSide::new(link),
             commands,
-            commands_applied: 0,
-            command_errors: 0,
             publisher,
-            send_gain: 1.0,
-            send_target: 1.0,
-            send_db: 0.0,
-            send_mute: false,
-            send_scratch: vec![0.0; SEND_SCRATCH_FRAMES * usize::from(channels_in.max(1))],
             record: None,
-            seats: [None; MAX_ROOM_MEMBERS],
             member_ports: 0,
-            meter: RoundTripMeter::new(u64::from(rate), u64::from(rate) / 2),
-            measuring: false,
-            measure_scratch: vec![0.0; netjam_engine::jitter::MAX_PERIOD * usize::from(channels_in.max(1))],
         };
         (p, snapshots, commands_tx)
     }
 
-    /// Measure the mouth-to-ear round trip through the room in band: once a second a short
-    /// quiet burst goes out on the first channel of what you send and is looked for in the
-    /// first channel of the members' mix (before your own monitor is added). It comes back
-    /// when another member sends you what they hear (a player monitoring through): the
-    /// figure is then your device, the server both ways, their jitter buffer and device,
-    /// and yours. A member muted in your mix blinds it.
-    pub fn measure_round_trip(&mut self, on: bool) {
-        self.measuring = on;
+    /// The player's audio half (set it up before the stream starts: seal, buffer policy,
+    /// round-trip meter).
+    pub fn media(&self) -> &Media {
+        &self.media
     }
 
-    /// The members' receivers (statistics, events).
-    pub fn members(&self) -> &MemberReceivers {
-        &self.members
-    }
-
-    /// The members' receivers, to set them up before the stream starts (buffer policy).
-    pub fn members_mut(&mut self) -> &mut MemberReceivers {
-        &mut self.members
-    }
-
-    /// Send what `input` holds through the send gain: as it is at unity, else scaled
-    /// (ramping from the last gain to the new one over the period) in reserved parts.
-    fn send_input(&mut self, now_ns: u64, input: &[f32]) {
-        if self.send_gain == 1.0 && self.send_target == 1.0 {
-            self.net.send_frames(&mut self.sender, now_ns, input);
-            return;
-        }
-        let channels = usize::from(self.sender.format().channels.max(1));
-        let frames = input.len() / channels;
-        let (from, to) = (self.send_gain, self.send_target);
-        let part = self.send_scratch.len();
-        let mut done = 0;
-        for chunk in input.chunks(part) {
-            let out = &mut self.send_scratch[..chunk.len()];
-            for (k, (o, x)) in out.iter_mut().zip(chunk).enumerate() {
-                let frame = (done + k) / channels;
-                let g = from + (to - from) * (frame + 1) as f32 / frames.max(1) as f32;
-                *o = x * g;
-            }
-            done += chunk.len();
-            self.net
-                .send_frames(&mut self.sender, now_ns, &self.send_scratch[..chunk.len()]);
-        }
-        self.send_gain = to;
-    }
-
-    pub fn mixer(&self) -> &Mixer {
-        &self.mixer
+    pub fn media_mut(&mut self) -> &mut Media {
+        &mut self.media
     }
 
     /// Record every member, the mix and your input from the next period on (see
-    /// [`crate::record`]); set before the stream starts.
+    /// [`crate::record`]); set before the stream starts. [`Command::Record`] pauses and
+    /// resumes it.
     pub fn set_recorder(&mut self, tap: crate::record::RecordTap) {
         self.record = Some(tap);
+        self.media.allow_recording();
     }
 
     /// Stop recording: the writer writes what was queued and sees the end.
@@ -1167,7 +898,8 @@ impl RoomProcess {
 
     /// Send a final report and BYE.
     pub fn finish(&mut self, now_ns: u64) {
-        self.net.bye(&mut self.sender, now_ns);
+        self.media.finish(now_ns, &mut self.net);
+        self.net.waker.unpark();
     }
 
     /// Packets refused by a full ring.
@@ -1175,312 +907,47 @@ impl RoomProcess {
         self.net.tx_overflow
     }
 
-    /// Make this a private room's player: seal what it sends and open what it hears with
-    /// `seal` (see [`crate::sealed`]); set before the stream starts, before any `Assign`.
-    /// A member's packets that do not open are dropped and counted.
-    pub fn set_seal(&mut self, seal: crate::sealed::MediaSeal) {
-        self.net.seal = Some(seal);
-    }
-
-    /// Fill `channels` extra output ports per control seat ([`MAX_ROOM_MEMBERS`] seats,
-    /// seat by seat: seat s, channel c is port `s × channels + c`) through
-    /// [`Process::extra_outputs`]: the member at the seat as its receiver rendered it (before
-    /// your gain, pan and mute, like the recording), silence where nobody sits. A mono
-    /// member is on every port of its seat, a stereo one on a single port as the mean of
-    /// its channels; otherwise port c carries channel c (silence past its last).
+    /// Fill `channels` extra output ports per control seat through
+    /// [`Process::extra_outputs`] (see [`Media::member_ports`]).
     pub fn set_member_ports(&mut self, channels: usize) {
         self.member_ports = channels;
     }
 
-    /// The member at each control seat, as the audio thread knows it.
-    pub fn seats(&self) -> &[Option<MemberId>; MAX_ROOM_MEMBERS] {
-        &self.seats
-    }
-
-    /// Apply one command (what [`Process::process`] does with each it finds on the ring).
-    pub fn apply(&mut self, command: RoomCommand) {
-        let ok = match command {
-            RoomCommand::Assign { ssrc, member } => {
-                let new = self.members.slot_of(ssrc).is_none()
-                    || self.members.slot_of_member(member) != self.members.slot_of(ssrc);
-                match self.members.assign(ssrc, member) {
-                    Ok(slot) => {
-                        if new {
-                            self.mixer.reset_strip(slot);
-                        }
-                        if let Some(seal) = &mut self.net.seal {
-                            seal.assign(slot, ssrc);
-                        }
-                        true
-                    }
-                    Err(_) => false,
-                }
-            }
-            RoomCommand::Release { ssrc } => {
-                if let Some(owner) = self.members.slot_of(ssrc).and_then(|s| self.members.owner(s)) {
-                    for seat in &mut self.seats {
-                        if *seat == Some(owner.member) {
-                            *seat = None;
-                        }
-                    }
-                }
-                self.members.release(ssrc).is_some()
-            }
-            RoomCommand::Seat { member, seat } => match self.seats.get_mut(usize::from(seat)) {
-                Some(at) => {
-                    *at = Some(member);
-                    for (s, other) in self.seats.iter_mut().enumerate() {
-                        if s != usize::from(seat) && *other == Some(member) {
-                            *other = None;
-                        }
-                    }
-                    true
-                }
-                None => false,
-            },
-            RoomCommand::Gain { member, db } => self.with_member(member, |m, s| m.set_gain_db(s, db)),
-            RoomCommand::Pan { member, pan } => self.with_member(member, |m, s| m.set_pan(s, pan)),
-            RoomCommand::Mute { member, mute } => self.with_member(member, |m, s| m.set_mute(s, mute)),
-            RoomCommand::MonitorGain { db } => {
-                self.mixer.set_monitor_gain_db(db);
-                true
-            }
-            RoomCommand::MonitorPan { pan } => {
-                self.mixer.set_monitor_pan(pan);
-                true
-            }
-            RoomCommand::SendGain { db } => {
-                self.send_db = db;
-                self.send_target = send_linear(db, self.send_mute);
-                true
-            }
-            RoomCommand::SendMute { mute } => {
-                self.send_mute = mute;
-                self.send_target = send_linear(self.send_db, mute);
-                true
-            }
-            RoomCommand::Latency { policy } => {
-                self.members.set_latency_policy(policy);
-                true
-            }
-            RoomCommand::MonitorMute { mute } => {
-                self.mixer.set_monitor_mute(mute);
-                true
-            }
-            RoomCommand::MasterGain { db } => {
-                self.mixer.set_master_gain_db(db);
-                true
-            }
-            RoomCommand::Record { on } => match &mut self.record {
-                Some(tap) => {
-                    tap.set_armed(on);
-                    true
-                }
-                None => false,
-            },
-        };
-        if ok {
-            self.commands_applied += 1;
-        } else {
-            self.command_errors += 1;
-        }
-    }
-
-    fn with_member(&mut self, member: MemberId, f: impl FnOnce(&mut Mixer, usize)) -> bool {
-        match self.members.slot_of_member(member) {
-            Some(slot) => {
-                f(&mut self.mixer, slot);
-                true
-            }
-            None => false,
-        }
-    }
-
     /// Everything a snapshot holds, taking the meters' readings (allocation-free).
-    pub fn take_stats(&mut self) -> RoomStats {
-        let mut s = room_stats(
-            &self.sender,
-            &self.members,
-            &mut self.mixer,
-            &self.meter,
-            self.commands_applied,
-            self.command_errors,
-        );
-        s.sframe = self.net.seal.as_ref().map(|seal| seal.stats());
-        s
+    pub fn report(&mut self) -> MediaReport {
+        self.media.report()
     }
-}
-
-fn room_stats(
-    sender: &Sender,
-    members: &MemberReceivers,
-    mixer: &mut Mixer,
-    meter: &RoundTripMeter,
-    commands: u64,
-    command_errors: u64,
-) -> RoomStats {
-    let (found, lost) = meter.counts();
-    let rate = f64::from(sender.format().rate);
-    let mut s = RoomStats {
-        sent: sender.stats(),
-        routing: members.stats(),
-        monitor: mixer.take_monitor_level(),
-        monitor_mix: mixer.monitor_params(),
-        master_gain: mixer.master_gain(),
-        limiter: mixer.take_limiter(),
-        commands,
-        command_errors,
-        round_trip_ms: meter.last_rtt_frames().map(|f| f as f64 * 1000.0 / rate),
-        round_trip_found: found,
-        round_trip_lost: lost,
-        ..RoomStats::default()
-    };
-    for (slot, m) in s.members.iter_mut().enumerate().take(members.capacity()) {
-        let level = mixer.take_level(slot);
-        if let Some((owner, heard)) = members.member_stats(slot) {
-            *m = RoomMemberStats {
-                active: true,
-                ssrc: owner.ssrc,
-                member: owner.member,
-                mix: mixer.params(slot).unwrap_or_default(),
-                level,
-                heard,
-                rtt_ms: sender.rtt_to_ms(owner.ssrc),
-            };
-        }
-    }
-    s
 }
 
 impl Process for RoomProcess {
     fn skipped(&mut self, frames: u64) {
-        self.sender.skip_frames(frames);
-        self.members.device_skipped(frames);
+        self.media.skipped(frames);
         if let Some(tap) = &mut self.record {
             tap.skipped(frames);
         }
     }
 
     fn extra_outputs(&mut self, frames: usize, outputs: &mut [f32]) {
-        let per_seat = self.member_ports;
-        if per_seat == 0 || frames == 0 {
-            outputs.fill(0.0);
-            return;
-        }
-        let mut ports = outputs.chunks_exact_mut(frames);
-        for seat in 0..MAX_ROOM_MEMBERS {
-            let heard = self.seats[seat]
-                .and_then(|m| self.members.slot_of_member(m))
-                .and_then(|slot| self.members.output(slot));
-            for c in 0..per_seat {
-                let Some(port) = ports.next() else { return };
-                member_port(heard, per_seat, c, port);
-            }
-        }
-        for port in ports {
-            port.fill(0.0);
-        }
+        self.media.member_ports(frames, self.member_ports, outputs);
     }
 
     fn process(&mut self, now_ns: u64, input: &[f32], output: &mut [f32]) {
         // Commands first: a member assigned now is heard from this period's packets on.
         while let Ok(command) = self.commands.pop() {
-            self.apply(command);
+            self.media.apply(command);
         }
         let net = &mut self.net;
         while let Some((at, len)) = net.from_net.pop(&mut net.rx_buf) {
-            let kind = classify(&net.rx_buf[..len]);
-            let len = match (&mut net.seal, kind) {
-                // A private room: a member's packet is heard only if it opens.
-                (Some(seal), PacketKind::Rtp) => {
-                    let ssrc = net
-                        .rx_buf
-                        .get(8..12)
-                        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
-                    match seal.open(ssrc.and_then(|s| self.members.slot_of(s)), &mut net.rx_buf[..len]) {
-                        Some(n) => n,
-                        None => continue,
-                    }
-                }
-                _ => len,
-            };
-            let bytes = &net.rx_buf[..len];
-            if kind == PacketKind::Rtcp {
-                self.sender.on_rtcp(at, bytes);
-            }
-            self.members.receive(at, bytes);
+            self.media.handle(at, &mut net.rx_buf[..len]);
         }
-        let in_channels = self.sender.format().channels as usize;
-        if self.measuring && input.len() <= self.measure_scratch.len() {
-            // Taken and put back: no allocation.
-            let mut scratch = std::mem::take(&mut self.measure_scratch);
-            let outgoing = &mut scratch[..input.len()];
-            outgoing.copy_from_slice(input);
-            self.meter.on_outgoing(outgoing, in_channels);
-            self.send_input(now_ns, outgoing);
-            self.measure_scratch = scratch;
-        } else {
-            self.send_input(now_ns, input);
-        }
-        let net = &mut self.net;
-        let frames = output.len() / self.out_channels;
-        self.members.render(now_ns, frames);
-        self.mixer.begin(output);
-        for slot in 0..self.members.capacity() {
-            if let Some((heard, channels)) = self.members.output(slot) {
-                self.mixer.add(slot, heard, channels, output);
-            }
-        }
-        if self.measuring {
-            // The members' mix, before your own monitor is added.
-            self.meter.on_incoming(output, self.out_channels);
-        }
-        self.mixer.add_monitor(input, in_channels, output);
-        self.mixer.finish(output);
+        self.media.process(now_ns, input, output, &mut self.net);
+        let frames = output.len() / self.media.mixer().out_channels().max(1);
         if let Some(tap) = &mut self.record {
-            tap.record(frames, input, output, &self.members);
+            tap.set_armed(self.media.recording() == Some(true));
+            tap.record(frames, input, output, self.media.members());
         }
-        while let Some(n) = self.members.poll_rtcp(now_ns, &mut net.rtcp) {
-            net.send_rtcp(now_ns, n);
-        }
-        // Stream starts and goodbyes are in each member's counters; the roster, not the
-        // media, decides who is in the room.
-        while self.members.poll_event().is_some() {}
-        net.waker.unpark();
-        let (sender, members, mixer, meter) = (&self.sender, &self.members, &mut self.mixer, &self.meter);
-        let (applied, errors) = (self.commands_applied, self.command_errors);
-        let sframe = self.net.seal.as_ref().map(|seal| seal.stats());
-        self.publisher.tick(frames, output, || RoomStats {
-            sframe,
-            ..room_stats(sender, members, mixer, meter, applied, errors)
-        });
-    }
-}
-
-#[cfg(test)]
-mod member_port_tests {
-    use super::member_port;
-
-    #[test]
-    fn a_seats_ports_carry_its_members_channels() {
-        let mut port = [9.0f32; 3];
-        // Nobody: silence.
-        member_port(None, 2, 0, &mut port);
-        assert_eq!(port, [0.0; 3]);
-        // Mono on every port of the seat.
-        member_port(Some((&[0.1, 0.2, 0.3], 1)), 2, 1, &mut port);
-        assert_eq!(port, [0.1, 0.2, 0.3]);
-        let stereo: &[f32] = &[0.1, -0.1, 0.2, -0.2, 0.3, -0.3];
-        member_port(Some((stereo, 2)), 2, 1, &mut port);
-        assert_eq!(port, [-0.1, -0.2, -0.3]);
-        // Stereo on a single port: the mean of its channels.
-        member_port(Some((&[0.5, 0.1, 0.2, 0.2, 0.0, 1.0], 2)), 1, 0, &mut port);
-        assert_eq!(port, [0.3, 0.2, 0.5]);
-        // Stereo on a seat of three ports: the third is silent.
-        member_port(Some((stereo, 2)), 3, 2, &mut port);
-        assert_eq!(port, [0.0; 3]);
-        // A short block is padded with silence.
-        member_port(Some((&[0.7], 1)), 1, 0, &mut port);
-        assert_eq!(port, [0.7, 0.0, 0.0]);
+        self.net.waker.unpark();
+        let media = &mut self.media;
+        self.publisher.tick(frames, output, || media.report());
     }
 }

@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::thread;
 
 use netjam::endpoint::Process;
-use netjam::sealed::MediaSeal;
-use netjam::session::{NetIo, Peer, RoomCommand, RoomConfig, RoomProcess};
+use netjam::session::{NetIo, Peer, RoomProcess};
 use netjam::transport::UdpTransport;
+use netjam_engine::player::{Command, MediaConfig};
 use netjam_engine::privacy::rtp::seal_rtp;
+use netjam_engine::privacy::MediaSeal;
 use netjam_engine::privacy::{kid, RoomKdf, RoomSecret};
 use netjam_engine::sender::{Sender, SenderConfig};
 use netjam_engine::synth::{Synth, SynthKind};
@@ -59,8 +60,9 @@ fn private_room_callback_does_not_allocate() {
     let to = socket.local_addr().expect("addr");
     let (io, link) = NetIo::start(socket, Peer::Fixed(server.local_addr().expect("addr"))).expect("io");
     let (mut room, snapshots, mut commands) =
-        RoomProcess::new(me, link, RoomConfig::new(MEMBERS as usize, 2));
-    room.set_seal(MediaSeal::new(right.clone(), 0, my_ssrc, MEMBERS as usize));
+        RoomProcess::new(me, link, MediaConfig::new(MEMBERS as usize, 2));
+    room.media_mut()
+        .set_seal(MediaSeal::new(right.clone(), 0, my_ssrc, MEMBERS as usize));
     let players: Vec<(Sender, Synth)> = (1..=MEMBERS as u64)
         .map(|i| (sender(1, 10 + i), Synth::new(SynthKind::Noise, 48_000, 1, i)))
         .collect();
@@ -68,7 +70,7 @@ fn private_room_callback_does_not_allocate() {
     let ssrcs: Vec<u32> = players.iter().map(|(s, _)| s.ssrc()).collect();
     for (i, &ssrc) in ssrcs.iter().enumerate().take(3) {
         commands
-            .push(RoomCommand::Assign {
+            .push(Command::Assign {
                 ssrc,
                 member: i as u32 + 1,
             })
@@ -105,7 +107,7 @@ fn private_room_callback_does_not_allocate() {
                     });
                 }
                 if k == 1000 {
-                    let _ = commands.push(RoomCommand::Assign {
+                    let _ = commands.push(Command::Assign {
                         ssrc: ssrcs[3],
                         member: MEMBERS,
                     });
@@ -136,7 +138,7 @@ fn private_room_callback_does_not_allocate() {
     let during = alloc_count::allocations() - measured;
     stop.store(true, Ordering::Relaxed);
     members_thread.join().expect("members thread");
-    let stats = room.take_stats();
+    let stats = room.report();
     drop(snapshots);
     io.shutdown();
     drop(server);

@@ -20,8 +20,9 @@ use netjam::endpoint::Process;
 use netjam::opus::{decoders, OpusEncoder, OpusSettings};
 use netjam::record::{RecordSummary, RecordTap, RecordWriter};
 use netjam::resample::EdgeProcess;
-use netjam::session::{NetIo, Peer, RoomCommand, RoomConfig, RoomProcess, RoomStats, Snapshot};
+use netjam::session::{NetIo, Peer, RoomProcess, Snapshot};
 use netjam::transport::UdpTransport;
+use netjam_engine::player::{Command, MediaConfig, MediaReport};
 use netjam_engine::sender::{Sender, SenderConfig};
 use netjam_engine::synth::{Synth, SynthKind};
 use netjam_engine::time::frames_to_ns;
@@ -57,11 +58,11 @@ struct LoopbackRoom {
 type RoomEnds = (
     LoopbackRoom,
     RoomProcess,
-    rtrb::Consumer<Snapshot<RoomStats>>,
-    rtrb::Producer<RoomCommand>,
+    rtrb::Consumer<Snapshot<MediaReport>>,
+    rtrb::Producer<Command>,
 );
 
-fn room_on_loopback(sender: Sender, config: RoomConfig) -> RoomEnds {
+fn room_on_loopback(sender: Sender, config: MediaConfig) -> RoomEnds {
     let server = UdpSocket::bind("127.0.0.1:0").expect("bind");
     let socket = UdpTransport::bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
     let addr = socket.local_addr().expect("addr");
@@ -158,15 +159,15 @@ fn periods_on_time(
 /// recording wrote (its folder removed).
 fn finish(
     mut room: RoomProcess,
-    mut snapshots: rtrb::Consumer<Snapshot<RoomStats>>,
+    mut snapshots: rtrb::Consumer<Snapshot<MediaReport>>,
     room_io: LoopbackRoom,
     (take, writer): (PathBuf, RecordWriter),
-) -> (RoomStats, RoomStats, RecordSummary, RoomProcess) {
-    let last: RoomStats = std::iter::from_fn(|| snapshots.pop().ok())
+) -> (MediaReport, MediaReport, RecordSummary, RoomProcess) {
+    let last: MediaReport = std::iter::from_fn(|| snapshots.pop().ok())
         .last()
         .expect("room snapshots")
         .stats;
-    let stats = room.take_stats();
+    let stats = room.report();
     drop(room.take_recorder());
     let recorded = writer.finish().expect("recording");
     room_io.io.shutdown();
@@ -180,7 +181,7 @@ fn room_callback_with_four_members_does_not_allocate() {
     alloc_count::prove_counting();
 
     let (room_io, mut room, snapshots, mut commands) =
-        room_on_loopback(sender(2, 1), RoomConfig::new(MEMBERS as usize, 2));
+        room_on_loopback(sender(2, 1), MediaConfig::new(MEMBERS as usize, 2));
     let (take, tap, writer) = start_recording("record");
     room.set_recorder(tap);
     room.set_member_ports(PER_SEAT);
@@ -198,13 +199,13 @@ fn room_callback_with_four_members_does_not_allocate() {
     for (i, (s, _)) in players.iter().take(MEMBERS as usize).enumerate() {
         let member = i as u32 + 1;
         commands
-            .push(RoomCommand::Assign {
+            .push(Command::Assign {
                 ssrc: s.ssrc(),
                 member,
             })
             .expect("command ring");
         commands
-            .push(RoomCommand::Seat {
+            .push(Command::Seat {
                 member,
                 seat: SEATS[i],
             })
@@ -218,26 +219,26 @@ fn room_callback_with_four_members_does_not_allocate() {
         if k % 100 == 0 {
             let member = (k / 100 % MEMBERS as u64) as u32 + 1;
             let step = (k / 100) as f32;
-            let _ = commands.push(RoomCommand::Gain {
+            let _ = commands.push(Command::Gain {
                 member,
                 db: -(step % 12.0),
             });
-            let _ = commands.push(RoomCommand::Pan {
+            let _ = commands.push(Command::Pan {
                 member,
                 pan: (step % 5.0) / 2.0 - 1.0,
             });
-            let _ = commands.push(RoomCommand::Mute {
+            let _ = commands.push(Command::Mute {
                 member,
                 mute: k % 300 == 0,
             });
-            let _ = commands.push(RoomCommand::MonitorGain { db: -(step % 6.0) });
+            let _ = commands.push(Command::MonitorGain { db: -(step % 6.0) });
             // In and out of the mix's limiter.
-            let _ = commands.push(RoomCommand::MasterGain {
+            let _ = commands.push(Command::MasterGain {
                 db: if k % 200 == 0 { 12.0 } else { 0.0 },
             });
             // Pause the recording for a while now and then (silence in its files).
-            let _ = commands.push(RoomCommand::Record { on: k % 500 != 0 });
-            let _ = commands.push(RoomCommand::Seat {
+            let _ = commands.push(Command::Record { on: k % 500 != 0 });
+            let _ = commands.push(Command::Seat {
                 member: MEMBERS,
                 seat: if k % 200 == 0 { MOVED_TO } else { SEATS[3] },
             });
@@ -278,7 +279,7 @@ fn room_callback_with_four_members_does_not_allocate() {
     assert!(recorded.padded_frames > 0, "the pauses are silence: {recorded:?}");
     println!(
         "room snapshot: {} bytes; routing {:?}; commands {} applied, {} refused",
-        std::mem::size_of::<RoomStats>(),
+        std::mem::size_of::<MediaReport>(),
         stats.routing,
         stats.commands,
         stats.command_errors
@@ -301,7 +302,7 @@ fn room_callback_with_four_members_does_not_allocate() {
             .map(|e| (e[0] / ((periods - from) as f64 * PERIOD as f64)).sqrt())
             .collect::<Vec<_>>()
     );
-    let seated = room.seats();
+    let seated = room.media().seats();
     for member in 1..=MEMBERS {
         assert_eq!(
             seated.iter().filter(|s| **s == Some(member)).count(),
@@ -369,7 +370,7 @@ fn opus_sender(channels: u16, seed: u64) -> Sender {
 fn room_callback_with_opus_on_a_44_1_khz_device_does_not_allocate() {
     const DEVICE_RATE: u32 = 44_100;
     const OPUS_MEMBERS: u32 = 2;
-    let mut config = RoomConfig::new(OPUS_MEMBERS as usize, 2);
+    let mut config = MediaConfig::new(OPUS_MEMBERS as usize, 2);
     config.receiver.decoders = decoders();
     let (room_io, mut room, snapshots, mut commands) = room_on_loopback(opus_sender(2, 1), config);
     let room_addr = room_io.addr;
@@ -386,7 +387,7 @@ fn room_callback_with_opus_on_a_44_1_khz_device_does_not_allocate() {
         .collect();
     for (i, (s, _)) in players.iter().enumerate() {
         commands
-            .push(RoomCommand::Assign {
+            .push(Command::Assign {
                 ssrc: s.ssrc(),
                 member: i as u32 + 1,
             })
@@ -394,7 +395,7 @@ fn room_callback_with_opus_on_a_44_1_khz_device_does_not_allocate() {
     }
     // Your own input stays out of what is played, so the output is the members alone.
     commands
-        .push(RoomCommand::MonitorMute { mute: true })
+        .push(Command::MonitorMute { mute: true })
         .expect("command ring");
     let mut room = EdgeProcess::new(room, DEVICE_RATE, PERIOD, 2, 2).expect("edges");
 

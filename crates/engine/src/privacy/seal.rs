@@ -1,7 +1,7 @@
 //! A private room's SFrame stage on the audio thread: every RTP packet the player sends is
 //! sealed after packetizing, and every member's packet is opened before that member's
 //! jitter buffer, with keys derived from the room's password (see
-//! [`netjam_engine::privacy`]). The RTP header stays clear, so the rooms server polices
+//! [`super::keys`]). The RTP header stays clear, so the rooms server polices
 //! and forwards as before without being able to hear anything; RTCP is not sealed.
 //!
 //! A packet that does not open (another key, altered, replayed, not sealed at all) is
@@ -11,10 +11,9 @@
 //! Installing a member's key when the roster assigns it costs one HKDF on the audio
 //! thread (microseconds), and allocates nothing either.
 
-use netjam_engine::privacy::rtp::{open_rtp, seal_rtp};
-use netjam_engine::privacy::{kid, MediaKey, SframeError, SframeOpener, SframeSealer};
-
-use crate::session::MAX_DATAGRAM;
+use super::rtp::{open_rtp, seal_rtp};
+use super::{kid, MediaKey, SframeError, SframeOpener, SframeSealer};
+use crate::sender::MAX_DATAGRAM;
 
 /// What the SFrame stage did, since the start.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]

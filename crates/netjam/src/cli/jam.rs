@@ -72,8 +72,8 @@ pub struct JamArgs {
     /// In a room: each member's mix from the start, by name: `--mix "ana=-6,bo=mute"` (a
     /// gain in dB, `mute` or `unmute`; names match whatever the case). A member's mix, set
     /// here or over OSC, applies again whenever a member of that name comes back.
-    #[arg(long, value_name = "NAME=DB|mute,...", requires = "room", allow_hyphen_values = true, value_parser = crate::room_client::parse_mix)]
-    pub mix: Option<crate::room_client::Mixes>,
+    #[arg(long, value_name = "NAME=DB|mute,...", requires = "room", allow_hyphen_values = true, value_parser = netjam_engine::player::parse_mix)]
+    pub mix: Option<netjam_engine::player::Mixes>,
     /// In a room: record the session as a multitrack into DIR (created if missing; must
     /// not hold an earlier recording): `NN-name.wav` per member heard (as its receiver
     /// played it, before your gain, pan and mute), `mix.wav` (what you hear) and `you.wav`

@@ -33,15 +33,15 @@ use crate::lifecycle::{any_for, cname, fresh_seed, Running};
 use crate::member_ports::{self, MemberPorts};
 use crate::record::{self, RecordConfig, RecordSummary};
 use crate::reflexive::{Mapping, Reflexive, ReflexiveQuery};
-use crate::room_client::{self, CommandSource, JoinRequest, RoomWires, Roster, CONTROL_QUEUE, SEATS};
-use crate::sealed::MediaSeal;
+use crate::room_client::{self, CommandSource, JoinRequest, RoomWires, CONTROL_QUEUE};
 use crate::series::BoundedSeries;
 use crate::server::DEFAULT_PORT;
-use crate::session::{
-    interrupt_flag, NetIo, Peer, RoomCommand, RoomConfig, RoomProcess, RoomStats, Snapshot, MAX_ROOM_MEMBERS,
-};
+use crate::session::{interrupt_flag, NetIo, Peer, RoomProcess, Snapshot, MAX_ROOM_MEMBERS};
 use crate::status::{meter, StatusLine};
 use netjam_engine::nat::direct::{PathInfo, PathState};
+use netjam_engine::player::{Command, MediaConfig, MediaReport};
+use netjam_engine::player::{Roster, SEATS};
+use netjam_engine::privacy::MediaSeal;
 
 /// How long to try to take a seat before giving up.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -185,27 +185,27 @@ struct OscCommands {
 }
 
 impl CommandSource for OscCommands {
-    fn next(&mut self, roster: &Roster) -> Option<RoomCommand> {
+    fn next(&mut self, roster: &Roster) -> Option<Command> {
         loop {
             let c = self.rx.pop().ok()?;
             let member = |seat: u16| roster.member_at(usize::from(seat)).map(|m| m.member_id as _);
             let mapped = match c {
                 ControlCommand::MemberGain { member: seat, db } => {
-                    member(seat).map(|member| RoomCommand::Gain { member, db })
+                    member(seat).map(|member| Command::Gain { member, db })
                 }
                 ControlCommand::MemberPan { member: seat, pan } => {
-                    member(seat).map(|member| RoomCommand::Pan { member, pan })
+                    member(seat).map(|member| Command::Pan { member, pan })
                 }
                 ControlCommand::MemberMute { member: seat, mute } => {
-                    member(seat).map(|member| RoomCommand::Mute { member, mute })
+                    member(seat).map(|member| Command::Mute { member, mute })
                 }
-                ControlCommand::SendGain(db) => Some(RoomCommand::SendGain { db }),
-                ControlCommand::SendMute(mute) => Some(RoomCommand::SendMute { mute }),
-                ControlCommand::MonitorGain(db) => Some(RoomCommand::MonitorGain { db }),
-                ControlCommand::MonitorMute(mute) => Some(RoomCommand::MonitorMute { mute }),
-                ControlCommand::MasterGain(db) => Some(RoomCommand::MasterGain { db }),
-                ControlCommand::Latency(policy) => Some(RoomCommand::Latency { policy }),
-                ControlCommand::Record(on) if self.recording => Some(RoomCommand::Record { on }),
+                ControlCommand::SendGain(db) => Some(Command::SendGain { db }),
+                ControlCommand::SendMute(mute) => Some(Command::SendMute { mute }),
+                ControlCommand::MonitorGain(db) => Some(Command::MonitorGain { db }),
+                ControlCommand::MonitorMute(mute) => Some(Command::MonitorMute { mute }),
+                ControlCommand::MasterGain(db) => Some(Command::MasterGain { db }),
+                ControlCommand::Latency(policy) => Some(Command::Latency { policy }),
+                ControlCommand::Record(on) if self.recording => Some(Command::Record { on }),
                 ControlCommand::Redundancy(_) | ControlCommand::Record(_) => None,
             };
             match mapped {
@@ -254,7 +254,7 @@ struct HeardMember {
     peak_dbfs: f32,
 }
 
-fn heard_members(stats: &RoomStats, roster: &Roster, fixed_ms: f64) -> Vec<HeardMember> {
+fn heard_members(stats: &MediaReport, roster: &Roster, fixed_ms: f64) -> Vec<HeardMember> {
     stats
         .active_members()
         .map(|m| {
@@ -278,7 +278,7 @@ fn heard_members(stats: &RoomStats, roster: &Roster, fixed_ms: f64) -> Vec<Heard
                 added_latency_ms: jb.added_latency_ms,
                 rtt_ms: m.rtt_ms,
                 path: path_text(roster.paths.get(&id), m.rtt_ms),
-                mouth_to_ear_ms: m.rtt_ms.map(|rtt| rtt / 2.0 + fixed_ms + jb.added_latency_ms),
+                mouth_to_ear_ms: m.mouth_to_ear_ms(fixed_ms),
                 gain_db: netjam_engine::mixer::amplitude_db(m.mix.gain),
                 pan: m.mix.pan,
                 mute: m.mix.mute,
@@ -288,7 +288,7 @@ fn heard_members(stats: &RoomStats, roster: &Roster, fixed_ms: f64) -> Vec<Heard
         .collect()
 }
 
-fn room_line(s: &Snapshot<RoomStats>, roster: &Roster, fixed_ms: f64) -> String {
+fn room_line(s: &Snapshot<MediaReport>, roster: &Roster, fixed_ms: f64) -> String {
     let members = heard_members(&s.stats, roster, fixed_ms);
     let mut line = format!("{:7.1}s  room {}", s.t_s, roster.room);
     if roster.lost {
@@ -346,7 +346,7 @@ struct RoomReport {
     ssrc: u32,
     roster: Roster,
     heard: Vec<HeardMember>,
-    stats: RoomStats,
+    stats: MediaReport,
     periods: PeriodStats,
     record: Option<RecordSummary>,
     /// With `--measure-roundtrip`: every round trip found in band.
@@ -374,7 +374,7 @@ struct RoomPoint {
 }
 
 impl RoomPoint {
-    fn new(s: &Snapshot<RoomStats>, members: &[HeardMember]) -> Self {
+    fn new(s: &Snapshot<MediaReport>, members: &[HeardMember]) -> Self {
         Self {
             t_s: s.t_s,
             sent_packets: s.stats.sent.packets,
@@ -403,7 +403,7 @@ struct RoundTrips {
 
 impl RoundTrips {
     /// Takes the reading of `s` if the meter found a burst since the last snapshot.
-    fn offer(&mut self, s: &Snapshot<RoomStats>) {
+    fn offer(&mut self, s: &Snapshot<MediaReport>) {
         if s.stats.round_trip_found > self.found {
             if let Some(ms) = s.stats.round_trip_ms {
                 self.readings.push(RoundTrip { t_s: s.t_s, ms });
@@ -430,7 +430,7 @@ impl RoundTrips {
 }
 
 /// Publish what OSC queries answer: names at their seats, mix settings, figures.
-fn publish(control: &ControlHandle, s: &Snapshot<RoomStats>, roster: &Roster, fixed_ms: f64) {
+fn publish(control: &ControlHandle, s: &Snapshot<MediaReport>, roster: &Roster, fixed_ms: f64) {
     let members = heard_members(&s.stats, roster, fixed_ms);
     let json = serde_json::to_string(&members).unwrap_or_default();
     control.update(|st| {
@@ -573,7 +573,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let packet_ms = sender.packet_ns() as f64 / 1e6;
     let (control_tx, control_rx) = mpsc::sync_channel(CONTROL_QUEUE);
     let (io, link) = NetIo::start_with_control(socket, Peer::Fixed(server), Some(control_tx))?;
-    let mut config = RoomConfig::new(MAX_ROOM_MEMBERS, usize::from(heard.channels));
+    let mut config = MediaConfig::new(MAX_ROOM_MEMBERS, usize::from(heard.channels));
     config.receiver = ReceiverConfig {
         buffer: a.buffer.mode(format.rate),
         fixed_format: None,
@@ -587,23 +587,25 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     config.drift_correction = !a.no_drift_correction;
     let (mut process, mut snaps, mut commands) = RoomProcess::new(sender, link, config);
     if let Some((media, _, took)) = private {
-        process.set_seal(MediaSeal::new(media, 0, ssrc, MAX_ROOM_MEMBERS));
+        process
+            .media_mut()
+            .set_seal(MediaSeal::new(media, 0, ssrc, MAX_ROOM_MEMBERS));
         eprintln!(
             "netjam: private room: your audio is sealed end to end (SFrame, RFC 9605) and only members with the password can open it; the server forwards what it cannot hear (keys derived in {:.0} ms)",
             took.as_secs_f64() * 1e3
         );
     }
-    process.members_mut().set_latency_policy(a.latency);
-    process.measure_round_trip(a.measure_roundtrip);
+    process.media_mut().members_mut().set_latency_policy(a.latency);
+    process.media_mut().measure_round_trip(a.measure_roundtrip);
     let mut round_trips = a.measure_roundtrip.then(|| RoundTrips {
         readings: BoundedSeries::default(),
         found: 0,
         lost: 0,
     });
     // You hear yourself through your own monitoring unless you ask for netjam's.
-    let _ = commands.push(RoomCommand::MonitorMute { mute: !a.monitor });
+    let _ = commands.push(Command::MonitorMute { mute: !a.monitor });
     if a.master_gain != 0.0 {
-        let _ = commands.push(RoomCommand::MasterGain { db: a.master_gain });
+        let _ = commands.push(Command::MasterGain { db: a.master_gain });
     }
     let osc = match a.osc {
         Some(port) => {
@@ -949,7 +951,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         );
     }
     let (mut process, periods) = (stopped.process.into_process().into_inner(), stopped.periods);
-    let stats = process.take_stats();
+    let stats = process.report();
     remember(&mut everyone, heard_members(&stats, &roster, fixed_ms));
     let heard_final: Vec<HeardMember> = everyone.into_values().collect();
     // The audio thread has stopped: what it queued is written, then the files are closed.
