@@ -642,7 +642,11 @@ pub struct JamProcess {
     buffer_at_round_trip_ms: Option<f64>,
     /// What is sent: the input plus, when measuring, the meter's burst.
     outgoing: Vec<f32>,
+    record: Option<crate::record::RecordTap>,
 }
+
+/// The member id of the other player's track when a two-player jam is recorded.
+pub const PEER_TRACK: netjam_engine::members::MemberId = 1;
 
 impl std::fmt::Debug for JamProcess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -675,8 +679,21 @@ impl JamProcess {
             measuring: false,
             buffer_at_round_trip_ms: None,
             outgoing,
+            record: None,
         };
         (p, rx)
+    }
+
+    /// Record your input, what you hear and the other player (as member [`PEER_TRACK`],
+    /// before your gain and mute) from the next period on (see [`crate::record`]); set
+    /// before the stream starts.
+    pub fn set_recorder(&mut self, tap: crate::record::RecordTap) {
+        self.record = Some(tap);
+    }
+
+    /// The recording's tap, taken back once the stream stopped (dropping it ends the writer).
+    pub fn take_recorder(&mut self) -> Option<crate::record::RecordTap> {
+        self.record.take()
     }
 
     /// Measure the mouth-to-ear round trip in band: once a second a short quiet burst goes
@@ -729,6 +746,9 @@ impl Process for JamProcess {
     fn skipped(&mut self, frames: u64) {
         self.sender.skip_frames(frames);
         self.receiver.device_skipped(frames);
+        if let Some(tap) = &mut self.record {
+            tap.skipped(frames);
+        }
     }
 
     fn process(&mut self, now_ns: u64, input: &[f32], output: &mut [f32]) {
@@ -760,6 +780,10 @@ impl Process for JamProcess {
             }
         }
         let gain = f32::from_bits(self.gain.load(Ordering::Relaxed));
+        if let Some(tap) = &mut self.record {
+            let frames = output.len() / heard_channels.max(1);
+            tap.record_peer(frames, input, output, heard_channels, gain, PEER_TRACK);
+        }
         if gain != 1.0 {
             output.iter_mut().for_each(|x| *x *= gain);
         }

@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,14 +57,17 @@ fn periods_on_time(
 }
 
 /// The jam callback of `sender` and `receiver` on a socket facing `netjam reflect` (up for
-/// `seconds`), run for `periods` periods of music: the allocations from period 750 on, and
-/// its statistics.
+/// `seconds`), run for `periods` periods of music, hearing the other side at linear `gain`
+/// and recording into `record` if given: the allocations from period 750 on, and its
+/// statistics.
 fn jam_against_reflect(
     seconds: &str,
     sender: Sender,
     mut receiver: Receiver,
     measure_round_trip: bool,
     periods: u64,
+    gain: f32,
+    record: Option<&Path>,
 ) -> (u64, JamStats) {
     let (_reflect, reflector) = reflect(seconds);
     let (io, link) = NetIo::start(
@@ -72,15 +76,34 @@ fn jam_against_reflect(
     )
     .expect("io");
     receiver.set_output_format(sender.format());
-    let gain = Arc::new(AtomicU32::new(1.0f32.to_bits()));
+    let gain = Arc::new(AtomicU32::new(gain.to_bits()));
     let (mut jam, _snaps) = JamProcess::new(sender, receiver, link, gain);
     jam.measure_round_trip(measure_round_trip);
+    let writer = record.map(|dir| {
+        let (tap, writer) = netjam::record::start(netjam::record::RecordConfig {
+            dir: dir.to_owned(),
+            rate: 48_000,
+            mix_channels: 2,
+            you_channels: 2,
+            names: Box::new(|_| Some("peer".into())),
+        })
+        .expect("recording");
+        jam.set_recorder(tap);
+        writer
+    });
     let synth = Synth::new(SynthKind::Music { bpm: 100.0 }, 48_000, 2, 9);
     let during = periods_on_time(synth, periods, 750, |deadline, input, output| {
         jam.process(deadline, input, output)
     });
     let stats = jam.stats();
     io.shutdown();
+    drop(jam.take_recorder());
+    if let Some(w) = writer {
+        let summary = w.finish().expect("recording finished");
+        assert_eq!(summary.error, None);
+        assert_eq!(summary.files.len(), 3, "{summary:?}");
+        assert_eq!(summary.frames, periods * 64, "{summary:?}");
+    }
     (during, stats)
 }
 
@@ -156,7 +179,7 @@ fn jam_callback_measures_its_round_trip_through_reflect_without_allocating() {
         seed: 6,
         ..ReceiverConfig::new(2)
     });
-    let (during, stats) = jam_against_reflect("8", sender, receiver, true, 3750); // 5 s
+    let (during, stats) = jam_against_reflect("8", sender, receiver, true, 3750, 1.0, None); // 5 s
     assert_eq!(during, 0, "{during} allocations in the jam callback");
     assert!(stats.round_trip_found >= 2, "{stats:?}");
     let rtt = stats.round_trip_ms.expect("round trip measured");
@@ -190,7 +213,7 @@ fn jam_callback_with_opus_both_ways_does_not_allocate() {
         ..ReceiverConfig::new(2)
     });
     // 4 s; the decoder exists from the first packet back, well before 1 s.
-    let (during, stats) = jam_against_reflect("6", sender, receiver, false, 3000);
+    let (during, stats) = jam_against_reflect("6", sender, receiver, false, 3000, 1.0, None);
     // Rust allocations on the audio thread; libopus itself allocates only when an encoder or
     // decoder is created (its scratch space is on the stack).
     assert_eq!(during, 0, "{during} allocations in the jam callback with Opus");
@@ -199,4 +222,25 @@ fn jam_callback_with_opus_both_ways_does_not_allocate() {
     assert_eq!(heard.undecodable, 0, "{heard:?}");
     assert_eq!(stats.sent.encode_errors, 0, "{:?}", stats.sent);
     assert!((stats.sent.codec_delay_ms - 2.5).abs() < 1e-9, "{:?}", stats.sent);
+}
+
+#[test]
+fn jam_callback_recording_every_track_does_not_allocate() {
+    let format = AudioFormat::new(Codec::L16, 48_000, 2).expect("format");
+    let sender = Sender::new(SenderConfig {
+        seed: 11,
+        ..SenderConfig::new(format, 64)
+    })
+    .expect("sender");
+    let receiver = Receiver::new(ReceiverConfig {
+        seed: 12,
+        ..ReceiverConfig::new(2)
+    });
+    let take = std::env::temp_dir().join(format!("netjam-no-alloc-jam-record-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&take);
+    // 4 s, with the other player's gain turned down so the mix is scaled as it is recorded.
+    let (during, stats) = jam_against_reflect("6", sender, receiver, false, 3000, 0.5, Some(&take));
+    let _ = std::fs::remove_dir_all(&take);
+    assert_eq!(during, 0, "{during} allocations in the recording jam callback");
+    assert!(stats.heard.received > 2000, "{:?}", stats.heard);
 }

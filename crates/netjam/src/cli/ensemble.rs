@@ -185,18 +185,20 @@ pub struct JamEnsembleArgs {
     #[arg(long, value_name = "BPM", requires = "ensemble")]
     pub tempo: Option<f64>,
     /// With --ensemble: the click's level in dB below full scale.
-    #[arg(long, value_name = "DB", default_value_t = -12.0, allow_negative_numbers = true)]
+    #[arg(long, value_name = "DB", default_value_t = -12.0, allow_negative_numbers = true, requires = "ensemble")]
     pub click_gain: f32,
     /// With --ensemble in a room (--room): the ensemble's room on the same server, if not
     /// the room itself.
     #[arg(long, value_name = "NAME", requires = "ensemble")]
     pub ensemble_room: Option<String>,
-    /// With --ensemble: stay on this machine (127.0.0.1, no broadcast).
+    /// With --ensemble and --peer: stay on this machine (127.0.0.1, no broadcast). In a room
+    /// the ensemble goes through the rooms server.
     #[arg(long, requires = "ensemble")]
     pub ensemble_local: bool,
-    /// With --ensemble: first UDP port of the ensemble's discovery list.
-    #[arg(long, value_name = "PORT", default_value_t = DEFAULT_BASE_PORT)]
-    pub ensemble_port: u16,
+    /// With --ensemble and --peer: first UDP port of the ensemble's discovery list on the
+    /// local network (default: 14640). In a room the ensemble goes through the rooms server.
+    #[arg(long, value_name = "PORT", requires = "ensemble")]
+    pub ensemble_port: Option<u16>,
 }
 
 impl JamEnsembleArgs {
@@ -257,7 +259,7 @@ impl JamEnsembleArgs {
             services: Vec::new(),
             taps: Vec::new(),
             discovery: Discovery {
-                base_port: self.ensemble_port,
+                base_port: self.ensemble_port.unwrap_or(DEFAULT_BASE_PORT),
                 ports: DEFAULT_PORTS,
                 broadcast: !self.ensemble_local,
             },

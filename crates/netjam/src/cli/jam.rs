@@ -1,7 +1,9 @@
-//! `netjam jam`: full duplex with one other player on one UDP socket.
+//! `netjam jam`: full duplex with one other player on one UDP socket (`--peer`), or in a
+//! room through a rooms server (`--room`, see [`super::jam_room`]).
 //!
 //! Send what you play, hear what they play. Against `netjam reflect` on the far side it is
-//! a self-test: you hear your own round trip, and RTCP measures it.
+//! a self-test: you hear your own round trip, and RTCP measures it. A flag that means
+//! something in one mode only is refused in the other, saying what to use instead.
 //!
 //! With `--jack`, the audio comes from and goes to a JACK server: netjam's client ports
 //! `NAME:send_N` carry what you play and `NAME:receive_N` what you hear, and the server's
@@ -30,9 +32,10 @@ use crate::endpoint::raw::RawSink;
 use crate::endpoint::wav::WavSink;
 use crate::endpoint::{Endpoint, FrameSink, FrameSource, PeriodStats, Realtime, SampleFormat};
 use crate::lifecycle::{cname, fresh_seed, Running};
+use crate::record::{self, RecordConfig, RecordSummary, RecordWriter};
 use crate::resample::{EdgeProcess, EdgeResampler, ResampledSource, OPUS_RATE};
 use crate::series::BoundedSeries;
-use crate::session::{interrupt_flag, JamProcess, JamStats, NetIo, Peer, Snapshot};
+use crate::session::{interrupt_flag, JamProcess, JamStats, NetIo, Peer, Snapshot, PEER_TRACK};
 use crate::status::{codec_delay, meter, StatusLine};
 use crate::transport::UdpTransport;
 #[cfg(feature = "cpal")]
@@ -42,175 +45,187 @@ use card::CardMonitor;
 // A sound card is a source too, named by up to three flags at once: the source group stops
 // being required by clap and `run_jam` asks for one of its members or a device instead.
 #[command(mut_group("source", |g| g.required(false)))]
+// `--name` comes with the stream's flags but says who you are, to a peer or a room.
+#[command(mut_arg("name", |a| a.help_heading(WHERE)))]
+// Flags that mean something in one mode only are refused in the other by `refuse_other_mode`,
+// saying what to use instead (clap's `requires` is waived for an argument that conflicts
+// with one given, so `--peer` would silence it).
 pub struct JamArgs {
-    /// The other player (or a `netjam reflect`): HOST:PORT.
-    #[arg(long, required_unless_present = "room", conflicts_with_all = ["room", "server"])]
+    /// Play with one other player (or a `netjam reflect`): HOST:PORT.
+    #[arg(long, help_heading = WHERE, required_unless_present = "room", conflicts_with_all = ["room", "server"])]
     pub peer: Option<String>,
-    /// The rooms server (`netjam server`) as HOST or HOST:PORT (port 4464 unless given);
-    /// default: `server` in the settings file (see `--room`).
-    #[arg(long, value_name = "HOST[:PORT]", requires = "room")]
-    pub server: Option<String>,
     /// Play in a room instead: join room NAME on the rooms server (its first player
     /// creates it). Room names match whatever the case: "Friday" and "friday" are one
     /// room, shown as its first player spelled it. --server and --name default to `server = "HOST"` and `name = "YOU"` in
     /// the settings file ($NETJAM_CONFIG, else netjam/config.toml in your configuration
     /// directory, e.g. ~/.config/netjam/config.toml).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, help_heading = WHERE, value_name = "NAME")]
     pub room: Option<String>,
-    /// The room's password (set by whoever opens the room; never sent, only proven).
-    #[arg(long, value_name = "TEXT", requires = "room")]
-    pub password: Option<String>,
-    /// In a room: hear your own signal through netjam too (off by default: you hear
-    /// yourself through your interface's direct monitoring).
-    #[arg(long, requires = "room")]
-    pub monitor: bool,
+    /// The rooms server (`netjam server`) as HOST or HOST:PORT (port 4464 unless given);
+    /// default: `server` in the settings file (see `--room`).
+    #[arg(long, help_heading = WHERE, value_name = "HOST[:PORT]", requires = "room")]
+    pub server: Option<String>,
+    /// Local address to send from and listen on (default: port 4464 with --peer, where the
+    /// other player sends; any free port with --room).
+    #[arg(long, help_heading = WHERE)]
+    pub listen: Option<SocketAddr>,
+    #[command(flatten, next_help_heading = "What you play")]
+    pub source: SourceArgs,
+    /// Play through the JACK server instead of a file or test signal: ports NAME:send_N
+    /// (what you play) and NAME:receive_N (what you hear). --channels sets N (default 2).
+    #[arg(long, help_heading = DEVICE, group = "source", conflicts_with_all = ["output", "stdout"])]
+    pub jack: bool,
+    /// Name of netjam's JACK client (default: netjam).
+    #[arg(long, help_heading = DEVICE, value_name = "NAME")]
+    pub jack_name: Option<String>,
+    /// Leave netjam's JACK ports unconnected (default: connect to the physical ports).
+    #[arg(long, help_heading = DEVICE)]
+    pub no_connect: bool,
+    /// The JACK server to use (its `jackd -n` name; default: $JACK_DEFAULT_SERVER, else the default).
+    #[arg(long, help_heading = DEVICE, value_name = "NAME")]
+    pub jack_server: Option<String>,
+    /// Play through a sound card (ALSA, CoreAudio, WASAPI) whose name contains NAME, for
+    /// both capture and playback (`default` for the system's, `none` for no device). The
+    /// card clocks the stream; --rate and --channels must be ones it offers.
+    #[arg(long, help_heading = DEVICE, value_name = "NAME", conflicts_with_all = CARD_CONFLICTS)]
+    pub device: Option<String>,
+    /// Capture from this sound card instead (name substring, `default` or `none`).
+    #[arg(long, help_heading = DEVICE, value_name = "NAME", conflicts_with_all = CARD_CONFLICTS)]
+    pub input_device: Option<String>,
+    /// Play through this sound card instead (name substring, `default` or `none`).
+    #[arg(long, help_heading = DEVICE, value_name = "NAME", conflicts_with_all = CARD_CONFLICTS)]
+    pub output_device: Option<String>,
+    /// The audio host for the sound card: alsa, jack, coreaudio, wasapi... (default: the
+    /// platform's; `netjam devices` lists them). Alone, it uses the host's default devices.
+    #[arg(long, help_heading = DEVICE, value_name = "NAME", conflicts_with_all = CARD_CONFLICTS)]
+    pub host: Option<String>,
+    /// Play what you hear on these channels of the device, numbered from 1 as the interface
+    /// labels them (e.g. `3-4` for a headphone mix); the others stay silent. Default: as
+    /// many channels from 1 as --channels (2).
+    #[arg(long, help_heading = DEVICE, value_name = "LIST", value_parser = parse_outputs, conflicts_with_all = ["output", "stdout"])]
+    pub outputs: Option<ChannelMap>,
+    #[command(flatten, next_help_heading = SOUND)]
+    pub wire: WireArgs,
+    /// Jitter buffer: auto, a number of frames, or milliseconds (e.g. 3ms).
+    #[arg(long, help_heading = SOUND, default_value = "auto")]
+    pub buffer: BufferArg,
+    /// With an auto buffer: tight gives latency back within a second of a transient and
+    /// ignores one-off delay peaks; safe covers delay peaks up to 60 ms for ten seconds.
+    #[arg(long, help_heading = SOUND, default_value = "tight")]
+    pub latency: netjam_engine::delay::LatencyPolicy,
+    /// Play what you hear without following the other players' clocks: no resampling, and
+    /// latency that grows is only given back when more than 5 ms is left over.
+    #[arg(long, help_heading = SOUND)]
+    pub no_drift_correction: bool,
+    /// With --peer: gain on the other player, in dB (in a room: --master-gain and --mix).
+    #[arg(long, help_heading = MIX, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub gain: f32,
+    /// With --peer: start with the other player muted (in a room: --mix "NAME=mute").
+    #[arg(long, help_heading = MIX)]
+    pub mute: bool,
     /// In a room: gain on the whole mix you hear, in dB (-60 to +12; OSC /master/gain). A
     /// limiter after it keeps the mix under full scale: it leaves a mix that stays below
     /// -3 dBFS untouched and turns a louder one down smoothly instead of clipping it.
-    #[arg(long, value_name = "DB", default_value_t = 0.0, allow_negative_numbers = true, requires = "room", value_parser = master_gain_db)]
+    #[arg(long, help_heading = MIX, value_name = "DB", default_value_t = 0.0, allow_negative_numbers = true, value_parser = master_gain_db)]
     pub master_gain: f32,
     /// In a room: each member's mix from the start, by name: `--mix "ana=-6,bo=mute"` (a
     /// gain in dB, `mute` or `unmute`; names match whatever the case). A member's mix, set
     /// here or over OSC, applies again whenever a member of that name comes back.
-    #[arg(long, value_name = "NAME=DB|mute,...", requires = "room", allow_hyphen_values = true, value_parser = netjam_engine::player::parse_mix)]
+    #[arg(long, help_heading = MIX, value_name = "NAME=DB|mute,...", allow_hyphen_values = true, value_parser = netjam_engine::player::parse_mix)]
     pub mix: Option<netjam_engine::player::Mixes>,
-    /// In a room: record the session as a multitrack into DIR (created if missing; must
-    /// not hold an earlier recording): `NN-name.wav` per member heard (as its receiver
-    /// played it, before your gain, pan and mute), `mix.wav` (what you hear) and `you.wav`
-    /// (your input), 32-bit float WAV at the stream's rate, all sample-aligned to the
-    /// frames played: frame n of every file is the same instant. A member who joins late
-    /// starts with silence, one who leaves goes on as silence, so every file has the same
-    /// length. OSC `/record 0|1` pauses and resumes (a pause is silence in every file).
-    #[arg(long, value_name = "DIR", requires = "room")]
-    pub record: Option<PathBuf>,
+    /// In a room: hear your own signal through netjam too (off by default: you hear
+    /// yourself through your interface's direct monitoring).
+    #[arg(long, help_heading = MIX)]
+    pub monitor: bool,
     /// In a room with --jack: one set of output ports per member, so a DAW records each
     /// player on a track of its own: `NAME:from_<seat>_<channel>` for the 16 control seats
     /// (`/memberN`), renamed `NAME:from_<member>_<channel>` while a member sits there where
     /// libjack can rename ports. Each carries the member as heard, before your gain, pan
     /// and mute; empty seats are silent.
-    #[arg(long, requires_all = ["room", "jack"])]
+    #[arg(long, help_heading = MIX, requires = "jack")]
     pub member_ports: bool,
-    /// In a room: send and hear everything through the rooms server, never on a direct
-    /// path to another player (by default netjam punches one where the routers allow and
-    /// uses it when it is not slower).
-    #[arg(long, requires = "room")]
-    pub via_server: bool,
+    /// The room's password (set by whoever opens the room; never sent, only proven).
+    #[arg(long, help_heading = ROOM, value_name = "TEXT")]
+    pub password: Option<String>,
     /// List the room publicly: `netjam rooms --server HOST` shows it with its players (any
     /// member may ask; the room stays listed while it lives).
-    #[arg(long, requires = "room")]
+    #[arg(long, help_heading = ROOM)]
     pub public: bool,
-    /// In a room: ask your home router to forward a UDP port to you (PCP, NAT-PMP or
-    /// UPnP-IGD, whichever it speaks), and offer it to the other players as one more way to
-    /// reach you directly; it helps where the router gives every destination another public
+    /// Send and hear everything through the rooms server, never on a direct path to
+    /// another player (by default netjam punches one where the routers allow and uses it
+    /// when it is not slower).
+    #[arg(long, help_heading = ROOM)]
+    pub via_server: bool,
+    /// Ask your home router to forward a UDP port to you (PCP, NAT-PMP or UPnP-IGD,
+    /// whichever it speaks), and offer it to the other players as one more way to reach
+    /// you directly; it helps where the router gives every destination another public
     /// port. Waits at most 2 s for a router to answer, then goes on without; the mapping is
     /// removed when you leave, on an error, Ctrl-C or SIGTERM too.
-    #[arg(
-        long,
-        visible_alias = "upnp",
-        requires = "room",
-        conflicts_with = "via_server"
-    )]
+    #[arg(long, help_heading = ROOM, visible_alias = "upnp", conflicts_with = "via_server")]
     pub port_map: bool,
-    /// In a room: also ask this STUN server (HOST[:PORT], port 3478 unless given) where it
-    /// sees you, and say whether your router shows the same public port to it as to the
-    /// rooms server (endpoint-independent mapping) or another one (port-randomising NAT).
-    /// Where the router gives each new destination the next port, its next few ports go to
-    /// the other players to try. The join waits for both answers (at most 1 s).
-    #[arg(long, value_name = "HOST[:PORT]", requires = "room")]
+    /// Also ask this STUN server (HOST[:PORT], port 3478 unless given) where it sees you,
+    /// and say whether your router shows the same public port to it as to the rooms server
+    /// (endpoint-independent mapping) or another one (port-randomising NAT). Where the
+    /// router gives each new destination the next port, its next few ports go to the other
+    /// players to try. The join waits for both answers (at most 1 s).
+    #[arg(long, help_heading = ROOM, value_name = "HOST[:PORT]")]
     pub stun: Option<String>,
-    /// Local address to send from and listen on (default: port 4464 with --peer, where the
-    /// other player sends; any free port with --server).
-    #[arg(long)]
-    pub listen: Option<SocketAddr>,
-    #[command(flatten)]
-    pub source: SourceArgs,
-    /// Play through the JACK server instead of a file or test signal: ports NAME:send_N
-    /// (what you play) and NAME:receive_N (what you hear). --channels sets N (default 2).
-    #[arg(long, group = "source", conflicts_with_all = ["output", "stdout"])]
-    pub jack: bool,
-    /// Name of netjam's JACK client (default: netjam).
-    #[arg(long, value_name = "NAME")]
-    pub jack_name: Option<String>,
-    /// Leave netjam's JACK ports unconnected (default: connect to the physical ports).
-    #[arg(long)]
-    pub no_connect: bool,
-    /// The JACK server to use (its `jackd -n` name; default: $JACK_DEFAULT_SERVER, else the default).
-    #[arg(long, value_name = "NAME")]
-    pub jack_server: Option<String>,
-    /// Play through a sound card (ALSA, CoreAudio, WASAPI) whose name contains NAME, for
-    /// both capture and playback (`default` for the system's, `none` for no device). The
-    /// card clocks the stream; --rate and --channels must be ones it offers.
-    #[arg(long, value_name = "NAME", conflicts_with_all = CARD_CONFLICTS)]
-    pub device: Option<String>,
-    /// Capture from this sound card instead (name substring, `default` or `none`).
-    #[arg(long, value_name = "NAME", conflicts_with_all = CARD_CONFLICTS)]
-    pub input_device: Option<String>,
-    /// Play through this sound card instead (name substring, `default` or `none`).
-    #[arg(long, value_name = "NAME", conflicts_with_all = CARD_CONFLICTS)]
-    pub output_device: Option<String>,
-    /// The audio host for the sound card: alsa, jack, coreaudio, wasapi... (default: the
-    /// platform's; `netjam devices` lists them). Alone, it uses the host's default devices.
-    #[arg(long, value_name = "NAME", conflicts_with_all = CARD_CONFLICTS)]
-    pub host: Option<String>,
-    /// Play what you hear on these channels of the device, numbered from 1 as the interface
-    /// labels them (e.g. `3-4` for a headphone mix); the others stay silent. Default: as
-    /// many channels from 1 as --channels (2).
-    #[arg(long, value_name = "LIST", value_parser = parse_outputs, conflicts_with_all = ["output", "stdout"])]
-    pub outputs: Option<ChannelMap>,
-    #[command(flatten)]
-    pub wire: WireArgs,
+    /// Record the session as a multitrack into DIR (created if missing; must not hold an
+    /// earlier recording): `mix.wav` (what you hear), `you.wav` (your input) and
+    /// `NN-name.wav` per player heard (as its receiver played it, before your gain, pan and
+    /// mute; with --peer the other player is `01-peer.wav`), 32-bit float WAV at the
+    /// stream's rate, all sample-aligned to the frames played: frame n of every file is the
+    /// same instant. A member who joins late starts with silence, one who leaves goes on as
+    /// silence, so every file has the same length. In a room, OSC `/record 0|1` pauses and
+    /// resumes (a pause is silence in every file).
+    #[arg(long, help_heading = RECORD, value_name = "DIR")]
+    pub record: Option<PathBuf>,
     /// Write what you hear to a WAV file.
-    #[arg(long, value_name = "FILE.wav")]
+    #[arg(long, help_heading = RECORD, value_name = "FILE.wav")]
     pub output: Option<PathBuf>,
     /// Write what you hear to stdout as raw PCM (layout from --out-format).
-    #[arg(long, conflicts_with = "output")]
+    #[arg(long, help_heading = RECORD, conflicts_with = "output")]
     pub stdout: bool,
-    #[arg(long, value_enum, default_value = "s16le")]
+    /// With --stdout: the layout of the raw PCM.
+    #[arg(long, help_heading = RECORD, value_enum, default_value = "s16le", requires = "stdout")]
     pub out_format: SampleFormat,
-    /// Jitter buffer: auto, a number of frames, or milliseconds (e.g. 3ms).
-    #[arg(long, default_value = "auto")]
-    pub buffer: BufferArg,
-    /// With an auto buffer: tight gives latency back within a second of a transient and
-    /// ignores one-off delay peaks; safe covers delay peaks up to 60 ms for ten seconds.
-    #[arg(long, default_value = "tight")]
-    pub latency: netjam_engine::delay::LatencyPolicy,
-    /// Gain on what you hear, in dB.
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    pub gain: f32,
-    /// Start with the other player muted.
-    #[arg(long)]
-    pub mute: bool,
-    /// Play what you hear without following the other player's clock: no resampling, and
-    /// latency that grows is only given back when more than 5 ms is left over.
-    #[arg(long)]
-    pub no_drift_correction: bool,
+    #[command(flatten, next_help_heading = "Ensemble click")]
+    pub ensemble: super::ensemble::JamEnsembleArgs,
+    /// With --ensemble and --peer (NINJAM-style): hear the other player exactly one beat (or
+    /// bar of four) after they played, in time with the ensemble's beat. Where the way from
+    /// them is already longer, they are heard as they come and the status line says so.
+    #[arg(long, help_heading = "Ensemble click", value_name = "UNIT", num_args = 0..=1, default_missing_value = "beat", requires = "ensemble")]
+    pub delay_to_beat: Option<DelayUnit>,
     /// Stop after this many seconds.
-    #[arg(long)]
+    #[arg(long, help_heading = CONTROL)]
     pub duration: Option<f64>,
+    /// Listen for OSC control on this UDP port (0: any free port): with --peer,
+    /// /member0/gain and /member0/mute set what you hear; in a room every member's mix,
+    /// your send and monitor, and the master gain. /stats answers the latest figures, and
+    /// `/_meta ,s PATH` describes each address.
+    #[arg(long, help_heading = CONTROL, value_name = "PORT")]
+    pub osc: Option<u16>,
+    /// The address OSC control listens on (default: this machine only).
+    #[arg(long, help_heading = CONTROL, value_name = "ADDR", default_value = "127.0.0.1", requires = "osc")]
+    pub osc_bind: std::net::IpAddr,
     /// Write the final statistics and their time series as JSON.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, help_heading = CONTROL, value_name = "FILE")]
     pub stats_json: Option<PathBuf>,
     /// Measure the real mouth-to-ear round trip in band: a quiet burst once a second on the
     /// first channel, found again in what comes back (use against `netjam reflect`, or a
     /// player who monitors through).
-    #[arg(long)]
+    #[arg(long, help_heading = CONTROL)]
     pub measure_roundtrip: bool,
-    /// Listen for OSC control on this UDP port (0: any free port): /member0/gain and
-    /// /member0/mute set what you hear, /stats answers the latest figures, and
-    /// `/_meta ,s PATH` describes each address.
-    #[arg(long, value_name = "PORT")]
-    pub osc: Option<u16>,
-    /// The address OSC control listens on (default: this machine only).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1", requires = "osc")]
-    pub osc_bind: std::net::IpAddr,
-    #[command(flatten)]
-    pub ensemble: super::ensemble::JamEnsembleArgs,
-    /// With --ensemble (NINJAM-style): hear the other player exactly one beat (or bar of
-    /// four) after they played, in time with the ensemble's beat. Where the way from them
-    /// is already longer, they are heard as they come and the status line says so.
-    #[arg(long, value_name = "UNIT", num_args = 0..=1, default_missing_value = "beat", requires = "ensemble")]
-    pub delay_to_beat: Option<DelayUnit>,
 }
+
+/// `jam --help`'s headings.
+const WHERE: &str = "Where to play";
+const DEVICE: &str = "Audio device";
+const SOUND: &str = "Sound and latency";
+const MIX: &str = "Mix";
+const ROOM: &str = "Room";
+const RECORD: &str = "Recording";
+const CONTROL: &str = "Control and reports";
 
 /// What `--delay-to-beat` delays by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -267,6 +282,52 @@ struct JamReport {
     stages: Stages,
     /// What scheduling each of netjam's own threads got.
     threads: Vec<crate::rt::ThreadRt>,
+    /// What `--record` wrote.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    record: Option<RecordSummary>,
+}
+
+/// The file name of the other player's track in a two-player recording.
+const PEER_TRACK_NAME: &str = "peer";
+
+/// The status line's word on a recording under way.
+pub(crate) fn recording_status(w: &RecordWriter, rate: u32) -> String {
+    let mut text = format!("  rec {:.0}s", w.written_frames() as f64 / f64::from(rate.max(1)));
+    if w.dropped_blocks() > 0 {
+        text.push_str(&format!(" ({} periods dropped)", w.dropped_blocks()));
+    }
+    text
+}
+
+/// Once the audio thread has stopped and its tap is dropped: write what is queued, close
+/// the files and say what was recorded.
+pub(crate) fn finish_recording(writer: Option<RecordWriter>) -> anyhow::Result<Option<RecordSummary>> {
+    let Some(w) = writer else { return Ok(None) };
+    let r = w.finish()?;
+    eprintln!(
+        "netjam: recorded {:.2} s ({} frames) into {}: {}",
+        r.seconds(),
+        r.frames,
+        r.dir.display(),
+        r.files
+            .iter()
+            .map(|f| f
+                .path
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if r.dropped_blocks > 0 {
+        eprintln!(
+            "netjam: the recording fell behind: {} periods ({} frames) dropped, silence in their place in every file",
+            r.dropped_blocks, r.dropped_frames
+        );
+    }
+    if let Some(e) = &r.error {
+        eprintln!("netjam: the recording stopped early: {e}");
+    }
+    Ok(Some(r))
 }
 
 /// What each stage of the path adds, beside the round trip measured in band, so a player
@@ -413,9 +474,100 @@ fn jam_line(s: &Snapshot<JamStats>) -> String {
     )
 }
 
+/// Refuse a flag that means nothing in the mode asked for (`--peer` or `--room`), saying
+/// what to use instead: before any device or socket opens, never silently ignored.
+fn refuse_other_mode(a: &JamArgs) -> anyhow::Result<()> {
+    const ROOM: &str = "--room NAME --server HOST";
+    if a.room.is_some() {
+        if a.gain != 0.0 || a.mute {
+            bail!(
+                "--gain and --mute set the other player of a two-player jam (--peer); in a room use --master-gain DB for \
+                 the whole mix and --mix \"NAME=DB\" or --mix \"NAME=mute\" for one member (or OSC --osc PORT, /memberN/gain)"
+            );
+        }
+        if a.delay_to_beat.is_some() {
+            bail!("--delay-to-beat works with --peer for now (in a room the click is shared, the delay is not built yet): play with --peer, or leave out --delay-to-beat");
+        }
+        if a.ensemble.ensemble_local || a.ensemble.ensemble_port.is_some() {
+            bail!(
+                "--ensemble-local and --ensemble-port set how an ensemble is found on the local network (with --peer); in a \
+                 room the ensemble goes through the rooms server: leave them out (--ensemble-room NAME picks another room's \
+                 ensemble on that server)"
+            );
+        }
+        return Ok(());
+    }
+    let refused: [(bool, String); 11] = [
+        (
+            a.password.is_some(),
+            format!("--password protects a room; with --peer there is no server to prove it to: use {ROOM} --password TEXT"),
+        ),
+        (
+            a.monitor,
+            format!(
+                "--monitor adds your own signal to a room's mix; with --peer you hear the other player alone: hear yourself \
+                 through your interface's direct monitoring, or play in a room: {ROOM} --monitor"
+            ),
+        ),
+        (
+            a.master_gain != 0.0,
+            "--master-gain sets a room's whole mix; with --peer what you hear is the other player alone: use --gain DB".into(),
+        ),
+        (
+            a.mix.is_some(),
+            "--mix sets the members of a room by name; with --peer use --gain DB or --mute for the other player".into(),
+        ),
+        (
+            a.member_ports,
+            "--member-ports gives each member of a room JACK ports of its own; with --peer the other player alone plays \
+             on NAME:receive_N: leave out --member-ports"
+                .into(),
+        ),
+        (
+            a.via_server,
+            format!("--via-server sends through a rooms server; with --peer the audio goes straight to the other player: use {ROOM} --via-server"),
+        ),
+        (
+            a.public,
+            format!("--public lists a room on its server; with --peer there is no server to list it: use {ROOM} --public"),
+        ),
+        (
+            a.port_map,
+            format!(
+                "--port-map offers a forwarded port to a room's players; with --peer forward the --listen port (4464 unless \
+                 given) on your router yourself, or play in a room: {ROOM} --port-map"
+            ),
+        ),
+        (
+            a.stun.is_some(),
+            format!("--stun compares your public address with a rooms server's view of it; with --peer there is no server: use {ROOM} --stun HOST"),
+        ),
+        (
+            a.ensemble.ensemble_room.is_some(),
+            format!(
+                "--ensemble-room picks the ensemble of a room on the rooms server; with --peer the ensemble is found on the \
+                 local network: use --ensemble NAME alone, or play in a room: {ROOM} --ensemble --ensemble-room NAME"
+            ),
+        ),
+        (
+            a.ensemble.ensemble.as_deref() == Some(""),
+            "--ensemble without a NAME joins your room's ensemble; with --peer name one: --ensemble NAME".into(),
+        ),
+    ];
+    if let Some((_, why)) = refused.into_iter().find(|(given, _)| *given) {
+        bail!("{why}");
+    }
+    Ok(())
+}
+
 pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
+    refuse_other_mode(&a)?;
     if a.room.is_some() {
         fill_room_defaults(&mut a)?;
+    }
+    if let Some(dir) = &a.record {
+        // Before anything runs: a recording that cannot be written is said now.
+        record::prepare_dir(dir)?;
     }
     check_outputs([
         (a.output.as_deref(), "--output"),
@@ -438,9 +590,6 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     }
     if a.outputs.is_some() && !a.jack && !a.wants_card() {
         bail!("--outputs picks channels of a device: use it with --jack or --device (a file or stdout gets every channel you hear)");
-    }
-    if a.server.is_some() && a.delay_to_beat.is_some() {
-        bail!("--delay-to-beat works with --peer for now (in a room the click is shared, the delay is not built yet): play with --peer, or leave out --delay-to-beat");
     }
     let audio = open_audio(&mut a)?;
     if a.server.is_some() {
@@ -497,9 +646,32 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     }
     let (mut process, mut snaps) = JamProcess::new(sender, receiver, link, gain);
     process.measure_round_trip(a.measure_roundtrip);
+    let recorder = match &a.record {
+        Some(dir) => {
+            let (tap, writer) = record::start(RecordConfig {
+                dir: dir.clone(),
+                rate: format.rate,
+                mix_channels: heard.channels,
+                you_channels: format.channels,
+                names: Box::new(|_| Some(PEER_TRACK_NAME.into())),
+            })?;
+            process.set_recorder(tap);
+            eprintln!(
+                "netjam: recording into {}: mix.wav, you.wav and {} (the other player) (32-bit float, sample-aligned)",
+                dir.display(),
+                record::member_file_name(PEER_TRACK, PEER_TRACK_NAME)
+            );
+            Some(writer)
+        }
+        None => None,
+    };
     // The device's own rate: its frames, periods and the --duration limit count in it.
     let device_rate = device_spec.map_or(format.rate, |s| s.rate);
-    let process = device_edges(process, device_spec, format.rate, "(counted in the codec delay)")?;
+    let mut counted = String::from("(counted in the codec delay)");
+    if a.record.is_some() {
+        counted += &format!("; the recording is at {} Hz", format.rate);
+    }
+    let process = device_edges(process, device_spec, format.rate, &counted)?;
     let hear_edge_ms = process.delay_ns().1 as f64 / 1e6;
     // The ensemble's click, mixed into what you hear (a no-op without --ensemble).
     let mut beat = a.ensemble.start()?;
@@ -544,6 +716,9 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
             eprintln!("{line}");
         }
         let mut line = jam_line(&s);
+        if let Some(w) = &recorder {
+            line.push_str(&recording_status(w, format.rate));
+        }
         device_status(&mut line, &mut status, &mut realtime_told, &jack_info, &card_info);
         // The click sounds on the beat: it is rendered earlier by what JACK says its
         // ports' playback latency is, or the sound card's host (files and stdout play at
@@ -587,10 +762,13 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
             "netjam: the resampler to the device ran short in {edge_underruns} periods (silence filled them)"
         );
     }
-    let (process, periods) = (stopped.process.into_process().into_inner(), stopped.periods);
+    let (mut process, periods) = (stopped.process.into_process().into_inner(), stopped.periods);
     if let Some(b) = beat.as_mut() {
         b.stop();
     }
+    // The audio thread has stopped: what it queued is written, then the files are closed.
+    drop(process.take_recorder());
+    let record = finish_recording(recorder)?;
     let stats = process.stats();
     let jb = &stats.heard.jitter_buffer;
     eprintln!(
@@ -636,6 +814,7 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
                 device,
                 stages,
                 threads: crate::rt::threads(),
+                record,
             },
         )?;
     }

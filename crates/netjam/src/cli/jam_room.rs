@@ -21,7 +21,8 @@ use netjam_engine::privacy::{sframe, RoomSecret};
 use netjam_engine::receiver::ReceiverConfig;
 
 use super::jam::{
-    bind, device_edges, device_status, heard_format, heard_sink, open_endpoint, Audio, JamArgs, Opened,
+    bind, device_edges, device_status, finish_recording, heard_format, heard_sink, open_endpoint,
+    recording_status, Audio, JamArgs, Opened,
 };
 use super::stream::{packets_text, write_json};
 use crate::control::{
@@ -462,13 +463,6 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let Some(name) = a.wire.name.clone() else {
         bail!("a room needs --name YOU: the name the others see");
     };
-    if a.gain != 0.0 || a.mute {
-        bail!("--gain and --mute set the other player in a two-player jam; in a room set each member over OSC (--osc PORT, /memberN/gain)");
-    }
-    if let Some(dir) = &a.record {
-        // Before anything runs: a recording that cannot be written is said now.
-        record::prepare_dir(dir)?;
-    }
     // A room with a password is private: its audio is sealed with keys only those who know
     // the password can derive. Argon2id is slow on purpose: derived once, before joining.
     let private = match a.password.as_deref().filter(|p| !p.is_empty()) {
@@ -911,13 +905,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             }
         }
         if let Some(w) = &recorder {
-            line.push_str(&format!(
-                "  rec {:.0}s",
-                w.written_frames() as f64 / format.rate as f64
-            ));
-            if w.dropped_blocks() > 0 {
-                line.push_str(&format!(" ({} periods dropped)", w.dropped_blocks()));
-            }
+            line.push_str(&recording_status(w, format.rate));
         }
         device_status(&mut line, &mut status, &mut realtime_told, &jack_info, &card_info);
         status.show(&line);
@@ -956,36 +944,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let heard_final: Vec<HeardMember> = everyone.into_values().collect();
     // The audio thread has stopped: what it queued is written, then the files are closed.
     drop(process.take_recorder());
-    let recorded = match recorder {
-        Some(w) => {
-            let r = w.finish()?;
-            eprintln!(
-                "netjam: recorded {:.2} s ({} frames) into {}: {}",
-                r.seconds(),
-                r.frames,
-                r.dir.display(),
-                r.files
-                    .iter()
-                    .map(|f| f
-                        .path
-                        .file_name()
-                        .map_or_else(String::new, |n| n.to_string_lossy().into_owned()))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            if r.dropped_blocks > 0 {
-                eprintln!(
-                    "netjam: the recording fell behind: {} periods ({} frames) dropped, silence in their place in every file",
-                    r.dropped_blocks, r.dropped_frames
-                );
-            }
-            if let Some(e) = &r.error {
-                eprintln!("netjam: the recording stopped early: {e}");
-            }
-            Some(r)
-        }
-        None => None,
-    };
+    let recorded = finish_recording(recorder)?;
     eprintln!(
         "netjam: sent {} packets to room {room}; heard {} member(s)",
         stats.sent.packets,

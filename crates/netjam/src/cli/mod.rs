@@ -34,7 +34,7 @@ pub enum Command {
     Send(stream::SendArgs),
     /// Receive a stream into a WAV file or stdout, through the adaptive jitter buffer.
     Recv(stream::RecvArgs),
-    /// Play with one other player: send what you play, hear what they play, on one socket.
+    /// Play live with one other player (--peer) or in a room of players (--room): send what you play, hear what they play.
     Jam(jam::JamArgs),
     /// Print an SDP description of a stream (for GStreamer, ffmpeg, VLC).
     Sdp(stream::SdpArgs),

@@ -21,51 +21,56 @@ use crate::web::{WebError, WebListener};
 #[derive(Debug, Args)]
 pub struct ServerArgs {
     /// Address and UDP port to serve rooms on (control and media share it).
-    #[arg(long, default_value_t = SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)))]
+    #[arg(long, help_heading = SERVE, default_value_t = SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)))]
     pub listen: SocketAddr,
     /// Most players in one room (ensemble members without audio, e.g. `netjam ensemble
     /// join --server` or `jam --ensemble`'s seat, have a limit of their own: 32).
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(2..=64))]
+    #[arg(long, help_heading = LIMITS, default_value_t = 16, value_parser = clap::value_parser!(u16).range(2..=64))]
     pub max_members_per_room: u16,
     /// Most rooms on this server.
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(long, help_heading = LIMITS, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_rooms: u32,
     /// Highest media rate a member may declare, in packets per second.
-    #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(long, help_heading = LIMITS, default_value_t = 4000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_packet_rate: u32,
     /// Stop after this many seconds (default: run until interrupted).
-    #[arg(long)]
+    #[arg(long, help_heading = REPORTS)]
     pub duration: Option<f64>,
     /// Write the final report (server, members, time inside the server) as JSON.
-    #[arg(long)]
+    #[arg(long, help_heading = REPORTS)]
     pub stats_json: Option<PathBuf>,
     /// Answer OSC queries on this UDP port (0: any free port): /stats (JSON), /rooms,
     /// /members, /delay; `/_meta ,s PATH` describes each address. Read-only.
-    #[arg(long, value_name = "PORT")]
+    #[arg(long, help_heading = REPORTS, value_name = "PORT")]
     pub osc: Option<u16>,
     /// The address OSC queries are answered on (default: this machine only).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1", requires = "osc")]
+    #[arg(long, help_heading = REPORTS, value_name = "ADDR", default_value = "127.0.0.1", requires = "osc")]
     pub osc_bind: std::net::IpAddr,
     /// Share rooms with other servers through this Redis (redis://HOST:PORT): each room
     /// lives on one server, and a join for a room another server hosts is redirected there.
     /// Claims are leases of 5 s, renewed every second.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, help_heading = SERVE, value_name = "URL")]
     pub directory: Option<String>,
     /// The address players reach this server at, as the directory tells other servers
     /// (HOST:PORT; HOST alone takes the port listened on). Default: the --listen address,
     /// unless that is a wildcard (0.0.0.0, ::).
-    #[arg(long, value_name = "HOST:PORT", requires = "directory")]
+    #[arg(long, help_heading = SERVE, value_name = "HOST:PORT", requires = "directory")]
     pub advertise: Option<String>,
     /// A label for where this server is (e.g. eu-west), shown with its public rooms in
     /// `netjam rooms`.
-    #[arg(long, value_name = "LABEL", default_value = "")]
+    #[arg(long, help_heading = SERVE, value_name = "LABEL", default_value = "")]
     pub region: String,
     /// Serve a read-only page of the rooms, their members and the server's figures, for a
     /// browser, on ADDR:PORT (alone: 127.0.0.1:4465; port 0: any free port). A loopback
     /// address serves this machine only; any other needs the token printed with the URL.
-    #[arg(long, value_name = "ADDR:PORT", num_args = 0..=1, default_missing_value = server_page::DEFAULT_ADDR)]
+    #[arg(long, help_heading = REPORTS, value_name = "ADDR:PORT", num_args = 0..=1, default_missing_value = server_page::DEFAULT_ADDR)]
     pub web: Option<SocketAddr>,
 }
+
+/// `server --help`'s headings.
+const SERVE: &str = "Where to serve";
+const LIMITS: &str = "Limits";
+const REPORTS: &str = "Control and reports";
 
 /// Binds the page's address, saying what to do when it cannot be had.
 fn bind_web(addr: SocketAddr) -> anyhow::Result<WebListener> {
