@@ -6,6 +6,9 @@
 //! A control thread ([`ControlServer::spawn`]) listens on one UDP port and dispatches
 //! each datagram through a `netjam-osc` [`Tree`](netjam_osc::Tree) whose ports all carry
 //! metadata (argument types, range, unit, description), answered on `/_meta ,s PATH`.
+//! * A member's seat is addressed by its name too: a lone message to `/member/NAME/PORT`
+//!   (NAME whatever the case) is the seat's `/memberSEAT/PORT`, and its replies come back
+//!   under the name.
 //! * A query (a message without arguments) replies to its sender with the current value,
 //!   from the concrete address (`/member*/gain` gets one reply per member).
 //! * A set checks its value, then hands a typed [`ControlCommand`] to a [`CommandSink`]:
@@ -38,6 +41,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use netjam_engine::delay::LatencyPolicy;
+use netjam_engine::room::msg::fold_name;
 use netjam_osc::{encode_message, Arg, Outbox, Packet, Route, Tree};
 
 /// Seats a room client's tree offers (`/member0` … `/member15`).
@@ -283,6 +287,11 @@ struct Shared {
 trait Served: Send + Sync + 'static {
     fn counters(&self) -> &Counters;
     fn stopped(&self) -> bool;
+    /// The seat of the member named `name` (whatever the case), for `/member/NAME/...`;
+    /// `None` on a surface without members.
+    fn seat_named(&self, _name: &str) -> Option<u16> {
+        None
+    }
 }
 
 impl Served for Shared {
@@ -291,6 +300,101 @@ impl Served for Shared {
     }
     fn stopped(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
+    }
+    fn seat_named(&self, name: &str) -> Option<u16> {
+        let name = fold_name(name);
+        let state = self.state();
+        let seat = state
+            .members
+            .iter()
+            .position(|m| m.name.as_deref().is_some_and(|n| fold_name(n) == name))?;
+        u16::try_from(seat).ok()
+    }
+}
+
+/// How a member is addressed by name: `/member/NAME/PORT` is `/memberSEAT/PORT` for the
+/// seat NAME sits at.
+const BY_NAME: &str = "/member/";
+
+/// A message addressed by name, readdressed to its seat.
+struct ByName {
+    /// The same message to `/memberSEAT/PORT`.
+    packet: Vec<u8>,
+    /// `/memberSEAT/` and `/member/NAME/`: replies go back under the name.
+    seat_prefix: String,
+    name_prefix: String,
+}
+
+/// A lone message to `/member/NAME/PORT` readdressed to NAME's seat, or why it cannot be
+/// (no member of that name). `None`: not addressed by name.
+fn by_name(packet: &[u8], seat_named: impl Fn(&str) -> Option<u16>) -> Option<Result<ByName, String>> {
+    let Ok(Packet::Message(m)) = Packet::decode(packet) else {
+        return None;
+    };
+    let rest = m.address().strip_prefix(BY_NAME)?;
+    let (name, port) = rest.split_once('/')?;
+    let Some(seat) = seat_named(name) else {
+        return Some(Err(format!(
+            "no member named {name:?} in the room: '/roster' lists who is here"
+        )));
+    };
+    let seat_prefix = format!("/member{seat}/");
+    let args: Vec<Arg<'_>> = m.args().collect();
+    let mut buf = vec![0u8; packet.len() + 16];
+    let n = encode_message(&mut buf, &format!("{seat_prefix}{port}"), &args).ok()?;
+    buf.truncate(n);
+    Some(Ok(ByName {
+        packet: buf,
+        seat_prefix,
+        name_prefix: format!("{BY_NAME}{name}/"),
+    }))
+}
+
+/// [`respond`], with members addressed by name as well as by seat (see [`by_name`]):
+/// replies to a message sent by name come back under the name.
+fn respond_named<C>(
+    tree: &Tree<C>,
+    ctx: &mut C,
+    served: &impl Served,
+    packet: &[u8],
+    scratch: &mut [u8],
+    mut send: impl FnMut(&[u8]) -> bool,
+) {
+    let counters = served.counters();
+    match by_name(packet, |n| served.seat_named(n)) {
+        None => respond(tree, ctx, counters, packet, scratch, send),
+        Some(Err(why)) => {
+            bump(&counters.datagrams);
+            bump(&counters.unmatched);
+            let address = match Packet::decode(packet) {
+                Ok(Packet::Message(m)) => m.address().to_owned(),
+                _ => String::new(),
+            };
+            let mut buf = [0u8; 1024];
+            let sent = encode_message(&mut buf, "/error", &[Arg::Str(&address), Arg::Str(&why)])
+                .is_ok_and(|len| send(&buf[..len]));
+            if !sent {
+                bump(&counters.reply_failures);
+            }
+        }
+        Some(Ok(ByName {
+            packet: seat_packet,
+            seat_prefix,
+            name_prefix,
+        })) => {
+            respond(tree, ctx, counters, &seat_packet, scratch, |reply| {
+                let renamed = netjam_osc::Message::decode(reply).ok().and_then(|m| {
+                    let address = m.address();
+                    let tail = address.strip_prefix(seat_prefix.as_str())?;
+                    let args: Vec<Arg<'_>> = m.args().collect();
+                    let mut buf = vec![0u8; reply.len() + name_prefix.len()];
+                    let n = encode_message(&mut buf, &format!("{name_prefix}{tail}"), &args).ok()?;
+                    buf.truncate(n);
+                    Some(buf)
+                });
+                send(renamed.as_deref().unwrap_or(reply))
+            });
+        }
     }
 }
 
@@ -430,14 +534,9 @@ fn serve<C, S: Served>(socket: UdpSocket, tree: Tree<C>, mut ctx: C, shared: Arc
                 continue;
             }
         };
-        respond(
-            &tree,
-            &mut ctx,
-            shared.counters(),
-            &packet[..n],
-            &mut scratch,
-            |reply| socket.send_to(reply, from).is_ok(),
-        );
+        respond_named(&tree, &mut ctx, &*shared, &packet[..n], &mut scratch, |reply| {
+            socket.send_to(reply, from).is_ok()
+        });
     }
 }
 

@@ -1,7 +1,7 @@
 //! Every player's own mix, set over OSC by implementations nobody here wrote: a server and
 //! three `jam --server` clients on loopback (sines at 220, 330 and 440 Hz); ana finds her
-//! seats through `/roster`, mutes bo with liblo's `oscsend` and turns cy down 12 dB with
-//! python-osc. Her output then holds no bo and cy 12 dB below what bo hears of cy, while
+//! seats through `/roster`, mutes bo at his seat with liblo's `oscsend` and turns cy down
+//! 12 dB by name (`/member/Cy/gain`) with python-osc. Her output then holds no bo and cy 12 dB below what bo hears of cy, while
 //! bo's own mix is untouched. A mix given with `--mix` at start applies by name, again
 //! to a member killed and started anew under that name. Loopback only, ephemeral ports,
 //! every wait bounded.
@@ -135,7 +135,7 @@ fn each_player_sets_their_own_mix_over_osc() {
             .map(|(s, _)| *s)
             .expect(name)
     };
-    let (bo_seat, cy_seat) = (seat_of("bo"), seat_of("cy"));
+    let bo_seat = seat_of("bo");
 
     let mute = Command::new("oscsend")
         .args([
@@ -152,7 +152,7 @@ fn each_player_sets_their_own_mix_over_osc() {
         .args([
             "-c",
             &format!(
-                "from pythonosc import udp_client; udp_client.SimpleUDPClient('127.0.0.1', {}).send_message('/member{cy_seat}/gain', -12.0)",
+                "from pythonosc import udp_client; udp_client.SimpleUDPClient('127.0.0.1', {}).send_message('/member/Cy/gain', -12.0)",
                 osc.port()
             ),
         ])

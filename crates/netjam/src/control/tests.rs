@@ -60,10 +60,10 @@ impl Rig {
     fn packet(&mut self, bytes: &[u8]) -> Vec<Reply> {
         let mut replies = Vec::new();
         let shared = self.ctx.shared.clone();
-        respond(
+        respond_named(
             &self.tree,
             &mut self.ctx,
-            &shared.counters,
+            &*shared,
             bytes,
             &mut self.scratch,
             |b| {
@@ -482,4 +482,46 @@ fn server_on_loopback_answers_and_says_when_the_port_is_taken() {
     let c = h.counters();
     assert_eq!((c.datagrams, c.commands, c.queries), (2, 1, 1));
     h.shutdown();
+}
+
+#[test]
+fn a_member_is_addressed_by_name_whatever_the_case_and_answered_under_it() {
+    let mut r = Rig::room();
+    r.ctx.shared.state().members[2].name = Some("Ana".into());
+    r.ctx.shared.state().members[5].name = Some("bo".into());
+    // A set by name is the seat's command, and replies nothing.
+    assert!(r.send("/member/ana/gain", &[Arg::Float(-6.0)]).is_empty());
+    assert!(r.send("/member/BO/mute", &[Arg::Int(1)]).is_empty());
+    assert_eq!(
+        r.commands(),
+        [
+            ControlCommand::MemberGain { member: 2, db: -6.0 },
+            ControlCommand::MemberMute {
+                member: 5,
+                mute: true
+            },
+        ]
+    );
+    // A query by name is answered under the name it was asked by.
+    assert_eq!(
+        r.send("/member/Ana/gain", &[]),
+        [("/member/Ana/gain".to_owned(), vec![V::F(-6.0)])]
+    );
+    assert_eq!(
+        r.send("/member/bo/name", &[]),
+        [("/member/bo/name".to_owned(), vec![V::S("bo".into())])]
+    );
+    // Out of range by name is refused like by seat, under the seat's address.
+    let refused = r.send("/member/ana/gain", &[Arg::Float(99.0)]);
+    assert!(matches!(&refused[..], [(a, _)] if a == "/error"), "{refused:?}");
+    assert!(r.commands().is_empty());
+    // Nobody of that name: an error that says how to find out who is here.
+    let nobody = r.send("/member/cy/gain", &[Arg::Float(-3.0)]);
+    assert!(is_error(&nobody, "/member/cy/gain"), "{nobody:?}");
+    assert!(
+        matches!(&nobody[0].1[1], V::S(why) if why.contains("/roster")),
+        "{nobody:?}"
+    );
+    assert!(r.commands().is_empty());
+    assert_eq!(r.counters().unmatched, 1);
 }
