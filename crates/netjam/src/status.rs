@@ -29,8 +29,13 @@ impl StatusLine {
         }
     }
 
+    /// Show `line` in place of the last one, cut to the terminal's width: a line that wrapped
+    /// would leave its first rows behind at every update and scroll the event lines away.
     pub fn show(&mut self, line: &str) {
         if self.enabled {
+            let width = terminal_size::terminal_size_of(std::io::stderr())
+                .map_or(DEFAULT_WIDTH, |(w, _)| usize::from(w.0));
+            let line = fit(line, width);
             let mut e = std::io::stderr().lock();
             let _ = write!(e, "\r\x1b[2K{line}");
             let _ = e.flush();
@@ -45,6 +50,22 @@ impl StatusLine {
             self.shown = false;
         }
     }
+}
+
+/// Columns assumed when the terminal does not say.
+const DEFAULT_WIDTH: usize = 80;
+
+/// `line` cut to fit `width` columns with one to spare (a cursor in the last column wraps
+/// on some terminals), ending in `…` where it was cut. Counts characters: the lines are
+/// ASCII but for that mark.
+pub fn fit(line: &str, width: usize) -> std::borrow::Cow<'_, str> {
+    let room = width.saturating_sub(1).max(1);
+    if line.chars().count() <= room {
+        return line.into();
+    }
+    let mut cut: String = line.chars().take(room - 1).collect();
+    cut.push('…');
+    cut.into()
 }
 
 /// A ten-step level meter for a peak in dBFS (-60..0).
@@ -127,5 +148,38 @@ pub fn codec_delay(t: &SenderStats) -> String {
         format!("  codec {:.1} ms", t.codec_delay_ms)
     } else {
         String::new()
+    }
+}
+
+/// A one-character meter for a peak in dBFS: eight steps of 7.5 dB from −60, a blank below.
+pub fn meter_char(dbfs: f32) -> char {
+    const STEPS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    if dbfs.is_nan() || dbfs < -60.0 {
+        return ' ';
+    }
+    STEPS[(((dbfs + 60.0) / 7.5) as usize).min(STEPS.len() - 1)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_line_is_cut_to_the_width_with_a_mark_and_a_short_one_is_kept() {
+        assert_eq!(fit("short", 80), "short");
+        let long = "x".repeat(200);
+        let cut = fit(&long, 80);
+        assert_eq!(cut.chars().count(), 79);
+        assert!(cut.ends_with('…'));
+        assert_eq!(fit(&long, 0).chars().count(), 1);
+    }
+
+    #[test]
+    fn the_meter_character_rises_with_the_level() {
+        assert_eq!(meter_char(-120.0), ' ');
+        assert_eq!(meter_char(-60.0), '▁');
+        assert_eq!(meter_char(-6.0), '█');
+        assert_eq!(meter_char(3.0), '█');
+        assert!(meter_char(-30.0) < meter_char(-10.0));
     }
 }

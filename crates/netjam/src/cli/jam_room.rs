@@ -38,7 +38,7 @@ use crate::room_client::{self, CommandSource, JoinRequest, RoomWires, CONTROL_QU
 use crate::series::BoundedSeries;
 use crate::server::DEFAULT_PORT;
 use crate::session::{interrupt_flag, NetIo, Peer, RoomProcess, Snapshot, MAX_ROOM_MEMBERS};
-use crate::status::{meter, StatusLine};
+use crate::status::StatusLine;
 use netjam_engine::nat::direct::{PathInfo, PathState};
 use netjam_engine::player::{Command, MediaConfig, MediaReport};
 use netjam_engine::player::{Roster, SEATS};
@@ -289,29 +289,41 @@ fn heard_members(stats: &MediaReport, roster: &Roster, fixed_ms: f64) -> Vec<Hea
         .collect()
 }
 
+/// The live status: the time, the room, then each member heard, the one who sounds latest
+/// first (so the worst is what stays on screen when the line is cut to the terminal's
+/// width): name, mouth-to-ear in ms, a one-character meter, then packets lost and the mix
+/// you set (mute, or a gain other than 0 dB) only when there is something to say. About
+/// seven columns a member: eight fit in 80.
 fn room_line(s: &Snapshot<MediaReport>, roster: &Roster, fixed_ms: f64) -> String {
-    let members = heard_members(&s.stats, roster, fixed_ms);
-    let mut line = format!("{:7.1}s  room {}", s.t_s, roster.room);
+    let mut members = heard_members(&s.stats, roster, fixed_ms);
+    let ear = |m: &HeardMember| m.mouth_to_ear_ms.unwrap_or(f64::INFINITY);
+    members.sort_by(|a, b| ear(b).total_cmp(&ear(a)).then(b.lost.cmp(&a.lost)));
+    // The room's name was said at the join; the line keeps its columns for the members.
+    let mut line = format!("{:.0}s", s.t_s);
     if roster.lost {
-        line.push_str("  (server not answering)");
-    }
-    if members.is_empty() {
-        line.push_str("  nobody else yet");
+        line.push_str(" server not answering");
     }
     let limiter = &s.stats.limiter;
     if limiter.max_reduction_db > 0.0 {
-        line.push_str(&format!("  | limiter -{:.1} dB", limiter.max_reduction_db));
+        line.push_str(&format!(" limiter -{:.1}dB", limiter.max_reduction_db));
     }
+    if members.is_empty() {
+        line.push_str("  nobody else yet");
+        return line;
+    }
+    line.push_str(" ms:");
     for m in &members {
-        let ear = m.mouth_to_ear_ms.map_or("-".to_string(), |x| format!("{x:.1}"));
-        line.push_str(&format!(
-            "  | {} {ear} ms (buffer {:.1}, {}) lost {} {}",
-            m.name,
-            m.added_latency_ms,
-            m.path,
-            m.lost,
-            meter(m.peak_dbfs)
-        ));
+        let name: String = m.name.chars().take(8).collect();
+        let ms = m.mouth_to_ear_ms.map_or("-".to_string(), |x| format!("{x:.0}"));
+        line.push_str(&format!(" {name} {ms}{}", crate::status::meter_char(m.peak_dbfs)));
+        if m.lost > 0 {
+            line.push_str(&format!(" lost {}", m.lost));
+        }
+        if m.mute {
+            line.push_str(" mute");
+        } else if m.gain_db.abs() >= 0.05 {
+            line.push_str(&format!(" {:+.0}dB", m.gain_db));
+        }
     }
     line
 }
@@ -1064,5 +1076,61 @@ mod path_line_tests {
         .unwrap();
         assert!(died.contains("stopped answering"), "{died}");
         assert!(path_line("bo", None, &info(PathState::Punching, None, None, false)).is_none());
+    }
+}
+
+#[cfg(test)]
+mod room_line_tests {
+    use super::*;
+    use netjam_engine::player::RosterMember;
+
+    #[test]
+    fn eight_members_fit_80_columns_latest_first_with_mutes_and_gains() {
+        let names = ["ana", "bo", "cy", "dee", "ed", "flo", "gus", "hal"];
+        let mut roster = Roster {
+            room: "friday".into(),
+            ..Roster::default()
+        };
+        let mut stats = MediaReport::default();
+        for (i, name) in names.iter().enumerate() {
+            let id = i as u32 + 1;
+            roster.members.insert(
+                id,
+                RosterMember {
+                    member_id: id,
+                    name: (*name).into(),
+                    ssrc: 0x100 + id,
+                },
+            );
+            let m = &mut stats.members[i];
+            m.active = true;
+            m.member = id as _;
+            m.ssrc = 0x100 + id;
+            // bo sounds latest; the rest 10-17 ms.
+            m.rtt_ms = Some(if *name == "bo" {
+                60.0
+            } else {
+                20.0 + i as f64 * 2.0
+            });
+            m.level.peak = 0.3;
+            m.mix.gain = 1.0;
+        }
+        stats.members[2].mix.mute = true;
+        stats.members[3].mix.gain = 0.5;
+        let snap = Snapshot {
+            t_s: 12.3,
+            peak_dbfs: -10.0,
+            stats,
+        };
+        let line = room_line(&snap, &roster, 0.0);
+        let shown = crate::status::fit(&line, 80);
+        assert!(!shown.ends_with('…'), "{} columns: {line}", line.chars().count());
+        for name in names {
+            assert!(shown.contains(&format!(" {name} ")), "{name} missing: {shown}");
+        }
+        let after_colon = shown.split(" ms:").nth(1).expect("members");
+        assert!(after_colon.trim_start().starts_with("bo 30"), "{shown}");
+        assert!(shown.contains("cy 12▇ mute"), "{shown}");
+        assert!(shown.contains("-6dB"), "{shown}");
     }
 }
