@@ -62,7 +62,11 @@ pub fn relayed_member(a: &SocketAddr) -> Option<u32> {
 /// An ensemble reached through a rooms server: the room of that name is the ensemble.
 #[derive(Debug, Clone)]
 pub struct RoomReach {
+    /// The server to join now (where the room is, when the caller knows it).
     pub server: SocketAddr,
+    /// The server the player named: where to ask again when the room's server goes silent
+    /// (it redirects to wherever the room lives next). Often `server` itself.
+    pub named: SocketAddr,
     /// The room (the ensemble's name unless told otherwise).
     pub room: String,
     /// This member's name in the room.
@@ -80,6 +84,8 @@ const HELD_BEFORE_SEAT: usize = 64;
 struct RoomLink {
     client: RoomClient,
     server: SocketAddr,
+    /// See [`RoomReach::named`].
+    named: SocketAddr,
     held: Vec<(Dest, Vec<u8>)>,
     buf: Vec<u8>,
 }
@@ -155,6 +161,8 @@ pub struct Node {
     room: Option<RoomLink>,
     /// Why the rooms server refused the seat, until taken.
     refused: Option<String>,
+    /// The room client held a seat at least once (its losses are said from then on).
+    seated_once: bool,
     /// For bridges opened after the start.
     tx: Sender<Input>,
     ws: Option<WsBridge>,
@@ -248,6 +256,7 @@ impl Node {
         let link = RoomLink {
             client: RoomClient::new(rc, mono_ns()),
             server: r.server,
+            named: r.named,
             held: Vec::new(),
             buf: vec![0u8; MAX_ENS_LEN],
         };
@@ -323,6 +332,7 @@ impl Node {
             rx,
             room: room.map(|(l, _)| l),
             refused: None,
+            seated_once: false,
             tx,
             ws: None,
             send_errors: 0,
@@ -446,16 +456,36 @@ impl Node {
         }
     }
 
-    /// Room events: a refusal is kept for the caller; the rest needs nothing here.
+    /// Room events: a refusal is kept for the caller; a redirect is followed at once; a
+    /// room's server that goes silent is left for the one the player named, which knows
+    /// (or decides) where the room lives now, as the player's own seat does.
     fn room_events(&mut self) {
         let Some(link) = self.room.as_mut() else { return };
         while let Some(ev) = link.client.poll_event() {
             match ev {
                 RoomEvent::Refused { reason, .. } => self.refused = Some(reason),
-                // Before the seat, the caller says it (with what to do) when it gives up.
-                RoomEvent::Lost if link.client.seat().is_some() => {
-                    tracing::warn!("the rooms server at {} stopped answering", link.server)
+                RoomEvent::Redirected { server } => {
+                    match crate::room_client::resolve_redirect(&server, link.named) {
+                        Ok(to) => {
+                            tracing::info!("ensemble: the room is on {to}; joining there");
+                            link.server = to;
+                            link.client.server_changed(mono_ns());
+                        }
+                        Err(e) => tracing::warn!("ensemble: {e:#}"),
+                    }
                 }
+                RoomEvent::Lost => {
+                    // Before the first seat, the caller says it (with what to do) when it
+                    // gives up.
+                    if self.seated_once {
+                        tracing::warn!("the rooms server at {} stopped answering", link.server);
+                    }
+                    if link.server != link.named {
+                        link.server = link.named;
+                        link.client.server_changed(mono_ns());
+                    }
+                }
+                RoomEvent::Joined { .. } => self.seated_once = true,
                 _ => {}
             }
         }

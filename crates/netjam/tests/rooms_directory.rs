@@ -11,6 +11,8 @@
 //! * `netjam rooms --server A` lists the public rooms of both servers (`jam --public`) with
 //!   their players and their server's region label (`server --region`), and not the
 //!   rooms nobody made public.
+//! * Two ensemble members naming server A join their room on B (redirected), a message
+//!   passes; B is killed: they follow the room back to A, and a message passes again.
 //! * Redis stopped: the room in progress plays on, the server says once that it lost the
 //!   directory, and a player asking for a new room is refused with the reason; Redis back:
 //!   the server says so and a new room opens.
@@ -21,6 +23,7 @@
 //! started is killed when the test ends, passed or failed.
 
 mod common;
+mod ensemble_support;
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, UdpSocket};
@@ -592,4 +595,79 @@ fn public_rooms_of_every_server_are_listed_with_players_and_region() {
     std::thread::sleep(Duration::from_secs(2));
     assert!(!rooms_at(a.addr).contains_key("band"));
     drop((a, b));
+}
+
+#[test]
+fn ensemble_members_naming_a_front_door_follow_their_room_there_and_back() {
+    let _turn = one_at_a_time();
+    let dir = tmp_dir("rooms-directory-ensemble");
+    let redis = RedisServer::start();
+    let a = DirServer::start(&redis.url(), &dir, "ea", "127.0.0.1:0");
+    let b = DirServer::start(&redis.url(), &dir, "eb", "127.0.0.1:0");
+    let band = format!("ens-{}", std::process::id());
+    // B hosts the ensemble's room before anyone comes.
+    let holder = Holder::sit(b.addr, &band);
+    let a_text = a.addr.to_string();
+    let member = |service: &str| {
+        ensemble_support::spawn(
+            Command::new(BIN)
+                .args([
+                    "ensemble",
+                    "join",
+                    &band,
+                    "--server",
+                    &a_text,
+                    "--service",
+                    service,
+                ])
+                .env("NETJAM_LOG", "info"),
+        )
+    };
+    let (keys, bass) = (member("keys"), member("bass"));
+    for m in [&keys, &bass] {
+        m.wait_for("both services", |l| {
+            l.starts_with("services ") && l.contains(" keys@") && l.contains(" bass@")
+        });
+    }
+    let send = |path: &str| {
+        Command::new(BIN)
+            .args([
+                "ensemble", "send", "--server", &a_text, "--wait", "10", &band, path, "f:1",
+            ])
+            .output()
+            .expect("send")
+    };
+    let sent = send("/bass/before");
+    assert!(sent.status.success(), "{}", String::from_utf8_lossy(&sent.stderr));
+    bass.wait_for("the message through B", |l| l.contains("/bass/before"));
+    // B dies: once its lease is gone and the members noticed the silence, they are back
+    // through A, where the room opens again.
+    drop(holder);
+    let killed = Instant::now();
+    drop(b);
+    let deadline = Duration::from_secs_f64(LEASE_S + SILENCE_TIMEOUT_S + 20.0);
+    loop {
+        let sent = send("/bass/after");
+        if sent.status.success() && bass.lines().iter().any(|l| l.contains("/bass/after")) {
+            break;
+        }
+        assert!(
+            killed.elapsed() < deadline,
+            "no message reached bass through A within {deadline:?} of B's end: bass said {:?} {:?}; the sender {}",
+            bass.lines(),
+            bass.err_lines(),
+            String::from_utf8_lossy(&sent.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    eprintln!(
+        "ensemble back through A {:.1} s after B was killed",
+        killed.elapsed().as_secs_f64()
+    );
+    assert!(
+        bass.err_lines().iter().any(|l| l.contains("the room is on")),
+        "bass never said it followed the redirect: {:?}",
+        bass.err_lines()
+    );
+    drop(a);
 }

@@ -212,6 +212,7 @@ impl JamEnsembleArgs {
     pub fn start_in_room(
         &self,
         server: SocketAddr,
+        named: SocketAddr,
         room: &str,
         password: &str,
     ) -> anyhow::Result<Option<crate::ensemble::beat::JamBeat>> {
@@ -227,6 +228,7 @@ impl JamEnsembleArgs {
         });
         self.start_with(Some(RoomReach {
             server,
+            named,
             room: ens_room,
             name: String::new(),
             password: password.to_string(),
@@ -333,12 +335,16 @@ fn start(
         broadcast: !net.local,
     };
     let room = match &net.server {
-        Some(s) => Some(RoomReach {
-            server: crate::cli::jam_room::resolve_server(s)?,
-            room: net.room.clone().unwrap_or_else(|| name.to_string()),
-            name: seat_name(id),
-            password: net.password.clone(),
-            join_timeout_ns: 5 * S,
+        Some(s) => Some({
+            let server = crate::cli::jam_room::resolve_server(s)?;
+            RoomReach {
+                server,
+                named: server,
+                room: net.room.clone().unwrap_or_else(|| name.to_string()),
+                name: seat_name(id),
+                password: net.password.clone(),
+                join_timeout_ns: 5 * S,
+            }
         }),
         None => None,
     };

@@ -723,7 +723,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let hear_edge_ms = process.delay_ns().1 as f64 / 1e6;
     // The ensemble's click (with --ensemble): the room is the ensemble, through its server.
     let password = a.password.clone().unwrap_or_default();
-    let mut beat = a.ensemble.start_in_room(server, &room, &password)?;
+    let mut beat = a.ensemble.start_in_room(server, named, &room, &password)?;
     let process = crate::ensemble::beat::BeatClicks::new(
         process,
         beat.as_mut(),
