@@ -11,6 +11,9 @@
 //!   member who leaves is gone from the snapshots within 2 s;
 //! * the mix as written: the moved member's tone is lower by the amount set (measured),
 //!   then silent while muted, while the other member's tone plays on;
+//! * a page bound to another address than loopback is refused without the token printed
+//!   at start; a binary message is refused with an error, and a page that sends more than
+//!   a command's worth is dropped while the others stay served;
 //! * `--web` with `--peer` is refused, saying it needs a room.
 //!
 //! Loopback only, ephemeral ports, every wait bounded generously; the figures seen
@@ -442,4 +445,69 @@ fn the_page_needs_a_room() {
             .any(|l| l.contains("--web") && l.contains("room") && l.contains("--room NAME")),
         "{said:#?}"
     );
+}
+
+#[test]
+fn a_page_on_another_address_needs_its_token_and_takes_small_text_only() {
+    let (_server, addr) = room_server("90", WAIT);
+    let mut ana = player(addr, "ana", "220", "60", &["--web", "0.0.0.0:0"]);
+    let line = ana.line_with("your page of room", WAIT);
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_owned();
+    let (base, token) = url.split_once("?token=").expect("a token in the URL");
+    assert_eq!(token.len(), 32, "{url}");
+    assert!(line.contains("anyone with this URL"), "{line}");
+    let host = base.trim_start_matches("http://").trim_end_matches('/');
+    let get = |target: &str| {
+        use std::io::{Read, Write};
+        let mut s = TcpStream::connect(host).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut got = String::new();
+        let _ = s.read_to_string(&mut got);
+        got.lines().next().unwrap_or_default().to_owned()
+    };
+    assert!(get("/").contains("403"));
+    assert!(get(&format!("/?token={token}")).contains("200"));
+    assert!(tungstenite::client::connect(format!("ws://{host}/ws")).is_err());
+
+    let open = || {
+        let (ws, _) = tungstenite::client::connect(format!("ws://{host}/ws?token={token}")).unwrap();
+        if let MaybeTlsStream::Plain(s) = ws.get_ref() {
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        }
+        ws
+    };
+    let mut ws = open();
+    ws.send(Message::binary(vec![1u8, 2, 3])).unwrap();
+    let (error, _) = until(&mut ws, WAIT, "an error", |m| m["type"] == "error");
+    assert!(error["text"].as_str().unwrap().contains("JSON"), "{error}");
+    // More than a page may send: that page is dropped, the others stay served.
+    let _ = ws.send(Message::text("x".repeat(64 * 1024)));
+    let deadline = Instant::now() + WAIT;
+    loop {
+        assert!(Instant::now() < deadline, "a page that sent 64 KiB stayed open");
+        match ws.read() {
+            Ok(_) => continue,
+            Err(tungstenite::Error::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
+            Err(_) => break,
+        }
+    }
+    let mut again = open();
+    let (s, _) = until(&mut again, WAIT, "a snapshot counting both refusals", |m| {
+        m["type"] == "snapshot" && m["commands_refused"].as_u64().unwrap_or(0) >= 2
+    });
+    assert_eq!(s["room"], "band");
+    assert!(ana.running(), "the player stopped: {:?}", ana.drain_lines());
 }
