@@ -238,7 +238,8 @@ pub struct MemberView {
     pub buffer_ms: f64,
     pub quality: Option<Quality>,
     pub received: u64,
-    pub lost: i64,
+    /// Packets lost (RTP's count, which duplicates can make negative, floored at 0).
+    pub lost: u64,
     /// Stretches concealed (lost or late audio filled in).
     pub concealed: u64,
     pub codec: Option<String>,
@@ -315,7 +316,7 @@ pub fn view(
                 buffer_ms,
                 quality: avg.zip(max).map(|(a, m)| quality(a, m, buffer_ms)),
                 received: heard.map_or(0, |m| m.heard.received),
-                lost: heard.map_or(0, |m| m.heard.lost),
+                lost: heard.map_or(0, |m| m.heard.lost.max(0) as u64),
                 concealed: heard.map_or(0, |m| m.heard.jitter_buffer.concealment_events),
                 codec: format.map(|f| f.codec.to_string()),
                 rate: format.map(|f| f.rate),
