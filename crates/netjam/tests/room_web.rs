@@ -8,7 +8,8 @@
 //!   mouse makes) sets that member's gain, which a second page (a WebSocket client here)
 //!   sees in the next snapshots; that client's mute shows on the page; refused commands
 //!   (an unknown name, a gain of 99 dB) come back as error events and change nothing; a
-//!   member who leaves is gone from the snapshots within 2 s;
+//!   member who leaves is gone from the snapshots within 2 s; the mix's meter moves while
+//!   tones play and falls when none is heard;
 //! * the mix as written: the moved member's tone is lower by the amount set (measured),
 //!   then silent while muted, while the other member's tone plays on;
 //! * a page bound to another address than loopback is refused without the token printed
@@ -254,9 +255,9 @@ fn the_page_shows_the_room_and_mixes_it_by_name() {
         "the page listed bo and cy {:.1} s after it was opened",
         started.elapsed().as_secs_f64()
     );
-    // Their meters move while they play; their latency is measured.
+    // Their meters move while they play, and the mix's; their latency is measured.
     page.wait_for(
-        r#"+document.querySelector('tr[data-member="bo"] .bar').dataset.peak > -40 && document.querySelector('tr[data-member="bo"]').dataset.ear !== """#,
+        r#"+document.querySelector('tr[data-member="bo"] .bar').dataset.peak > -40 && document.querySelector('tr[data-member="bo"]').dataset.ear !== "" && +document.getElementById('m-mix-bar').dataset.peak > -40"#,
         WAIT,
     );
 
@@ -364,6 +365,11 @@ fn the_page_shows_the_room_and_mixes_it_by_name() {
     );
     assert!(gone_s <= 2.0, "cy was still listed {gone_s:.2} s after it left");
     page.wait_for(r#"!document.querySelector('tr.member[data-member="cy"]')"#, WAIT);
+    // bo muted and cy gone: the mix's meter falls to silence.
+    page.wait_for(
+        r#"+document.getElementById('m-mix-bar').dataset.peak < -90"#,
+        WAIT,
+    );
     drop(page);
 
     // The mix as written.

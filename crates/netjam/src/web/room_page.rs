@@ -624,6 +624,90 @@ mod tests {
         assert_eq!(quality(5.0, 5.0, 12.0), Quality::Poor);
     }
 
+    fn snapshot(t_s: f64, heard: &[(u32, f64, f64)]) -> Snapshot<MediaReport> {
+        let mut stats = MediaReport::default();
+        for (slot, &(member, rtt, buffer)) in heard.iter().enumerate() {
+            let m = &mut stats.members[slot];
+            m.active = true;
+            m.member = member;
+            m.ssrc = member * 10;
+            m.rtt_ms = Some(rtt);
+            m.mix.gain = 0.5;
+            m.heard.jitter_buffer.added_latency_ms = buffer;
+        }
+        Snapshot {
+            t_s,
+            peak_dbfs: -6.0,
+            stats,
+        }
+    }
+
+    fn roster_of(names: &[(u32, &str)]) -> Roster {
+        let mut roster = Roster {
+            room: "band".into(),
+            ..Roster::default()
+        };
+        for &(id, name) in names {
+            roster.members.insert(
+                id,
+                netjam_engine::player::RosterMember {
+                    member_id: id,
+                    name: name.into(),
+                    ssrc: id * 10,
+                },
+            );
+        }
+        roster
+    }
+
+    #[test]
+    fn the_view_lists_the_roster_by_name_with_its_quality_over_ten_seconds() {
+        let roster = roster_of(&[(2, "cy"), (1, "Bo"), (3, "ana")]);
+        let mut rtts = RttHistory::default();
+        // A spike of 50 ms at the start, then 2 ms: Poor until the spike is 10 s old.
+        let v = view(
+            &snapshot(1.0, &[(1, 50.0, 2.0), (2, 2.0, 2.0)]),
+            &roster,
+            "me",
+            4.0,
+            &mut rtts,
+        );
+        let names: Vec<_> = v.members.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["ana", "Bo", "cy"], "by name, whatever the case");
+        let bo = &v.members[1];
+        assert_eq!(bo.quality, Some(Quality::Poor));
+        assert!((bo.gain_db + 6.02).abs() < 0.01, "{}", bo.gain_db);
+        assert_eq!(bo.path, "via server");
+        assert_eq!(bo.mouth_to_ear_ms, Some(25.0 + 4.0 + 2.0));
+        assert_eq!(v.members[2].quality, Some(Quality::Excellent));
+        assert_eq!(v.members[0].quality, None, "ana is not heard yet");
+        for t in 2..=11 {
+            view(
+                &snapshot(f64::from(t), &[(1, 2.0, 2.0)]),
+                &roster,
+                "me",
+                4.0,
+                &mut rtts,
+            );
+        }
+        let v = view(&snapshot(11.5, &[(1, 2.0, 2.0)]), &roster, "me", 4.0, &mut rtts);
+        assert_eq!(v.members[1].quality, Some(Quality::Excellent));
+        assert_eq!(v.members[1].rtt_max_ms, Some(2.0));
+        // Who leaves is gone from the view and from what is kept.
+        let v = view(
+            &snapshot(12.0, &[]),
+            &roster_of(&[(3, "ana")]),
+            "me",
+            4.0,
+            &mut rtts,
+        );
+        assert_eq!(v.members.len(), 1);
+        assert!(!rtts.contains_key(&1));
+        let json = serde_json::to_value(&v).expect("json");
+        assert_eq!(json["type"], "snapshot");
+        assert_eq!(json["room"], "band");
+    }
+
     #[test]
     fn the_page_commands_name_members_through_the_roster() {
         let (tx, rx) = mpsc::sync_channel(4);
