@@ -972,9 +972,10 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     });
     status.finish();
     if let Some(p) = page.take() {
+        let gone = p.gone();
         let w = p.stop();
         eprintln!(
-            "netjam: your page: loaded {} times, {} commands taken, {} refused",
+            "netjam: your page: loaded {} times, {} commands taken ({gone} for members who had just left), {} refused",
             w.page_loads, w.commands, w.commands_refused
         );
     }
