@@ -206,7 +206,7 @@ pub struct RoomView {
     pub master_gain_db: f32,
     pub monitor_gain_db: f32,
     pub monitor_mute: bool,
-    /// Whether you send silence (as last set from a page).
+    /// Whether you send silence (as last set from a page or OSC).
     pub send_mute: bool,
     /// Pages open now (this one included).
     pub pages_open: u64,
@@ -499,6 +499,12 @@ impl RoomPage {
 
     pub fn stats(&self) -> WebStats {
         self.web.as_ref().map(WebServer::stats).unwrap_or_default()
+    }
+
+    /// Where the page keeps whether you send silence: another surface that mutes your send
+    /// (OSC) stores it here too, so the page shows it.
+    pub fn send_mute_flag(&self) -> Arc<AtomicBool> {
+        self.send_mute.clone()
     }
 
     /// Commands for members who had left by the time they were applied.
