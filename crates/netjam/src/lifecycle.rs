@@ -141,13 +141,20 @@ impl<P: Process + 'static> Running<P> {
 
     /// Until the audio thread ends, hand every snapshot from `snaps` to `on_snapshot`
     /// (looking about ten times a second).
-    pub fn watch<S>(
+    pub fn watch<S>(&self, snaps: &mut rtrb::Consumer<Snapshot<S>>, on_snapshot: impl FnMut(Snapshot<S>)) {
+        self.watch_every(WATCH_INTERVAL, snaps, on_snapshot);
+    }
+
+    /// As [`Running::watch`], looking every `interval` (a page's meters want each
+    /// snapshot as it comes).
+    pub fn watch_every<S>(
         &self,
+        interval: Duration,
         snaps: &mut rtrb::Consumer<Snapshot<S>>,
         mut on_snapshot: impl FnMut(Snapshot<S>),
     ) {
         while !self.audio.is_finished() {
-            std::thread::sleep(WATCH_INTERVAL);
+            std::thread::sleep(interval);
             while let Ok(s) = snaps.pop() {
                 on_snapshot(s);
             }

@@ -447,6 +447,20 @@ impl CommandSource for () {
     }
 }
 
+impl<T: CommandSource> CommandSource for Option<T> {
+    fn next(&mut self, roster: &Roster) -> Option<Command> {
+        self.as_mut().and_then(|s| s.next(roster))
+    }
+}
+
+/// Two surfaces at once (OSC and the page): the first's waiting commands, then the
+/// second's.
+impl<A: CommandSource, B: CommandSource> CommandSource for (A, B) {
+    fn next(&mut self, roster: &Roster) -> Option<Command> {
+        self.0.next(roster).or_else(|| self.1.next(roster))
+    }
+}
+
 /// How often the shared roster's path figures (round trips) are refreshed when nothing
 /// else changed.
 const PATHS_REFRESH: Duration = Duration::from_millis(250);

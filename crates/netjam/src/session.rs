@@ -361,7 +361,7 @@ pub struct Snapshot<S> {
     pub stats: S,
 }
 
-/// Publishes snapshots about ten times a second without blocking the audio thread.
+/// Publishes snapshots (ten a second unless told) without blocking the audio thread.
 struct Publisher<S> {
     tx: rtrb::Producer<Snapshot<S>>,
     frames: u64,
@@ -373,18 +373,18 @@ struct Publisher<S> {
 
 impl<S: Copy> Publisher<S> {
     fn new(rate: u32) -> (Self, rtrb::Consumer<Snapshot<S>>) {
-        Self::with_capacity(rate, 256)
+        Self::with_capacity(rate, 256, 10)
     }
 
-    /// Room for `capacity` snapshots not yet taken (for large ones).
-    fn with_capacity(rate: u32, capacity: usize) -> (Self, rtrb::Consumer<Snapshot<S>>) {
+    /// Room for `capacity` snapshots not yet taken (for large ones), `per_second` of them.
+    fn with_capacity(rate: u32, capacity: usize, per_second: u32) -> (Self, rtrb::Consumer<Snapshot<S>>) {
         let (tx, rx) = rtrb::RingBuffer::new(capacity);
         (
             Self {
                 tx,
                 frames: 0,
                 since: 0,
-                every: rate as u64 / 10,
+                every: (rate / per_second.max(1)).max(1) as u64,
                 rate,
                 peak: 0.0,
             },
@@ -806,6 +806,9 @@ pub const MAX_ROOM_MEMBERS: usize = netjam_engine::room::ROOM_SEATS;
 const ROOM_COMMANDS: usize = 256;
 /// Room snapshots that may wait for the control side (each is a few kB).
 const ROOM_SNAPSHOTS: usize = 32;
+/// Room snapshots a second: the page's meters move at this rate (the status line and
+/// `--stats-json` take one in every 100 ms of them).
+pub const ROOM_SNAPSHOTS_PER_S: u32 = 25;
 
 impl Transmit for NetSide {
     fn transmit(&mut self, now_ns: u64, datagram: &[u8]) {
@@ -867,7 +870,7 @@ impl std::fmt::Debug for RoomProcess {
 
 impl RoomProcess {
     /// Reserve everything for `config` (the only allocation). Returns the process, the
-    /// snapshots it publishes about ten times a second, and the command ring's producer
+    /// snapshots it publishes ([`ROOM_SNAPSHOTS_PER_S`] a second), and the command ring's producer
     /// (for the control thread: OSC, the roster).
     pub fn new(
         sender: Sender,
@@ -879,7 +882,7 @@ impl RoomProcess {
         rtrb::Producer<Command>,
     ) {
         let rate = sender.format().rate;
-        let (publisher, snapshots) = Publisher::with_capacity(rate, ROOM_SNAPSHOTS);
+        let (publisher, snapshots) = Publisher::with_capacity(rate, ROOM_SNAPSHOTS, ROOM_SNAPSHOTS_PER_S);
         let (commands_tx, commands) = rtrb::RingBuffer::new(ROOM_COMMANDS);
         let p = Self {
             media: Media::new(sender, config),

@@ -57,6 +57,8 @@ fn room_flags_with_peer_are_refused_saying_what_to_use() {
         (&["--public"], &["--public", room]),
         (&["--port-map"], &["--port-map", "--listen port", room]),
         (&["--stun", "127.0.0.1:3478"], &["--stun", room]),
+        (&["--web"], &["--web", room, "--osc PORT"]),
+        (&["--web", "127.0.0.1:0"], &["--web", room]),
         (
             &["--ensemble", "band", "--ensemble-room", "other"],
             &["--ensemble-room", "--ensemble NAME", room],

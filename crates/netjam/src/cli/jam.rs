@@ -208,6 +208,12 @@ pub struct JamArgs {
     /// The address OSC control listens on (default: this machine only).
     #[arg(long, help_heading = CONTROL, value_name = "ADDR", default_value = "127.0.0.1", requires = "osc")]
     pub osc_bind: std::net::IpAddr,
+    /// In a room: serve your own page for a browser on ADDR:PORT (alone: 127.0.0.1:4466;
+    /// port 0: any free port): who is in the room, how far away they sound, meters, and
+    /// your mix with the mouse. A loopback address serves this machine only; any other
+    /// needs the token printed with the URL.
+    #[arg(long, help_heading = CONTROL, value_name = "ADDR:PORT", num_args = 0..=1, default_missing_value = crate::web::room_page::DEFAULT_ADDR)]
+    pub web: Option<SocketAddr>,
     /// Write the final statistics and their time series as JSON.
     #[arg(long, help_heading = CONTROL, value_name = "FILE")]
     pub stats_json: Option<PathBuf>,
@@ -497,7 +503,7 @@ fn refuse_other_mode(a: &JamArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let refused: [(bool, String); 11] = [
+    let refused: [(bool, String); 12] = [
         (
             a.password.is_some(),
             format!("--password protects a room; with --peer there is no server to prove it to: use {ROOM} --password TEXT"),
@@ -547,6 +553,13 @@ fn refuse_other_mode(a: &JamArgs) -> anyhow::Result<()> {
             format!(
                 "--ensemble-room picks the ensemble of a room on the rooms server; with --peer the ensemble is found on the \
                  local network: use --ensemble NAME alone, or play in a room: {ROOM} --ensemble --ensemble-room NAME"
+            ),
+        ),
+        (
+            a.web.is_some(),
+            format!(
+                "--web serves your page of a room (its members, meters and your mix of them); with --peer there is no \
+                 room: use {ROOM} --web, or --osc PORT to control a two-player jam"
             ),
         ),
         (

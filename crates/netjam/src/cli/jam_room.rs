@@ -4,11 +4,13 @@
 //! SSRC the room assigned), then sends what you play once, to the server, and hears every
 //! other member through a receiver of its own, mixed with per-member gain, pan and mute.
 //! You hear yourself only through the local monitor (off unless `--monitor`), never
-//! through the network. With `--osc PORT` every mix parameter is an OSC address.
+//! through the network. With `--osc PORT` every mix parameter is an OSC address; with
+//! `--web` the player serves its page ([`crate::web::room_page`]), fed every snapshot, its
+//! commands polled by the room client's control thread beside OSC's.
 //!
 //! This module parses nothing and decides nothing about the protocol: it wires the
 //! library pieces ([`crate::room_client`], [`crate::session::RoomProcess`],
-//! [`crate::control`]) to the endpoint `jam` opened, and prints.
+//! [`crate::control`], [`crate::web`]) to the endpoint `jam` opened, and prints.
 
 use std::net::SocketAddr;
 
@@ -39,10 +41,15 @@ use crate::series::BoundedSeries;
 use crate::server::DEFAULT_PORT;
 use crate::session::{interrupt_flag, NetIo, Peer, RoomProcess, Snapshot, MAX_ROOM_MEMBERS};
 use crate::status::StatusLine;
+use crate::web::room_page::RoomPage;
 use netjam_engine::nat::direct::{PathInfo, PathState};
 use netjam_engine::player::{Command, MediaConfig, MediaReport};
 use netjam_engine::player::{Roster, SEATS};
 use netjam_engine::privacy::MediaSeal;
+
+/// How often the main thread looks for snapshots: with a page, each one as it comes.
+const WATCH: Duration = Duration::from_millis(100);
+const PAGE_WATCH: Duration = Duration::from_millis(20);
 
 /// How long to try to take a seat before giving up.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -183,6 +190,8 @@ struct OscCommands {
     recording: bool,
     /// Refused: no member at that seat, or a parameter rooms do not change yet.
     unsupported: u64,
+    /// Where the page shows whether you send silence (with `--web`).
+    send_mute: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl CommandSource for OscCommands {
@@ -201,7 +210,12 @@ impl CommandSource for OscCommands {
                     member(seat).map(|member| Command::Mute { member, mute })
                 }
                 ControlCommand::SendGain(db) => Some(Command::SendGain { db }),
-                ControlCommand::SendMute(mute) => Some(Command::SendMute { mute }),
+                ControlCommand::SendMute(mute) => {
+                    if let Some(shown) = &self.send_mute {
+                        shown.store(mute, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    Some(Command::SendMute { mute })
+                }
                 ControlCommand::MonitorGain(db) => Some(Command::MonitorGain { db }),
                 ControlCommand::MonitorMute(mute) => Some(Command::MonitorMute { mute }),
                 ControlCommand::MasterGain(db) => Some(Command::MasterGain { db }),
@@ -326,6 +340,23 @@ fn room_line(s: &Snapshot<MediaReport>, roster: &Roster, fixed_ms: f64) -> Strin
         }
     }
     line
+}
+
+/// Folds the peaks of `earlier` (a snapshot not shown) into `now`: the status line and the
+/// statistics file show each tenth of a second's loudest, whatever the snapshots' rate.
+fn keep_peaks(earlier: &Snapshot<MediaReport>, now: &mut Snapshot<MediaReport>) {
+    now.peak_dbfs = now.peak_dbfs.max(earlier.peak_dbfs);
+    let limiter = &mut now.stats.limiter;
+    limiter.max_reduction_db = limiter
+        .max_reduction_db
+        .max(earlier.stats.limiter.max_reduction_db);
+    let monitor = &mut now.stats.monitor;
+    monitor.peak = monitor.peak.max(earlier.stats.monitor.peak);
+    for (m, e) in now.stats.members.iter_mut().zip(&earlier.stats.members) {
+        if m.active && e.active && m.ssrc == e.ssrc {
+            m.level.peak = m.level.peak.max(e.level.peak);
+        }
+    }
 }
 
 /// Keep the latest figures of everyone heard, and the name they had while in the room.
@@ -507,6 +538,8 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             format.rate
         );
     }
+    // The page's address is taken before joining, so a bad one is said before anything runs.
+    let web = a.web.map(super::server::bind_web).transpose()?;
     let stun = a
         .stun
         .as_deref()
@@ -638,15 +671,33 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let (osc, extra) = match osc {
+    let (osc, mut extra) = match osc {
         Some((handle, rx)) => (
             Some(handle),
             Some(OscCommands {
                 rx,
                 recording: a.record.is_some(),
                 unsupported: 0,
+                send_mute: None,
             }),
         ),
+        None => (None, None),
+    };
+    let (mut page, page_commands) = match web {
+        Some(listener) => {
+            let url = listener.url();
+            let note = if listener.access().token().is_none() {
+                "this machine only"
+            } else {
+                "anyone with this URL can change your mix: share it only with yourself"
+            };
+            let (page, commands) = RoomPage::start(listener).map_err(|e| anyhow::anyhow!("--web: {e}"))?;
+            eprintln!("netjam: your page of room {room:?}: {url} ({note})");
+            if let Some(osc) = &mut extra {
+                osc.send_mute = Some(page.send_mute_flag());
+            }
+            (Some(page), Some(commands))
+        }
         None => (None, None),
     };
     let wires = RoomWires {
@@ -665,10 +716,9 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         public: a.public,
         mix: a.mix.clone().unwrap_or_default(),
     };
-    let room_link = match extra {
-        Some(extra) => room_client::spawn(seated, &room, wires, control_rx, commands, extra)?,
-        None => room_client::spawn(seated, &room, wires, control_rx, commands, ())?,
-    };
+    // The control thread stays the command ring's one producer: OSC's and the page's
+    // commands reach the audio thread through it.
+    let room_link = room_client::spawn(seated, &room, wires, control_rx, commands, (extra, page_commands))?;
     let recorder = match &a.record {
         Some(dir) => {
             let roster = room_link.roster.clone();
@@ -768,8 +818,26 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     // When the server was found silent and which one it was, while it is.
     let mut lost_since: Option<(f64, Option<SocketAddr>)> = None;
     let mut rates_told: std::collections::BTreeMap<u32, super::jam::HeardRate> = Default::default();
-    running.watch(&mut snaps, |s| {
+    // The page takes every snapshot; the rest one per tenth of a second, with the peaks of
+    // those in between.
+    let mut tenth = -1i64;
+    let mut between: Option<Snapshot<MediaReport>> = None;
+    let watch_every = if page.is_some() { PAGE_WATCH } else { WATCH };
+    running.watch_every(watch_every, &mut snaps, |mut s| {
         let roster = room_link.roster();
+        if let Some(p) = &mut page {
+            p.publish(&s, &roster, &name, fixed_ms);
+        }
+        if let Some(b) = &between {
+            keep_peaks(b, &mut s);
+        }
+        let now_tenth = (s.t_s * 10.0).floor() as i64;
+        if now_tenth == tenth {
+            between = Some(s);
+            return;
+        }
+        tenth = now_tenth;
+        between = None;
         if roster.replaced && !refusal_told {
             refusal_told = true;
             status.finish();
@@ -900,6 +968,14 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         }
     });
     status.finish();
+    if let Some(p) = page.take() {
+        let gone = p.gone();
+        let w = p.stop();
+        eprintln!(
+            "netjam: your page: loaded {} times, {} commands taken ({gone} for members who had just left), {} refused",
+            w.page_loads, w.commands, w.commands_refused
+        );
+    }
     if let Some(failed) = member_ports
         .as_ref()
         .map(MemberPorts::rename_failures)

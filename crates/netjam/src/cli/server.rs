@@ -73,7 +73,7 @@ const LIMITS: &str = "Limits";
 const REPORTS: &str = "Control and reports";
 
 /// Binds the page's address, saying what to do when it cannot be had.
-fn bind_web(addr: SocketAddr) -> anyhow::Result<WebListener> {
+pub(crate) fn bind_web(addr: SocketAddr) -> anyhow::Result<WebListener> {
     WebListener::bind(addr).map_err(|e| match e {
         WebError::InUse { .. } => anyhow::anyhow!(
             "--web {addr}: {e}: pick another port (--web {}:0 takes any free one)",

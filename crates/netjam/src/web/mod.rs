@@ -1,7 +1,10 @@
 //! Pages served by the process itself: one HTML page embedded in the binary and one
 //! WebSocket (`/ws`) that pushes JSON text messages, on threads of their own. The
-//! server's read-only page ([`server_page`]) is the first; what it shows is published to
-//! a [`Board`] by a feed thread that reads the snapshots the process already makes.
+//! server's read-only page ([`server_page`]) and the player's own page ([`room_page`]);
+//! what they show is published to a [`Board`] from the snapshots the process already
+//! makes. A page that may change something (the player's mix) hands each text message it
+//! sends to the server's [`Inbox`], which says yes or why not; a refusal goes back to that
+//! page as an error event.
 //!
 //! Crates: the WebSocket is [`tungstenite`]'s (already used by the ensemble's bridge,
 //! blocking, no runtime), and HTTP requests are parsed by [`httparse`] (the parser
@@ -26,8 +29,10 @@
 //! the newest), and keeps up to [`KEPT_EVENTS`] events.
 //!
 //! Never here: anything on the forwarding or audio threads, any lock those threads take,
-//! reading a request body, serving files from disk, or anything a page could change.
+//! reading a request body, serving files from disk, or acting on what a page sends (that
+//! is the [`Inbox`]'s, which only checks and queues it).
 
+pub mod room_page;
 pub mod server_page;
 
 use std::collections::VecDeque;
@@ -54,8 +59,10 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 pub const KEPT_EVENTS: usize = 64;
 /// The WebSocket's path.
 pub const WS_PATH: &str = "/ws";
-/// The largest message a page may send (it has nothing to say but close and pong).
-const MAX_INCOMING: usize = 4 * 1024;
+/// The largest message a page may send (a command of the mix is a few dozen bytes).
+pub const MAX_INCOMING: usize = 4 * 1024;
+/// Messages taken from one page per wake, at most; the rest wait for the next.
+const INCOMING_PER_WAKE: usize = 64;
 /// How long the accepting thread waits before trying again after a failed accept.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// Longest a page's thread waits for news before it looks at what the page sent.
@@ -297,6 +304,22 @@ impl Board {
     }
 }
 
+/// Where a page's text messages go. [`Inbox::take`] runs on the page's own thread: it
+/// checks the message and queues what it asks for, never waiting on the audio side.
+pub trait Inbox: Send + Sync + 'static {
+    /// Takes one message from a page: `Err` says why it was refused (sent back to that page
+    /// as `{"type":"error","text":…}`).
+    fn take(&self, text: &str) -> Result<(), String>;
+}
+
+/// The reply to a refused message.
+#[derive(Serialize)]
+struct Refused<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: &'a str,
+}
+
 /// Counters of a page server.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct WebStats {
@@ -316,6 +339,11 @@ pub struct WebStats {
     pub bad_requests: u64,
     /// Pages disconnected because they took no message within [`WRITE_TIMEOUT`].
     pub stalled: u64,
+    /// Messages from pages taken by the [`Inbox`].
+    pub commands: u64,
+    /// Messages from pages refused (not JSON, not a command, out of range, unknown name,
+    /// binary, or sent to a page server that takes none).
+    pub commands_refused: u64,
 }
 
 #[derive(Debug, Default)]
@@ -328,6 +356,8 @@ struct Counters {
     busy: AtomicU64,
     bad_requests: AtomicU64,
     stalled: AtomicU64,
+    commands: AtomicU64,
+    commands_refused: AtomicU64,
 }
 
 fn bump(a: &AtomicU64) {
@@ -346,6 +376,8 @@ impl Counters {
             busy: g(&self.busy),
             bad_requests: g(&self.bad_requests),
             stalled: g(&self.stalled),
+            commands: g(&self.commands),
+            commands_refused: g(&self.commands_refused),
         }
     }
 }
@@ -356,9 +388,16 @@ struct Shared {
     access: Access,
     page: &'static str,
     board: Arc<Board>,
+    inbox: Option<Arc<dyn Inbox>>,
     counters: Counters,
     live: AtomicUsize,
     stop: AtomicBool,
+}
+
+impl std::fmt::Debug for dyn Inbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Inbox")
+    }
 }
 
 /// A running page server: its accepting thread, and through the [`Board`] its pages.
@@ -373,6 +412,17 @@ impl WebServer {
     /// Serves `page` (a whole HTML document) on `listener`, and on [`WS_PATH`] what is
     /// published to `board`.
     pub fn start(listener: WebListener, page: &'static str, board: Arc<Board>) -> Result<Self, WebError> {
+        Self::start_with_inbox(listener, page, board, None)
+    }
+
+    /// As [`WebServer::start`], handing what pages send to `inbox` (without one, every
+    /// message is refused).
+    pub fn start_with_inbox(
+        listener: WebListener,
+        page: &'static str,
+        board: Arc<Board>,
+        inbox: Option<Arc<dyn Inbox>>,
+    ) -> Result<Self, WebError> {
         let WebListener {
             listener,
             local,
@@ -382,6 +432,7 @@ impl WebServer {
             access,
             page,
             board,
+            inbox,
             counters: Counters::default(),
             live: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
@@ -691,7 +742,7 @@ fn push_to_page(stream: TcpStream, rest: Vec<u8>, shared: &Shared) {
             }
             break;
         }
-        if !take_incoming(&mut ws) {
+        if !take_incoming(&mut ws, shared) {
             break;
         }
     }
@@ -699,23 +750,50 @@ fn push_to_page(stream: TcpStream, rest: Vec<u8>, shared: &Shared) {
 }
 
 /// Takes what the page sent; false once it is gone or said goodbye.
-fn take_incoming(ws: &mut WebSocket<TcpStream>) -> bool {
-    loop {
-        match ws.read() {
+fn take_incoming(ws: &mut WebSocket<TcpStream>, shared: &Shared) -> bool {
+    let c = &shared.counters;
+    for _ in 0..INCOMING_PER_WAKE {
+        let taken = match ws.read() {
             // The close reply is queued by the WebSocket itself.
             Ok(Message::Close(_)) => {
                 let _ = ws.flush();
                 return false;
             }
-            Ok(_) => {}
+            Ok(Message::Text(text)) => match &shared.inbox {
+                Some(inbox) => inbox.take(text.as_str()),
+                None => Err("this page changes nothing".to_owned()),
+            },
+            Ok(Message::Binary(_)) => Err("send commands as JSON text".to_owned()),
+            Ok(_) => continue,
             Err(tungstenite::Error::Io(e))
                 if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) =>
             {
                 return true;
             }
+            // Too long or not UTF-8: the page is dropped.
+            Err(tungstenite::Error::Capacity(_) | tungstenite::Error::Utf8(_)) => {
+                bump(&c.commands_refused);
+                return false;
+            }
             Err(_) => return false,
+        };
+        match taken {
+            Ok(()) => bump(&c.commands),
+            Err(why) => {
+                bump(&c.commands_refused);
+                let reply = serde_json::to_string(&Refused {
+                    kind: "error",
+                    text: &why,
+                })
+                .unwrap_or_default();
+                if ws.send(Message::text(reply)).is_err() {
+                    return false;
+                }
+                bump(&c.messages_sent);
+            }
         }
     }
+    true
 }
 
 #[cfg(test)]

@@ -1,0 +1,519 @@
+//! `netjam jam --room NAME --web`, the player's own page, against real processes on
+//! loopback: a `netjam server` and three players playing tones (`--sine`), the first of
+//! them with its page open and its mix written to a WAV file (`--output`).
+//!
+//! * headless Chromium (Debian's `chromium`, which scripts/deps installs; nothing here
+//!   downloads a browser), driven over its DevTools protocol, opens the printed URL: the
+//!   page lists the other two by name; a fader moved on the page (its `input` event, as a
+//!   mouse makes) sets that member's gain, which a second page (a WebSocket client here)
+//!   sees in the next snapshots; that client's mute shows on the page; refused commands
+//!   (an unknown name, a gain of 99 dB) come back as error events and change nothing; a
+//!   member who leaves is gone from the snapshots within 2 s; the mix's meter moves while
+//!   tones play and falls when none is heard;
+//! * the mix as written: the moved member's tone is lower by the amount set (measured),
+//!   then silent while muted, while the other member's tone plays on;
+//! * a page bound to another address than loopback is refused without the token printed
+//!   at start; a binary message is refused with an error, and a page that sends more than
+//!   a command's worth is dropped while the others stay served;
+//! * `--web` with `--peer` is refused, saying it needs a room.
+//!
+//! Loopback only, ephemeral ports, every wait bounded generously; the figures seen
+//! (snapshot rate, times) are printed.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::signal::{read_channel0, tone_amp, RATE};
+use common::{room_server, tmp, tmp_dir, Proc, BIN};
+use serde_json::{json, Value};
+use tungstenite::stream::MaybeTlsStream;
+use tungstenite::{Message, WebSocket};
+
+/// How long any one step may take on a loaded 2-core machine.
+const WAIT: Duration = Duration::from_secs(60);
+const CHROMIUM: &str = "/usr/bin/chromium";
+/// The members' tones, far from each other's harmonics.
+const BO_HZ: f64 = 330.0;
+const CY_HZ: f64 = 470.0;
+/// The gain the page sets on bo, dB.
+const MOVE_DB: f64 = -12.0;
+
+fn player(server: SocketAddr, name: &str, hz: &str, seconds: &str, extra: &[&str]) -> Proc {
+    Proc::spawn_lines(
+        Command::new(BIN)
+            .args(["jam", "--server", &server.to_string(), "--room", "band"])
+            .args([
+                "--name",
+                name,
+                "--sine",
+                hz,
+                "--duration",
+                seconds,
+                "--channels",
+                "1",
+            ])
+            .args(extra)
+            .stdout(Stdio::null()),
+        "jam --room",
+    )
+}
+
+type Ws = WebSocket<MaybeTlsStream<TcpStream>>;
+
+/// A page as a program: the WebSocket of the page at `url`.
+fn page_socket(url: &str) -> Ws {
+    let host = url.trim_start_matches("http://").split('/').next().unwrap();
+    let (ws, _) = tungstenite::client::connect(format!("ws://{host}/ws")).unwrap();
+    if let MaybeTlsStream::Plain(s) = ws.get_ref() {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    }
+    ws
+}
+
+/// The next JSON message, or None after the read timeout.
+fn next_message(ws: &mut Ws) -> Option<Value> {
+    loop {
+        match ws.read() {
+            Ok(Message::Text(t)) => return Some(serde_json::from_str(t.as_str()).unwrap()),
+            Ok(_) => continue,
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Reads messages until `want` is satisfied by one (within `within`); returns it and
+/// every error event seen meanwhile.
+fn until(ws: &mut Ws, within: Duration, what: &str, want: impl Fn(&Value) -> bool) -> (Value, Vec<String>) {
+    let deadline = Instant::now() + within;
+    let mut errors = Vec::new();
+    let mut last = Value::Null;
+    while Instant::now() < deadline {
+        let Some(m) = next_message(ws) else { continue };
+        if m["type"] == "error" {
+            errors.push(m["text"].as_str().unwrap_or_default().to_owned());
+        }
+        if want(&m) {
+            return (m, errors);
+        }
+        if m["type"] == "snapshot" {
+            last = m;
+        }
+    }
+    panic!("no {what} within {within:?}; the last snapshot: {last:#}");
+}
+
+fn member<'a>(snapshot: &'a Value, name: &str) -> Option<&'a Value> {
+    snapshot["members"].as_array()?.iter().find(|m| m["name"] == name)
+}
+
+/// Headless Chromium driven over its DevTools protocol (a WebSocket of its own).
+struct Browser {
+    _proc: Proc,
+    ws: Ws,
+    session: String,
+    next_id: u64,
+}
+
+impl Browser {
+    /// Starts Chromium (its own profile) with `url` open in a tab.
+    fn open(url: &str, tag: &str) -> Self {
+        let dir = tmp_dir(&format!("room-web-{tag}"));
+        let proc = Proc::spawn_lines(
+            Command::new(CHROMIUM)
+                .args([
+                    "--headless",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--no-first-run",
+                    "--remote-debugging-port=0",
+                ])
+                .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+                .arg("about:blank")
+                .stdout(Stdio::null()),
+            "chromium",
+        );
+        let line = proc.line_with("DevTools listening on", WAIT);
+        let devtools = line.split_whitespace().last().unwrap().to_owned();
+        let (ws, _) = tungstenite::client::connect(devtools).unwrap();
+        if let MaybeTlsStream::Plain(s) = ws.get_ref() {
+            s.set_read_timeout(Some(WAIT)).unwrap();
+        }
+        let mut b = Self {
+            _proc: proc,
+            ws,
+            session: String::new(),
+            next_id: 0,
+        };
+        let target = b.call(None, "Target.createTarget", json!({ "url": url }));
+        let target_id = target["targetId"].as_str().unwrap().to_owned();
+        let attached = b.call(
+            None,
+            "Target.attachToTarget",
+            json!({ "targetId": target_id, "flatten": true }),
+        );
+        b.session = attached["sessionId"].as_str().unwrap().to_owned();
+        b
+    }
+
+    fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        let mut msg = json!({ "id": id, "method": method, "params": params });
+        if let Some(s) = session {
+            msg["sessionId"] = json!(s);
+        }
+        self.ws.send(Message::text(msg.to_string())).unwrap();
+        loop {
+            let Some(m) = next_message(&mut self.ws) else {
+                panic!("chromium did not answer {method}");
+            };
+            if m["id"] == id {
+                assert!(m.get("error").is_none(), "{method}: {m}");
+                return m["result"].clone();
+            }
+        }
+    }
+
+    /// The value of JavaScript `expression` in the page.
+    fn eval(&mut self, expression: &str) -> Value {
+        let session = self.session.clone();
+        let r = self.call(
+            Some(&session),
+            "Runtime.evaluate",
+            json!({ "expression": expression, "returnByValue": true }),
+        );
+        r["result"]["value"].clone()
+    }
+
+    /// Evaluates `expression` until it is true (within `within`); how long it took.
+    fn wait_for(&mut self, expression: &str, within: Duration) -> Duration {
+        let started = Instant::now();
+        while started.elapsed() < within {
+            if self.eval(expression) == json!(true) {
+                return started.elapsed();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let body = self.eval("document.body.innerText");
+        panic!("the page never had {expression} within {within:?}; it shows: {body}");
+    }
+}
+
+/// The amplitude of the tone at `hz` in each 100 ms of `x`.
+fn tone_levels_db(x: &[f64], hz: f64) -> Vec<f64> {
+    let n = (RATE / 10.0) as usize;
+    x.chunks_exact(n)
+        .map(|b| 20.0 * tone_amp(b, hz).max(1e-9).log10())
+        .collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+#[test]
+fn the_page_shows_the_room_and_mixes_it_by_name() {
+    if !Path::new(CHROMIUM).exists() {
+        eprintln!("skipped: {CHROMIUM} is missing (scripts/deps installs Debian's chromium)");
+        return;
+    }
+    let (_server, addr) = room_server("180", WAIT);
+    let mix = tmp("room-web", "mix.wav");
+    let out = mix.to_str().unwrap().to_owned();
+    // Headroom for two tones, so the limiter never touches what is measured.
+    let mut ana = player(
+        addr,
+        "ana",
+        "220",
+        "150",
+        &["--web", "127.0.0.1:0", "--output", &out, "--master-gain=-12"],
+    );
+    let line = ana.line_with("your page of room", WAIT);
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_owned();
+    assert!(!url.contains("token"), "a loopback page needs no token: {url}");
+    let _bo = player(addr, "bo", &BO_HZ.to_string(), "150", &[]);
+    let mut cy = player(addr, "cy", &CY_HZ.to_string(), "150", &[]);
+
+    // The page in Chromium lists the others by name.
+    let started = Instant::now();
+    let mut page = Browser::open(&url, "page");
+    page.wait_for(
+        r#"!!document.querySelector('tr.member[data-member="bo"]') && !!document.querySelector('tr.member[data-member="cy"]')"#,
+        WAIT,
+    );
+    eprintln!(
+        "the page listed bo and cy {:.1} s after it was opened",
+        started.elapsed().as_secs_f64()
+    );
+    // Their meters move while they play, and the mix's; their latency is measured.
+    page.wait_for(
+        r#"+document.querySelector('tr[data-member="bo"] .bar').dataset.peak > -40 && document.querySelector('tr[data-member="bo"]').dataset.ear !== "" && +document.getElementById('m-mix-bar').dataset.peak > -40"#,
+        WAIT,
+    );
+
+    // A second page: counts the update rate, then watches the first page's move.
+    let mut other = page_socket(&url);
+    let (_, _) = until(&mut other, WAIT, "a snapshot", |m| m["type"] == "snapshot");
+    let window = Instant::now();
+    let mut snapshots = 0;
+    while window.elapsed() < Duration::from_secs(3) {
+        if next_message(&mut other).is_some_and(|m| m["type"] == "snapshot") {
+            snapshots += 1;
+        }
+    }
+    let rate = f64::from(snapshots) / window.elapsed().as_secs_f64();
+    let page_rate = page.eval("+document.body.dataset.rate");
+    eprintln!("updates: {rate:.1} snapshots/s to a WebSocket client, the page counts {page_rate} /s");
+    // 25 a second are published; a loaded machine may merge a few.
+    assert!(rate >= 15.0, "{rate:.1} snapshots a second");
+
+    // bo's fader moved on the page, as a mouse would.
+    let moved = Instant::now();
+    page.eval(&format!(
+        r#"(() => {{ const f = document.querySelector('tr[data-member="bo"] .fader'); f.value = {MOVE_DB}; f.dispatchEvent(new Event('input')); return f.value; }})()"#
+    ));
+    let (seen, _) = until(&mut other, WAIT, "bo at -12 dB", |m| {
+        member(m, "bo").is_some_and(|b| (b["gain_db"].as_f64().unwrap() - MOVE_DB).abs() < 0.1)
+    });
+    eprintln!(
+        "the second page saw the fader move {:.0} ms after it was made",
+        moved.elapsed().as_secs_f64() * 1e3
+    );
+    assert!(
+        (member(&seen, "cy").unwrap()["gain_db"].as_f64().unwrap()).abs() < 0.1,
+        "only bo moved: {seen:#}"
+    );
+    page.wait_for(
+        r#"document.querySelector('tr[data-member="bo"]').dataset.gainDb === "-12.0""#,
+        WAIT,
+    );
+    // Bo plays at -12 dB for a while.
+    std::thread::sleep(Duration::from_secs(3));
+
+    // Refused: nobody of that name, a gain out of range, not JSON. Nothing changes.
+    for bad in [
+        r#"{"member":"nobody","gain_db":-6}"#,
+        r#"{"member":"cy","gain_db":99}"#,
+        "not json",
+    ] {
+        other.send(Message::text(bad)).unwrap();
+    }
+    let mut errors = Vec::new();
+    let deadline = Instant::now() + WAIT;
+    while errors.len() < 3 {
+        assert!(Instant::now() < deadline, "errors seen: {errors:?}");
+        if let Some(m) = next_message(&mut other) {
+            if m["type"] == "error" {
+                errors.push(m["text"].as_str().unwrap().to_owned());
+            }
+        }
+    }
+    eprintln!("refused: {errors:?}");
+    assert!(errors[0].contains("nobody"), "{errors:?}");
+    assert!(errors[1].contains("out of range"), "{errors:?}");
+    let (after, _) = until(&mut other, WAIT, "a snapshot", |m| m["type"] == "snapshot");
+    assert!(
+        member(&after, "cy").unwrap()["gain_db"].as_f64().unwrap().abs() < 0.1,
+        "a refused command changed cy: {after:#}"
+    );
+    assert!(after["commands_refused"].as_u64().unwrap() >= 3, "{after:#}");
+
+    // The second page mutes bo; the first shows it.
+    other
+        .send(Message::text(r#"{"member":"bo","mute":true}"#))
+        .unwrap();
+    let muted_at = Instant::now();
+    until(&mut other, WAIT, "bo muted", |m| {
+        member(m, "bo").is_some_and(|b| b["mute"] == true)
+    });
+    page.wait_for(
+        r#"document.querySelector('tr[data-member="bo"]').dataset.mute === "true" && document.querySelector('tr[data-member="bo"] button.mute').getAttribute('aria-pressed') === "true""#,
+        WAIT,
+    );
+    let errors_on_page = page.eval("+(document.body.dataset.errors || 0)");
+    assert_eq!(
+        errors_on_page,
+        json!(0),
+        "the first page was sent another's errors"
+    );
+    // Bo stays muted a while, cy plays on.
+    std::thread::sleep(Duration::from_secs(3).saturating_sub(muted_at.elapsed()));
+
+    // cy leaves: gone from the snapshots within 2 s of its leaving.
+    let interrupted = Instant::now();
+    cy.interrupt();
+    let exit = cy.wait_for(WAIT);
+    assert!(exit.success(), "cy: {exit}");
+    let left = Instant::now();
+    until(&mut other, WAIT, "a snapshot without cy", |m| {
+        m["type"] == "snapshot" && member(m, "cy").is_none()
+    });
+    let gone_s = left.elapsed().as_secs_f64();
+    eprintln!(
+        "cy was gone from the snapshots {gone_s:.2} s after it exited ({:.2} s after its Ctrl-C)",
+        interrupted.elapsed().as_secs_f64()
+    );
+    assert!(gone_s <= 2.0, "cy was still listed {gone_s:.2} s after it left");
+    page.wait_for(r#"!document.querySelector('tr.member[data-member="cy"]')"#, WAIT);
+    // bo muted and cy gone: the mix's meter falls to silence.
+    page.wait_for(
+        r#"+document.getElementById('m-mix-bar').dataset.peak < -90"#,
+        WAIT,
+    );
+    drop(page);
+
+    // The mix as written.
+    ana.interrupt();
+    let (exit, said) = ana.finish(WAIT);
+    assert!(exit.success(), "ana: {exit}: {said:#?}");
+    assert!(
+        said.iter()
+            .any(|l| l.contains("your page:") && l.contains("refused")),
+        "{said:#?}"
+    );
+    let x = read_channel0(&mix);
+    let bo = tone_levels_db(&x, BO_HZ);
+    let cyl = tone_levels_db(&x, CY_HZ);
+    // Bo's level as first heard (its loudest plateau), then at the fader's setting, then
+    // muted: each tenth of a second is one of the three, but for the ramps between.
+    let top = bo.iter().copied().fold(f64::MIN, f64::max);
+    let full: Vec<f64> = bo.iter().copied().filter(|l| *l > top - 3.0).collect();
+    let set: Vec<f64> = bo
+        .iter()
+        .copied()
+        .filter(|l| (*l - (top + MOVE_DB)).abs() < 3.0)
+        .collect();
+    assert!(
+        full.len() >= 10,
+        "bo was heard at full level {} tenths",
+        full.len()
+    );
+    assert!(
+        set.len() >= 15,
+        "bo was heard at the fader's level {} tenths",
+        set.len()
+    );
+    let (full_db, set_db) = (median(full), median(set));
+    let moved_by = set_db - full_db;
+    eprintln!(
+        "bo in the mix: {full_db:.2} dBFS, then {set_db:.2} dBFS: moved by {moved_by:.2} dB (set {MOVE_DB} dB)"
+    );
+    assert!(
+        (moved_by - MOVE_DB).abs() <= 0.5,
+        "the fader set {MOVE_DB} dB and bo moved by {moved_by:.2} dB"
+    );
+    // Muted: the longest run of tenths where bo is silent while cy plays.
+    let cy_top = cyl.iter().copied().fold(f64::MIN, f64::max);
+    let (mut run, mut longest) = (0, 0);
+    for (b, c) in bo.iter().zip(&cyl) {
+        if *b < top - 60.0 && *c > cy_top - 3.0 {
+            run += 1;
+            longest = longest.max(run);
+        } else {
+            run = 0;
+        }
+    }
+    eprintln!("bo muted while cy played: {:.1} s", f64::from(longest) / 10.0);
+    assert!(longest >= 10, "bo was silent under cy for only {longest} tenths");
+}
+
+#[test]
+fn the_page_needs_a_room() {
+    let mut jam = Proc::spawn_lines(
+        Command::new(BIN)
+            .args([
+                "jam",
+                "--peer",
+                "127.0.0.1:9",
+                "--sine",
+                "440",
+                "--duration",
+                "1",
+                "--web",
+            ])
+            .stdout(Stdio::null()),
+        "jam --peer --web",
+    );
+    let (exit, said) = jam.finish(WAIT);
+    assert!(!exit.success(), "{said:#?}");
+    assert!(
+        said.iter()
+            .any(|l| l.contains("--web") && l.contains("room") && l.contains("--room NAME")),
+        "{said:#?}"
+    );
+}
+
+#[test]
+fn a_page_on_another_address_needs_its_token_and_takes_small_text_only() {
+    let (_server, addr) = room_server("90", WAIT);
+    let mut ana = player(addr, "ana", "220", "60", &["--web", "0.0.0.0:0"]);
+    let line = ana.line_with("your page of room", WAIT);
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_owned();
+    let (base, token) = url.split_once("?token=").expect("a token in the URL");
+    assert_eq!(token.len(), 32, "{url}");
+    assert!(line.contains("anyone with this URL"), "{line}");
+    let host = base.trim_start_matches("http://").trim_end_matches('/');
+    let get = |target: &str| {
+        use std::io::{Read, Write};
+        let mut s = TcpStream::connect(host).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut got = String::new();
+        let _ = s.read_to_string(&mut got);
+        got.lines().next().unwrap_or_default().to_owned()
+    };
+    assert!(get("/").contains("403"));
+    assert!(get(&format!("/?token={token}")).contains("200"));
+    assert!(tungstenite::client::connect(format!("ws://{host}/ws")).is_err());
+
+    let open = || {
+        let (ws, _) = tungstenite::client::connect(format!("ws://{host}/ws?token={token}")).unwrap();
+        if let MaybeTlsStream::Plain(s) = ws.get_ref() {
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        }
+        ws
+    };
+    let mut ws = open();
+    ws.send(Message::binary(vec![1u8, 2, 3])).unwrap();
+    let (error, _) = until(&mut ws, WAIT, "an error", |m| m["type"] == "error");
+    assert!(error["text"].as_str().unwrap().contains("JSON"), "{error}");
+    // More than a page may send: that page is dropped, the others stay served.
+    let _ = ws.send(Message::text("x".repeat(64 * 1024)));
+    let deadline = Instant::now() + WAIT;
+    loop {
+        assert!(Instant::now() < deadline, "a page that sent 64 KiB stayed open");
+        match ws.read() {
+            Ok(_) => continue,
+            Err(tungstenite::Error::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
+            Err(_) => break,
+        }
+    }
+    let mut again = open();
+    let (s, _) = until(&mut again, WAIT, "a snapshot counting both refusals", |m| {
+        m["type"] == "snapshot" && m["commands_refused"].as_u64().unwrap_or(0) >= 2
+    });
+    assert_eq!(s["room"], "band");
+    assert!(ana.running(), "the player stopped: {:?}", ana.drain_lines());
+}
