@@ -281,11 +281,7 @@ impl RecordTap {
                 need += frames * ch;
             }
         }
-        if self.blocks.slots() == 0 || self.samples.slots() < need {
-            self.counters.dropped_blocks.fetch_add(1, Ordering::Relaxed);
-            self.counters
-                .dropped_frames
-                .fetch_add(frames as u64, Ordering::Relaxed);
+        if !self.room_for(need, frames) {
             return;
         }
         push_padded(&mut self.samples, you, frames * self.you_ch);
@@ -298,6 +294,19 @@ impl RecordTap {
         }
         // Checked above: there is room for it.
         let _ = self.blocks.push(header);
+    }
+
+    /// Whether the rings hold a block of `need` samples more; when not, the period of
+    /// `frames` frames is counted dropped.
+    fn room_for(&mut self, need: usize, frames: usize) -> bool {
+        if self.blocks.slots() == 0 || self.samples.slots() < need {
+            self.counters.dropped_blocks.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .dropped_frames
+                .fetch_add(frames as u64, Ordering::Relaxed);
+            return false;
+        }
+        true
     }
 
     /// Record one period of `frames` frames of a two-player jam: `you` (your input), what
@@ -326,11 +335,7 @@ impl RecordTap {
         };
         header.members[0] = (peer, channels as u16);
         let need = frames * (self.you_ch + self.mix_ch + channels);
-        if self.blocks.slots() == 0 || self.samples.slots() < need {
-            self.counters.dropped_blocks.fetch_add(1, Ordering::Relaxed);
-            self.counters
-                .dropped_frames
-                .fetch_add(frames as u64, Ordering::Relaxed);
+        if !self.room_for(need, frames) {
             return;
         }
         push_padded(&mut self.samples, you, frames * self.you_ch);

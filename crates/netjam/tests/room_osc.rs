@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::signal::{goertzel, read_channel0};
-use common::{address_in, read_json, require, require_python_osc, room_server, tmp, Proc, BIN};
+use common::{address_in, read_json, require, require_python_osc, room_server, sine_player, tmp, Proc};
 use netjam_osc::{encode_message, Arg, Packet};
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -28,17 +28,7 @@ fn player_in(tag: &str, server: SocketAddr, name: &str, hz: &str, seconds: &str,
     let out = tmp(tag, &format!("{name}.wav"));
     let json = tmp(tag, &format!("{name}.json"));
     Proc::spawn_lines(
-        Command::new(BIN)
-            .args([
-                "jam",
-                "--server",
-                &server.to_string(),
-                "--room",
-                "band",
-                "--name",
-                name,
-            ])
-            .args(["--sine", hz, "--duration", seconds, "--channels", "1"])
+        sine_player(server, name, hz, seconds)
             .arg("--output")
             .arg(&out)
             .arg("--stats-json")

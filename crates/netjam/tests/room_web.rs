@@ -29,7 +29,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::signal::{read_channel0, tone_amp, RATE};
-use common::{room_server, tmp, tmp_dir, Proc, BIN};
+use common::{room_server, sine_player, tmp, tmp_dir, Proc, BIN};
 use serde_json::{json, Value};
 use tungstenite::stream::MaybeTlsStream;
 use tungstenite::{Message, WebSocket};
@@ -45,18 +45,7 @@ const MOVE_DB: f64 = -12.0;
 
 fn player(server: SocketAddr, name: &str, hz: &str, seconds: &str, extra: &[&str]) -> Proc {
     Proc::spawn_lines(
-        Command::new(BIN)
-            .args(["jam", "--server", &server.to_string(), "--room", "band"])
-            .args([
-                "--name",
-                name,
-                "--sine",
-                hz,
-                "--duration",
-                seconds,
-                "--channels",
-                "1",
-            ])
+        sine_player(server, name, hz, seconds)
             .args(extra)
             .stdout(Stdio::null()),
         "jam --room",

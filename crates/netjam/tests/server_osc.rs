@@ -12,7 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    address_in, free_udp_port, oscdump_lines, python_json_lines, require, require_python_osc, tmp, Proc, BIN,
+    address_in, free_udp_port, oscdump_lines, python_json_lines, require, require_python_osc, sine_player,
+    tmp, Proc, BIN,
 };
 use netjam_osc::{encode_message, Message};
 
@@ -20,21 +21,10 @@ const WAIT: Duration = Duration::from_secs(15);
 
 fn player(server: SocketAddr, name: &str, hz: &str) -> Proc {
     Proc::spawn_lines(
-        Command::new(BIN)
-            .args(["jam", "--server", &server.to_string(), "--room", "band"])
+        sine_player(server, name, hz, "30")
             // What is asked of the server is what it forwards: no direct path between the
             // two players (on loopback one would form within a few packets).
             .arg("--via-server")
-            .args([
-                "--name",
-                name,
-                "--sine",
-                hz,
-                "--duration",
-                "30",
-                "--channels",
-                "1",
-            ])
             .arg("--output")
             .arg(tmp("server-osc", &format!("{name}.wav")))
             .stdout(Stdio::null()),

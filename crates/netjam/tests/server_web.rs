@@ -21,7 +21,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{tmp, tmp_dir, Proc, BIN};
+use common::{sine_player, tmp, tmp_dir, Proc, BIN};
 
 /// How long any one step may take on a loaded 2-core machine.
 const WAIT: Duration = Duration::from_secs(60);
@@ -64,25 +64,8 @@ fn host_of(url: &str) -> &str {
 
 fn player(server: SocketAddr, name: &str, hz: &str) -> Proc {
     Proc::spawn_lines(
-        Command::new(BIN)
-            .args([
-                "jam",
-                "--server",
-                &server.to_string(),
-                "--room",
-                "band",
-                "--via-server",
-            ])
-            .args([
-                "--name",
-                name,
-                "--sine",
-                hz,
-                "--duration",
-                "90",
-                "--channels",
-                "1",
-            ])
+        sine_player(server, name, hz, "90")
+            .arg("--via-server")
             .arg("--output")
             .arg(tmp("server-web", &format!("{name}.wav")))
             .stdout(Stdio::null()),

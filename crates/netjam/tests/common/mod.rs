@@ -278,6 +278,24 @@ pub fn room_server(duration_s: &str, timeout: Duration) -> (Proc, SocketAddr) {
     (server, addr)
 }
 
+/// `netjam jam` joining room "band" on `server` as `name`, playing a mono sine at `hz` for
+/// `seconds`: a player of the room tests, for the caller to add its own flags to and spawn.
+pub fn sine_player(server: SocketAddr, name: &str, hz: &str, seconds: &str) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(["jam", "--server", &server.to_string(), "--room", "band"])
+        .args([
+            "--name",
+            name,
+            "--sine",
+            hz,
+            "--duration",
+            seconds,
+            "--channels",
+            "1",
+        ]);
+    c
+}
+
 /// Runs the python `script` with the argument `arg`, which must succeed, and parses each
 /// line it prints as JSON.
 pub fn python_json_lines(script: &str, arg: &str) -> Vec<serde_json::Value> {
