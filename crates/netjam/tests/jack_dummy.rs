@@ -96,6 +96,10 @@ fn parses_jack_iodelay_lines() {
     assert_eq!(parse_iodelay("\textra loopback latency: 227 frames"), None);
 }
 
+/// A period in and one out, the packet, a 2 ms buffer on top of a period, the wire: about
+/// 230 frames on loopback; a busy machine may add a few periods, never 10 ms.
+const ROUND_TRIP_FRAMES: std::ops::Range<f64> = 128.0..480.0;
+
 #[test]
 fn jam_through_jack_against_reflect_has_a_stable_round_trip() {
     let server = start_server("jam");
@@ -164,6 +168,7 @@ fn jam_through_jack_against_reflect_has_a_stable_round_trip() {
     let deadline = Instant::now() + Duration::from_secs(22);
     let mut run: Vec<f64> = Vec::new();
     let mut seen = Vec::new();
+    let mut held_too_long = None;
     let stable = loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let Ok(line) = rx.recv_timeout(left) else {
@@ -176,23 +181,43 @@ fn jam_through_jack_against_reflect_has_a_stable_round_trip() {
             }
             run.push(frames);
             if run.len() >= 3 {
-                break Some(run.iter().sum::<f64>() / run.len() as f64);
+                let mean = run.iter().sum::<f64>() / run.len() as f64;
+                if ROUND_TRIP_FRAMES.contains(&mean) {
+                    break Some(mean);
+                }
+                // Held still, but too long: a start-up transient on a busy machine is given
+                // back within a second or two, so keep listening until the deadline.
+                held_too_long = Some(mean);
+                run.clear();
             }
         } else if line.contains("below threshold") {
             run.clear();
         }
     };
     drop(iodelay);
-    let Some(frames) = stable else {
+    let Some(frames) = stable.or(held_too_long) else {
         panic!(
             "jack_iodelay found no stable round trip through netjam; it said:\n{}\nnetjam said:\n{}",
             seen.join("\n"),
             jam.stderr()
         );
     };
-    // A period in and one out, the packet, a 2 ms buffer on top of a period, the wire: about
-    // 230 frames on loopback; a busy machine may add a few periods, never 10 ms.
-    assert!((128.0..480.0).contains(&frames), "round trip {frames} frames");
+    if !ROUND_TRIP_FRAMES.contains(&frames) {
+        // Say where the time went: netjam's own account of its buffer and every move it made.
+        jam.proc.interrupt();
+        let _ = jam.proc.wait_until(Duration::from_secs(3));
+        let report = std::fs::read_to_string(&json).unwrap_or_default();
+        let report: serde_json::Value = serde_json::from_str(&report).unwrap_or_default();
+        panic!(
+            "round trip {frames} frames; jack_iodelay said:\n{}\nnetjam's buffer: {}\nits stages: {}\nits discontinuities: {}\nthreads: {}\nnetjam said:\n{}",
+            seen.join("\n"),
+            report["stats"]["heard"]["jitter_buffer"],
+            report["stages"],
+            report["discontinuities"],
+            report["threads"],
+            jam.stderr()
+        );
+    }
     eprintln!(
         "jack_iodelay round trip through netjam jam --jack and netjam reflect: {frames:.1} frames ({:.2} ms) at 64 frames/period",
         frames / 48.0
@@ -207,6 +232,10 @@ fn jam_through_jack_against_reflect_has_a_stable_round_trip() {
     assert!(status.success(), "netjam jam failed:\n{}", jam.stderr());
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parse");
+    eprintln!(
+        "netjam's stages: {}\nits buffer's discontinuities: {}",
+        report["stages"], report["stats"]["heard"]["jitter_buffer"]["discontinuities"]
+    );
     assert_eq!(report["jack"]["period"], 64);
     assert_eq!(report["jack"]["rate"], 48000);
     let sent = report["stats"]["sent"]["packets"].as_u64().unwrap_or(0);
