@@ -57,6 +57,7 @@ fn valid_messages() -> Vec<Vec<u8>> {
             create_key: &c,
             key_agreement: &[],
             hosts: &[],
+            sample_rate: 0,
         }),
         Control::Rejoin(Rejoin {
             cookie: &c,

@@ -89,10 +89,26 @@ impl World {
 
     /// A seat declaring `pps` media packets per second (0: a seat without media).
     fn add_with(&mut self, i: u16, room: &str, name: &str, password: &str, ssrc: u32, pps: u32) -> usize {
+        self.add_at(i, room, name, password, ssrc, pps, 0)
+    }
+
+    /// A seat declaring `pps` media packets per second and a sample rate (0: not said).
+    #[allow(clippy::too_many_arguments)]
+    fn add_at(
+        &mut self,
+        i: u16,
+        room: &str,
+        name: &str,
+        password: &str,
+        ssrc: u32,
+        pps: u32,
+        rate: u32,
+    ) -> usize {
         let mut cfg = ClientConfig::new(room, name, password, ssrc);
         cfg.packets_per_s = pps;
         cfg.bytes_per_s = pps * 300;
         cfg.nonce_seed = [i as u8; 16];
+        cfg.sample_rate = rate;
         self.peers.push(Peer {
             addr: addr(i),
             client: RoomClient::new(cfg, self.now),
@@ -513,6 +529,7 @@ fn a_spoofed_source_gets_nothing_more_than_it_sent() {
         create_key: &[],
         key_agreement: &[],
         hosts: &[],
+        sample_rate: 0,
     });
     let mut jb = [0u8; MAX_CONTROL_LEN];
     let n = join.encode(&mut jb).expect("join");
@@ -830,6 +847,41 @@ fn refusals(events: &[RoomEvent]) -> Vec<Option<RefuseCode>> {
             _ => None,
         })
         .collect()
+}
+
+#[test]
+fn a_player_whose_rate_cannot_be_converted_is_refused_at_join_naming_the_rooms_rate() {
+    let mut w = World::new(ServerConfig::default(), 0.0, 23);
+    // 48 and 44.1 kHz convert both ways: both play.
+    let a = w.add_at(1, "band", "ana", "", 1, 750, 48_000);
+    let b = w.add_at(2, "band", "bo", "", 2, 690, 44_100);
+    w.run_for(300 * MS);
+    // 96 kHz converts to neither: refused at once, told the rate the room plays at.
+    let c = w.add_at(3, "band", "cy", "", 3, 1500, 96_000);
+    // A player that does not say its rate, and an ensemble seat (no media) at any rate, sit.
+    let d = w.add_at(4, "band", "di", "", 4, 750, 0);
+    let e = w.add_at(5, "band", "ens", "", 5, 0, 96_000);
+    // Another room plays at its own rate.
+    let f = w.add_at(6, "studio", "fe", "", 6, 1500, 96_000);
+    w.run_for(300 * MS);
+    for i in [a, b, d, e, f] {
+        assert!(w.peers[i].client.seat().is_some(), "{i}: {:?}", w.peers[i].events);
+    }
+    assert!(w.peers[c].client.seat().is_none());
+    assert_eq!(
+        refusals(&w.peers[c].events),
+        [Some(RefuseCode::RateUnconvertible)]
+    );
+    assert!(
+        w.peers[c].events.iter().any(|e| matches!(
+            e,
+            RoomEvent::Refused { reason, .. } if reason.contains("48000 Hz") && reason.contains("96000 Hz")
+        )),
+        "{:?}",
+        w.peers[c].events
+    );
+    // Nobody heard of the refused player.
+    assert!(w.roster(a).iter().all(|(_, n)| n != "cy"), "{:?}", w.roster(a));
 }
 
 #[test]

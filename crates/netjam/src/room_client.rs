@@ -81,6 +81,9 @@ pub struct JoinRequest {
     /// This player's own addresses, declared so that members behind the same router can
     /// reach it directly.
     pub hosts: Vec<SocketAddr>,
+    /// The sample rate this player sends and mixes at (0: not said), so that a room whose
+    /// rate cannot be converted to it refuses the join at once.
+    pub sample_rate: u32,
 }
 
 /// A seat taken: the client that holds it and what the roster said so far.
@@ -133,6 +136,24 @@ fn refusal_text(code: Option<RefuseCode>, reason: &str, r: &JoinRequest) -> Stri
             "the server cannot reach the room directory it shares with other servers, so it opens no new room now (rooms already playing go on): try room {:?} again in a moment",
             r.room
         ),
+        Some(RefuseCode::RateUnconvertible) => {
+            // The server names the room's rate in its text ("the room plays at 48000 Hz, ...").
+            let room_rate = reason
+                .split("plays at ")
+                .nth(1)
+                .and_then(|t| t.split(' ').next())
+                .and_then(|n| n.parse::<u32>().ok());
+            let run_at = room_rate.map_or_else(
+                || "the room's rate".to_string(),
+                |hz| format!("{hz} Hz (`--rate {hz}`, or your device's settings)"),
+            );
+            format!(
+                "room {:?} plays at {}, and your audio runs at {} Hz: netjam converts only between rates within 10 % of each other (44.1 and 48 kHz, 88.2 and 96 kHz); run at {run_at}",
+                r.room,
+                room_rate.map_or_else(|| "another rate".to_string(), |hz| format!("{hz} Hz")),
+                r.sample_rate
+            )
+        }
         _ => "the server refused to seat you".into(),
     };
     format!("{what} (server said: {reason})")
@@ -183,6 +204,7 @@ pub fn join_asking(
     config.bytes_per_s = r.bytes_per_s.max(1);
     config.nonce_seed = nonce_seed();
     config.hosts.clone_from(&r.hosts);
+    config.sample_rate = r.sample_rate;
     let began = Instant::now();
     let mut client = RoomClient::new(config, clock::now_ns());
     let deadline = Instant::now() + r.timeout;

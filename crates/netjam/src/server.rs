@@ -613,6 +613,7 @@ mod tests {
                         bytes_per_s: 750 * 300,
                         timeout: Duration::from_secs(10),
                         hosts: Vec::new(),
+                        sample_rate: 0,
                     },
                 )
                 .unwrap();

@@ -15,7 +15,9 @@
 //!   policed, and the four hear each other as cleanly as a room next to it without a flood;
 //! * random bytes, truncated and mistyped OSC, forged RTP and oversize datagrams at the
 //!   server's port are counted, never crash it and never reach a player's ears;
-//! * a player with another password is refused within seconds and told why.
+//! * a player with another password is refused within seconds and told why;
+//! * a player at 96 kHz in a room playing at 48 kHz is refused at join, told the room's
+//!   rate and how to run at it.
 //!
 //! What a player hears is proved from its WAV file: the level of each tone in 200 ms
 //! Hann-windowed blocks, with thresholds far from what a loaded machine can blur. Every
@@ -238,6 +240,7 @@ struct Player {
     seated_at: Option<Instant>,
 }
 
+#[derive(Clone, Copy)]
 struct PlayerArgs<'a> {
     server: SocketAddr,
     room: &'a str,
@@ -1032,15 +1035,23 @@ fn hostile_datagrams_at_the_server_are_counted_and_never_heard() {
     }
 }
 
-#[test]
-fn a_wrong_password_is_refused_within_seconds() {
-    let dir = common::tmp_dir("room-password");
+/// "ana" plays in room `room` (password "open sesame") and a second player, started by
+/// `second` with the room's arguments, must be refused within seconds and say `what_to_do`
+/// (every fragment); the server must have refused it and seated ana alone. Returns the
+/// server's report.
+fn a_second_player_is_refused(
+    tag: &str,
+    room: &str,
+    what_to_do: &[&str],
+    second: impl FnOnce(&Path, &PlayerArgs<'_>) -> Proc,
+) -> serde_json::Value {
+    let dir = common::tmp_dir(tag);
     let server = RoomServer::start(&dir);
     let input = dir.join("tone.wav");
     write_tone(&input, PLAYERS[0].1, AMP, 10.0);
     let args = PlayerArgs {
         server: server.addr,
-        room: "band",
+        room,
         password: "open sesame",
         duration_s: 10.0,
         dir: &dir,
@@ -1049,21 +1060,13 @@ fn a_wrong_password_is_refused_within_seconds() {
     let mut ana = Player::start("ana", &input, &args);
     ana.wait_seated();
     let started = Instant::now();
-    let mut bo = Player::start(
-        "bo",
-        &input,
-        &PlayerArgs {
-            password: "open sesame!",
-            ..args
-        },
-    );
-    let (status, said) = bo.proc.finish(Duration::from_secs(5));
+    let (status, said) = second(&input, &args).finish(Duration::from_secs(5));
     let took = started.elapsed();
     eprintln!("refused after {took:?}: {said:?}");
-    assert!(!status.success(), "bo joined with another password: {said:?}");
+    assert!(!status.success(), "the second player joined: {said:?}");
     assert!(
-        said.iter().any(|l| l.contains("password")),
-        "the refusal does not name the password: {said:?}"
+        said.iter().any(|l| what_to_do.iter().all(|w| l.contains(w))),
+        "the refusal does not say {what_to_do:?}: {said:?}"
     );
     let report = server.stop();
     assert!(
@@ -1071,14 +1074,94 @@ fn a_wrong_password_is_refused_within_seconds() {
         "{}",
         report["server"]
     );
-    let names: Vec<&str> = report["members"]
+    let seated: Vec<(&str, &str)> = report["members"]
         .as_array()
         .expect("members")
         .iter()
-        .filter_map(|m| m["name"].as_str())
+        .filter_map(|m| Some((m["name"].as_str()?, m["room"].as_str()?)))
         .collect();
-    assert_eq!(names, ["ana"], "seated with the wrong password");
+    assert_eq!(seated, [("ana", room)], "the second player was seated");
     drop(ana);
+    report
+}
+
+#[test]
+fn a_wrong_password_is_refused_within_seconds() {
+    a_second_player_is_refused("room-password", "band", &["password"], |input, args| {
+        Player::start(
+            "bo",
+            input,
+            &PlayerArgs {
+                password: "open sesame!",
+                tag: ".bo",
+                ..*args
+            },
+        )
+        .proc
+    });
+}
+
+#[test]
+fn a_second_player_under_a_taken_name_is_refused_and_told_to_pick_another() {
+    // Another "ana" from another address (another machine, as the server sees it), naming
+    // the room in another case: the same room, and the name is taken.
+    let report = a_second_player_is_refused(
+        "room-names",
+        "Band",
+        &["already has a player named", "--name"],
+        |input, args| {
+            Player::start_with(
+                "ana",
+                input,
+                &PlayerArgs {
+                    room: "band",
+                    tag: ".other",
+                    ..*args
+                },
+                &["--listen", "127.0.0.2:0"],
+            )
+            .proc
+        },
+    );
+    assert!(
+        counter(&report, &["server", "names_taken"]) >= 1,
+        "{}",
+        report["server"]
+    );
+}
+
+/// A player at 96 kHz in a room playing at 48 kHz (netjam converts 44.1 ↔ 48 kHz, not this):
+/// refused at join, told the rate to run at, instead of silence both ways.
+#[test]
+fn a_player_at_a_rate_the_room_cannot_convert_is_refused_and_told_the_rooms_rate() {
+    a_second_player_is_refused(
+        "room-rate",
+        "band",
+        &["plays at 48000 Hz", "96000 Hz", "--rate 48000"],
+        |_, args| {
+            let output = args.dir.join("cy.heard.wav");
+            Proc::spawn_lines(
+                Command::new(BIN)
+                    .args(["jam", "--server", &args.server.to_string(), "--room", args.room])
+                    .args(["--name", "cy", "--password", args.password])
+                    .args([
+                        "--sine",
+                        "500",
+                        "--rate",
+                        "96000",
+                        "--channels",
+                        "1",
+                        "--duration",
+                        "10",
+                    ])
+                    .arg("--output")
+                    .arg(&output)
+                    .env("NETJAM_NO_REALTIME", "1")
+                    .stdout(Stdio::null()),
+                "netjam jam at 96 kHz",
+            )
+        },
+    );
 }
 
 /// A server that stops answering (SIGSTOP, as a machine that hangs) and comes back: each
@@ -1127,58 +1210,4 @@ fn a_server_that_stops_answering_and_comes_back_is_said_both_times() {
         assert_eq!(lost, 1, "{}: said the server was lost {lost} times", f.name);
     }
     server.stop();
-}
-
-#[test]
-fn a_second_player_under_a_taken_name_is_refused_and_told_to_pick_another() {
-    let dir = common::tmp_dir("room-names");
-    let server = RoomServer::start(&dir);
-    let input = dir.join("tone.wav");
-    write_tone(&input, PLAYERS[0].1, AMP, 10.0);
-    let args = PlayerArgs {
-        server: server.addr,
-        room: "Band",
-        password: "open sesame",
-        duration_s: 10.0,
-        dir: &dir,
-        tag: "",
-    };
-    let mut ana = Player::start("ana", &input, &args);
-    ana.wait_seated();
-    // Another "ana" from another address (another machine, as the server sees it), naming
-    // the room in another case: the same room, and the name is taken.
-    let started = Instant::now();
-    let mut other = Player::start_with(
-        "ana",
-        &input,
-        &PlayerArgs {
-            room: "band",
-            tag: ".other",
-            ..args
-        },
-        &["--listen", "127.0.0.2:0"],
-    );
-    let (status, said) = other.proc.finish(Duration::from_secs(5));
-    let took = started.elapsed();
-    eprintln!("refused after {took:?}: {said:?}");
-    assert!(!status.success(), "a second ana joined: {said:?}");
-    assert!(
-        said.iter()
-            .any(|l| l.contains("already has a player named") && l.contains("--name")),
-        "the refusal does not say what to do: {said:?}"
-    );
-    let report = server.stop();
-    assert!(
-        counter(&report, &["server", "names_taken"]) >= 1,
-        "{}",
-        report["server"]
-    );
-    let seated: Vec<(&str, &str)> = report["members"]
-        .as_array()
-        .expect("members")
-        .iter()
-        .filter_map(|m| Some((m["name"].as_str()?, m["room"].as_str()?)))
-        .collect();
-    assert_eq!(seated, [("ana", "Band")], "a second ana was seated");
-    drop(ana);
 }

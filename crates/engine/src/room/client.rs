@@ -70,6 +70,10 @@ pub struct ClientConfig {
     /// so that members behind the same router can reach it directly; at most
     /// [`MAX_HOSTS`] are sent.
     pub hosts: Vec<SocketAddr>,
+    /// The sample rate this player sends and mixes at, Hz, declared in the join so that a
+    /// server refuses it at once in a room whose players' rate it cannot convert; 0 says
+    /// nothing.
+    pub sample_rate: u32,
 }
 
 impl ClientConfig {
@@ -88,6 +92,7 @@ impl ClientConfig {
             retry_max_ns: 1_000_000_000,
             lost_after_ns: 5_000_000_000,
             hosts: Vec::new(),
+            sample_rate: 0,
         }
     }
 }
@@ -362,6 +367,7 @@ impl RoomClient {
             create_key: if create { &key } else { &[] },
             key_agreement: &[],
             hosts: &hosts[..hn],
+            sample_rate: self.cfg.sample_rate,
         };
         let mut buf = vec![0u8; MAX_CONTROL_LEN];
         if let Ok(n) = Control::Join(j).encode(&mut buf) {

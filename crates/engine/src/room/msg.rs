@@ -115,6 +115,9 @@ pub enum RefuseCode {
     /// Sent to a seated member's address when a new join with its name came from its IP
     /// address (the same player, restarted): that seat is gone, and the client stops.
     Replaced = 12,
+    /// The room's players play at a sample rate netjam cannot convert this player's to
+    /// (it converts within 10 %: 44.1 ↔ 48 kHz, 88.2 ↔ 96 kHz): the text names the room's rate.
+    RateUnconvertible = 13,
 }
 
 impl RefuseCode {
@@ -133,6 +136,7 @@ impl RefuseCode {
             10 => Self::DirectoryUnavailable,
             11 => Self::NameTaken,
             12 => Self::Replaced,
+            13 => Self::RateUnconvertible,
             _ => return None,
         })
     }
@@ -152,6 +156,7 @@ impl RefuseCode {
             Self::DirectoryUnavailable => "room directory unreachable, no new rooms",
             Self::NameTaken => "name taken in this room, pick another",
             Self::Replaced => "a newer join of this name from this address took the seat",
+            Self::RateUnconvertible => "sample rate too far from the room's to convert",
         }
     }
 }
@@ -182,6 +187,9 @@ pub struct Join<'a> {
     /// The client's own (host) addresses, [`encode_addrs`] form; empty when it declares
     /// none (the argument is then left out on the wire).
     pub hosts: &'a [u8],
+    /// The sample rate of the audio it sends and mixes at, Hz; 0 when it does not say (the
+    /// argument is then left out on the wire).
+    pub sample_rate: u32,
 }
 
 /// `/netjam/rejoin`: take back a seat from a new address.
@@ -544,8 +552,12 @@ impl<'a> Control<'a> {
                 }
             }
             JOIN => {
-                let with_hosts = tags == b"ibssbbiiibbb";
-                if !with_hosts {
+                // Optional trailing arguments: the host addresses (a blob), then the
+                // sample rate (an int).
+                let with_rate = tags.len() > 11 && tags.ends_with(b"i");
+                let core = if with_rate { &tags[..tags.len() - 1] } else { tags };
+                let with_hosts = core == b"ibssbbiiibbb";
+                if !with_hosts && core != b"ibssbbiiibb" {
                     expect(b"ibssbbiiibb")?;
                 }
                 Control::Join(Join {
@@ -560,6 +572,7 @@ impl<'a> Control<'a> {
                     create_key: b!(),
                     key_agreement: b!(),
                     hosts: if with_hosts { b!() } else { &[] },
+                    sample_rate: if with_rate { i!() as u32 } else { 0 },
                 })
             }
             REJOIN => {
@@ -728,10 +741,11 @@ impl<'a> Control<'a> {
             Control::Challenge { cookie, server_nonce } => {
                 encode_message(buf, CHALLENGE, &[v, Arg::Blob(cookie), Arg::Blob(server_nonce)])
             }
-            // The host addresses are a trailing argument, left out when there are none so
-            // that an older server reads the message as before.
+            // The host addresses and the sample rate are trailing arguments, each left out
+            // when there is nothing to say, so that an older server reads a join that says
+            // neither as before.
             Control::Join(j) => {
-                let args = [
+                let mut args = [
                     v,
                     Arg::Blob(j.cookie),
                     Arg::Str(j.room),
@@ -744,8 +758,17 @@ impl<'a> Control<'a> {
                     Arg::Blob(j.create_key),
                     Arg::Blob(j.key_agreement),
                     Arg::Blob(j.hosts),
+                    u(j.sample_rate),
                 ];
-                encode_message(buf, JOIN, without_empty_hosts(&args, j.hosts))
+                let mut n = args.len();
+                if j.sample_rate == 0 {
+                    n -= 1;
+                }
+                if j.hosts.is_empty() {
+                    args[11] = args[12];
+                    n -= 1;
+                }
+                encode_message(buf, JOIN, &args[..n])
             }
             Control::Rejoin(r) => {
                 let args = [
@@ -968,6 +991,7 @@ mod tests {
             create_key: &[1; ROOM_KEY_LEN],
             key_agreement: &[],
             hosts: &[],
+            sample_rate: 0,
         }));
         let mut hosts = [0u8; MAX_ADDRS_LEN];
         let hn = encode_addrs(
@@ -989,7 +1013,25 @@ mod tests {
             create_key: &[],
             key_agreement: &[],
             hosts: &hosts[..hn],
+            sample_rate: 0,
         }));
+        // The sample rate, with and without the host addresses before it.
+        for (hosts, sample_rate) in [(&hosts[..hn], 44_100), (&[][..], 96_000)] {
+            roundtrip(Control::Join(Join {
+                cookie: &c,
+                room: "band",
+                name: "Ana",
+                client_nonce: &nonce,
+                authenticator: &auth,
+                ssrc: 1,
+                packets_per_s: 750,
+                bytes_per_s: 207_000,
+                create_key: &[],
+                key_agreement: &[],
+                hosts,
+                sample_rate,
+            }));
+        }
         roundtrip(Control::Rejoin(Rejoin {
             cookie: &c,
             member_id: 4,
@@ -1150,6 +1192,7 @@ mod tests {
                 create_key: create,
                 key_agreement: &[],
                 hosts: &[],
+                sample_rate: 0,
             })
         };
         // "abc" takes 4 bytes, "abcd" 8.
@@ -1191,20 +1234,25 @@ mod tests {
         assert_eq!(len(Control::Hello { pad: HELLO_PAD }), 92);
         // One IPv4 host address (7 bytes, padded to 8) adds a tag and a blob.
         let h = [4u8, 10, 0, 0, 1, 0x11, 0x70];
-        let joinh = Control::Join(Join {
-            cookie: &c,
-            room: "abc",
-            name: "abcd",
-            client_nonce: &n,
-            authenticator: &a,
-            ssrc: 0,
-            packets_per_s: 1,
-            bytes_per_s: 1,
-            create_key: &[],
-            key_agreement: &[],
-            hosts: &h,
-        });
-        assert_eq!(len(joinh), 148 + 4 + 8 + 4 + 8);
+        let joinh = |sample_rate| {
+            Control::Join(Join {
+                cookie: &c,
+                room: "abc",
+                name: "abcd",
+                client_nonce: &n,
+                authenticator: &a,
+                ssrc: 0,
+                packets_per_s: 1,
+                bytes_per_s: 1,
+                create_key: &[],
+                key_agreement: &[],
+                hosts: &h,
+                sample_rate,
+            })
+        };
+        assert_eq!(len(joinh(0)), 148 + 4 + 8 + 4 + 8);
+        // A sample rate adds a tag (within the tag string's padding) and an int.
+        assert_eq!(len(joinh(48_000)), 148 + 4 + 8 + 4 + 8 + 4);
         let peer = Control::Peer(PeerInfo {
             seq: 1,
             member_id: 2,

@@ -505,6 +505,8 @@ struct Member {
     route_seq: u32,
     /// It declared a media rate (a seat without media carries only ensemble traffic).
     media: bool,
+    /// The sample rate it declared, Hz (0: not said).
+    sample_rate: u32,
     /// It has sent `/netjam/ens`: ensemble datagrams are relayed to it.
     ens: bool,
     /// The client nonce of the join that gave the seat: a join from the seat's address
@@ -1166,6 +1168,22 @@ impl Server {
         if like >= cap {
             return self.refuse(src, RefuseCode::RoomFull);
         }
+        // Every player hears every other, each at its own rate: a rate that cannot be
+        // converted to or from a player's already here is refused now, naming the room's
+        // rate, not met with silence both ways.
+        if media && j.sample_rate != 0 {
+            let far = r.members.iter().find_map(|&o| {
+                let m = self.slots.get(o as usize).and_then(Option::as_ref)?;
+                let rate = m.sample_rate;
+                (m.media && rate != 0 && !crate::drift::converts(j.sample_rate, rate)).then_some(rate)
+            });
+            if let Some(rate) = far {
+                self.stats.refused += 1;
+                let text = format!("the room plays at {rate} Hz, too far from {} Hz", j.sample_rate);
+                let code = RefuseCode::RateUnconvertible as i32;
+                return self.queue(src, &Control::Refused { code, text: &text });
+            }
+        }
         // Resolve an SSRC collision inside the room by assigning a free one.
         let taken = |s: u32, slots: &[Option<Member>]| {
             r.members.iter().any(|&o| {
@@ -1214,6 +1232,7 @@ impl Server {
             direct: Vec::with_capacity(self.cfg.max_members_per_room),
             route_seq: 0,
             media,
+            sample_rate: j.sample_rate,
             ens: false,
             join_nonce: *j.client_nonce,
         };

@@ -586,6 +586,9 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             bytes_per_s,
             timeout: JOIN_TIMEOUT,
             hosts,
+            // What the room's streams are sent and mixed at (Opus runs at 48 kHz whatever
+            // the device's rate).
+            sample_rate: format.rate,
         },
         Some(&mut ask),
     )?;
