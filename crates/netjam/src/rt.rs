@@ -1,7 +1,9 @@
 //! Realtime scheduling for netjam's own audio and network threads, per platform.
 //!
 //! - Linux: the thread moves to `SCHED_FIFO` and the process's memory is locked, so the
-//!   kernel never makes a callback wait for a page or for a background job.
+//!   kernel never makes a callback wait for a page or for a background job. The network
+//!   threads run just below the audio thread: below netjam's own, or below a JACK callback
+//!   at the priority the server gives its clients ([`run_network_below`]).
 //! - macOS: the thread gets Mach's time-constraint policy (`thread_policy_set` with
 //!   `THREAD_TIME_CONSTRAINT_POLICY`), its period, computation and constraint taken from the
 //!   audio period ([`set_period_ns`]). CoreAudio's own I/O thread, where a sound card's
@@ -18,12 +20,28 @@
 //! a thread starts, never from inside a callback's steady state: it takes a lock and may
 //! allocate.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Priority of the audio thread (the network threads run just below it).
 pub const AUDIO_PRIORITY: i32 = 80;
 pub const NETWORK_PRIORITY: i32 = 75;
+
+/// What the network threads ask for: [`NETWORK_PRIORITY`], or just below an audio thread
+/// someone else schedules lower (a JACK server's clients' callbacks, [`run_network_below`]).
+static NETWORK_PRIO: AtomicI32 = AtomicI32::new(NETWORK_PRIORITY);
+
+/// The Linux `SCHED_FIFO` priority netjam's network threads take.
+pub fn network_priority() -> i32 {
+    NETWORK_PRIO.load(Ordering::Relaxed)
+}
+
+/// The audio thread runs at `audio` (a JACK callback at the server's client priority):
+/// network threads started from now on take the priority just below it (at least 1), so a
+/// packet never holds up the callback that is waiting for the CPU.
+pub fn run_network_below(audio: i32) {
+    NETWORK_PRIO.store((audio - 1).clamp(1, NETWORK_PRIORITY), Ordering::Relaxed);
+}
 
 /// What a thread got.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

@@ -237,7 +237,7 @@ impl NetIo {
             );
             let mut to_audio = to_audio;
             thread::Builder::new().name("netjam-rx".into()).spawn(move || {
-                crate::rt::promote_current_thread(crate::rt::NETWORK_PRIORITY);
+                crate::rt::promote_current_thread(crate::rt::network_priority());
                 let mut buf = vec![0u8; MAX_DATAGRAM];
                 // This thread's first load sets up its lock-free read slots: now, not on
                 // the first packet.
@@ -299,7 +299,7 @@ impl NetIo {
         let tx = {
             let (socket, stop, route) = (socket.clone(), stop.clone(), route.clone());
             thread::Builder::new().name("netjam-tx".into()).spawn(move || {
-                crate::rt::promote_current_thread(crate::rt::NETWORK_PRIORITY);
+                crate::rt::promote_current_thread(crate::rt::network_priority());
                 let mut buf = vec![0u8; MAX_DATAGRAM];
                 // This thread's first load sets up its lock-free read slots: now, not on
                 // the first packet.

@@ -233,11 +233,22 @@ fn jam_through_jack_against_reflect_has_a_stable_round_trip() {
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parse");
     eprintln!(
-        "netjam's stages: {}\nits buffer's discontinuities: {}",
-        report["stages"], report["stats"]["heard"]["jitter_buffer"]["discontinuities"]
+        "netjam's stages: {}\nits buffer's discontinuities: {}\nits threads: {} (JACK's callback: {})",
+        report["stages"],
+        report["stats"]["heard"]["jitter_buffer"]["discontinuities"],
+        report["threads"],
+        report["jack"]["realtime_priority"]
     );
     assert_eq!(report["jack"]["period"], 64);
     assert_eq!(report["jack"]["rate"], 48000);
+    // The network threads never run above the callback they feed.
+    if let Some(callback) = report["jack"]["realtime_priority"].as_i64() {
+        for t in report["threads"].as_array().expect("threads") {
+            if let Some(p) = t["priority"].as_i64() {
+                assert!(p < callback, "{t} above the JACK callback at {callback}");
+            }
+        }
+    }
     let sent = report["stats"]["sent"]["packets"].as_u64().unwrap_or(0);
     let heard = report["stats"]["heard"]["received"].as_u64().unwrap_or(0);
     assert!(

@@ -83,6 +83,8 @@ struct JackApi {
     get_sample_rate: unsafe extern "C" fn(*mut Client) -> u32,
     get_buffer_size: unsafe extern "C" fn(*mut Client) -> u32,
     is_realtime: unsafe extern "C" fn(*mut Client) -> c_int,
+    /// The realtime priority the server runs its clients' callbacks at (−1: not realtime).
+    client_real_time_priority: Option<unsafe extern "C" fn(*mut Client) -> c_int>,
     cpu_load: unsafe extern "C" fn(*mut Client) -> f32,
     port_register:
         unsafe extern "C" fn(*mut Client, *const c_char, *const c_char, c_ulong, c_ulong) -> *mut Port,
@@ -134,6 +136,10 @@ impl JackApi {
             get_sample_rate: f!(c"jack_get_sample_rate"),
             get_buffer_size: f!(c"jack_get_buffer_size"),
             is_realtime: f!(c"jack_is_realtime"),
+            client_real_time_priority: sym(c"jack_client_real_time_priority").ok().map(|p| {
+                // SAFETY: as for `f!`: jack_client_real_time_priority(jack_client_t*) -> int.
+                unsafe { std::mem::transmute::<*mut c_void, _>(p) }
+            }),
             cpu_load: f!(c"jack_cpu_load"),
             port_register: f!(c"jack_port_register"),
             port_get_buffer: f!(c"jack_port_get_buffer"),
@@ -748,6 +754,17 @@ impl JackEndpoint {
     /// Open a client and register its ports; nothing runs until [`Endpoint::run`].
     pub fn open(config: &JackConfig) -> Result<Self, JackError> {
         let client = ClientHandle::open(&config.name, config.server.as_deref())?;
+        // The callback is the audio thread: netjam's network threads, started after this,
+        // run just below it, never above (a server at the default -P 10 runs clients at 5).
+        if let Some(priority) = client
+            .api
+            .client_real_time_priority
+            // SAFETY: the client is open.
+            .map(|f| unsafe { f(client.raw) })
+            .filter(|&p| p > 0)
+        {
+            crate::rt::run_network_below(priority);
+        }
         let name = client.name();
         let inputs = config
             .inputs
