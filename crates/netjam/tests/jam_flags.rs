@@ -1,7 +1,9 @@
 //! No silent flags in `netjam jam`: a flag that means something in one mode only (`--peer`,
 //! two players; `--room`, through a rooms server) is refused in the other at once, before
 //! a packet leaves, with what to use instead; `--record` works in both, so a two-player
-//! jam records its multitrack too.
+//! jam records its multitrack too. The same holds for the sound: Opus's settings without
+//! `--codec opus`, and `--sample-format` without raw PCM on stdin or stdout, are refused by
+//! `jam`, `send` and `recv` alike.
 
 mod common;
 
@@ -107,6 +109,43 @@ fn peer_flags_in_a_room_are_refused_saying_what_to_use() {
     }
     let mut buf = [0u8; 2048];
     assert!(server.recv(&mut buf).is_err(), "jam sent a packet to the server");
+}
+
+#[test]
+fn codec_and_sample_format_flags_that_mean_nothing_here_are_refused() {
+    let (peer, to) = silent_end();
+    let jam = ["jam", "--peer", &to, "--listen", "127.0.0.1:0", "--sine", "440"];
+    let send = ["send", "--to", &to, "--sine", "440"];
+    for head in [&jam[..], &send[..]] {
+        refused(head, &["--opus-frame", "5"], &["--opus-frame", "--codec opus"]);
+        refused(head, &["--complexity", "9"], &["--complexity", "--codec opus"]);
+        refused(head, &["--bitrate", "64"], &["--bitrate", "--codec opus"]);
+        refused(
+            head,
+            &["--codec", "l24", "--opus-frame", "5"],
+            &["--opus-frame", "--codec opus"],
+        );
+        refused(
+            head,
+            &["--sample-format", "f32le"],
+            &["--sample-format", "--stdin"],
+        );
+    }
+    let out = tmp_dir("jam-flags-recv").join("heard.wav");
+    refused(
+        &[
+            "recv",
+            "--listen",
+            "127.0.0.1:0",
+            "--output",
+            out.to_str().expect("path"),
+        ],
+        &["--sample-format", "f32le"],
+        &["--sample-format", "--stdout"],
+    );
+    assert!(!out.exists(), "recv wrote {} before refusing", out.display());
+    let mut buf = [0u8; 2048];
+    assert!(peer.recv(&mut buf).is_err(), "a packet was sent");
 }
 
 #[test]

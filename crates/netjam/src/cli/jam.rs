@@ -575,6 +575,8 @@ fn refuse_other_mode(a: &JamArgs) -> anyhow::Result<()> {
 
 pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     refuse_other_mode(&a)?;
+    a.source.refuse_stray()?;
+    a.wire.refuse_stray()?;
     if a.room.is_some() {
         fill_room_defaults(&mut a)?;
     }

@@ -60,9 +60,9 @@ pub struct SourceArgs {
     /// Channels (default: the WAV's, else 2).
     #[arg(long)]
     pub channels: Option<u16>,
-    /// Layout of raw PCM on stdin.
-    #[arg(long, value_enum, default_value = "s16le")]
-    pub sample_format: SampleFormat,
+    /// Layout of raw PCM on stdin (default: s16le).
+    #[arg(long, value_enum)]
+    pub sample_format: Option<SampleFormat>,
     /// Send only these channels of the device, file or stdin, numbered from 1 as the
     /// interface labels them: `1,2`, `3-4`, `1,3-5`. The stream carries one channel per
     /// channel named (default: all of them).
@@ -81,6 +81,17 @@ pub fn parse_outputs(s: &str) -> Result<ChannelMap, String> {
 }
 
 impl SourceArgs {
+    /// Refuse a flag that only raw PCM on stdin reads, when the audio comes from elsewhere.
+    pub fn refuse_stray(&self) -> anyhow::Result<()> {
+        if self.sample_format.is_some() && !self.stdin {
+            bail!(
+                "--sample-format sets the layout of raw PCM read with --stdin: add --stdin, or leave it out (a WAV file \
+                 and a device say their own format)"
+            );
+        }
+        Ok(())
+    }
+
     /// Open the source, keeping only the channels `--inputs` names; also returns the codec
     /// that carries it without loss.
     pub fn open(&self) -> anyhow::Result<(Box<dyn FrameSource>, Codec)> {
@@ -120,7 +131,7 @@ impl SourceArgs {
             return Ok((
                 Box::new(RawSource::new(
                     std::io::stdin(),
-                    self.sample_format,
+                    self.sample_format.unwrap_or(SampleFormat::S16le),
                     rate,
                     channels,
                 )),
@@ -152,15 +163,15 @@ pub struct WireArgs {
     /// Frames per period, and per packet for l16/l24/f32 (16..=1024).
     #[arg(long, default_value_t = 64)]
     pub frames: u32,
-    /// Opus: milliseconds of audio per packet: 2.5, 5, 10 or 20.
-    #[arg(long, default_value_t = 2.5, value_name = "MS")]
-    pub opus_frame: f64,
+    /// Opus: milliseconds of audio per packet: 2.5, 5, 10 or 20 (default: 2.5).
+    #[arg(long, value_name = "MS")]
+    pub opus_frame: Option<f64>,
     /// Opus: bitrate of the stream in kbit/s (default: 96 per channel).
     #[arg(long, value_name = "KBPS")]
     pub bitrate: Option<u32>,
-    /// Opus: encoder complexity, 0 (least CPU) to 10 (best quality).
-    #[arg(long, default_value_t = 5)]
-    pub complexity: u8,
+    /// Opus: encoder complexity, 0 (least CPU) to 10 (best quality) (default: 5).
+    #[arg(long)]
+    pub complexity: Option<u8>,
     /// Each packet also carries the previous N packets (RFC 2198), 0..=8.
     #[arg(long, default_value_t = 0)]
     pub redundancy: usize,
@@ -171,7 +182,30 @@ pub struct WireArgs {
     pub name: Option<String>,
 }
 
+/// Opus packets of 2.5 ms unless `--opus-frame` says otherwise: the lowest latency it has.
+const DEFAULT_OPUS_FRAME_MS: f64 = 2.5;
+/// Opus's encoder complexity unless `--complexity` says otherwise.
+const DEFAULT_OPUS_COMPLEXITY: u8 = 5;
+
 impl WireArgs {
+    /// Refuse the Opus settings when the stream is not Opus: before anything opens, never
+    /// silently ignored.
+    pub fn refuse_stray(&self) -> anyhow::Result<()> {
+        if self.codec == Some(Codec::Opus) {
+            return Ok(());
+        }
+        for (given, flag) in [
+            (self.bitrate.is_some(), "--bitrate"),
+            (self.opus_frame.is_some(), "--opus-frame"),
+            (self.complexity.is_some(), "--complexity"),
+        ] {
+            if given {
+                bail!("{flag} applies to --codec opus; l16/l24/f32 send every sample as it is: add --codec opus, or leave out {flag}");
+            }
+        }
+        Ok(())
+    }
+
     /// A sender for `source`'s audio.
     pub fn sender(&self, source: &dyn FrameSource, default_codec: Codec) -> anyhow::Result<Sender> {
         self.sender_after_edge(source, default_codec, 0)
@@ -201,7 +235,11 @@ impl WireArgs {
         };
         let sender = if format.codec == Codec::Opus {
             let kbps = crate::opus::bitrate_kbps(self.bitrate, format.channels);
-            let settings = OpusSettings::new(self.opus_frame, kbps, self.complexity)?;
+            let settings = OpusSettings::new(
+                self.opus_frame.unwrap_or(DEFAULT_OPUS_FRAME_MS),
+                kbps,
+                self.complexity.unwrap_or(DEFAULT_OPUS_COMPLEXITY),
+            )?;
             let edge_frames = (edge_delay_ns * u64::from(crate::resample::OPUS_RATE) / 1_000_000_000) as u32;
             let encoder = OpusEncoder::new(format, settings)?.with_edge_delay(edge_frames);
             Sender::with_encoder(
@@ -212,9 +250,7 @@ impl WireArgs {
                 Some(Box::new(encoder)),
             )?
         } else {
-            if self.bitrate.is_some() {
-                bail!("--bitrate applies to --codec opus; l16/l24/f32 send every sample as it is");
-            }
+            self.refuse_stray()?;
             Sender::new(config)?
         };
         if sender.max_packet_bytes() > netjam_engine::sender::MTU_PAYLOAD {
@@ -271,6 +307,8 @@ struct SendReport {
 }
 
 pub fn run_send(a: SendArgs) -> anyhow::Result<()> {
+    a.source.refuse_stray()?;
+    a.wire.refuse_stray()?;
     check_outputs([(a.stats_json.as_deref(), "--stats-json")])?;
     let to = resolve(&a.to)?;
     let (mut source, default_codec) = a.source.open()?;
@@ -388,9 +426,9 @@ pub struct RecvArgs {
     /// Frames per playout period (the stand-in for a sound card's buffer).
     #[arg(long, default_value_t = 64)]
     pub period: u32,
-    /// Layout of raw PCM on stdout.
-    #[arg(long, value_enum, default_value = "s16le")]
-    pub sample_format: SampleFormat,
+    /// Layout of raw PCM on stdout (default: s16le).
+    #[arg(long, value_enum)]
+    pub sample_format: Option<SampleFormat>,
     /// Follow the sender's clock by resampling instead of inserting or skipping a period
     /// now and then (off by default here: a file then receives the stream bit-exact).
     #[arg(long)]
@@ -429,6 +467,9 @@ fn fixed_format(a: &RecvArgs) -> anyhow::Result<Option<(AudioFormat, u8)>> {
 }
 
 pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
+    if a.sample_format.is_some() && a.output.is_some() {
+        bail!("--sample-format sets the layout of raw PCM written with --stdout; a WAV file (--output) keeps the stream's own format: leave out --sample-format, or use --stdout");
+    }
     check_outputs([
         (a.output.as_deref(), "--output"),
         (a.stats_json.as_deref(), "--stats-json"),
@@ -465,7 +506,10 @@ pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
     eprintln!("netjam: receiving {format}");
     let sink: Box<dyn FrameSink> = match &a.output {
         Some(path) => Box::new(WavSink::create(path, format.rate, format.channels, format.codec)?),
-        None => Box::new(RawSink::new(std::io::stdout(), a.sample_format)),
+        None => Box::new(RawSink::new(
+            std::io::stdout(),
+            a.sample_format.unwrap_or(SampleFormat::S16le),
+        )),
     };
     let limit = a.duration.map(|d| (d * format.rate as f64) as u64);
     crate::rt::set_period_ns(netjam_engine::time::frames_to_ns(a.period.into(), format.rate));
