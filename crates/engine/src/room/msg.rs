@@ -1001,22 +1001,8 @@ mod tests {
             ],
             &mut hosts,
         );
-        roundtrip(Control::Join(Join {
-            cookie: &c,
-            room: "band",
-            name: "Ana",
-            client_nonce: &nonce,
-            authenticator: &auth,
-            ssrc: 1,
-            packets_per_s: 750,
-            bytes_per_s: 207_000,
-            create_key: &[],
-            key_agreement: &[],
-            hosts: &hosts[..hn],
-            sample_rate: 0,
-        }));
-        // The sample rate, with and without the host addresses before it.
-        for (hosts, sample_rate) in [(&hosts[..hn], 44_100), (&[][..], 96_000)] {
+        // The host addresses and the sample rate, each with and without the other.
+        for (hosts, sample_rate) in [(&hosts[..hn], 0), (&hosts[..hn], 44_100), (&[][..], 96_000)] {
             roundtrip(Control::Join(Join {
                 cookie: &c,
                 room: "band",
@@ -1179,7 +1165,9 @@ mod tests {
         let a = [0u8; AUTH_LEN];
         let t = [0u8; TOKEN_LEN];
         let mut len = |m: Control<'_>| m.encode(&mut buf).unwrap();
-        let join = |create: &'static [u8]| {
+        // One IPv4 host address: 7 bytes, padded to 8.
+        const H: [u8; 7] = [4, 10, 0, 0, 1, 0x11, 0x70];
+        let join = |create: &'static [u8], hosts: &'static [u8], sample_rate| {
             Control::Join(Join {
                 cookie: &c,
                 room: "abc",
@@ -1191,13 +1179,13 @@ mod tests {
                 bytes_per_s: 1,
                 create_key: create,
                 key_agreement: &[],
-                hosts: &[],
-                sample_rate: 0,
+                hosts,
+                sample_rate,
             })
         };
         // "abc" takes 4 bytes, "abcd" 8.
-        assert_eq!(len(join(&[])), 148 + 4 + 8);
-        assert_eq!(len(join(&[0; ROOM_KEY_LEN])), 148 + 4 + 8 + 32);
+        assert_eq!(len(join(&[], &[], 0)), 148 + 4 + 8);
+        assert_eq!(len(join(&[0; ROOM_KEY_LEN], &[], 0)), 148 + 4 + 8 + 32);
         let rejoin = Control::Rejoin(Rejoin {
             cookie: &c,
             member_id: 0,
@@ -1232,32 +1220,15 @@ mod tests {
         assert_eq!(len(Control::Leave), 24);
         assert_eq!(len(Control::Rebind), 24);
         assert_eq!(len(Control::Hello { pad: HELLO_PAD }), 92);
-        // One IPv4 host address (7 bytes, padded to 8) adds a tag and a blob.
-        let h = [4u8, 10, 0, 0, 1, 0x11, 0x70];
-        let joinh = |sample_rate| {
-            Control::Join(Join {
-                cookie: &c,
-                room: "abc",
-                name: "abcd",
-                client_nonce: &n,
-                authenticator: &a,
-                ssrc: 0,
-                packets_per_s: 1,
-                bytes_per_s: 1,
-                create_key: &[],
-                key_agreement: &[],
-                hosts: &h,
-                sample_rate,
-            })
-        };
-        assert_eq!(len(joinh(0)), 148 + 4 + 8 + 4 + 8);
+        // A host address adds a tag and a blob.
+        assert_eq!(len(join(&[], &H, 0)), 148 + 4 + 8 + 4 + 8);
         // A sample rate adds a tag (within the tag string's padding) and an int.
-        assert_eq!(len(joinh(48_000)), 148 + 4 + 8 + 4 + 8 + 4);
+        assert_eq!(len(join(&[], &H, 48_000)), 148 + 4 + 8 + 4 + 8 + 4);
         let peer = Control::Peer(PeerInfo {
             seq: 1,
             member_id: 2,
-            observed: &h,
-            hosts: &h,
+            observed: &H,
+            hosts: &H,
             token: &[0; PAIR_TOKEN_LEN],
         });
         assert_eq!(len(peer), 80);
