@@ -29,7 +29,8 @@
 //! redirects it, or claims the room itself), moves the stream's route there, forgets the
 //! members (they come again with new ids) and keeps their control seats by name. A server
 //! a redirect named that stays silent for [`REDIRECT_PATIENCE`] is given up for the named
-//! one.
+//! one; when the named server is the one that went silent, the next server the player
+//! named is asked ([`FrontDoors`]).
 //!
 //! Never here: audio, blocking the audio thread, or trusting a datagram that did not come
 //! from the server (probes from elsewhere are authenticated by the pair's token).
@@ -84,6 +85,9 @@ pub struct JoinRequest {
     /// The sample rate this player sends and mixes at (0: not said), so that a room whose
     /// rate cannot be converted to it refuses the join at once.
     pub sample_rate: u32,
+    /// Other rooms servers to ask, in order, when `server` does not answer (servers
+    /// sharing a room directory: see [`FrontDoors`]).
+    pub also: Vec<SocketAddr>,
 }
 
 /// A seat taken: the client that holds it and what the roster said so far.
@@ -94,6 +98,8 @@ pub struct Seated {
     pub server: SocketAddr,
     /// The server that redirected the join here, if one did (as it named this one).
     pub redirected: Option<String>,
+    /// The front doors, at the one that answered.
+    pub front: FrontDoors,
     /// From the first hello to the welcome (redirects followed included).
     pub took: Duration,
     pub member_id: u32,
@@ -164,6 +170,41 @@ fn refusal_text(code: Option<RefuseCode>, reason: &str, r: &JoinRequest) -> Stri
 /// until their leases run out; the server asked then claims the room itself).
 pub const REDIRECT_PATIENCE: Duration = Duration::from_millis(1_000);
 
+/// The rooms servers the player named (`--server A,B`), in order, and the one it asks now:
+/// the front doors of a service whose servers share a room directory. When the one asked
+/// stays silent for [`REDIRECT_PATIENCE`] (before a seat) or stops answering (after one),
+/// the player asks the next, so a band still plays when the server it named is gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrontDoors {
+    doors: Vec<SocketAddr>,
+    at: usize,
+}
+
+impl FrontDoors {
+    /// `first`, then `others` in order.
+    pub fn new(first: SocketAddr, others: &[SocketAddr]) -> Self {
+        let mut doors = vec![first];
+        doors.extend(others.iter().copied().filter(|a| *a != first));
+        Self { doors, at: 0 }
+    }
+
+    /// The front door asked now.
+    pub fn current(&self) -> SocketAddr {
+        self.doors[self.at]
+    }
+
+    /// Whether there is another door to try.
+    pub fn several(&self) -> bool {
+        self.doors.len() > 1
+    }
+
+    /// Moves on to the next door (after the last, the first again) and returns it.
+    pub fn advance(&mut self) -> SocketAddr {
+        self.at = (self.at + 1) % self.doors.len();
+        self.current()
+    }
+}
+
 /// The address a redirect names (`host:port`), of the socket's family if it has both.
 pub fn resolve_redirect(server: &str, like: SocketAddr) -> anyhow::Result<SocketAddr> {
     use std::net::ToSocketAddrs;
@@ -213,6 +254,7 @@ pub fn join_asking(
     let mut early_peers = Vec::new();
     let mut others = 0u64;
     // The server sent to now, and since when nothing has come from it.
+    let mut front = FrontDoors::new(r.server, &r.also);
     let mut server = r.server;
     let mut redirected: Option<String> = None;
     let mut quiet_since = Instant::now();
@@ -239,6 +281,7 @@ pub fn join_asking(
                         client,
                         server,
                         redirected,
+                        front,
                         took,
                         member_id,
                         ssrc,
@@ -250,7 +293,7 @@ pub fn join_asking(
                 RoomEvent::Peer(p) => early_peers.push(p),
                 RoomEvent::Refused { code, reason } => bail!(refusal_text(code, &reason, r)),
                 RoomEvent::Redirected { server: to } => {
-                    server = resolve_redirect(&to, r.server)?;
+                    server = resolve_redirect(&to, front.current())?;
                     redirected = Some(to);
                     quiet_since = Instant::now();
                     client.server_changed(clock::now_ns());
@@ -264,11 +307,18 @@ pub fn join_asking(
                 RoomEvent::Lost | RoomEvent::Routed { .. } => {}
             }
         }
-        if server != r.server && quiet_since.elapsed() >= REDIRECT_PATIENCE {
-            // Sent to a server that does not answer: ask the first one again.
-            tracing::debug!("join: {server} does not answer; asking {} again", r.server);
-            server = r.server;
+        if quiet_since.elapsed() >= REDIRECT_PATIENCE && (server != front.current() || front.several()) {
+            // Sent to a server that does not answer: ask the front door again, or, when the
+            // front door itself is silent, the next one named.
+            let silent = server;
+            server = if server == front.current() {
+                front.advance()
+            } else {
+                front.current()
+            };
+            eprintln!("netjam: no answer from the rooms server at {silent}: asking {server}");
             redirected = None;
+            quiet_since = Instant::now();
             client.server_changed(clock::now_ns());
             continue;
         }
@@ -491,9 +541,10 @@ const PATHS_REFRESH: Duration = Duration::from_millis(250);
 pub struct RoomWires<S> {
     /// The rooms server's address (where the seat is).
     pub server: SocketAddr,
-    /// The server the player was told to use: when the one it is on stops answering, it
-    /// asks this one again where the room lives now.
-    pub named: SocketAddr,
+    /// The servers the player was told to use: when the one it is on stops answering, it
+    /// asks the front door again where the room lives now, and the next front door when
+    /// that one is silent too.
+    pub front: FrontDoors,
     /// Sends one datagram to an address on the stream's socket.
     pub send: S,
     /// The send thread's route table ([`crate::session::NetIo::route`]).
@@ -538,7 +589,7 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
     } = seated;
     let RoomWires {
         server,
-        named,
+        mut front,
         send,
         route,
         direct,
@@ -629,13 +680,18 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                     Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 }
                 let now = clock::now_ns();
-                if server != named
+                if (server != front.current() || front.several())
                     && client.seat().is_none()
                     && heard_at < switched_at
                     && now.saturating_sub(switched_at) >= REDIRECT_PATIENCE.as_nanos() as u64
                 {
-                    // Sent to a server that does not answer: ask the first one again.
-                    server = named;
+                    // Sent to a server that does not answer: ask the front door again, or
+                    // the next one when the front door is the silent one.
+                    server = if server == front.current() {
+                        front.advance()
+                    } else {
+                        front.current()
+                    };
                     switched_at = now;
                     route.set_peer(server);
                     client.server_changed(now);
@@ -708,16 +764,21 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                             if moving_since.is_none() {
                                 moving_since = Some(heard_at);
                             }
-                            if server != named {
-                                // The room's server went silent: the one first named
-                                // knows (or decides) where the room lives now.
-                                server = named;
+                            if server != front.current() || front.several() {
+                                // The room's server went silent: the front door knows (or
+                                // decides) where the room lives now; when the front door
+                                // itself went silent, the next one named does.
+                                server = if server == front.current() {
+                                    front.advance()
+                                } else {
+                                    front.current()
+                                };
                                 switched_at = clock::now_ns();
                                 route.set_peer(server);
                                 client.server_changed(switched_at);
                             }
                         }
-                        RoomEvent::Redirected { server: to } => match resolve_redirect(&to, named) {
+                        RoomEvent::Redirected { server: to } => match resolve_redirect(&to, front.current()) {
                             Ok(a) => {
                                 server = a;
                                 switched_at = clock::now_ns();

@@ -614,6 +614,7 @@ mod tests {
                         timeout: Duration::from_secs(10),
                         hosts: Vec::new(),
                         sample_rate: 0,
+                        also: Vec::new(),
                     },
                 )
                 .unwrap();

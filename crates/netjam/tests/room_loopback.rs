@@ -17,7 +17,8 @@
 //!   server's port are counted, never crash it and never reach a player's ears;
 //! * a player with another password is refused within seconds and told why;
 //! * a player at 96 kHz in a room playing at 48 kHz is refused at join, told the room's
-//!   rate and how to run at it.
+//!   rate and how to run at it;
+//! * a player naming a silent server first (`--server SILENT,A`) asks the next one and plays.
 //!
 //! What a player hears is proved from its WAV file: the level of each tone in 200 ms
 //! Hann-windowed blocks, with thresholds far from what a loaded machine can blur. Every
@@ -1162,6 +1163,49 @@ fn a_player_at_a_rate_the_room_cannot_convert_is_refused_and_told_the_rooms_rate
             )
         },
     );
+}
+
+/// `--server SILENT,A`: the first server named does not answer (a port that takes
+/// datagrams and says nothing), so the player asks the next one and plays there.
+#[test]
+fn a_player_whose_first_server_is_silent_asks_the_next_one_named() {
+    let dir = common::tmp_dir("room-front-doors");
+    let server = RoomServer::start(&dir);
+    let silent = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let silent_addr = silent.local_addr().expect("addr");
+    let input = dir.join("tone.wav");
+    write_tone(&input, PLAYERS[0].1, AMP, 3.0);
+    let started = Instant::now();
+    let mut ana = Proc::spawn_lines(
+        Command::new(BIN)
+            .args(["jam", "--server", &format!("{silent_addr},{}", server.addr)])
+            .args(["--room", "band", "--name", "ana", "--input"])
+            .arg(&input)
+            .args(["--duration", "2", "--output"])
+            .arg(dir.join("ana.heard.wav"))
+            .env("NETJAM_NO_REALTIME", "1")
+            .stdout(Stdio::null()),
+        "netjam jam",
+    );
+    let (status, said) = ana.finish(STEP);
+    eprintln!("done after {:?}: {said:?}", started.elapsed());
+    assert!(status.success(), "{said:?}");
+    let asked = format!(
+        "no answer from the rooms server at {silent_addr}: asking {}",
+        server.addr
+    );
+    assert!(
+        said.iter().any(|l| l.contains(&asked)),
+        "never said {asked:?}: {said:?}"
+    );
+    assert!(
+        said.iter().any(|l| l.starts_with("netjam: in room")),
+        "never seated: {said:?}"
+    );
+    let mut buf = [0u8; 2048];
+    silent.set_nonblocking(true).expect("nonblocking");
+    assert!(silent.recv(&mut buf).is_ok(), "the silent server was never asked");
+    server.stop();
 }
 
 /// A server that stops answering (SIGSTOP, as a machine that hangs) and comes back: each

@@ -62,8 +62,10 @@ pub struct JamArgs {
     #[arg(long, help_heading = WHERE, value_name = "NAME")]
     pub room: Option<String>,
     /// The rooms server (`netjam server`) as HOST or HOST:PORT (port 4464 unless given);
-    /// default: `server` in the settings file (see `--room`).
-    #[arg(long, help_heading = WHERE, value_name = "HOST[:PORT]", requires = "room")]
+    /// default: `server` in the settings file (see `--room`). Servers that share a room
+    /// directory may be named together, `A,B`: when the first does not answer (or stops),
+    /// the next is asked, and sends the player to wherever the room lives.
+    #[arg(long, help_heading = WHERE, value_name = "HOST[:PORT][,HOST[:PORT]...]", requires = "room")]
     pub server: Option<String>,
     /// Local address to send from and listen on (default: port 4464 with --peer, where the
     /// other player sends; any free port with --room).

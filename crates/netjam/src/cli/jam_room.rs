@@ -67,6 +67,22 @@ pub(crate) fn resolve_server(s: &str) -> anyhow::Result<SocketAddr> {
     resolve_host(s, Some(DEFAULT_PORT), "--server")
 }
 
+/// `--server A[,B...]`: rooms servers sharing a room directory, asked in order when the
+/// one before does not answer.
+fn resolve_servers(s: &str) -> anyhow::Result<(SocketAddr, Vec<SocketAddr>)> {
+    let mut all = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        if part.is_empty() {
+            bail!("--server {s:?} names an empty server: give HOST[:PORT], or several separated by commas");
+        }
+        all.push(resolve_server(part)?);
+    }
+    match all.split_first() {
+        Some((first, others)) => Ok((*first, others.to_vec())),
+        None => bail!("--server needs HOST[:PORT]"),
+    }
+}
+
 /// This player's own address as the other members at home would reach it: the local
 /// address the system would send to the server from (found by connecting a socket, which
 /// sends nothing), with the stream's port.
@@ -499,7 +515,7 @@ fn publish(control: &ControlHandle, s: &Snapshot<MediaReport>, roster: &Roster, 
 
 pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let server_text = a.server.clone().unwrap_or_default();
-    let server = resolve_server(&server_text)?;
+    let (server, also) = resolve_servers(&server_text)?;
     let Some(room) = a.room.clone() else {
         bail!("a room needs --room NAME: the room to join (its first player creates it)");
     };
@@ -589,6 +605,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             // What the room's streams are sent and mixed at (Opus runs at 48 kHz whatever
             // the device's rate).
             sample_rate: format.rate,
+            also,
         },
         Some(&mut ask),
     )?;
@@ -596,9 +613,15 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         ask.finish(&socket, STUN_WAIT);
     }
     let reflexive = ask.report();
-    say_reflexive(&reflexive, server);
-    // The server named is the front door; the seat may be on another one.
-    let named = server;
+    // STUN went to the first server named; when that one never answered and another front
+    // door seated the player, its silence is already said.
+    if reflexive.server_sees.is_some() || seated.front.current() == server {
+        say_reflexive(&reflexive, server);
+    }
+    // The server named is the front door (the first that answered, of several named);
+    // the seat may be on another one.
+    let front = seated.front.clone();
+    let named = front.current();
     let server = seated.server;
     if let Some(to) = &seated.redirected {
         let at = if to == &server.to_string() {
@@ -705,7 +728,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     };
     let wires = RoomWires {
         server,
-        named,
+        front,
         send: {
             let socket = io.socket.clone();
             move |bytes: &[u8], to: SocketAddr| {
