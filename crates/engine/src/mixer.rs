@@ -13,7 +13,10 @@
 //! * into a mono output: the channels are averaged;
 //! * otherwise the channels both have are copied, the rest dropped or left silent.
 //!
-//! Gain, pan and mute never click: the per-channel gains they make move to a new value in a
+//! Solo: while any member is soloed, only the soloed members are heard (the monitor, your
+//! own signal, stays as it is set).
+//!
+//! Gain, pan, mute and solo never click: the per-channel gains they make move to a new value in a
 //! linear ramp ([`Mixer::set_ramp_frames`], 10 ms by default) that ends exactly on it, so
 //! unity gain passes audio bit-exactly and a mute is exact silence. A strip whose gain is
 //! zero and at rest is skipped. Each strip meters what it is given, before its gain (so a
@@ -42,6 +45,9 @@ pub struct StripParams {
     /// −1 (left) ..= 1 (right).
     pub pan: f32,
     pub mute: bool,
+    /// Soloed: while any member is, only the soloed ones are heard (the monitor, your own
+    /// signal, is never silenced by a solo).
+    pub solo: bool,
 }
 
 impl Default for StripParams {
@@ -50,6 +56,7 @@ impl Default for StripParams {
             gain: 1.0,
             pan: 0.0,
             mute: false,
+            solo: false,
         }
     }
 }
@@ -192,10 +199,14 @@ impl Strip {
         }
     }
 
-    /// The gains the settings ask for in `layout`.
-    fn targets(&self, layout: Layout) -> [f32; 2] {
+    /// The gains the settings ask for in `layout`; `soloing`: some other strip is soloed.
+    fn targets(&self, layout: Layout, soloing: bool) -> [f32; 2] {
         let p = self.params;
-        let g = if p.mute { 0.0 } else { p.gain };
+        let g = if p.mute || (soloing && !p.solo) {
+            0.0
+        } else {
+            p.gain
+        };
         match layout {
             Layout::MonoPanned => {
                 let theta = (p.pan + 1.0) * std::f32::consts::FRAC_PI_4;
@@ -234,7 +245,7 @@ impl Strip {
     }
 
     /// Add `input` (`in_ch` interleaved) into `out` (`out_ch` interleaved).
-    fn add(&mut self, input: &[f32], in_ch: usize, out: &mut [f32], out_ch: usize, ramp: u32) {
+    fn add(&mut self, input: &[f32], in_ch: usize, out: &mut [f32], out_ch: usize, ramp: u32, soloing: bool) {
         if in_ch == 0 || out_ch == 0 {
             return;
         }
@@ -242,7 +253,7 @@ impl Strip {
         let input = &input[..frames * in_ch];
         self.meter(input);
         let layout = layout(in_ch, out_ch);
-        let [l, r] = self.targets(layout);
+        let [l, r] = self.targets(layout, soloing);
         let ramp = if std::mem::take(&mut self.snap) { 0 } else { ramp };
         self.gains[0].set(l, ramp);
         self.gains[1].set(r, ramp);
@@ -296,6 +307,8 @@ pub struct Mixer {
     master: f32,
     master_ramp: Ramp,
     limiter: Limiter,
+    /// Some strip is soloed.
+    soloing: bool,
 }
 
 impl Mixer {
@@ -310,6 +323,7 @@ impl Mixer {
             master: 1.0,
             master_ramp: Ramp::at(1.0),
             limiter: Limiter::new(rate),
+            soloing: false,
         }
     }
 
@@ -355,6 +369,15 @@ impl Mixer {
         }
     }
 
+    /// Solo member `slot`: while any member is soloed, the others fall silent (ramped like a
+    /// mute); the monitor is never silenced by a solo.
+    pub fn set_solo(&mut self, slot: usize, solo: bool) {
+        if let Some(s) = self.strips.get_mut(slot) {
+            s.params.solo = solo;
+        }
+        self.soloing = self.strips.iter().any(|s| s.params.solo);
+    }
+
     /// Member `slot`'s settings.
     pub fn params(&self, slot: usize) -> Option<StripParams> {
         self.strips.get(slot).map(|s| s.params)
@@ -366,6 +389,7 @@ impl Mixer {
         if let Some(s) = self.strips.get_mut(slot) {
             *s = Strip::new();
         }
+        self.soloing = self.strips.iter().any(|s| s.params.solo);
     }
 
     pub fn set_monitor_gain(&mut self, gain: f32) {
@@ -413,16 +437,16 @@ impl Mixer {
 
     /// Add member `slot`'s frames (`channels` interleaved) into `out`.
     pub fn add(&mut self, slot: usize, input: &[f32], channels: usize, out: &mut [f32]) {
-        let (ramp, out_ch) = (self.ramp_frames, self.out_channels);
+        let (ramp, out_ch, soloing) = (self.ramp_frames, self.out_channels, self.soloing);
         if let Some(s) = self.strips.get_mut(slot) {
-            s.add(input, channels, out, out_ch, ramp);
+            s.add(input, channels, out, out_ch, ramp, soloing);
         }
     }
 
     /// Add the player's own signal (`channels` interleaved) into `out`.
     pub fn add_monitor(&mut self, input: &[f32], channels: usize, out: &mut [f32]) {
         self.monitor
-            .add(input, channels, out, self.out_channels, self.ramp_frames);
+            .add(input, channels, out, self.out_channels, self.ramp_frames, false);
     }
 
     /// End a period, after every [`Mixer::add`] and [`Mixer::add_monitor`]: the master
@@ -504,6 +528,43 @@ mod tests {
             mixer.finish(o);
         }
         out
+    }
+
+    #[test]
+    fn a_solo_silences_the_others_and_never_the_monitor() {
+        // Three members and the monitor, each a constant, into a mono output.
+        let mut m = Mixer::new(3, 1, 48_000);
+        let levels = [0.01f32, 0.02, 0.04];
+        let monitor = 0.08f32;
+        let period = |m: &mut Mixer| {
+            let mut out = [0.0f32; 64];
+            // Periods past the ramp.
+            for _ in 0..10 {
+                m.begin(&mut out);
+                for (slot, x) in levels.iter().enumerate() {
+                    m.add(slot, &[*x; 64], 1, &mut out);
+                }
+                m.add_monitor(&[monitor; 64], 1, &mut out);
+                m.finish(&mut out);
+            }
+            out[63]
+        };
+        let near = |got: f32, want: f32| (got - want).abs() < 1e-6;
+        assert!(near(period(&mut m), 0.15));
+        m.set_solo(1, true);
+        assert!(near(period(&mut m), 0.02 + monitor), "{}", period(&mut m));
+        m.set_solo(2, true);
+        assert!(near(period(&mut m), 0.06 + monitor));
+        // A soloed member that is also muted is silent; the solo still holds the others.
+        m.set_mute(2, true);
+        assert!(near(period(&mut m), 0.02 + monitor));
+        m.set_mute(2, false);
+        // The soloed member leaves: its slot's solo goes with it.
+        m.reset_strip(1);
+        assert!(near(period(&mut m), 0.04 + monitor));
+        m.set_solo(2, false);
+        assert!(near(period(&mut m), 0.15));
+        assert_eq!(m.params(2).map(|p| p.solo), Some(false));
     }
 
     #[test]

@@ -71,6 +71,8 @@ pub enum ControlCommand {
     MemberPan { member: u16, pan: f32 },
     /// Whether one member is silent in your mix.
     MemberMute { member: u16, mute: bool },
+    /// Whether one member is soloed: while any is, only the soloed ones are heard.
+    MemberSolo { member: u16, solo: bool },
     /// The gain of what you send, dB.
     SendGain(f32),
     /// Whether you send silence.
@@ -121,6 +123,7 @@ pub struct MemberState {
     pub gain_db: f32,
     pub pan: f32,
     pub mute: bool,
+    pub solo: bool,
     pub stats: MemberStats,
 }
 
@@ -164,6 +167,8 @@ pub struct Surface {
     pub members: u16,
     /// `/member#N/pan`.
     pub pan: bool,
+    /// `/member#N/solo`.
+    pub solo: bool,
     /// `/send/gain`, `/send/mute`.
     pub send: bool,
     /// `/monitor/gain`, `/monitor/mute`.
@@ -184,6 +189,7 @@ impl Surface {
         Surface {
             members: MAX_MEMBERS,
             pan: true,
+            solo: true,
             send: true,
             monitor: true,
             master: true,

@@ -11,7 +11,8 @@
 //!   member who leaves is gone from the snapshots within 2 s; the mix's meter moves while
 //!   tones play and falls when none is heard;
 //! * the mix as written: the moved member's tone is lower by the amount set (measured),
-//!   then silent while muted, while the other member's tone plays on;
+//!   silent while the other member is soloed (a click on the page), back when the second
+//!   page lifts the solo, then silent while muted, while the other member's tone plays on;
 //! * a page bound to another address than loopback is refused without the token printed
 //!   at start; a binary message is refused with an error, and a page that sends more than
 //!   a command's worth is dropped while the others stay served;
@@ -317,6 +318,28 @@ fn the_page_shows_the_room_and_mixes_it_by_name() {
     );
     assert!(after["commands_refused"].as_u64().unwrap() >= 3, "{after:#}");
 
+    // cy soloed on the page (its button, as a click): bo falls silent while cy plays; the
+    // second page sees it, then lifts the solo, and bo is back at its fader's level.
+    page.eval(r#"document.querySelector('tr[data-member="cy"] button.solo').click()"#);
+    until(&mut other, WAIT, "cy soloed", |m| {
+        member(m, "cy").is_some_and(|c| c["solo"] == true)
+            && member(m, "bo").is_some_and(|b| b["solo"] == false)
+    });
+    let soloed_at = Instant::now();
+    std::thread::sleep(Duration::from_secs(2));
+    other
+        .send(Message::text(r#"{"member":"cy","solo":false}"#))
+        .unwrap();
+    until(&mut other, WAIT, "cy's solo lifted", |m| {
+        member(m, "cy").is_some_and(|c| c["solo"] == false)
+    });
+    page.wait_for(
+        r#"document.querySelector('tr[data-member="cy"] button.solo').getAttribute('aria-pressed') === "false""#,
+        WAIT,
+    );
+    eprintln!("cy soloed for {:.1} s", soloed_at.elapsed().as_secs_f64());
+    std::thread::sleep(Duration::from_secs(2));
+
     // The second page mutes bo; the first shows it.
     other
         .send(Message::text(r#"{"member":"bo","mute":true}"#))
@@ -401,19 +424,24 @@ fn the_page_shows_the_room_and_mixes_it_by_name() {
         (moved_by - MOVE_DB).abs() <= 0.5,
         "the fader set {MOVE_DB} dB and bo moved by {moved_by:.2} dB"
     );
-    // Muted: the longest run of tenths where bo is silent while cy plays.
+    // Soloed cy, then muted bo: the runs of tenths where bo is silent while cy plays. Each
+    // lasted 2–3 s, with bo back at its fader's level for 2 s between them.
     let cy_top = cyl.iter().copied().fold(f64::MIN, f64::max);
-    let (mut run, mut longest) = (0, 0);
+    let mut runs = vec![0u32];
     for (b, c) in bo.iter().zip(&cyl) {
         if *b < top - 60.0 && *c > cy_top - 3.0 {
-            run += 1;
-            longest = longest.max(run);
-        } else {
-            run = 0;
+            *runs.last_mut().unwrap() += 1;
+        } else if *runs.last().unwrap() > 0 {
+            runs.push(0);
         }
     }
-    eprintln!("bo muted while cy played: {:.1} s", f64::from(longest) / 10.0);
-    assert!(longest >= 10, "bo was silent under cy for only {longest} tenths");
+    let long: Vec<u32> = runs.into_iter().filter(|r| *r >= 10).collect();
+    eprintln!("bo silent while cy played (cy soloed, then bo muted), tenths: {long:?}");
+    assert!(
+        long.len() >= 2,
+        "bo was silent under cy in {} long stretches, not 2: {long:?}",
+        long.len()
+    );
 }
 
 #[test]

@@ -33,6 +33,11 @@ pub enum Command {
         member: MemberId,
         mute: bool,
     },
+    /// While any member is soloed, only the soloed ones are heard (your monitor stays).
+    Solo {
+        member: MemberId,
+        solo: bool,
+    },
     /// Your own signal in your ears (the local monitor, never through the network).
     MonitorGain {
         db: f32,

@@ -290,6 +290,7 @@ impl Media {
             Command::Gain { member, db } => self.with_member(member, |m, s| m.set_gain_db(s, db)),
             Command::Pan { member, pan } => self.with_member(member, |m, s| m.set_pan(s, pan)),
             Command::Mute { member, mute } => self.with_member(member, |m, s| m.set_mute(s, mute)),
+            Command::Solo { member, solo } => self.with_member(member, |m, s| m.set_solo(s, solo)),
             Command::MonitorGain { db } => {
                 self.mixer.set_monitor_gain_db(db);
                 true

@@ -84,13 +84,14 @@ pub struct MemberMix {
     pub gain_db: Option<f32>,
     pub pan: Option<f32>,
     pub mute: Option<bool>,
+    pub solo: Option<bool>,
 }
 
 /// Mix settings by member name, folded by [`fold_name`].
 pub type Mixes = BTreeMap<String, MemberMix>;
 
 /// Parses `--mix`: `NAME=SETTING` entries separated by commas, each SETTING a gain in dB
-/// (`-6`, `+3`, `-inf`), `mute` or `unmute`; a name may come back for a second setting
+/// (`-6`, `+3`, `-inf`), `mute`, `unmute`, `solo` or `unsolo`; a name may come back for a second setting
 /// (`bo=-3,bo=mute`). Names are matched whatever the case.
 pub fn parse_mix(text: &str) -> Result<Mixes, String> {
     let mut out = Mixes::new();
@@ -106,11 +107,13 @@ pub fn parse_mix(text: &str) -> Result<Mixes, String> {
         match setting.to_ascii_lowercase().as_str() {
             "mute" => mix.mute = Some(true),
             "unmute" => mix.mute = Some(false),
+            "solo" => mix.solo = Some(true),
+            "unsolo" => mix.solo = Some(false),
             s => match s.parse::<f32>() {
                 Ok(db) if !db.is_nan() && db <= MAX_MEMBER_GAIN_DB => mix.gain_db = Some(db),
                 _ => {
                     return Err(format!(
-                        "{setting:?} for {name:?} is neither a gain in dB (at most +{MAX_MEMBER_GAIN_DB}) nor mute/unmute"
+                        "{setting:?} for {name:?} is neither a gain in dB (at most +{MAX_MEMBER_GAIN_DB}) nor mute/unmute/solo/unsolo"
                     ))
                 }
             },
@@ -187,17 +190,19 @@ impl Roster {
             mix.gain_db.map(|db| Command::Gain { member, db }),
             mix.pan.map(|pan| Command::Pan { member, pan }),
             mix.mute.map(|mute| Command::Mute { member, mute }),
+            mix.solo.map(|solo| Command::Solo { member, solo }),
         ];
         first.into_iter().chain(seat).chain(mix.into_iter().flatten())
     }
 
-    /// Keeps a member's gain, pan or mute under its name (other commands are not about
-    /// one member's mix).
+    /// Keeps a member's gain, pan, mute or solo under its name (other commands are not
+    /// about one member's mix).
     pub fn remember(&mut self, c: &Command) {
         let member = match *c {
-            Command::Gain { member, .. } | Command::Pan { member, .. } | Command::Mute { member, .. } => {
-                member
-            }
+            Command::Gain { member, .. }
+            | Command::Pan { member, .. }
+            | Command::Mute { member, .. }
+            | Command::Solo { member, .. } => member,
             _ => return,
         };
         let Some(name) = self.members.get(&member).map(|m| fold_name(&m.name)) else {
@@ -208,6 +213,7 @@ impl Roster {
             Command::Gain { db, .. } => mix.gain_db = Some(db),
             Command::Pan { pan, .. } => mix.pan = Some(pan),
             Command::Mute { mute, .. } => mix.mute = Some(mute),
+            Command::Solo { solo, .. } => mix.solo = Some(solo),
             _ => {}
         }
     }
@@ -397,6 +403,10 @@ mod tests {
                 member: 2,
                 mute: false,
             },
+            Command::Solo {
+                member: 2,
+                solo: true,
+            },
             Command::SendGain { db: 2.0 },
         ] {
             r.remember(&c);
@@ -416,6 +426,10 @@ mod tests {
                     member: 7,
                     mute: false
                 },
+                Command::Solo {
+                    member: 7,
+                    solo: true
+                },
             ]
         );
         // Someone never mixed gets the mixer's defaults: nothing beyond its seat.
@@ -427,7 +441,11 @@ mod tests {
 
     #[test]
     fn mix_flags_parse_or_say_what_is_wrong() {
-        let m = parse_mix("ana=-6,bo=mute,bo=+3, cy = -inf ,dee=unmute,").expect("mix");
+        let m = parse_mix("ana=-6,bo=mute,bo=+3, cy = -inf ,dee=unmute,ana=SOLO,eve=unsolo").expect("mix");
+        assert_eq!(
+            (m["ana"].solo, m["eve"].solo, m["bo"].solo),
+            (Some(true), Some(false), None)
+        );
         assert_eq!(m["ana"].gain_db, Some(-6.0));
         assert_eq!((m["bo"].gain_db, m["bo"].mute), (Some(3.0), Some(true)));
         assert_eq!(m["cy"].gain_db, Some(f32::NEG_INFINITY));

@@ -131,9 +131,9 @@ pub struct JamArgs {
     #[arg(long, help_heading = MIX, value_name = "DB", default_value_t = 0.0, allow_negative_numbers = true, value_parser = master_gain_db)]
     pub master_gain: f32,
     /// In a room: each member's mix from the start, by name: `--mix "ana=-6,bo=mute"` (a
-    /// gain in dB, `mute` or `unmute`; names match whatever the case). A member's mix, set
+    /// gain in dB, `mute`, `unmute`, `solo` or `unsolo`; names match whatever the case). A member's mix, set
     /// here or over OSC, applies again whenever a member of that name comes back.
-    #[arg(long, help_heading = MIX, value_name = "NAME=DB|mute,...", allow_hyphen_values = true, value_parser = netjam_engine::player::parse_mix)]
+    #[arg(long, help_heading = MIX, value_name = "NAME=DB|mute|solo,...", allow_hyphen_values = true, value_parser = netjam_engine::player::parse_mix)]
     pub mix: Option<netjam_engine::player::Mixes>,
     /// In a room: hear your own signal through netjam too (off by default: you hear
     /// yourself through your interface's direct monitoring).

@@ -225,6 +225,9 @@ impl CommandSource for OscCommands {
                 ControlCommand::MemberMute { member: seat, mute } => {
                     member(seat).map(|member| Command::Mute { member, mute })
                 }
+                ControlCommand::MemberSolo { member: seat, solo } => {
+                    member(seat).map(|member| Command::Solo { member, solo })
+                }
                 ControlCommand::SendGain(db) => Some(Command::SendGain { db }),
                 ControlCommand::SendMute(mute) => {
                     if let Some(shown) = &self.send_mute {
@@ -280,6 +283,7 @@ struct HeardMember {
     gain_db: f32,
     pan: f32,
     mute: bool,
+    solo: bool,
     /// Their peak level since the snapshot before, dBFS (-120: silence); in the summary
     /// (`heard` in the statistics file), their loudest of the session.
     peak_dbfs: f32,
@@ -313,6 +317,7 @@ fn heard_members(stats: &MediaReport, roster: &Roster, fixed_ms: f64) -> Vec<Hea
                 gain_db: netjam_engine::mixer::amplitude_db(m.mix.gain),
                 pan: m.mix.pan,
                 mute: m.mix.mute,
+                solo: m.mix.solo,
                 peak_dbfs: m.level.peak_dbfs(),
             }
         })
@@ -322,7 +327,7 @@ fn heard_members(stats: &MediaReport, roster: &Roster, fixed_ms: f64) -> Vec<Hea
 /// The live status: the time, the room, then each member heard, the one who sounds latest
 /// first (so the worst is what stays on screen when the line is cut to the terminal's
 /// width): name, mouth-to-ear in ms, a one-character meter, then packets lost and the mix
-/// you set (mute, or a gain other than 0 dB) only when there is something to say. About
+/// you set (solo, mute, or a gain other than 0 dB) only when there is something to say. About
 /// seven columns a member: eight fit in 80.
 fn room_line(s: &Snapshot<MediaReport>, roster: &Roster, fixed_ms: f64) -> String {
     let mut members = heard_members(&s.stats, roster, fixed_ms);
@@ -348,6 +353,9 @@ fn room_line(s: &Snapshot<MediaReport>, roster: &Roster, fixed_ms: f64) -> Strin
         line.push_str(&format!(" {name} {ms}{}", crate::status::meter_char(m.peak_dbfs)));
         if m.lost > 0 {
             line.push_str(&format!(" lost {}", m.lost));
+        }
+        if m.solo {
+            line.push_str(" solo");
         }
         if m.mute {
             line.push_str(" mute");
@@ -501,6 +509,7 @@ fn publish(control: &ControlHandle, s: &Snapshot<MediaReport>, roster: &Roster, 
                 state.gain_db = m.gain_db;
                 state.pan = m.pan;
                 state.mute = m.mute;
+                state.solo = m.solo;
                 state.stats = OscMemberStats {
                     latency_ms: m.mouth_to_ear_ms.map(|x| x as f32),
                     lost: m.lost.max(0) as u64,
@@ -690,7 +699,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             let (tx, rx) = command_ring(DEFAULT_RING);
             let handle = ControlServer::spawn(bind, surface, state, tx)?;
             eprintln!(
-                "netjam: OSC control on {} (/memberN/gain, /memberN/pan, /memberN/mute, /send/gain, /monitor/mute, /master/gain, /roster; '/_meta ,s PATH' describes an address)",
+                "netjam: OSC control on {} (/memberN/gain, /memberN/pan, /memberN/mute, /memberN/solo, /send/gain, /monitor/mute, /master/gain, /roster; '/_meta ,s PATH' describes an address)",
                 handle.local_addr()
             );
             Some((handle, rx))

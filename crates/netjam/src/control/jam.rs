@@ -23,6 +23,7 @@ pub fn surface() -> Surface {
     Surface {
         members: 1,
         pan: false,
+        solo: false,
         send: false,
         monitor: false,
         master: false,

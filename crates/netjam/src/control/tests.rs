@@ -141,6 +141,14 @@ fn each_set_delivers_its_command_and_replies_nothing() {
             },
         ),
         (
+            "/member7/solo",
+            vec![Arg::Int(1)],
+            ControlCommand::MemberSolo {
+                member: 7,
+                solo: true,
+            },
+        ),
+        (
             "/send/gain",
             vec![Arg::Double(3.0)],
             ControlCommand::SendGain(3.0),
@@ -361,6 +369,7 @@ fn every_port_has_metadata_answered_on_meta() {
             "/member#16/gain",
             "/member#16/pan",
             "/member#16/mute",
+            "/member#16/solo",
             "/member#16/name",
             "/member#16/stats",
             "/send/gain",

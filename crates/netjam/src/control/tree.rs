@@ -274,6 +274,26 @@ pub(super) fn build(s: &Surface) -> Result<Tree<Ctx>, BuildError> {
             load: |st, i| st.members.get(i).map(|m| Value::Int(m.mute.into())),
         },
     );
+    if s.solo {
+        param(
+            &mut b,
+            Param {
+                spec: member("solo", SWITCH),
+                meta: switch_meta(
+                    "1 solos this member in your own mix: while any member is soloed you hear only the soloed ones (and your own monitor); 0 lifts it",
+                    "solo",
+                ),
+                parse: switch,
+                command: |member, solo| ControlCommand::MemberSolo { member, solo },
+                store: |st, i, v| {
+                    if let Some(m) = st.members.get_mut(i) {
+                        m.solo = v;
+                    }
+                },
+                load: |st, i| st.members.get(i).map(|m| Value::Int(m.solo.into())),
+            },
+        );
+    }
     b.port(
         &member("name", READ_ONLY),
         Meta::new()

@@ -1,7 +1,7 @@
 //! `netjam jam --room NAME --web`: the player's own page. Who is in the room (name, path,
 //! mouth-to-ear latency, a quality label, loss and concealment, codec and rate), meters in
 //! dBFS (your input, each member, the mix, the limiter's gain reduction), and the mix:
-//! each member's fader, pan and mute, the master gain, your send's mute and your monitor.
+//! each member's fader, pan, mute and solo, the master gain, your send's mute and your monitor.
 //!
 //! Two halves, both off the audio thread:
 //! * [`RoomPage::publish`], called by the main thread with every snapshot the audio
@@ -18,7 +18,7 @@
 //!
 //! Messages a page sends (one setting each; members by name, whatever the case):
 //! `{"member":"ana","gain_db":-6}` (−60..=+12), `{"member":"ana","pan":-0.5}` (−1..=1),
-//! `{"member":"ana","mute":true}`, `{"master_gain_db":-3}` (−60..=+12),
+//! `{"member":"ana","mute":true}`, `{"member":"ana","solo":true}`, `{"master_gain_db":-3}` (−60..=+12),
 //! `{"monitor_gain_db":-10}`, `{"monitor_mute":false}`, `{"send_mute":true}`.
 //!
 //! Never here: a handle on the audio thread, its ring or anything it locks; a command sent
@@ -61,6 +61,7 @@ pub enum MemberSetting {
     Gain(f32),
     Pan(f32),
     Mute(bool),
+    Solo(bool),
 }
 
 /// What a page asked for, checked, with members by name.
@@ -81,6 +82,7 @@ struct Wire {
     gain_db: Option<f64>,
     pan: Option<f64>,
     mute: Option<bool>,
+    solo: Option<bool>,
     master_gain_db: Option<f64>,
     monitor_gain_db: Option<f64>,
     monitor_mute: Option<bool>,
@@ -102,8 +104,10 @@ pub fn parse(text: &str) -> Result<PageCommand, String> {
         return Err("message too long".into());
     }
     let w: Wire = serde_json::from_str(text).map_err(|e| format!("not a command: {e}"))?;
-    let member_settings =
-        usize::from(w.gain_db.is_some()) + usize::from(w.pan.is_some()) + usize::from(w.mute.is_some());
+    let member_settings = usize::from(w.gain_db.is_some())
+        + usize::from(w.pan.is_some())
+        + usize::from(w.mute.is_some())
+        + usize::from(w.solo.is_some());
     let own_settings = usize::from(w.master_gain_db.is_some())
         + usize::from(w.monitor_gain_db.is_some())
         + usize::from(w.monitor_mute.is_some())
@@ -111,7 +115,7 @@ pub fn parse(text: &str) -> Result<PageCommand, String> {
     match w.member {
         Some(name) => {
             if own_settings > 0 || member_settings != 1 {
-                return Err("a member's command sets one of gain_db, pan or mute".into());
+                return Err("a member's command sets one of gain_db, pan, mute or solo".into());
             }
             if name.is_empty() || name.len() > MAX_NAME {
                 return Err("no such member".into());
@@ -120,6 +124,8 @@ pub fn parse(text: &str) -> Result<PageCommand, String> {
                 MemberSetting::Gain(in_range("gain_db", db, FADER_MIN_DB, FADER_MAX_DB)?)
             } else if let Some(pan) = w.pan {
                 MemberSetting::Pan(in_range("pan", pan, -1.0, 1.0)?)
+            } else if let Some(solo) = w.solo {
+                MemberSetting::Solo(solo)
             } else {
                 MemberSetting::Mute(w.mute.unwrap_or_default())
             };
@@ -250,6 +256,8 @@ pub struct MemberView {
     pub gain_db: f32,
     pub pan: f32,
     pub mute: bool,
+    /// Soloed: while any member is, only the soloed ones are heard.
+    pub solo: bool,
 }
 
 /// One event message.
@@ -334,6 +342,7 @@ pub fn view(
                 gain_db: heard.map_or(0.0, |m| amplitude_db(m.mix.gain)),
                 pan: heard.map_or(0.0, |m| m.mix.pan),
                 mute: heard.is_some_and(|m| m.mix.mute),
+                solo: heard.is_some_and(|m| m.mix.solo),
             }
         })
         .collect();
@@ -432,6 +441,7 @@ impl CommandSource for PageCommands {
                         MemberSetting::Gain(db) => Command::Gain { member, db },
                         MemberSetting::Pan(pan) => Command::Pan { member, pan },
                         MemberSetting::Mute(mute) => Command::Mute { member, mute },
+                        MemberSetting::Solo(solo) => Command::Solo { member, solo },
                     }
                 }
                 PageCommand::MasterGain(db) => Command::MasterGain { db },
@@ -566,6 +576,13 @@ mod tests {
             Ok(PageCommand::Member {
                 name: "Bo".into(),
                 set: MemberSetting::Mute(true)
+            })
+        );
+        assert_eq!(
+            parse(r#"{"member":"Bo","solo":true}"#),
+            Ok(PageCommand::Member {
+                name: "Bo".into(),
+                set: MemberSetting::Solo(true)
             })
         );
         assert_eq!(
