@@ -64,9 +64,10 @@ pub fn relayed_member(a: &SocketAddr) -> Option<u32> {
 pub struct RoomReach {
     /// The server to join now (where the room is, when the caller knows it).
     pub server: SocketAddr,
-    /// The server the player named: where to ask again when the room's server goes silent
-    /// (it redirects to wherever the room lives next). Often `server` itself.
-    pub named: SocketAddr,
+    /// The servers the player named: where to ask again when the room's server goes silent
+    /// (the front door redirects to wherever the room lives next; when the front door is
+    /// the silent one, the next one named is asked). Often just `server` itself.
+    pub front: FrontDoors,
     /// The room (the ensemble's name unless told otherwise).
     pub room: String,
     /// This member's name in the room.
@@ -84,11 +85,12 @@ const HELD_BEFORE_SEAT: usize = 64;
 struct RoomLink {
     client: RoomClient,
     server: SocketAddr,
-    /// See [`RoomReach::named`].
-    named: SocketAddr,
+    /// See [`RoomReach::front`].
+    front: FrontDoors,
     held: Vec<(Dest, Vec<u8>)>,
     buf: Vec<u8>,
 }
+use crate::room_client::FrontDoors;
 use crate::ws_bridge::{WsBridge, WsBridgeStats, WsInput};
 
 /// The machine-wide monotonic clock, in nanoseconds (on Unix: CLOCK_MONOTONIC, so two
@@ -256,7 +258,7 @@ impl Node {
         let link = RoomLink {
             client: RoomClient::new(rc, mono_ns()),
             server: r.server,
-            named: r.named,
+            front: r.front,
             held: Vec::new(),
             buf: vec![0u8; MAX_ENS_LEN],
         };
@@ -458,14 +460,15 @@ impl Node {
 
     /// Room events: a refusal is kept for the caller; a redirect is followed at once; a
     /// room's server that goes silent is left for the one the player named, which knows
-    /// (or decides) where the room lives now, as the player's own seat does.
+    /// (or decides) where the room lives now, and a silent front door for the next one
+    /// named, as the player's own seat does.
     fn room_events(&mut self) {
         let Some(link) = self.room.as_mut() else { return };
         while let Some(ev) = link.client.poll_event() {
             match ev {
                 RoomEvent::Refused { reason, .. } => self.refused = Some(reason),
                 RoomEvent::Redirected { server } => {
-                    match crate::room_client::resolve_redirect(&server, link.named) {
+                    match crate::room_client::resolve_redirect(&server, link.front.current()) {
                         Ok(to) => {
                             tracing::info!("ensemble: the room is on {to}; joining there");
                             link.server = to;
@@ -480,8 +483,11 @@ impl Node {
                     if self.seated_once {
                         tracing::warn!("the rooms server at {} stopped answering", link.server);
                     }
-                    if link.server != link.named {
-                        link.server = link.named;
+                    if link.server != link.front.current() {
+                        link.server = link.front.current();
+                        link.client.server_changed(mono_ns());
+                    } else if link.front.several() {
+                        link.server = link.front.advance();
                         link.client.server_changed(mono_ns());
                     }
                 }

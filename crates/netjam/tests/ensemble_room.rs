@@ -304,7 +304,7 @@ fn bench_clock_error_through_the_server_over_19_ms() {
         osc_bridge: None,
         room: Some(RoomReach {
             server: link,
-            named: link,
+            front: netjam::room_client::FrontDoors::new(link, &[]),
             room: format!("far-{}", std::process::id()),
             name: "far".into(),
             password: String::new(),

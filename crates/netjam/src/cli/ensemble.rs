@@ -212,7 +212,7 @@ impl JamEnsembleArgs {
     pub fn start_in_room(
         &self,
         server: SocketAddr,
-        named: SocketAddr,
+        front: crate::room_client::FrontDoors,
         room: &str,
         password: &str,
     ) -> anyhow::Result<Option<crate::ensemble::beat::JamBeat>> {
@@ -228,7 +228,7 @@ impl JamEnsembleArgs {
         });
         self.start_with(Some(RoomReach {
             server,
-            named,
+            front,
             room: ens_room,
             name: String::new(),
             password: password.to_string(),
@@ -339,7 +339,7 @@ fn start(
             let server = crate::cli::jam_room::resolve_server(s)?;
             RoomReach {
                 server,
-                named: server,
+                front: crate::room_client::FrontDoors::new(server, &[]),
                 room: net.room.clone().unwrap_or_else(|| name.to_string()),
                 name: seat_name(id),
                 password: net.password.clone(),

@@ -630,6 +630,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     // The server named is the front door (the first that answered, of several named);
     // the seat may be on another one.
     let front = seated.front.clone();
+    let front_doors = front.clone();
     let named = front.current();
     let server = seated.server;
     if let Some(to) = &seated.redirected {
@@ -808,7 +809,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let hear_edge_ms = process.delay_ns().1 as f64 / 1e6;
     // The ensemble's click (with --ensemble): the room is the ensemble, through its server.
     let password = a.password.clone().unwrap_or_default();
-    let mut beat = a.ensemble.start_in_room(server, named, &room, &password)?;
+    let mut beat = a.ensemble.start_in_room(server, front_doors, &room, &password)?;
     let process = crate::ensemble::beat::BeatClicks::new(
         process,
         beat.as_mut(),
