@@ -849,6 +849,38 @@ fn refusals(events: &[RoomEvent]) -> Vec<Option<RefuseCode>> {
         .collect()
 }
 
+/// A player that moves to another server (its room moved there) asks for its seat back
+/// with the id the first server gave it; there that id may be someone else's. It is
+/// answered as unknown and joins afresh, never refused as if its password were wrong.
+#[test]
+fn a_seat_from_another_server_is_taken_afresh_where_its_id_is_someone_elses() {
+    let mut w1 = World::new(ServerConfig::default(), 0.0, 31);
+    let ana = w1.add(1, "band", "ana", "", 1);
+    w1.run_for(300 * MS);
+    let (ana_id, _) = w1.seat(ana);
+    // The other server (its own secret) seats two players first: ana's id is taken there.
+    let mut w2 = World::new(ServerConfig::default(), 0.0, 32);
+    w2.server = Server::new(ServerConfig::default(), [7; 32]);
+    let bo = w2.add(2, "band", "bo", "", 2);
+    let cy = w2.add(3, "band", "cy", "", 3);
+    w2.run_for(300 * MS);
+    assert!([w2.seat(bo).0, w2.seat(cy).0].contains(&ana_id));
+    let mut moved = w1.peers.remove(ana);
+    moved.events.clear();
+    w2.peers.push(moved);
+    let ana = w2.peers.len() - 1;
+    w2.peers[ana].client.server_changed(w2.now);
+    w2.run_for(500 * MS);
+    assert_eq!(refusals(&w2.peers[ana].events), [], "{:?}", w2.peers[ana].events);
+    let (new_id, _) = w2.seat(ana);
+    assert!(new_id != w2.seat(bo).0 && new_id != w2.seat(cy).0);
+    assert!(w2
+        .roster(bo)
+        .iter()
+        .any(|(k, n)| *k == RosterKind::Joined && n == "ana"));
+    assert_eq!(w2.server.stats().members, 3);
+}
+
 #[test]
 fn a_player_whose_rate_cannot_be_converted_is_refused_at_join_naming_the_rooms_rate() {
     let mut w = World::new(ServerConfig::default(), 0.0, 23);

@@ -1316,9 +1316,16 @@ impl Server {
         let Some(Some(room)) = self.rooms.get(m.room) else {
             return;
         };
+        // Another seat's token: not this member. Member ids are this server's own, so a
+        // player whose room moved here from another server asks with an id that may be
+        // someone else's here: it is unknown here and joins afresh (its join proves the
+        // password again).
+        if !auth::ct_eq(&m.token, r.token) {
+            return self.refuse(src, RefuseCode::UnknownMember);
+        }
         let expect =
             auth::rejoin_authenticator(&room.key, &server_nonce, r.client_nonce, r.member_id, &m.token);
-        if !auth::ct_eq(&m.token, r.token) || !auth::ct_eq(&expect, r.authenticator) {
+        if !auth::ct_eq(&expect, r.authenticator) {
             return self.refuse(src, RefuseCode::WrongPassword);
         }
         match self.by_addr.get(&src) {
