@@ -251,9 +251,53 @@ fn the_page_shows_the_room_and_mixes_it_by_name() {
         WAIT,
     );
 
+    // Where bo's latency goes: the stages add up to the mouth to ear the table shows, and
+    // the trend's plot has points (one a second) within a few seconds.
+    page.wait_for(
+        r#"(() => { const r = document.querySelector('.lat-row[data-member="bo"]'), t = document.querySelector('tr[data-member="bo"]'); return !!r && t.dataset.ear !== "" && Math.abs(+r.dataset.stagesMs - +t.dataset.ear) < 0.1 && r.querySelectorAll('.stack span').length === 5; })()"#,
+        WAIT,
+    );
+    page.wait_for(
+        r#"+document.querySelector('.lat-row[data-member="bo"] canvas').dataset.points >= 3 && +document.querySelector('.lat-row[data-member="cy"] canvas').dataset.points >= 3"#,
+        WAIT,
+    );
+    let stages = page.eval(r#"document.querySelector('.lat-row[data-member="bo"] .stages').textContent"#);
+    eprintln!("bo's latency on the page: {stages}");
+    assert!(
+        stages
+            .as_str()
+            .is_some_and(|t| t.contains("network") && t.contains("buffer") && t.ends_with(" ms")),
+        "{stages}"
+    );
+
     // A second page: counts the update rate, then watches the first page's move.
     let mut other = page_socket(&url);
     let (_, _) = until(&mut other, WAIT, "a snapshot", |m| m["type"] == "snapshot");
+    // A page opened late gets the trends at once, not only at the next whole second.
+    let mut firsts = 1;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        assert!(Instant::now() < deadline, "no snapshots on the second page");
+        let Some(m) = next_message(&mut other) else {
+            continue;
+        };
+        if m["type"] != "snapshot" {
+            continue;
+        }
+        firsts += 1;
+        let points = m["trends"]
+            .as_array()
+            .and_then(|t| t.iter().find(|t| t["name"] == "bo"))
+            .and_then(|t| t["points"].as_array())
+            .map_or(0, Vec::len);
+        if points >= 3 {
+            break;
+        }
+        assert!(
+            firsts < 4,
+            "no trends in the first {firsts} snapshots of a new page: {m}"
+        );
+    }
     let window = Instant::now();
     let mut snapshots = 0;
     while window.elapsed() < Duration::from_secs(3) {

@@ -41,7 +41,7 @@ use crate::series::BoundedSeries;
 use crate::server::DEFAULT_PORT;
 use crate::session::{interrupt_flag, NetIo, Peer, RoomProcess, Snapshot, MAX_ROOM_MEMBERS};
 use crate::status::StatusLine;
-use crate::web::room_page::RoomPage;
+use crate::web::room_page::{FixedStages, RoomPage};
 use netjam_engine::nat::direct::{PathInfo, PathState};
 use netjam_engine::player::{Command, MediaConfig, MediaReport};
 use netjam_engine::player::{Roster, SEATS};
@@ -832,7 +832,12 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let device_ms = jack_info.as_ref().map_or(0.0, |(_, _, spec)| {
         2.0 * f64::from(spec.period) * 1e3 / f64::from(device_rate)
     });
-    let fixed_ms = packet_ms + device_ms + hear_edge_ms;
+    let fixed = FixedStages {
+        packet_ms,
+        device_ms,
+        resampler_ms: hear_edge_ms,
+    };
+    let fixed_ms = fixed.total_ms();
     eprintln!(
         "netjam: in room {room:?} as member {member_id} from {} ({format}, {packets}); you hear the others, not yourself{}; seated in {:.0} ms",
         io.local,
@@ -862,7 +867,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     running.watch_every(watch_every, &mut snaps, |mut s| {
         let roster = room_link.roster();
         if let Some(p) = &mut page {
-            p.publish(&s, &roster, &name, fixed_ms);
+            p.publish(&s, &roster, &name, &fixed);
         }
         if let Some(b) = &between {
             keep_peaks(b, &mut s);

@@ -1,7 +1,11 @@
 //! `netjam jam --room NAME --web`: the player's own page. Who is in the room (name, path,
 //! mouth-to-ear latency, a quality label, loss and concealment, codec and rate), meters in
-//! dBFS (your input, each member, the mix, the limiter's gain reduction), and the mix:
-//! each member's fader, pan, mute and solo, the master gain, your send's mute and your monitor.
+//! dBFS (your input, each member, the mix, the limiter's gain reduction), the mix:
+//! each member's fader, pan, mute and solo, the master gain, your send's mute and your monitor;
+//! and where each member's latency goes: mouth to ear stage by stage (network, packet,
+//! resampling, their jitter buffer, devices) and the last five minutes of round trip,
+//! jitter and buffer, a point a second, sent with one snapshot a second and with the first
+//! after a page opens.
 //!
 //! Two halves, both off the audio thread:
 //! * [`RoomPage::publish`], called by the main thread with every snapshot the audio
@@ -54,6 +58,53 @@ const MAX_NAME: usize = 64;
 const QUEUE: usize = 64;
 /// The round trips the quality label looks at: the last this many seconds.
 const QUALITY_WINDOW_S: f64 = 10.0;
+/// The trend keeps a point this often, s, and this many (five minutes).
+const TREND_STEP_S: f64 = 1.0;
+const TREND_POINTS: usize = 300;
+
+/// What every member's path has besides the network and their jitter buffer, as this
+/// player knows its own setup (see
+/// [`netjam_engine::player::MemberReport::mouth_to_ear_ms`]), ms.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct FixedStages {
+    /// The packet of audio a sender waits for before it sends.
+    pub packet_ms: f64,
+    /// The devices' periods at both ends (theirs taken to be like yours).
+    pub device_ms: f64,
+    /// Resampling at the edges: a stream at another rate than your device.
+    pub resampler_ms: f64,
+}
+
+impl FixedStages {
+    pub fn total_ms(&self) -> f64 {
+        self.packet_ms + self.device_ms + self.resampler_ms
+    }
+}
+
+/// One member's mouth to ear, stage by stage, ms; the stages add up to
+/// [`MemberView::mouth_to_ear_ms`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Budget {
+    /// Half the round trip to them: the network one way and the server's forwarding.
+    pub network_ms: f64,
+    pub packet_ms: f64,
+    pub resampler_ms: f64,
+    /// What their jitter buffer adds.
+    pub buffer_ms: f64,
+    pub device_ms: f64,
+}
+
+/// One point of a member's trend: seconds into the session, round trip (when known),
+/// jitter (RFC 3550) and what their buffer adds, ms. Sent as an array of four.
+pub type TrendPoint = (f64, Option<f64>, f64, f64);
+
+/// A member's last [`TREND_POINTS`] points, a second apart.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrendView {
+    pub name: String,
+    pub member_id: u32,
+    pub points: Vec<TrendPoint>,
+}
 
 /// One setting for one member.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -219,6 +270,10 @@ pub struct RoomView {
     /// Commands from pages taken and refused since the start.
     pub commands: u64,
     pub commands_refused: u64,
+    /// Each member's trend, in one snapshot a second and the first after a page opens
+    /// (absent from the others).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trends: Option<Vec<TrendView>>,
 }
 
 /// A level since the snapshot before, dBFS (−120: silence).
@@ -240,8 +295,12 @@ pub struct MemberView {
     pub rtt_ms: Option<f64>,
     pub rtt_avg_ms: Option<f64>,
     pub rtt_max_ms: Option<f64>,
+    /// Mouth to ear stage by stage (once a round trip is known).
+    pub budget: Option<Budget>,
     /// What their jitter buffer adds, ms.
     pub buffer_ms: f64,
+    /// Their packets' interarrival jitter (RFC 3550), ms.
+    pub jitter_ms: f64,
     pub quality: Option<Quality>,
     pub received: u64,
     /// Packets lost (RTP's count, which duplicates can make negative, floored at 0).
@@ -273,14 +332,13 @@ struct Event<'a> {
 /// Round trips seen lately, per member: (seconds into the session, ms).
 type RttHistory = BTreeMap<u32, VecDeque<(f64, f64)>>;
 
-/// What the page shows of snapshot `s` with `roster`; `fixed_ms` is what every member's
-/// path has besides the network and the buffer (see
-/// [`netjam_engine::player::MemberReport::mouth_to_ear_ms`]).
+/// What the page shows of snapshot `s` with `roster`; `fixed` is what every member's
+/// path has besides the network and the buffer.
 pub fn view(
     s: &Snapshot<MediaReport>,
     roster: &Roster,
     you: &str,
-    fixed_ms: f64,
+    fixed: &FixedStages,
     rtts: &mut RttHistory,
 ) -> RoomView {
     let stats = &s.stats;
@@ -317,11 +375,19 @@ pub fn view(
                 name: r.name.clone(),
                 member_id: r.member_id,
                 path,
-                mouth_to_ear_ms: heard.and_then(|m| m.mouth_to_ear_ms(fixed_ms)),
+                mouth_to_ear_ms: heard.and_then(|m| m.mouth_to_ear_ms(fixed.total_ms())),
                 rtt_ms: heard.and_then(|m| m.rtt_ms),
                 rtt_avg_ms: avg,
                 rtt_max_ms: max,
+                budget: heard.and_then(|m| m.rtt_ms).map(|rtt| Budget {
+                    network_ms: rtt / 2.0,
+                    packet_ms: fixed.packet_ms,
+                    resampler_ms: fixed.resampler_ms,
+                    buffer_ms,
+                    device_ms: fixed.device_ms,
+                }),
                 buffer_ms,
+                jitter_ms: heard.map_or(0.0, |m| m.heard.jitter_ms),
                 quality: avg.zip(max).map(|(a, m)| quality(a, m, buffer_ms)),
                 received: heard.map_or(0, |m| m.heard.received),
                 lost: heard.map_or(0, |m| m.heard.lost.max(0) as u64),
@@ -372,6 +438,52 @@ pub fn view(
         pages_open: 0,
         commands: 0,
         commands_refused: 0,
+        trends: None,
+    }
+}
+
+/// Members' trends, a point a second (see [`TrendPoint`]).
+#[derive(Debug, Default)]
+pub struct Trends {
+    members: BTreeMap<u32, VecDeque<TrendPoint>>,
+    /// When the next point is due, s into the session.
+    next_s: f64,
+}
+
+impl Trends {
+    /// Keeps a point of every member in `v` when one is due and forgets members no longer
+    /// in it; whether a point was kept.
+    pub fn sample(&mut self, v: &RoomView) -> bool {
+        if v.t_s < self.next_s {
+            return false;
+        }
+        self.next_s = (v.t_s / TREND_STEP_S).floor() * TREND_STEP_S + TREND_STEP_S;
+        self.members
+            .retain(|id, _| v.members.iter().any(|m| m.member_id == *id));
+        for m in &v.members {
+            let points = self.members.entry(m.member_id).or_default();
+            points.push_back((v.t_s, m.rtt_ms, m.jitter_ms, m.buffer_ms));
+            while points.len() > TREND_POINTS {
+                points.pop_front();
+            }
+        }
+        true
+    }
+
+    /// The trend of every member in `v`.
+    pub fn of(&self, v: &RoomView) -> Vec<TrendView> {
+        v.members
+            .iter()
+            .map(|m| TrendView {
+                name: m.name.clone(),
+                member_id: m.member_id,
+                points: self
+                    .members
+                    .get(&m.member_id)
+                    .map(|p| p.iter().copied().collect())
+                    .unwrap_or_default(),
+            })
+            .collect()
     }
 }
 
@@ -466,6 +578,9 @@ pub struct RoomPage {
     send_mute: Arc<AtomicBool>,
     gone: Arc<AtomicU64>,
     rtts: RttHistory,
+    trends: Trends,
+    /// Pages opened by the last snapshot that carried the trends.
+    sockets_seen: u64,
     /// Who was in the room at the snapshot before, for the joined/left events.
     present: Option<BTreeSet<String>>,
 }
@@ -497,6 +612,8 @@ impl RoomPage {
                 send_mute,
                 gone,
                 rtts: RttHistory::default(),
+                trends: Trends::default(),
+                sockets_seen: 0,
                 present: None,
             },
             commands,
@@ -523,9 +640,14 @@ impl RoomPage {
     }
 
     /// Shows snapshot `s` on every open page (see [`view`]).
-    pub fn publish(&mut self, s: &Snapshot<MediaReport>, roster: &Roster, you: &str, fixed_ms: f64) {
-        let mut v = view(s, roster, you, fixed_ms, &mut self.rtts);
+    pub fn publish(&mut self, s: &Snapshot<MediaReport>, roster: &Roster, you: &str, fixed: &FixedStages) {
+        let mut v = view(s, roster, you, fixed, &mut self.rtts);
         let stats = self.stats();
+        // The trends go out with a new point, and at once to a page that just opened.
+        if self.trends.sample(&v) || stats.sockets_opened != self.sockets_seen {
+            v.trends = Some(self.trends.of(&v));
+            self.sockets_seen = stats.sockets_opened;
+        }
         v.send_mute = self.send_mute.load(Ordering::Relaxed);
         v.pages_open = stats.pages_open;
         v.commands = stats.commands;
@@ -647,6 +769,13 @@ mod tests {
         assert_eq!(quality(5.0, 5.0, 12.0), Quality::Poor);
     }
 
+    /// A setup whose stages add up to 4 ms.
+    const FIXED: FixedStages = FixedStages {
+        packet_ms: 1.5,
+        device_ms: 2.0,
+        resampler_ms: 0.5,
+    };
+
     fn snapshot(t_s: f64, heard: &[(u32, f64, f64)]) -> Snapshot<MediaReport> {
         let mut stats = MediaReport::default();
         for (slot, &(member, rtt, buffer)) in heard.iter().enumerate() {
@@ -692,7 +821,7 @@ mod tests {
             &snapshot(1.0, &[(1, 50.0, 2.0), (2, 2.0, 2.0)]),
             &roster,
             "me",
-            4.0,
+            &FIXED,
             &mut rtts,
         );
         let names: Vec<_> = v.members.iter().map(|m| m.name.as_str()).collect();
@@ -702,6 +831,21 @@ mod tests {
         assert!((bo.gain_db + 6.02).abs() < 0.01, "{}", bo.gain_db);
         assert_eq!(bo.path, "via server");
         assert_eq!(bo.mouth_to_ear_ms, Some(25.0 + 4.0 + 2.0));
+        let b = bo.budget.expect("a budget once the round trip is known");
+        assert_eq!(
+            [
+                b.network_ms,
+                b.packet_ms,
+                b.resampler_ms,
+                b.buffer_ms,
+                b.device_ms
+            ],
+            [25.0, 1.5, 0.5, 2.0, 2.0],
+            "stage by stage"
+        );
+        let sum = b.network_ms + b.packet_ms + b.resampler_ms + b.buffer_ms + b.device_ms;
+        assert_eq!(Some(sum), bo.mouth_to_ear_ms, "the stages add up to mouth to ear");
+        assert_eq!(v.members[0].budget, None, "ana has no round trip yet");
         assert_eq!(v.members[2].quality, Some(Quality::Excellent));
         assert_eq!(v.members[0].quality, None, "ana is not heard yet");
         for t in 2..=11 {
@@ -709,11 +853,17 @@ mod tests {
                 &snapshot(f64::from(t), &[(1, 2.0, 2.0)]),
                 &roster,
                 "me",
-                4.0,
+                &FIXED,
                 &mut rtts,
             );
         }
-        let v = view(&snapshot(11.5, &[(1, 2.0, 2.0)]), &roster, "me", 4.0, &mut rtts);
+        let v = view(
+            &snapshot(11.5, &[(1, 2.0, 2.0)]),
+            &roster,
+            "me",
+            &FIXED,
+            &mut rtts,
+        );
         assert_eq!(v.members[1].quality, Some(Quality::Excellent));
         assert_eq!(v.members[1].rtt_max_ms, Some(2.0));
         // Who leaves is gone from the view and from what is kept.
@@ -721,7 +871,7 @@ mod tests {
             &snapshot(12.0, &[]),
             &roster_of(&[(3, "ana")]),
             "me",
-            4.0,
+            &FIXED,
             &mut rtts,
         );
         assert_eq!(v.members.len(), 1);
@@ -729,6 +879,55 @@ mod tests {
         let json = serde_json::to_value(&v).expect("json");
         assert_eq!(json["type"], "snapshot");
         assert_eq!(json["room"], "band");
+        assert!(json.get("trends").is_none(), "no trends outside their second");
+    }
+
+    #[test]
+    fn trends_keep_a_point_a_second_for_five_minutes_and_forget_who_left() {
+        let roster = roster_of(&[(1, "bo"), (2, "cy")]);
+        let mut rtts = RttHistory::default();
+        let mut trends = Trends::default();
+        let mut sent = 0;
+        let mut last = None;
+        // 400 s of snapshots, 20 a second.
+        for k in 0..8000 {
+            let t = f64::from(k) * 0.05;
+            let v = view(
+                &snapshot(t, &[(1, 10.0 + t / 100.0, 3.0), (2, 4.0, 1.0)]),
+                &roster,
+                "me",
+                &FIXED,
+                &mut rtts,
+            );
+            if trends.sample(&v) {
+                sent += 1;
+                last = Some(trends.of(&v));
+            }
+        }
+        assert!((399..=401).contains(&sent), "{sent} trends in 400 s");
+        let last = last.expect("trends");
+        assert_eq!(last.len(), 2);
+        let bo = last.iter().find(|t| t.name == "bo").expect("bo");
+        assert_eq!(bo.points.len(), TREND_POINTS, "five minutes kept");
+        let (t0, rtt0, _, buffer0) = bo.points[0];
+        let (t1, _, _, _) = bo.points[TREND_POINTS - 1];
+        assert!((t1 - t0 - 299.0).abs() < 0.1, "a point a second: {t0}..{t1}");
+        assert!((rtt0.expect("rtt") - (10.0 + t0 / 100.0)).abs() < 1e-9);
+        assert_eq!(buffer0, 3.0);
+        // cy leaves: the next trend has only bo, and cy's points are gone.
+        let v = view(
+            &snapshot(401.0, &[(1, 10.0, 3.0)]),
+            &roster_of(&[(1, "bo")]),
+            "me",
+            &FIXED,
+            &mut rtts,
+        );
+        assert!(trends.sample(&v), "a point due");
+        let tr = trends.of(&v);
+        assert_eq!(tr.len(), 1);
+        assert!(!trends.members.contains_key(&2));
+        let json = serde_json::to_value(&tr[0]).expect("json");
+        assert_eq!(json["points"][0].as_array().map(Vec::len), Some(4), "{json}");
     }
 
     #[test]
