@@ -334,17 +334,19 @@ fn the_page_shows_the_room_and_mixes_it_by_name() {
     // Bo plays at -12 dB for a while.
     std::thread::sleep(Duration::from_secs(3));
 
-    // Refused: nobody of that name, a gain out of range, not JSON. Nothing changes.
+    // Refused: nobody of that name, a gain out of range, not JSON, a recording where
+    // nothing records. Nothing changes.
     for bad in [
         r#"{"member":"nobody","gain_db":-6}"#,
         r#"{"member":"cy","gain_db":99}"#,
         "not json",
+        r#"{"record":false}"#,
     ] {
         other.send(Message::text(bad)).unwrap();
     }
     let mut errors = Vec::new();
     let deadline = Instant::now() + WAIT;
-    while errors.len() < 3 {
+    while errors.len() < 4 {
         assert!(Instant::now() < deadline, "errors seen: {errors:?}");
         if let Some(m) = next_message(&mut other) {
             if m["type"] == "error" {
@@ -355,12 +357,14 @@ fn the_page_shows_the_room_and_mixes_it_by_name() {
     eprintln!("refused: {errors:?}");
     assert!(errors[0].contains("nobody"), "{errors:?}");
     assert!(errors[1].contains("out of range"), "{errors:?}");
+    assert!(errors[3].contains("--record DIR"), "{errors:?}");
     let (after, _) = until(&mut other, WAIT, "a snapshot", |m| m["type"] == "snapshot");
     assert!(
         member(&after, "cy").unwrap()["gain_db"].as_f64().unwrap().abs() < 0.1,
         "a refused command changed cy: {after:#}"
     );
-    assert!(after["commands_refused"].as_u64().unwrap() >= 3, "{after:#}");
+    assert!(after["commands_refused"].as_u64().unwrap() >= 4, "{after:#}");
+    assert!(after["recording"].is_null(), "nothing records: {after:#}");
 
     // cy soloed on the page (its button, as a click): bo falls silent while cy plays; the
     // second page sees it, then lifts the solo, and bo is back at its fader's level.
@@ -486,6 +490,100 @@ fn the_page_shows_the_room_and_mixes_it_by_name() {
         "bo was silent under cy in {} long stretches, not 2: {long:?}",
         long.len()
     );
+}
+
+/// Pauses and resumes a recording from the page, as a click: the files hold silence for
+/// the pause, on the same timeline, and sound on both sides of it.
+#[test]
+fn the_page_pauses_and_resumes_the_recording() {
+    if !Path::new(CHROMIUM).exists() {
+        eprintln!("skipped: {CHROMIUM} is missing (scripts/deps installs Debian's chromium)");
+        return;
+    }
+    let (_server, addr) = room_server("90", WAIT);
+    let dir = tmp_dir("room-web-record");
+    let mut ana = player(
+        addr,
+        "ana",
+        "220",
+        "60",
+        &["--web", "127.0.0.1:0", "--record", dir.to_str().unwrap()],
+    );
+    let line = ana.line_with("your page of room", WAIT);
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_owned();
+    let _bo = player(addr, "bo", &BO_HZ.to_string(), "60", &[]);
+    let mut page = Browser::open(&url, "record");
+    page.wait_for(
+        r#"document.body.dataset.recording === "on" && !!document.querySelector('tr.member[data-member="bo"]') && +document.querySelector('tr[data-member="bo"] .bar').dataset.peak > -40"#,
+        WAIT,
+    );
+    let shown = page.eval(r#"document.getElementById('record-val').textContent"#);
+    assert!(
+        shown.as_str().is_some_and(|t| t.contains(dir.to_str().unwrap())),
+        "the page says where the files are: {shown}"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    page.eval(r#"document.getElementById('record').click()"#);
+    page.wait_for(r#"document.body.dataset.recording === "paused""#, WAIT);
+    let paused = Instant::now();
+    std::thread::sleep(Duration::from_secs(3));
+    page.eval(r#"document.getElementById('record').click()"#);
+    page.wait_for(r#"document.body.dataset.recording === "on""#, WAIT);
+    let pause_s = paused.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_secs(2));
+    drop(page);
+    ana.interrupt();
+    let (exit, said) = ana.finish(WAIT);
+    assert!(exit.success(), "ana: {exit}: {said:#?}");
+
+    // bo's track and ana's own: sound, then silence for the pause, then sound again.
+    let bo_track = std::fs::read_dir(&dir)
+        .expect("the recording's folder")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().ends_with("-bo.wav"))
+        })
+        .unwrap_or_else(|| panic!("no bo track in {}", dir.display()));
+    for (track, hz) in [(bo_track, BO_HZ), (dir.join("you.wav"), 220.0)] {
+        let x = read_channel0(&track);
+        let levels = tone_levels_db(&x, hz);
+        let top = levels.iter().copied().fold(f64::MIN, f64::max);
+        let loud: Vec<bool> = levels.iter().map(|l| *l > top - 6.0).collect();
+        let first = loud.iter().position(|&l| l).expect("sound at all");
+        let after_sound = &loud[first..];
+        let gap_start = after_sound.iter().position(|&l| !l).expect("a pause") + first;
+        let gap = loud[gap_start..].iter().take_while(|&&l| !l).count();
+        let resumed = loud[gap_start + gap..].iter().filter(|&&l| l).count();
+        // The tenths at either edge hold the cut.
+        let silent = gap >= 3
+            && levels[gap_start + 1..gap_start + gap - 1]
+                .iter()
+                .all(|l| *l < top - 60.0);
+        eprintln!(
+            "{}: sound for {} tenths, silent for {gap} tenths (the pause on the page was {pause_s:.1} s), then sound for {resumed} tenths",
+            track.display(),
+            gap_start - first
+        );
+        assert!(
+            silent,
+            "the pause holds silence only: {:?}",
+            &levels[gap_start..gap_start + gap]
+        );
+        assert!(
+            (f64::from(gap as u32) / 10.0 - pause_s).abs() <= 1.0,
+            "a pause of {pause_s:.1} s is {gap} tenths of silence"
+        );
+        assert!(
+            gap_start - first >= 10 && resumed >= 10,
+            "sound on both sides of the pause"
+        );
+    }
 }
 
 #[test]

@@ -110,6 +110,8 @@ pub struct MediaReport {
     pub round_trip_lost: u64,
     /// A private room's SFrame stage (`None`: the room has no password).
     pub sframe: Option<SealStats>,
+    /// `None`: nothing records; else whether the recording runs (see [`Media::recording`]).
+    pub recording: Option<bool>,
 }
 
 impl MediaReport {
@@ -514,6 +516,7 @@ impl Media {
             round_trip_found: found,
             round_trip_lost: lost,
             sframe: self.seal.as_ref().map(MediaSeal::stats),
+            recording: self.recording,
             ..MediaReport::default()
         };
         for (slot, m) in s.members.iter_mut().enumerate().take(self.members.capacity()) {

@@ -727,7 +727,9 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             } else {
                 "anyone with this URL can change your mix: share it only with yourself"
             };
-            let (page, commands) = RoomPage::start(listener).map_err(|e| anyhow::anyhow!("--web: {e}"))?;
+            let (page, commands) =
+                RoomPage::start(listener, a.record.as_ref().map(|d| d.display().to_string()))
+                    .map_err(|e| anyhow::anyhow!("--web: {e}"))?;
             eprintln!("netjam: your page of room {room:?}: {url} ({note})");
             if let Some(osc) = &mut extra {
                 osc.send_mute = Some(page.send_mute_flag());
@@ -867,6 +869,9 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     running.watch_every(watch_every, &mut snaps, |mut s| {
         let roster = room_link.roster();
         if let Some(p) = &mut page {
+            if let Some(w) = &recorder {
+                p.set_recorded_s(w.written_frames() as f64 / f64::from(format.rate.max(1)));
+            }
             p.publish(&s, &roster, &name, &fixed);
         }
         if let Some(b) = &between {

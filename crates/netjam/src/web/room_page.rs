@@ -23,7 +23,9 @@
 //! Messages a page sends (one setting each; members by name, whatever the case):
 //! `{"member":"ana","gain_db":-6}` (−60..=+12), `{"member":"ana","pan":-0.5}` (−1..=1),
 //! `{"member":"ana","mute":true}`, `{"member":"ana","solo":true}`, `{"master_gain_db":-3}` (−60..=+12),
-//! `{"monitor_gain_db":-10}`, `{"monitor_mute":false}`, `{"send_mute":true}`.
+//! `{"monitor_gain_db":-10}`, `{"monitor_mute":false}`, `{"send_mute":true}`,
+//! `{"record":false}` (pauses a recording started with `--record DIR`; `true` resumes it:
+//! what is recorded meanwhile is silence in every file, so the tracks stay aligned).
 //!
 //! Never here: a handle on the audio thread, its ring or anything it locks; a command sent
 //! anywhere but through the control thread's [`crate::room_client::CommandSource`].
@@ -123,6 +125,7 @@ pub enum PageCommand {
     MonitorGain(f32),
     MonitorMute(bool),
     SendMute(bool),
+    Record(bool),
 }
 
 /// A page's message as JSON (every field optional; exactly one setting is allowed).
@@ -138,6 +141,7 @@ struct Wire {
     monitor_gain_db: Option<f64>,
     monitor_mute: Option<bool>,
     send_mute: Option<bool>,
+    record: Option<bool>,
 }
 
 fn in_range(what: &str, x: f64, lo: f32, hi: f32) -> Result<f32, String> {
@@ -162,7 +166,8 @@ pub fn parse(text: &str) -> Result<PageCommand, String> {
     let own_settings = usize::from(w.master_gain_db.is_some())
         + usize::from(w.monitor_gain_db.is_some())
         + usize::from(w.monitor_mute.is_some())
-        + usize::from(w.send_mute.is_some());
+        + usize::from(w.send_mute.is_some())
+        + usize::from(w.record.is_some());
     match w.member {
         Some(name) => {
             if own_settings > 0 || member_settings != 1 {
@@ -185,7 +190,7 @@ pub fn parse(text: &str) -> Result<PageCommand, String> {
         None => {
             if member_settings > 0 || own_settings != 1 {
                 return Err(
-                    "a command sets one thing: a member's (with \"member\"), master_gain_db, monitor_gain_db, monitor_mute or send_mute"
+                    "a command sets one thing: a member's (with \"member\"), master_gain_db, monitor_gain_db, monitor_mute, send_mute or record"
                         .into(),
                 );
             }
@@ -205,6 +210,8 @@ pub fn parse(text: &str) -> Result<PageCommand, String> {
                 )?))
             } else if let Some(mute) = w.monitor_mute {
                 Ok(PageCommand::MonitorMute(mute))
+            } else if let Some(on) = w.record {
+                Ok(PageCommand::Record(on))
             } else {
                 Ok(PageCommand::SendMute(w.send_mute.unwrap_or_default()))
             }
@@ -270,10 +277,23 @@ pub struct RoomView {
     /// Commands from pages taken and refused since the start.
     pub commands: u64,
     pub commands_refused: u64,
+    /// The recording (`None`: nothing records).
+    pub recording: Option<RecordingView>,
     /// Each member's trend, in one snapshot a second and the first after a page opens
     /// (absent from the others).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trends: Option<Vec<TrendView>>,
+}
+
+/// A recording started with `--record DIR`.
+#[derive(Debug, Clone, Serialize)]
+pub struct RecordingView {
+    /// Running (else paused: silence goes into the files meanwhile).
+    pub on: bool,
+    /// Where the files are.
+    pub dir: String,
+    /// Seconds written so far.
+    pub seconds: f64,
 }
 
 /// A level since the snapshot before, dBFS (−120: silence).
@@ -438,6 +458,7 @@ pub fn view(
         pages_open: 0,
         commands: 0,
         commands_refused: 0,
+        recording: None,
         trends: None,
     }
 }
@@ -511,6 +532,8 @@ impl Names {
 struct PageInbox {
     tx: SyncSender<PageCommand>,
     names: Arc<Names>,
+    /// Whether the player records (`--record`): a page may pause and resume it.
+    records: bool,
 }
 
 impl Inbox for PageInbox {
@@ -520,6 +543,9 @@ impl Inbox for PageInbox {
             if !self.names.has(name) {
                 return Err(format!("nobody named {name:?} is in the room"));
             }
+        }
+        if matches!(c, PageCommand::Record(_)) && !self.records {
+            return Err("nothing records here: start the player with --record DIR".to_owned());
         }
         self.tx.try_send(c).map_err(|e| match e {
             TrySendError::Full(_) => "too many commands at once: try again".to_owned(),
@@ -563,6 +589,7 @@ impl CommandSource for PageCommands {
                     self.send_mute.store(mute, Ordering::Relaxed);
                     Command::SendMute { mute }
                 }
+                PageCommand::Record(on) => Command::Record { on },
             };
             return Some(command);
         }
@@ -581,20 +608,28 @@ pub struct RoomPage {
     trends: Trends,
     /// Pages opened by the last snapshot that carried the trends.
     sockets_seen: u64,
+    /// Where a recording goes (`--record`), and how much of it is written.
+    record_dir: Option<String>,
+    recorded_s: f64,
     /// Who was in the room at the snapshot before, for the joined/left events.
     present: Option<BTreeSet<String>>,
 }
 
 impl RoomPage {
-    /// Serves the page on `listener`. The commands pages send come out of the returned
-    /// [`PageCommands`], for the room client's control thread.
-    pub fn start(listener: WebListener) -> Result<(Self, PageCommands), WebError> {
+    /// Serves the page on `listener`; `record_dir` is where the player records (`--record`),
+    /// if it does. The commands pages send come out of the returned [`PageCommands`], for
+    /// the room client's control thread.
+    pub fn start(
+        listener: WebListener,
+        record_dir: Option<String>,
+    ) -> Result<(Self, PageCommands), WebError> {
         let board = Arc::new(Board::default());
         let names = Arc::new(Names::default());
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let inbox: Arc<dyn Inbox> = Arc::new(PageInbox {
             tx,
             names: names.clone(),
+            records: record_dir.is_some(),
         });
         let web = WebServer::start_with_inbox(listener, PAGE, board.clone(), Some(inbox))?;
         let send_mute = Arc::new(AtomicBool::new(false));
@@ -614,6 +649,8 @@ impl RoomPage {
                 rtts: RttHistory::default(),
                 trends: Trends::default(),
                 sockets_seen: 0,
+                record_dir,
+                recorded_s: 0.0,
                 present: None,
             },
             commands,
@@ -634,6 +671,11 @@ impl RoomPage {
         self.send_mute.clone()
     }
 
+    /// How many seconds of the recording are written (shown with the next snapshot).
+    pub fn set_recorded_s(&mut self, seconds: f64) {
+        self.recorded_s = seconds;
+    }
+
     /// Commands for members who had left by the time they were applied.
     pub fn gone(&self) -> u64 {
         self.gone.load(Ordering::Relaxed)
@@ -643,6 +685,11 @@ impl RoomPage {
     pub fn publish(&mut self, s: &Snapshot<MediaReport>, roster: &Roster, you: &str, fixed: &FixedStages) {
         let mut v = view(s, roster, you, fixed, &mut self.rtts);
         let stats = self.stats();
+        v.recording = self.record_dir.as_ref().map(|dir| RecordingView {
+            on: s.stats.recording != Some(false),
+            dir: dir.clone(),
+            seconds: self.recorded_s,
+        });
         // The trends go out with a new point, and at once to a page that just opened.
         if self.trends.sample(&v) || stats.sockets_opened != self.sockets_seen {
             v.trends = Some(self.trends.of(&v));
@@ -719,6 +766,7 @@ mod tests {
             Ok(PageCommand::MasterGain(-3.0))
         );
         assert_eq!(parse(r#"{"send_mute":true}"#), Ok(PageCommand::SendMute(true)));
+        assert_eq!(parse(r#"{"record":false}"#), Ok(PageCommand::Record(false)));
         assert_eq!(
             parse(r#"{"monitor_mute":false}"#),
             Ok(PageCommand::MonitorMute(false))
@@ -745,6 +793,9 @@ mod tests {
             r#"{"master_gain_db":0,"send_mute":true}"#,
             r#"{"master_gain_db":1e400}"#,
             r#"{"solo":true}"#,
+            r#"{"record":true,"send_mute":true}"#,
+            r#"{"member":"ana","record":true}"#,
+            r#"{"record":1}"#,
             r#"{"member":"ana","gain_db":-6,"extra":1}"#,
         ] {
             assert!(parse(bad).is_err(), "{bad} was taken");
