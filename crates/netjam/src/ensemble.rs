@@ -699,6 +699,8 @@ pub mod beat {
     use crate::endpoint::Process;
 
     const MS: u64 = 1_000_000;
+    /// Beats in a bar of the click (its first is accented).
+    pub const BEATS_PER_BAR: u32 = 4;
 
     /// What the audio thread tells the member's thread (all atomics).
     #[derive(Debug, Default)]
@@ -804,7 +806,7 @@ pub mod beat {
         ) -> Self {
             let level = netjam_engine::mixer::db_to_gain(gain_db);
             let beat = Some(Beat {
-                clicks: ClickTrack::new(rate, level, 4),
+                clicks: ClickTrack::new(rate, level, BEATS_PER_BAR),
                 clock,
                 tempo,
                 mono_offset: mono_ns() as i64 - crate::clock::now_ns() as i64,
@@ -981,6 +983,14 @@ pub mod beat {
                 stop,
                 thread: Some(thread),
             })
+        }
+
+        /// The tempo and the beat (fractional, from the tempo's origin) now, once the
+        /// clock is locked and a tempo is in force.
+        pub fn now(&self) -> Option<(f64, f64)> {
+            let t = self.clock.ensemble_ns(mono_ns())?;
+            let view = self.tempo.view()?;
+            Some((view.bpm_at(t)?, view.beat_at(t)?))
         }
 
         /// Leaves the ensemble.

@@ -493,9 +493,10 @@ fn the_page_shows_the_room_and_mixes_it_by_name() {
 }
 
 /// Pauses and resumes a recording from the page, as a click: the files hold silence for
-/// the pause, on the same timeline, and sound on both sides of it.
+/// the pause, on the same timeline, and sound on both sides of it. The page also shows the
+/// ensemble's shared beat, bar by bar.
 #[test]
-fn the_page_pauses_and_resumes_the_recording() {
+fn the_page_pauses_and_resumes_the_recording_and_shows_the_beat() {
     if !Path::new(CHROMIUM).exists() {
         eprintln!("skipped: {CHROMIUM} is missing (scripts/deps installs Debian's chromium)");
         return;
@@ -507,7 +508,15 @@ fn the_page_pauses_and_resumes_the_recording() {
         "ana",
         "220",
         "60",
-        &["--web", "127.0.0.1:0", "--record", dir.to_str().unwrap()],
+        &[
+            "--web",
+            "127.0.0.1:0",
+            "--record",
+            dir.to_str().unwrap(),
+            "--ensemble",
+            "--tempo",
+            "120",
+        ],
     );
     let line = ana.line_with("your page of room", WAIT);
     let url = line
@@ -526,7 +535,27 @@ fn the_page_pauses_and_resumes_the_recording() {
         shown.as_str().is_some_and(|t| t.contains(dir.to_str().unwrap())),
         "the page says where the files are: {shown}"
     );
+    // The beat: 120 BPM in bars of four, so a bar every 2 s.
+    page.wait_for(r#"+document.body.dataset.bar > 0"#, WAIT);
+    let bar = |page: &mut Browser| page.eval("+document.body.dataset.bar").as_f64().unwrap();
+    let (first, at) = (bar(&mut page), Instant::now());
     std::thread::sleep(Duration::from_secs(2));
+    let bars = bar(&mut page) - first;
+    let beat = page.eval(r#"document.getElementById('beat-val').textContent"#);
+    eprintln!(
+        "the beat on the page: {beat}; {bars} bars in {:.1} s",
+        at.elapsed().as_secs_f64()
+    );
+    assert!(
+        beat.as_str().is_some_and(|t| t.starts_with("120.0 BPM")),
+        "{beat}"
+    );
+    assert!((1.0..=2.0).contains(&bars), "{bars} bars in 2 s at 120 BPM");
+    assert_eq!(
+        page.eval(r#"document.querySelectorAll('#beat-dots i.on').length"#),
+        json!(1),
+        "one beat lit"
+    );
     page.eval(r#"document.getElementById('record').click()"#);
     page.wait_for(r#"document.body.dataset.recording === "paused""#, WAIT);
     let paused = Instant::now();

@@ -869,6 +869,9 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     running.watch_every(watch_every, &mut snaps, |mut s| {
         let roster = room_link.roster();
         if let Some(p) = &mut page {
+            p.set_beat(beat.as_ref().and_then(|b| b.now()).map(|(bpm, at)| {
+                crate::web::room_page::BeatView::new(bpm, at, crate::ensemble::beat::BEATS_PER_BAR)
+            }));
             if let Some(w) = &recorder {
                 p.set_recorded_s(w.written_frames() as f64 / f64::from(format.rate.max(1)));
             }

@@ -279,10 +279,38 @@ pub struct RoomView {
     pub commands_refused: u64,
     /// The recording (`None`: nothing records).
     pub recording: Option<RecordingView>,
+    /// The shared beat (`None`: no ensemble, or no tempo yet).
+    pub beat: Option<BeatView>,
     /// Each member's trend, in one snapshot a second and the first after a page opens
     /// (absent from the others).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trends: Option<Vec<TrendView>>,
+}
+
+/// The ensemble's shared beat (`--ensemble`), as it stood at the snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BeatView {
+    pub bpm: f64,
+    /// Beats since the tempo's origin (fractional).
+    pub beat: f64,
+    /// The bar, from 1, and the beat in it, from 1 (the click's bars).
+    pub bar: u64,
+    pub beat_in_bar: u32,
+    pub beats_per_bar: u32,
+}
+
+impl BeatView {
+    pub fn new(bpm: f64, beat: f64, beats_per_bar: u32) -> Self {
+        let whole = beat.max(0.0).floor() as u64;
+        let per = u64::from(beats_per_bar.max(1));
+        Self {
+            bpm,
+            beat,
+            bar: whole / per + 1,
+            beat_in_bar: (whole % per) as u32 + 1,
+            beats_per_bar: per as u32,
+        }
+    }
 }
 
 /// A recording started with `--record DIR`.
@@ -459,6 +487,7 @@ pub fn view(
         commands: 0,
         commands_refused: 0,
         recording: None,
+        beat: None,
         trends: None,
     }
 }
@@ -611,6 +640,7 @@ pub struct RoomPage {
     /// Where a recording goes (`--record`), and how much of it is written.
     record_dir: Option<String>,
     recorded_s: f64,
+    beat: Option<BeatView>,
     /// Who was in the room at the snapshot before, for the joined/left events.
     present: Option<BTreeSet<String>>,
 }
@@ -651,6 +681,7 @@ impl RoomPage {
                 sockets_seen: 0,
                 record_dir,
                 recorded_s: 0.0,
+                beat: None,
                 present: None,
             },
             commands,
@@ -676,6 +707,11 @@ impl RoomPage {
         self.recorded_s = seconds;
     }
 
+    /// The shared beat, shown with the next snapshot.
+    pub fn set_beat(&mut self, beat: Option<BeatView>) {
+        self.beat = beat;
+    }
+
     /// Commands for members who had left by the time they were applied.
     pub fn gone(&self) -> u64 {
         self.gone.load(Ordering::Relaxed)
@@ -685,6 +721,7 @@ impl RoomPage {
     pub fn publish(&mut self, s: &Snapshot<MediaReport>, roster: &Roster, you: &str, fixed: &FixedStages) {
         let mut v = view(s, roster, you, fixed, &mut self.rtts);
         let stats = self.stats();
+        v.beat = self.beat;
         v.recording = self.record_dir.as_ref().map(|dir| RecordingView {
             on: s.stats.recording != Some(false),
             dir: dir.clone(),
@@ -804,6 +841,24 @@ mod tests {
         assert!(parse(&long).is_err());
         let huge = "x".repeat(super::super::MAX_INCOMING + 1);
         assert!(parse(&huge).is_err());
+    }
+
+    #[test]
+    fn the_beat_counts_bars_from_one() {
+        let b = BeatView::new(120.0, 0.2, 4);
+        assert_eq!((b.bar, b.beat_in_bar), (1, 1));
+        let b = BeatView::new(120.0, 3.99, 4);
+        assert_eq!((b.bar, b.beat_in_bar), (1, 4));
+        let b = BeatView::new(120.0, 9.5, 4);
+        assert_eq!((b.bar, b.beat_in_bar), (3, 2));
+        let b = BeatView::new(90.0, 7.0, 3);
+        assert_eq!((b.bar, b.beat_in_bar), (3, 2));
+        let b = BeatView::new(90.0, -0.5, 4);
+        assert_eq!(
+            (b.bar, b.beat_in_bar),
+            (1, 1),
+            "before the origin: the first beat"
+        );
     }
 
     #[test]
