@@ -1,8 +1,9 @@
 //! Every player's own mix, set over OSC by implementations nobody here wrote: a server and
-//! three `jam --server` clients on loopback (sines at 220, 330 and 440 Hz); ana finds her
-//! seats through `/roster`, mutes bo at his seat with liblo's `oscsend` and turns cy down
-//! 12 dB by name (`/member/Cy/gain`) with python-osc. Her output then holds no bo and cy 12 dB below what bo hears of cy, while
-//! bo's own mix is untouched. A mix given with `--mix` at start applies by name, again
+//! four `jam --server` clients on loopback (sines at 220, 330, 440 and 550 Hz); ana finds
+//! her seats through `/roster`, mutes bo and solos cy at their seats with liblo's `oscsend`
+//! and turns cy down 12 dB by name (`/member/Cy/gain`) with python-osc. Her output then
+//! holds no bo, no dee (cy is soloed) and cy 12 dB below what bo hears of cy, while bo's
+//! own mix is untouched. A mix given with `--mix` at start applies by name, again
 //! to a member killed and started anew under that name. Loopback only, ephemeral ports,
 //! every wait bounded.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -102,19 +103,21 @@ fn each_player_sets_their_own_mix_over_osc() {
     bo.line_with("in room", WAIT);
     let mut cy = player(server_addr, "cy", "440", "10", &[]);
     cy.line_with("in room", WAIT);
+    let mut dee = player(server_addr, "dee", "550", "10", &[]);
+    dee.line_with("in room", WAIT);
     let mut ana = player(server_addr, "ana", "220", "7", &["--osc", "0"]);
     let osc = address_in(&ana.line_with("OSC control on", WAIT));
 
-    // Ana's seats, once the roster has both others.
+    // Ana's seats, once the roster has the three others.
     let deadline = Instant::now() + WAIT;
     let seats = loop {
         let seats = roster(osc);
-        if seats.len() == 2 {
+        if seats.len() == 3 {
             break seats;
         }
         assert!(
             Instant::now() < deadline,
-            "ana's roster never held bo and cy: {seats:?}"
+            "ana's roster never held bo, cy and dee: {seats:?}"
         );
         std::thread::sleep(Duration::from_millis(50));
     };
@@ -138,6 +141,18 @@ fn each_player_sets_their_own_mix_over_osc() {
         .status()
         .unwrap();
     assert!(mute.success(), "oscsend failed");
+    // cy soloed at her seat: dee falls silent for ana (bo is muted anyway).
+    let solo = Command::new("oscsend")
+        .args([
+            "127.0.0.1",
+            &osc.port().to_string(),
+            &format!("/member{}/solo", seat_of("cy")),
+            "i",
+            "1",
+        ])
+        .status()
+        .unwrap();
+    assert!(solo.success(), "oscsend failed");
     let gain = Command::new("python3")
         .args([
             "-c",
@@ -175,6 +190,7 @@ fn each_player_sets_their_own_mix_over_osc() {
     assert!(status.success(), "ana failed: {said:#?}");
     assert!(bo.wait_for(WAIT).success());
     assert!(cy.wait_for(WAIT).success());
+    assert!(dee.wait_for(WAIT).success());
     server.interrupt();
 
     // Ana heard both (their streams arrived), and in her last two seconds bo is silent and cy
@@ -191,7 +207,7 @@ fn each_player_sets_their_own_mix_over_osc() {
             )
         })
         .collect();
-    for who in ["bo", "cy"] {
+    for who in ["bo", "cy", "dee"] {
         assert!(
             heard.iter().any(|(n, r)| n == who && *r > 1000),
             "ana did not receive {who}: {heard:?}"
@@ -203,7 +219,13 @@ fn each_player_sets_their_own_mix_over_osc() {
     let cy_in_ana = tone_db(&ana_wav, 440.0, 2.0);
     let cy_in_bo = tone_db(&bo_wav, 440.0, 2.0);
     let own_in_ana = tone_db(&ana_wav, 220.0, 2.0);
-    eprintln!("ana hears bo {bo_in_ana:.1} dB, cy {cy_in_ana:.1} dB, herself {own_in_ana:.1} dB; bo hears cy {cy_in_bo:.1} dB");
+    let dee_in_ana = tone_db(&ana_wav, 550.0, 2.0);
+    let dee_in_bo = tone_db(&bo_wav, 550.0, 2.0);
+    eprintln!("ana hears bo {bo_in_ana:.1} dB, cy {cy_in_ana:.1} dB (soloed), dee {dee_in_ana:.1} dB, herself {own_in_ana:.1} dB; bo hears cy {cy_in_bo:.1} dB, dee {dee_in_bo:.1} dB");
+    assert!(
+        dee_in_bo - dee_in_ana > 40.0,
+        "with cy soloed ana still hears dee: {dee_in_ana:.1} dB against {dee_in_bo:.1} dB in bo's mix"
+    );
     assert!(
         cy_in_bo - bo_in_ana > 40.0,
         "muted bo is still in ana's mix: {bo_in_ana:.1} dB against an unmuted tone at {cy_in_bo:.1} dB"
