@@ -266,9 +266,34 @@ impl Node {
         cfg.room = None;
         let server = r.server;
         let mut node = Self::start_on(cfg, socket, Vec::new(), Some((link, server)), secret)?;
-        // Wait for the seat, so a refusal or an unreachable server is said at once.
+        // Wait for the seat, so a refusal or an unreachable server is said at once. A server
+        // silent for a while before the seat is left, as the player's join leaves it: for the
+        // front door after a redirect, for the next front door named when the front door is.
         let give_up = mono_ns() + r.join_timeout_ns;
+        let patience = crate::room_client::REDIRECT_PATIENCE.as_nanos() as u64;
+        let mut asking = (r.server, mono_ns());
         while node.room.as_ref().is_some_and(|l| l.client.seat().is_none()) {
+            if let Some(link) = node.room.as_mut() {
+                let now = mono_ns();
+                if link.server != asking.0 {
+                    asking = (link.server, now);
+                } else if now.saturating_sub(asking.1) >= patience
+                    && (link.server != link.front.current() || link.front.several())
+                {
+                    let silent = link.server;
+                    link.server = if silent == link.front.current() {
+                        link.front.advance()
+                    } else {
+                        link.front.current()
+                    };
+                    eprintln!(
+                        "netjam: ensemble: no answer from the rooms server at {silent}: asking {}",
+                        link.server
+                    );
+                    link.client.server_changed(now);
+                    asking = (link.server, now);
+                }
+            }
             if mono_ns() >= give_up {
                 bail!(
                     "the rooms server at {} did not give a seat in room {:?} within {:.1} s: is `netjam server` running there, and UDP to it open?",

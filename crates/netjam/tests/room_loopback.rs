@@ -1205,6 +1205,24 @@ fn a_player_whose_first_server_is_silent_asks_the_next_one_named() {
     let mut buf = [0u8; 2048];
     silent.set_nonblocking(true).expect("nonblocking");
     assert!(silent.recv(&mut buf).is_ok(), "the silent server was never asked");
+    // The room list and an ensemble through the rooms server take the same doors.
+    let doors = format!("{silent_addr},{}", server.addr);
+    for (what, args) in [
+        ("rooms", vec!["rooms", "--server", &doors, "--timeout", "1"]),
+        (
+            "ensemble list",
+            vec!["ensemble", "list", "band", "--server", &doors, "--wait", "1"],
+        ),
+    ] {
+        let out = Command::new(BIN).args(&args).output().expect("netjam");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{what}: {said}");
+        assert!(
+            (said.contains(&silent_addr.to_string()) && said.contains("next server"))
+                || said.contains(&asked),
+            "{what} never said it asked past the silent server: {said}"
+        );
+    }
     server.stop();
 }
 

@@ -55,7 +55,9 @@ pub struct NetArgs {
     pub id: Option<String>,
     /// Reach the ensemble through this rooms server (`netjam server`, HOST or HOST:PORT,
     /// port 4464 unless given) instead of on the local network: the room is the ensemble.
-    #[arg(long, value_name = "HOST[:PORT]", conflicts_with = "local")]
+    /// Several servers sharing a room directory, separated by commas, are asked in turn
+    /// when the one before goes silent, as a player's are.
+    #[arg(long, value_name = "HOST[:PORT][,HOST[:PORT]...]", conflicts_with = "local")]
     pub server: Option<String>,
     /// With --server: the room (default: the ensemble's name).
     #[arg(long, value_name = "NAME", requires = "server")]
@@ -336,10 +338,10 @@ fn start(
     };
     let room = match &net.server {
         Some(s) => Some({
-            let server = crate::cli::jam_room::resolve_server(s)?;
+            let (server, others) = crate::cli::jam_room::resolve_servers(s)?;
             RoomReach {
                 server,
-                front: crate::room_client::FrontDoors::new(server, &[]),
+                front: crate::room_client::FrontDoors::new(server, &others),
                 room: net.room.clone().unwrap_or_else(|| name.to_string()),
                 name: seat_name(id),
                 password: net.password.clone(),

@@ -69,7 +69,7 @@ pub(crate) fn resolve_server(s: &str) -> anyhow::Result<SocketAddr> {
 
 /// `--server A[,B...]`: rooms servers sharing a room directory, asked in order when the
 /// one before does not answer.
-fn resolve_servers(s: &str) -> anyhow::Result<(SocketAddr, Vec<SocketAddr>)> {
+pub(crate) fn resolve_servers(s: &str) -> anyhow::Result<(SocketAddr, Vec<SocketAddr>)> {
     let mut all = Vec::new();
     for part in s.split(',').map(str::trim) {
         if part.is_empty() {
