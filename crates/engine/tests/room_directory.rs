@@ -9,6 +9,9 @@
 //! * every spelling of a room's name finds the one room (the directory knows it in
 //!   lowercase);
 //! * the last member leaving gives the claim back; an unused claim is given back too;
+//! * a room whose claim another server took while it played (its lease ran out: a server
+//!   cut off from the directory) is not split in two: its members are sent to the new
+//!   holder and seated there with the member who opened it anew;
 //! * two servers that each believe the other hosts the room stop a client after a bounded
 //!   number of redirects; redirects to a server that never answers (dead, its lease not yet
 //!   run out) do not count.
@@ -197,6 +200,68 @@ fn a_join_at_the_wrong_server_is_redirected_and_seated_where_the_room_lives() {
     );
     assert_eq!(w.servers[0].stats().redirects, 1);
     assert_eq!(w.servers[1].stats().members, 2);
+}
+
+#[test]
+fn a_room_claimed_by_another_server_while_it_played_moves_there_whole() {
+    let mut w = World::new();
+    let ana = w.add(1, "band", "ana");
+    let bo = w.add(1, "band", "bo");
+    w.run_ms(50);
+    assert!(w.seated(ana) && w.seated(bo));
+    // Server 1 renews nothing here, as a server cut off from the directory: its lease runs
+    // out, and a join at server 0 claims the room there. Two halves of one band.
+    w.run_ms(5_100);
+    let cy = w.add(0, "band", "cy");
+    w.run_ms(50);
+    assert!(w.seated(cy), "{:?}", w.players[cy].events);
+    assert_eq!(w.players[cy].at, 0);
+    assert_eq!(
+        (w.servers[0].stats().members, w.servers[1].stats().members),
+        (1, 2)
+    );
+    // Server 1's directory thread finds the claim gone to server 0 when it renews.
+    let asked_before = w.asked.len();
+    let (now, to) = (w.now, server_addr(0).to_string());
+    w.servers[1].placed(now, "band", Placement::Moved(to));
+    w.run_ms(100);
+    for p in [ana, bo] {
+        assert!(w.seated(p), "{:?}", w.players[p].events);
+        assert_eq!(w.players[p].at, 0, "moved to the room's server");
+        assert_eq!(w.redirects(p), 1);
+    }
+    assert_eq!(
+        w.servers[1].stats().rooms,
+        0,
+        "the room is closed where it lost its claim"
+    );
+    assert_eq!(w.servers[1].stats().members, 0);
+    assert_eq!(w.servers[1].stats().moved_members, 2);
+    assert_eq!(
+        w.servers[0].stats().members,
+        3,
+        "the band whole again on server 0"
+    );
+    assert!(
+        !w.asked[asked_before..].contains(&(1, DirectoryRequest::Vacate("band".into()))),
+        "the claim is server 0's: server 1 gives nothing back"
+    );
+    assert_eq!(
+        w.directory.lookup("band", w.now).unwrap().as_deref(),
+        Some(server_addr(0).to_string().as_str())
+    );
+    // Everyone hears of the other two on the room's server.
+    for (p, others) in [(ana, ["bo", "cy"]), (bo, ["ana", "cy"]), (cy, ["ana", "bo"])] {
+        for other in others {
+            assert!(
+                w.players[p].events.iter().rev().any(
+                    |e| matches!(e, RoomEvent::Roster(r) if r.name == other && r.kind == RosterKind::Joined)
+                ),
+                "{} never heard of {other} on server 0",
+                w.players[p].client.seat().map_or(0, |s| s.0)
+            );
+        }
+    }
 }
 
 #[test]

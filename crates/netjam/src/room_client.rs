@@ -639,6 +639,8 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
             let mut switched_at = heard_at;
             // Silence began here (the old server's last word) when the room is moving.
             let mut moving_since: Option<u64> = None;
+            // The move under way was a redirect from the room's server, not its silence.
+            let mut handed_over = false;
             let take = |paths: &mut DirectPaths,
                         client: &mut RoomClient,
                         stun: &mut Option<ReflexiveQuery>,
@@ -745,6 +747,7 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                                 roster.last_move = Some(RoomMove {
                                     to: server,
                                     silence_s: clock::now_ns().saturating_sub(since) as f64 / 1e9,
+                                    handed_over: std::mem::take(&mut handed_over),
                                 });
                             }
                             roster.server = Some(server);
@@ -780,6 +783,12 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                         }
                         RoomEvent::Redirected { server: to } => match resolve_redirect(&to, front.current()) {
                             Ok(a) => {
+                                if roster.me.is_some() && moving_since.is_none() {
+                                    // Seated: the room's server hands the room over to
+                                    // another (it lost the room's claim to it).
+                                    moving_since = Some(clock::now_ns());
+                                    handed_over = true;
+                                }
                                 server = a;
                                 switched_at = clock::now_ns();
                                 route.set_peer(server);

@@ -23,7 +23,10 @@
 //!   the same address) holds another epoch, so it can neither renew nor release a claim
 //!   made since. A renewal that finds the key gone (Redis restarted empty, or the lease ran
 //!   out while Redis was unreachable) takes it again, since the room is still playing here;
-//!   one that finds another holder reports the room lost.
+//!   one that finds another holder reports the room lost, and the directory thread tells
+//!   the forwarding thread ([`Placement::Moved`]) so that its players are sent to the
+//!   holder rather than playing on as half a band. A claim found naming this server's own
+//!   address that it does not hold (an earlier incarnation's) is adopted and renewed.
 //! * Lookup: `GET`.
 //! * Public rooms (`jam --public`): `netjam:public:<name>` holds `"<players>\t<region>\t<server>"`
 //!   with the same lease, written by the room's server each renewal (one pipelined call
@@ -398,6 +401,13 @@ impl RoomDirectory for RedisDirectory {
                 self.held.insert(room.to_owned(), value);
                 Ok(server.to_owned())
             }
+            // A claim naming this server's address that it does not hold (an earlier
+            // incarnation at the same address made it): players sent there come here, so
+            // it is this server's to renew.
+            Some(v) if holder_of(&v) == server => {
+                self.held.insert(room.to_owned(), v);
+                Ok(server.to_owned())
+            }
             Some(old) if holder_of(&old) == server => {
                 // An earlier incarnation of this server (same address, another epoch)
                 // claimed it and died or forgot it: take it over if it is still that claim.
@@ -655,6 +665,7 @@ fn run(
                     Placement::Here => st.claimed += 1,
                     Placement::Elsewhere(_) => st.elsewhere += 1,
                     Placement::Unavailable => st.unavailable += 1,
+                    Placement::Moved(_) => {}
                 }
                 if w.answers.send((room, placement)).is_err() {
                     break;
@@ -705,7 +716,17 @@ fn run(
                 }
             }
             result(&mut st, &r);
-            st.lost.extend(d.take_lost());
+            // A room another server claimed since: its players here are sent there.
+            let lost = d.take_lost();
+            for (room, holder) in &lost {
+                if w.answers
+                    .send((room.clone(), Placement::Moved(holder.clone())))
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            st.lost.extend(lost);
         }
         st.rooms_held = d.held().count();
         st.rooms_held_max = st.rooms_held_max.max(st.rooms_held);

@@ -9,6 +9,10 @@
 //!   under their names (the silence each measured is printed). B started again: nothing
 //!   moves. Then A, the server each player named first (`--server A,B`), stops: each asks
 //!   B, the next one it named, and plays on there once A's lease is gone.
+//! * A room whose claim another server takes while it plays (written into Redis as B's,
+//!   as a lease that ran out while A was cut off from Redis and a claim by B would leave
+//!   it): A finds it at its next renewal, says so and sends its players to B; they say the
+//!   room was handed over, play on on B hearing each other, and B keeps the claim renewed.
 //! * `netjam rooms --server A` lists the public rooms of both servers (`jam --public`) with
 //!   their players and their server's region label (`server --region`), and not the
 //!   rooms nobody made public.
@@ -518,6 +522,77 @@ fn without_redis_rooms_in_progress_play_on_and_new_rooms_wait_for_it() {
     assert_eq!(
         report["server"]["timeouts"].as_u64(),
         Some(0),
+        "{}",
+        report["server"]
+    );
+}
+
+/// `redis-cli` against the test's Redis: its answer.
+fn redis_cli(redis: &RedisServer, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &redis.addr.port().to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli (Debian's redis-tools, installed with redis-server)");
+    assert!(out.status.success(), "redis-cli {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn a_room_another_server_took_over_moves_there_whole() {
+    let _turn = one_at_a_time();
+    let dir = tmp_dir("rooms-directory-handed-over");
+    let redis = RedisServer::start();
+    let mut a = DirServer::start(&redis.url(), &dir, "a", "127.0.0.1:0");
+    let b = DirServer::start(&redis.url(), &dir, "b", "127.0.0.1:0");
+    const DURATION_S: f64 = 16.0;
+    let mut band: Vec<Player> = PLAYERS[..2]
+        .iter()
+        .map(|&(name, hz)| Player::start(name, hz, a.addr, "band", DURATION_S, &dir))
+        .collect();
+    for p in &mut band {
+        p.wait_seated();
+    }
+    band[0].wait_roster("band", &["bo"], STEP);
+    band[1].wait_roster("band", &["ana"], STEP);
+    let key = "netjam:room:band";
+    assert!(redis_cli(&redis, &["GET", key]).ends_with(&a.addr.to_string()));
+    // B's claim now, as if A's lease had run out while it was cut off from Redis.
+    let taken = Instant::now();
+    let value = format!("999999999 {}", b.addr);
+    assert_eq!(redis_cli(&redis, &["SET", key, &value, "PX", "5000"]), "OK");
+    a.wait_line(&format!("now claimed by {}", b.addr), STEP);
+    for p in &mut band {
+        let (line, at) = p.wait_line("handed over", STEP, |l| l.contains("handed it over"));
+        eprintln!(
+            "{} {:.2} s after the claim changed: {line}",
+            p.name,
+            at.duration_since(taken).as_secs_f64()
+        );
+        assert!(line.contains(&b.addr.to_string()), "{line}");
+    }
+    // B adopted the claim that names it and renews it: past the lease it is still B's.
+    std::thread::sleep(Duration::from_secs_f64(LEASE_S + 1.5));
+    assert_eq!(redis_cli(&redis, &["GET", key]), value, "B kept the claim");
+    for (i, p) in band.into_iter().enumerate() {
+        let name = p.name;
+        let r = p.finish(Duration::from_secs_f64(DURATION_S) + STEP);
+        let other = PLAYERS[1 - i].0;
+        let on_b = heard_by_name(&r)
+            .get(&(b.addr.to_string(), other.to_owned()))
+            .copied()
+            .unwrap_or(0);
+        eprintln!("{name} heard {other} on B: {on_b} packets");
+        // On B for the last 7 s or more: at least half of it, however loaded the machine.
+        assert!(
+            on_b as f64 >= 0.5 * (LEASE_S + 1.5) * PACKETS_PER_S,
+            "{name} heard {other} on B for {on_b} packets only"
+        );
+    }
+    let report = a.proc.stop_server(&a.json, STEP);
+    assert_eq!(
+        report["server"]["moved_members"].as_u64(),
+        Some(2),
         "{}",
         report["server"]
     );

@@ -132,6 +132,9 @@ pub struct RoomMove {
     pub to: SocketAddr,
     /// Seconds from the last word of the old server to the seat on the new one.
     pub silence_s: f64,
+    /// The old server sent the player away (another server took the room over), rather
+    /// than going silent.
+    pub handed_over: bool,
 }
 
 /// Control seats (the OSC surface's `/member#16`).

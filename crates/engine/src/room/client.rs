@@ -517,6 +517,16 @@ impl RoomClient {
                     c => self.refused(c, text),
                 }
             }
+            // Seated: the room moved to another server (its claim there is newer); the seat
+            // is asked for there, and taken afresh when that server does not know it.
+            (Control::Redirect { room, server }, Phase::Joined)
+                if fold_name(room) == fold_name(&self.cfg.room) =>
+            {
+                self.phase = Phase::Redirected;
+                self.events.push_back(RoomEvent::Redirected {
+                    server: server.to_owned(),
+                });
+            }
             (Control::Redirect { room, server }, Phase::Join { .. })
                 if fold_name(room) == fold_name(&self.cfg.room) =>
             {

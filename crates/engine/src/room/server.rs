@@ -176,6 +176,10 @@ pub enum Placement {
     Elsewhere(String),
     /// The directory did not answer: no new room can be opened now.
     Unavailable,
+    /// Not an answer to a [`DirectoryRequest::Locate`]: another server (`host:port`) took
+    /// the claim on a room playing here (this server's lease ran out while it was cut off
+    /// from the directory, or stalled). Its members are sent there (see [`Server::placed`]).
+    Moved(String),
 }
 
 /// What the core asks of the room directory ([`Server::poll_directory`]).
@@ -337,8 +341,12 @@ pub struct ServerStats {
     pub ens_undeliverable: u64,
     /// Ensemble clock probes handed to the shell to answer.
     pub clock_probes: u64,
-    /// Joins answered with `/netjam/redirect` (the room lives on another server).
+    /// Joins answered with `/netjam/redirect` (the room lives on another server), and
+    /// seated members sent away with one.
     pub redirects: u64,
+    /// Of those, members whose room another server claimed while it played here
+    /// ([`Placement::Moved`]).
+    pub moved_members: u64,
     /// Rooms asked of the room directory.
     pub locates: u64,
     /// Joins dropped unanswered because the directory had not answered in time, or too
@@ -1639,23 +1647,58 @@ impl Server {
                 }
             }
             Placement::Elsewhere(server) => {
-                for (src, _) in joins {
-                    self.stats.redirects += 1;
-                    self.queue(
-                        src,
-                        &Control::Redirect {
-                            room,
-                            server: &server,
-                        },
-                    );
-                }
+                self.redirect(joins.iter().map(|(src, _)| *src), room, &server);
             }
             Placement::Unavailable => {
                 for (src, _) in joins {
                     self.refuse(src, RefuseCode::DirectoryUnavailable);
                 }
             }
+            Placement::Moved(server) => {
+                self.redirect(joins.iter().map(|(src, _)| *src), room, &server);
+                self.moved(now_ns, room, &server);
+            }
         }
+    }
+
+    /// Sends each of `to` a `/netjam/redirect` naming `room` on `server`.
+    fn redirect(&mut self, to: impl Iterator<Item = SocketAddr>, room: &str, server: &str) {
+        for dst in to {
+            self.stats.redirects += 1;
+            self.queue(dst, &Control::Redirect { room, server });
+        }
+    }
+
+    /// Another server holds the claim on `room` (folded) now: one room on two servers would
+    /// split the band into two halves that cannot hear each other, so every member here is
+    /// sent there with `/netjam/redirect` (as a join for a room elsewhere is) and the room
+    /// closes here, without giving back a claim that is the other server's.
+    fn moved(&mut self, now: u64, room: &str, to: &str) {
+        self.claimed.remove(room);
+        let Some(&idx) = self.room_by_name.get(room) else {
+            return;
+        };
+        let Some(Some(r)) = self.rooms.get(idx) else {
+            return;
+        };
+        let members = r.members.clone();
+        let seated: Vec<SocketAddr> = members
+            .iter()
+            .filter_map(|&slot| {
+                self.slots
+                    .get(slot as usize)
+                    .and_then(Option::as_ref)
+                    .map(|m| m.addr)
+            })
+            .collect();
+        self.stats.moved_members += seated.len() as u64;
+        self.redirect(seated.into_iter(), room, to);
+        for slot in members {
+            self.remove_member(now, slot, RosterKind::Left, false);
+        }
+        self.room_by_name.remove(room);
+        self.rooms[idx] = None;
+        self.free_rooms.push(idx);
     }
 
     /// Every server's public rooms, as the directory last listed them (with

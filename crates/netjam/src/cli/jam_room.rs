@@ -921,6 +921,11 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
                         "netjam: the rooms server at {} answers again after {:.1} s; playing on",
                         m.to, m.silence_s
                     );
+                } else if m.handed_over {
+                    eprintln!(
+                        "netjam: room {room:?} moved to {} (its server handed it over: another server holds it now) after {:.1} s of silence; playing on",
+                        m.to, m.silence_s
+                    );
                 } else {
                     eprintln!(
                         "netjam: room {room:?} moved to {} after {:.1} s of silence (its server stopped answering); playing on",

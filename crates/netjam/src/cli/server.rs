@@ -270,7 +270,7 @@ pub fn run(a: ServerArgs) -> anyhow::Result<()> {
             for (room, holder) in st.lost.iter().skip(lost_told) {
                 status.finish();
                 eprintln!(
-                    "netjam: room {room:?} is now claimed by {holder} (this server's lease ran out); its players here go on until they leave"
+                    "netjam: room {room:?} is now claimed by {holder} (this server's lease ran out): its players here are sent there"
                 );
             }
             lost_told = st.lost.len();
