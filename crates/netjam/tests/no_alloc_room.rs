@@ -6,7 +6,9 @@
 //! per control seat with the member sitting there (`--member-ports`), while a member moves
 //! between seats. So does a room with Opus on a
 //! 44.1 kHz device: the room process behind both edge resamplers, decoding two members'
-//! Opus and recording.
+//! Opus and recording. The first does so with the player's page open (`jam --web`): a
+//! thread shows every snapshot the callback publishes on the page, and a WebSocket client
+//! reads it, as a browser would; nothing on the callback's thread knows.
 //! Counted with a per-thread counting allocator on the thread that runs the callback, as
 //! the audio thread would.
 
@@ -155,16 +157,92 @@ fn periods_on_time(
     alloc_count::allocations() - measured
 }
 
+/// A page open on the room (`jam --web`): a thread shows every snapshot the callback
+/// publishes on the player's page, and a WebSocket client reads the page. Stopped through
+/// the flag returned; joined, it gives back the snapshots' ring, the last snapshot it
+/// showed, and the messages the client read.
+#[allow(clippy::type_complexity)]
+fn open_page(
+    mut snapshots: rtrb::Consumer<Snapshot<MediaReport>>,
+) -> (
+    Arc<AtomicBool>,
+    thread::JoinHandle<(
+        rtrb::Consumer<Snapshot<MediaReport>>,
+        Option<Snapshot<MediaReport>>,
+        u64,
+    )>,
+) {
+    use netjam::web::room_page::{FixedStages, RoomPage};
+    use netjam::web::WebListener;
+    use netjam_engine::player::{Roster, RosterMember};
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop_page = stop.clone();
+    let listener = WebListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).expect("the page's port");
+    let addr = listener.local_addr();
+    let (mut page, _commands) = RoomPage::start(listener, None).expect("the page");
+    let mut roster = Roster {
+        room: "band".into(),
+        ..Roster::default()
+    };
+    for member in 1..=MEMBERS {
+        roster.members.insert(
+            member,
+            RosterMember {
+                member_id: member,
+                name: format!("m{member}"),
+                ssrc: 0,
+            },
+        );
+    }
+    let reader = thread::spawn(move || {
+        let (mut ws, _) =
+            tungstenite::client::connect(format!("ws://{addr}/ws")).expect("the page's WebSocket");
+        if let tungstenite::stream::MaybeTlsStream::Plain(s) = ws.get_ref() {
+            s.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+                .expect("a read timeout");
+        }
+        let mut read = 0u64;
+        while let Ok(m) = ws.read() {
+            if m.is_text() {
+                read += 1;
+            }
+        }
+        read
+    });
+    let fixed = FixedStages {
+        packet_ms: 1.33,
+        device_ms: 2.67,
+        resampler_ms: 0.0,
+    };
+    let shower = thread::spawn(move || {
+        let mut last = None;
+        while !stop_page.load(Ordering::Relaxed) {
+            while let Ok(s) = snapshots.pop() {
+                page.publish(&s, &roster, "me", &fixed);
+                last = Some(s);
+            }
+            thread::sleep(std::time::Duration::from_millis(10));
+        }
+        page.stop();
+        let read = reader.join().expect("the page's reader");
+        (snapshots, last, read)
+    });
+    (stop, shower)
+}
+
 /// After the members stopped: the room's last snapshot and final figures, and what the
-/// recording wrote (its folder removed).
+/// recording wrote (its folder removed). `shown` is the last snapshot a page took.
 fn finish(
     mut room: RoomProcess,
     mut snapshots: rtrb::Consumer<Snapshot<MediaReport>>,
+    shown: Option<Snapshot<MediaReport>>,
     room_io: LoopbackRoom,
     (take, writer): (PathBuf, RecordWriter),
 ) -> (MediaReport, MediaReport, RecordSummary, RoomProcess) {
     let last: MediaReport = std::iter::from_fn(|| snapshots.pop().ok())
         .last()
+        .or(shown)
         .expect("room snapshots")
         .stats;
     let stats = room.report();
@@ -182,6 +260,7 @@ fn room_callback_with_four_members_does_not_allocate() {
 
     let (room_io, mut room, snapshots, mut commands) =
         room_on_loopback(sender(2, 1), MediaConfig::new(MEMBERS as usize, 2));
+    let (page_stop, page) = open_page(snapshots);
     let (take, tap, writer) = start_recording("record");
     room.set_recorder(tap);
     room.set_member_ports(PER_SEAT);
@@ -262,7 +341,14 @@ fn room_callback_with_four_members_does_not_allocate() {
     });
     stop.store(true, Ordering::Relaxed);
     members_thread.join().expect("members thread");
-    let (last, stats, recorded, room) = finish(room, snapshots, room_io, (take, writer));
+    page_stop.store(true, Ordering::Relaxed);
+    let (snapshots, shown, page_messages) = page.join().expect("the page's thread");
+    println!("the page open all along: {page_messages} messages read by its WebSocket client");
+    assert!(
+        page_messages >= 20,
+        "the page showed {page_messages} snapshots in 5 s"
+    );
+    let (last, stats, recorded, room) = finish(room, snapshots, shown, room_io, (take, writer));
     println!(
         "recorded {} frames into {} files; {} periods dropped, {} frames padded",
         recorded.frames,
@@ -416,7 +502,7 @@ fn room_callback_with_opus_on_a_44_1_khz_device_does_not_allocate() {
     stop.store(true, Ordering::Relaxed);
     members_thread.join().expect("members thread");
     let underruns = room.underruns();
-    let (last, stats, recorded, _) = finish(room.into_inner(), snapshots, room_io, (take, writer));
+    let (last, stats, recorded, _) = finish(room.into_inner(), snapshots, None, room_io, (take, writer));
     let rms = (energy / ((periods - from) as f64 * PERIOD as f64 * 2.0)).sqrt();
     println!(
         "Opus room on a 44.1 kHz device: output rms {rms:.3}; recorded {} frames at 48 kHz for {periods} periods of {PERIOD} at 44.1 kHz",
