@@ -25,8 +25,7 @@
 //!   out while Redis was unreachable) takes it again, since the room is still playing here;
 //!   one that finds another holder reports the room lost, and the directory thread tells
 //!   the forwarding thread ([`Placement::Moved`]) so that its players are sent to the
-//!   holder rather than playing on as half a band. A claim found naming this server's own
-//!   address that it does not hold (an earlier incarnation's) is adopted and renewed.
+//!   holder rather than playing on as half a band.
 //! * Lookup: `GET`.
 //! * Public rooms (`jam --public`): `netjam:public:<name>` holds `"<players>\t<region>\t<server>"`
 //!   with the same lease, written by the room's server each renewal (one pipelined call
@@ -399,13 +398,6 @@ impl RoomDirectory for RedisDirectory {
         match before {
             None => {
                 self.held.insert(room.to_owned(), value);
-                Ok(server.to_owned())
-            }
-            // A claim naming this server's address that it does not hold (an earlier
-            // incarnation at the same address made it): players sent there come here, so
-            // it is this server's to renew.
-            Some(v) if holder_of(&v) == server => {
-                self.held.insert(room.to_owned(), v);
                 Ok(server.to_owned())
             }
             Some(old) if holder_of(&old) == server => {
