@@ -2,8 +2,8 @@
 //! four `jam --server` clients on loopback (sines at 220, 330, 440 and 550 Hz); ana finds
 //! her seats through `/roster`, mutes bo and solos cy at their seats with liblo's `oscsend`
 //! and turns cy down 12 dB by name (`/member/Cy/gain`) with python-osc. Her output then
-//! holds no bo, no dee (cy is soloed) and cy 12 dB below what bo hears of cy, while bo's
-//! own mix is untouched. A mix given with `--mix` at start applies by name, again
+//! holds no bo, no dee (cy is soloed) and cy 12 dB down (at the level bo, whose master
+//! gain is -12 dB, hears her), while bo's own mix is untouched. A mix given with `--mix` at start applies by name, again
 //! to a member killed and started anew under that name. Loopback only, ephemeral ports,
 //! every wait bounded.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -99,7 +99,9 @@ fn each_player_sets_their_own_mix_over_osc() {
 
     let (server, server_addr) = room_server("40", WAIT);
 
-    let mut bo = player(server_addr, "bo", "330", "10", &[]);
+    // bo hears three tones at -6 dBFS: his master gain keeps them under the limiter's
+    // knee, so his mix is the reference level, untouched.
+    let mut bo = player(server_addr, "bo", "330", "10", &["--master-gain=-12"]);
     bo.line_with("in room", WAIT);
     let mut cy = player(server_addr, "cy", "440", "10", &[]);
     cy.line_with("in room", WAIT);
@@ -193,8 +195,8 @@ fn each_player_sets_their_own_mix_over_osc() {
     assert!(dee.wait_for(WAIT).success());
     server.interrupt();
 
-    // Ana heard both (their streams arrived), and in her last two seconds bo is silent and cy
-    // is 12 dB below what bo hears of cy.
+    // Ana heard the three (their streams arrived), and in her last two seconds bo and dee are silent and cy
+    // is 12 dB down (as bo hears cy through his -12 dB master).
     let report = read_json(&tmp("room-osc", "ana.json"));
     let heard: Vec<(String, u64)> = report["heard"]
         .as_array()
@@ -222,21 +224,25 @@ fn each_player_sets_their_own_mix_over_osc() {
     let dee_in_ana = tone_db(&ana_wav, 550.0, 2.0);
     let dee_in_bo = tone_db(&bo_wav, 550.0, 2.0);
     eprintln!("ana hears bo {bo_in_ana:.1} dB, cy {cy_in_ana:.1} dB (soloed), dee {dee_in_ana:.1} dB, herself {own_in_ana:.1} dB; bo hears cy {cy_in_bo:.1} dB, dee {dee_in_bo:.1} dB");
+    // A tone left in ana's mix would be near the 0 dB level, 12 dB above cy's: whatever is
+    // muted or not soloed must lie 30 dB below cy there (42 dB below that level).
+    let unheard = cy_in_ana - 30.0;
     assert!(
-        dee_in_bo - dee_in_ana > 40.0,
-        "with cy soloed ana still hears dee: {dee_in_ana:.1} dB against {dee_in_bo:.1} dB in bo's mix"
+        dee_in_ana < unheard,
+        "with cy soloed ana still hears dee: {dee_in_ana:.1} dB against cy at {cy_in_ana:.1} dB"
     );
     assert!(
-        cy_in_bo - bo_in_ana > 40.0,
-        "muted bo is still in ana's mix: {bo_in_ana:.1} dB against an unmuted tone at {cy_in_bo:.1} dB"
+        bo_in_ana < unheard,
+        "muted bo is still in ana's mix: {bo_in_ana:.1} dB against cy at {cy_in_ana:.1} dB"
     );
+    // cy at -12 dB in ana's mix (master 0 dB) against cy at 0 dB in bo's (master -12 dB).
     let drop = cy_in_bo - cy_in_ana;
     assert!(
-        (10.5..=13.5).contains(&drop),
-        "cy should be 12 dB down in ana's mix, is {drop:.1} dB"
+        (-1.5..=1.5).contains(&drop),
+        "cy should be 12 dB down in ana's mix, as bo hears her through his -12 dB master: {drop:.1} dB apart"
     );
     assert!(
-        cy_in_bo - own_in_ana > 40.0,
+        own_in_ana < unheard,
         "ana hears herself through the network: {own_in_ana:.1} dB"
     );
 }
