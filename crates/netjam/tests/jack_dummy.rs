@@ -308,12 +308,14 @@ fn time_the_server_lost_uncounted_is_skipped_in_the_stream() {
     let (status, far_said) = far.finish(Duration::from_secs(20));
     assert!(status.success(), "netjam recv failed: {far_said:?}");
     // The far side heard gaps where the server stood still, and kept its timeline: no
-    // re-lock, and few late packets: those sent before a stop was found, 20 ms each (16 a
-    // stop, 47-51 in all, on a quiet machine; up to 92 with both cores busy, where the 20 ms
-    // stretch). Without the guard it re-locks at every stop.
+    // re-lock for a stop, and few late packets: those sent before a stop was found, 20 ms
+    // each (16 a stop, 47-51 in all, on a quiet machine; up to 92 with both cores busy,
+    // where the 20 ms stretch). Without the guard it re-locks at every stop, three times;
+    // one re-lock is allowed, as a VM that stalls on its own can make one (CI saw it once,
+    // in a run with 13 ms of PDV at the 99th percentile and 880 underrun periods).
     let far_report = common::read_json(&far_json);
     let jb = &far_report["stats"]["jitter_buffer"];
-    assert_eq!(jb["relocks"], 0, "{jb}");
+    assert!(jb["relocks"].as_u64().expect("relocks") <= 1, "{jb}");
     let late = jb["late_packets"].as_u64().expect("late");
     assert!(late <= 3 * 40, "{late} late packets: {jb}");
     let report = common::read_json(&json);
