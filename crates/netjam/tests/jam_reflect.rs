@@ -68,14 +68,16 @@ fn jam_against_reflect_hears_its_own_round_trip() {
     // Loopback: packetization (1.33 ms) + buffer (a period plus target) + the wire (~0).
     // Under load the adaptive buffer grows, but on loopback it stays within a few periods.
     assert!((1.3..12.0).contains(&rtt_ms), "in-band round trip {rtt_ms:.2} ms");
-    // The meter's figure agrees with the click's: both are the same round trip, measured
-    // once from the first click and once from the bursts a second apart.
+    // The meter measures the same path from bursts a second apart, the last of them near
+    // the end: a round trip of this loopback path too, but not the first click's, since the
+    // buffer adapts in between (1.69 ms at the first click and 5.58 ms at the last burst in
+    // one CI run on a stalling VM). The stages below tie it to its own moment.
     let meter_ms = report["stats"]["round_trip_ms"]
         .as_f64()
         .expect("round trip measured in band");
     assert!(
-        (meter_ms - rtt_ms).abs() < 3.0,
-        "meter {meter_ms:.2} ms vs click {rtt_ms:.2} ms"
+        (1.3..12.0).contains(&meter_ms),
+        "meter {meter_ms:.2} ms (click {rtt_ms:.2} ms)"
     );
     eprintln!("in-band round trip through netjam reflect: click {rtt_ms:.2} ms ({onset} frames), meter {meter_ms:.2} ms");
     // Where the time goes, stage by stage, next to the measured round trip.
