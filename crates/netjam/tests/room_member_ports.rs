@@ -188,11 +188,14 @@ fn each_seats_ports_carry_exactly_that_members_tone() {
     {
         let w = hann(x);
         // In JACK's samples a member's tone was measured up to 1 % off its pitch (445 Hz for
-        // 440, 1010 for 1000): playout follows each member's clock by resampling, and the
-        // dummy driver's sleep-paced sample clock is the likely other side of that ratio on a
-        // busy machine. It is looked for within 1.5 %.
+        // 440, 1010 for 1000), and once 3.4 % (455 Hz for 440, in a CI run on a stalling
+        // VM): playout follows each member's clock by resampling, and the dummy driver's
+        // sleep-paced sample clock, which loses time at its xruns, is the other side of that
+        // ratio. What this test checks is routing (each seat carries its member's tone and
+        // not the other's, 440 against 1000 Hz), so the tone is looked for within 4 %; the
+        // pitch itself is the listener measure's to judge.
         let near = |hz: f64| {
-            let span = (hz * 0.015).ceil() as i32;
+            let span = (hz * 0.04).ceil() as i32;
             (-span..=span)
                 .map(|d| goertzel(&w, hz + f64::from(d)))
                 .fold(0.0, f64::max)
@@ -206,7 +209,7 @@ fn each_seats_ports_carry_exactly_that_members_tone() {
             rms(x)
         );
         assert!(
-            (hz - own).abs() <= own * 0.015 + 5.0,
+            (hz - own).abs() <= own * 0.04 + 5.0,
             "{}: strongest at {hz} Hz",
             recorded[k]
         );
