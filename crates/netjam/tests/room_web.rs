@@ -59,6 +59,15 @@ fn player(server: SocketAddr, name: &str, hz: &str, seconds: &str, extra: &[&str
 
 type Ws = WebSocket<MaybeTlsStream<TcpStream>>;
 
+/// The URL of the page a player with `--web` prints.
+fn page_url(player: &mut Proc) -> String {
+    let line = player.line_with("your page of room", WAIT);
+    line.split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_owned()
+}
+
 /// A page as a program: the WebSocket of the page at `url`.
 fn page_socket(url: &str) -> Ws {
     let host = url.trim_start_matches("http://").split('/').next().unwrap();
@@ -229,12 +238,7 @@ fn the_page_shows_the_room_and_mixes_it_by_name() {
         "150",
         &["--web", "127.0.0.1:0", "--output", &out, "--master-gain=-12"],
     );
-    let line = ana.line_with("your page of room", WAIT);
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {line:?}"))
-        .to_owned();
+    let url = page_url(&mut ana);
     assert!(!url.contains("token"), "a loopback page needs no token: {url}");
     let _bo = player(addr, "bo", &BO_HZ.to_string(), "150", &[]);
     let mut cy = player(addr, "cy", &CY_HZ.to_string(), "150", &[]);
@@ -535,12 +539,7 @@ fn the_page_pauses_and_resumes_the_recording_and_shows_the_beat() {
             "120",
         ],
     );
-    let line = ana.line_with("your page of room", WAIT);
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {line:?}"))
-        .to_owned();
+    let url = page_url(&mut ana);
     let _bo = player(addr, "bo", &BO_HZ.to_string(), "60", &[]);
     let mut page = Browser::open(&url, "record");
     page.wait_for(
