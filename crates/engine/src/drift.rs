@@ -54,7 +54,11 @@
 //!   error, low-passed over 50 ms, is beyond ±0.25 ms, the ratio moves by the excess over
 //!   0.25 s. Loop and catch-up together never move the ratio more than
 //!   [`PITCH_LIMIT`] (500 ppm, 0.87 cents) from the estimate: what is heard keeps the
-//!   sender's pitch. Only while what plays is quiet (below −60 dBFS: a rest, a gap between
+//!   sender's pitch. They move it there and back at no more than [`PITCH_SLEW`] (2000 ppm
+//!   a second): a bend of under a cent is not heard, but a step to it in the middle of a
+//!   note is (a 200 ms analysis window reads a step to the limit as a residual 25 dB below
+//!   a 660 Hz tone, a glitch; a ramp at this slope leaves one 38 dB below). Only while
+//!   what plays is quiet (below −60 dBFS: a rest, a gap between
 //!   phrases) may the catch-up go to [`QUIET_CATCH_UP_LIMIT`] (0.5 %): there is no pitch to
 //!   bend there. Latency that must come back faster than that is the jitter buffer's
 //!   work, by cutting whole pitch periods ([`crate::splice`]), never by playing faster.
@@ -970,6 +974,9 @@ pub struct DriftCorrector {
     feed_forward: Option<f64>,
     /// What the next period plays is quiet (see [`Self::set_quiet`]).
     quiet: bool,
+    /// The loop's correction in use: [`Self::correction`] reached at no more than
+    /// [`PITCH_SLEW`].
+    applied: f64,
 }
 
 /// The catch-up term: dead band, time to give back what is beyond it, largest ratio change,
@@ -993,6 +1000,13 @@ pub const QUIET_CATCH_UP_LIMIT: f64 = 0.005;
 /// plus a slide of the playout phase.
 const FEED_FORWARD_LIMIT: f64 = 0.002;
 const CATCH_UP_SMOOTHING_S: f64 = 0.05;
+/// How fast the ratio may move away from the clock estimate or back, per second: 2000 ppm
+/// a second, so the pitch limit is reached in a quarter second. A step of the ratio is a
+/// step of the pitch in the middle of a note, which a 200 ms analysis window reads as a
+/// glitch (a 500 ppm step leaves a residual about 25 dB below a 660 Hz tone); a ramp at
+/// this slope leaves one about 38 dB below it. While what plays is quiet the ratio moves
+/// at once.
+pub const PITCH_SLEW: f64 = 0.002;
 
 impl DriftCorrector {
     /// For a stream and device at `rate`, up to `channels_max` channels and device periods
@@ -1014,6 +1028,7 @@ impl DriftCorrector {
             frames_played: 0,
             feed_forward: None,
             quiet: false,
+            applied: 0.0,
         }
     }
 
@@ -1032,6 +1047,7 @@ impl DriftCorrector {
         self.error_s = 0.0;
         self.fast_error_s = 0.0;
         self.correction = 0.0;
+        self.applied = 0.0;
     }
 
     /// A new stream format: forget both clocks (the nominal rate is now `rate`), the loop
@@ -1053,6 +1069,7 @@ impl DriftCorrector {
         self.error_s = 0.0;
         self.fast_error_s = 0.0;
         self.correction = 0.0;
+        self.applied = 0.0;
         self.last_ns = None;
         self.frames_played = 0;
     }
@@ -1064,6 +1081,7 @@ impl DriftCorrector {
     pub fn begin_period(&mut self, now_ns: u64, out_frames: usize, depth_error_ns: i64) -> usize {
         self.estimator.on_callback(now_ns, self.frames_played);
         self.frames_played += out_frames as u64;
+        let first = self.last_ns.is_none();
         let dt = match self.last_ns {
             Some(last) => (now_ns.saturating_sub(last) as f64 * 1e-9).min(0.1),
             None => 0.0,
@@ -1104,8 +1122,17 @@ impl DriftCorrector {
         let catch_up = catch_up.clamp(-most, most);
         self.correction = ((p + self.integral).clamp(-limit, limit) + catch_up).clamp(-most, most);
         let estimate = self.estimator.ratio().unwrap_or(1.0) * self.resampler.nominal();
+        self.applied = if first || self.quiet {
+            self.correction
+        } else {
+            // Sound after a quiet stretch starts within the pitch limit, whatever the
+            // catch-up did in the quiet.
+            let from = self.applied.clamp(-PITCH_LIMIT, PITCH_LIMIT);
+            let step = PITCH_SLEW * dt;
+            from + (self.correction - from).clamp(-step, step)
+        };
         self.resampler
-            .set_ratio(estimate * (1.0 + self.correction - self.feed_forward.unwrap_or(0.0)));
+            .set_ratio(estimate * (1.0 + self.applied - self.feed_forward.unwrap_or(0.0)));
         self.resampler.input_frames_needed(out_frames)
     }
 
@@ -1161,7 +1188,7 @@ impl DriftCorrector {
         DriftCorrectorStats {
             estimator: self.estimator.stats(),
             ratio_ppm: (self.resampler.ratio() / self.resampler.nominal() - 1.0) * 1e6,
-            correction_ppm: self.correction * 1e6,
+            correction_ppm: self.applied * 1e6,
             depth_error_ms: self.error_s * 1e3,
             input_frames,
             output_frames,
@@ -1402,6 +1429,53 @@ mod tests {
         }
         let _ = dc.estimator().earliest_arrival_ns(u64::MAX);
         let _ = dc.stats();
+    }
+
+    #[test]
+    fn the_correction_moves_the_pitch_no_faster_than_its_slew_and_leaves_quiet_within_the_limit() {
+        let period_ns = 1_333_333u64;
+        let mut dc = DriftCorrector::new(RATE, 1, 64, DriftLoopConfig::default());
+        // The ratio against the nominal one, ppm, after a period with depth error `err_ns`.
+        let step = |dc: &mut DriftCorrector, k: u64, err_ns: i64| {
+            dc.begin_period(1_000_000_000 + k * period_ns, 64, err_ns);
+            dc.stats().ratio_ppm
+        };
+        let mut k = 0;
+        for _ in 0..100 {
+            step(&mut dc, k, 0);
+            k += 1;
+        }
+        // 2 ms too deep, sounding: the catch-up asks for the pitch limit at once; the ratio
+        // gets there at no more than PITCH_SLEW a second.
+        let mut last = step(&mut dc, k, 0);
+        let per_period = PITCH_SLEW * 1e6 * period_ns as f64 / 1e9;
+        let mut reached = None;
+        for i in 0..400 {
+            k += 1;
+            let r = step(&mut dc, k, 2_000_000);
+            // (The ratio is held in 32.32 fixed point: 0.0002 ppm a step.)
+            assert!(
+                (r - last).abs() <= per_period + 0.01,
+                "period {i}: {last:.4} -> {r:.4} ppm"
+            );
+            assert!(r.abs() <= PITCH_LIMIT * 1e6 + 0.01, "period {i}: {r:.1} ppm");
+            if reached.is_none() && r >= PITCH_LIMIT * 1e6 - 1.0 {
+                reached = Some(i);
+            }
+            last = r;
+        }
+        let reached = reached.expect("the limit is reached") as f64 * period_ns as f64 / 1e9;
+        assert!((0.2..0.4).contains(&reached), "the limit after {reached:.2} s");
+        // Quiet, the catch-up may go ten times as far, at once; sound again starts within the
+        // pitch limit.
+        dc.set_quiet(true);
+        k += 1;
+        let quiet = step(&mut dc, k, 20_000_000);
+        assert!(quiet > 2.0 * PITCH_LIMIT * 1e6, "{quiet:.1} ppm while quiet");
+        dc.set_quiet(false);
+        k += 1;
+        let after = step(&mut dc, k, 20_000_000);
+        assert!(after <= PITCH_LIMIT * 1e6 + 0.01, "{after:.1} ppm once sounding");
     }
 
     /// Feed packets from a sender at `sender_ppm` (1 ms uniform jitter) and callbacks of a
