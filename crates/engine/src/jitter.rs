@@ -54,7 +54,7 @@ use crate::discontinuity::{
 };
 use crate::drift::{
     DriftCorrector, DriftCorrectorStats, DriftLoopConfig, CATCH_UP_DEADBAND_FOLLOWING_S, MAX_RATIO_DEVIATION,
-    RESAMPLER_DELAY_FRAMES,
+    PITCH_SLEW, RESAMPLER_DELAY_FRAMES,
 };
 use crate::splice::{self, Direction, Prefer, SpliceFinder, SpliceKind};
 use crate::time::{frames_to_ms, frames_to_ns, ns_to_frames};
@@ -156,10 +156,29 @@ struct Phase {
     /// What is left of a slide between two branches (negative: playout is still earlier
     /// than the branch says, and moves later at [`PHASE_SLIDE`]).
     offset: f64,
+    /// How fast the slide moves, frames of delay per frame played (see [`slide_step`]).
+    slide_rate: f64,
     /// Since when the phase could give a step back (see [`PHASE_DOWN_HOLD_NS`]).
     high_since: Option<u64>,
     /// When a fall of the target last gave several steps back at once.
     dropped_at: Option<u64>,
+}
+
+/// The share of a slide of `offset` frames that a period of `frames` frames at
+/// `sample_rate` makes, and the slide's pace afterwards (frames of delay per frame played),
+/// from its pace `rate` before. The slide goes at `pace` at most, and gets there and back
+/// no faster than [`PITCH_SLEW`]: it bends the pitch by under a cent, and a step to that
+/// bend in the middle of a note is what a listener's window hears (see
+/// [`crate::drift::PITCH_SLEW`]). It slows down in time to land on the offset.
+fn slide_step(offset: f64, rate: f64, pace: f64, frames: usize, sample_rate: u32) -> (f64, f64) {
+    let per_s = f64::from(sample_rate.max(1));
+    let accel = PITCH_SLEW * frames as f64 / per_s;
+    // The fastest pace from which the slide still stops within what is left of it.
+    let brake = (2.0 * PITCH_SLEW * offset.abs() / per_s).sqrt();
+    let want = offset.signum() * pace.min(brake);
+    let next = rate + (want - rate).clamp(-accel, accel);
+    let slid = (next * frames as f64).clamp(offset.min(0.0), offset.max(0.0));
+    (slid, slid / frames.max(1) as f64)
 }
 
 /// Frames beyond its own length that a resampled period of `frames` may need, playing to
@@ -987,13 +1006,14 @@ impl JitterBuffer {
         } else {
             high_since = None;
         }
-        let max_slide = pace * frames as f64;
-        let slid = offset.clamp(-max_slide, max_slide);
+        let rate = self.phase.map_or(0.0, |ph| ph.slide_rate);
+        let (slid, slide_rate) = slide_step(offset, rate, pace, frames, self.rate);
         offset -= slid;
         self.phase = Some(Phase {
             delta,
             step: g,
             offset,
+            slide_rate,
             high_since,
             dropped_at,
         });

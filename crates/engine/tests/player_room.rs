@@ -274,17 +274,17 @@ fn four_players_each_hear_the_other_three_in_tune_unclipped_and_not_themselves()
         assert!(heard.worst_cents.abs() <= 2.0, "{name}: {heard:?}");
         // Clocks 350-400 ppm apart walk the arrivals' phase a period every few seconds, and
         // playout slides its delay a step to follow at a pace that bends the pitch by under
-        // a cent for a fraction of a second: at 1 kHz the listener's measure reads that as a
-        // pitch step (a residual of -26 to -29 dB) in 3-4 windows of 58. Anything more (a
-        // splice, a concealment burst, clipping) breaks this bound.
-        assert!(heard.glitch_windows() * 10 <= heard.windows, "{name}: {heard:?}");
-        assert!(
-            heard
-                .glitches
-                .iter()
-                .all(|g| g.residual_db.is_some_and(|r| r < -20.0)),
-            "{name}: {heard:?}"
+        // 2 cents for a second or so, ramping into the bend and out of it: no window hears a
+        // step of pitch (they read a residual of -26 to -29 dB in 3-5 windows of 58 at 1 kHz
+        // when the slide started and stopped at once). A splice, a concealment burst or
+        // clipping would break this.
+        eprintln!(
+            "{name}: {} glitch windows of {}, worst {:+.2} cents",
+            heard.glitch_windows(),
+            heard.windows,
+            heard.worst_cents
         );
+        assert_eq!(heard.glitch_windows(), 0, "{name}: {heard:?}");
         assert!(heard.weakest_present_db() > -20.0, "{name}: {heard:?}");
         assert!(
             heard.loudest_absent_db().expect("absent") < -60.0,
