@@ -396,6 +396,18 @@ fn ssrc_collisions_are_resolved_and_forged_ssrcs_never_forwarded() {
     let mut compound = rtcp_rr(sb);
     compound.extend(rtcp_rr(sa));
     assert_eq!(w.media(addr(2), &compound), Err(DropReason::ForgedSsrc));
+    // What every receiver sorts as RTCP (RFC 5761: a second byte of 192..=223) but is no
+    // RTCP packet type in use (200..=207) is neither RTP nor RTCP: malformed, even with
+    // Bo's own SSRC where an RTP header would carry it.
+    for second in [192u8, 199, 208, 223] {
+        let mut odd = rtp(sb, 12, 100);
+        odd[1] = second;
+        assert_eq!(
+            w.media(addr(2), &odd),
+            Err(DropReason::Malformed),
+            "second byte {second}"
+        );
+    }
     // A stranger with Ana's SSRC: dropped as an unknown source.
     assert_eq!(w.media(addr(7), &rtp(sa, 1, 100)), Err(DropReason::UnknownSource));
     // Bo's own packets still flow.

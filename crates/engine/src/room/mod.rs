@@ -41,9 +41,9 @@ pub enum Demux {
     Control,
     /// An OSC bundle (`#`): not used by the protocol.
     Bundle,
-    /// RTP (first byte `0x80..=0xBF`, second byte not an RTCP type 200..=207).
+    /// RTP (version 2, as [`crate::wire::rtp::classify`] sorts it: RFC 5761).
     Rtp,
-    /// RTCP (version 2, packet type 200..=207).
+    /// RTCP (version 2, second byte 192..=223, as [`crate::wire::rtp::classify`] sorts it).
     Rtcp,
     /// A STUN message (first byte `0x00` or `0x01`, the magic cookie at bytes 4..8).
     Stun,
@@ -51,15 +51,47 @@ pub enum Demux {
     Junk,
 }
 
-/// Classifies a datagram received on the room port.
+/// Classifies a datagram received on the room port: media is told apart from control and
+/// STUN by its first byte, and RTP from RTCP by the one rule every receiver uses
+/// ([`crate::wire::rtp::classify`]).
 #[inline]
 pub fn demux(bytes: &[u8]) -> Demux {
+    use crate::wire::rtp::{classify, PacketKind};
     match bytes {
         [b'/', ..] => Demux::Control,
         [b'#', ..] => Demux::Bundle,
-        [0x80..=0xBF, 200..=207, ..] => Demux::Rtcp,
-        [0x80..=0xBF, ..] => Demux::Rtp,
         [0x00 | 0x01, ..] if crate::nat::stun::is_stun(bytes) => Demux::Stun,
-        _ => Demux::Junk,
+        _ => match classify(bytes) {
+            PacketKind::Rtp => Demux::Rtp,
+            PacketKind::Rtcp => Demux::Rtcp,
+            PacketKind::Other => Demux::Junk,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::rtp::{classify, PacketKind};
+
+    #[test]
+    fn the_room_port_sorts_rtp_and_rtcp_as_every_receiver_does() {
+        for b0 in 0x80..=0xBFu8 {
+            for b1 in 0..=255u8 {
+                let d = [b0, b1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+                let want = match classify(&d) {
+                    PacketKind::Rtp => Demux::Rtp,
+                    PacketKind::Rtcp => Demux::Rtcp,
+                    PacketKind::Other => Demux::Junk,
+                };
+                assert_eq!(demux(&d), want, "{b0:#04x} {b1}");
+            }
+        }
+        assert_eq!(demux(&[0x80, 200, 0, 1]), Demux::Rtcp);
+        assert_eq!(demux(&[0x80, 195, 0, 1]), Demux::Rtcp);
+        assert_eq!(demux(&[0x80, 96]), Demux::Rtp);
+        assert_eq!(demux(b"/netjam/join"), Demux::Control);
+        assert_eq!(demux(b"#bundle"), Demux::Bundle);
+        assert_eq!(demux(&[0x40, 0]), Demux::Junk);
     }
 }

@@ -585,14 +585,17 @@ enum SsrcCheck {
 }
 
 /// Checks that every sender SSRC in `b` is `ssrc`: the RTP header's SSRC, or the SSRC
-/// after the header of each packet of an RTCP compound (types 200..=207).
+/// after the header of each packet of an RTCP compound. RTP and RTCP are told apart as
+/// every receiver does ([`crate::wire::rtp::classify`], RFC 5761); an RTCP compound holds
+/// only the packet types in use (200..=207), so a second byte elsewhere in RFC 5761's
+/// range (192..=223) is neither, and malformed.
 #[inline]
 fn check_ssrc(b: &[u8], ssrc: u32) -> SsrcCheck {
     let be32 = |at: usize| {
         b.get(at..at + 4)
             .map(|w| u32::from_be_bytes([w[0], w[1], w[2], w[3]]))
     };
-    let is_rtcp = b.get(1).is_some_and(|t| (200..=207).contains(t));
+    let is_rtcp = crate::wire::rtp::classify(b) == crate::wire::rtp::PacketKind::Rtcp;
     if !is_rtcp {
         if b.len() < 12 {
             return SsrcCheck::Malformed;
