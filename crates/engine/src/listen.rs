@@ -42,6 +42,10 @@ use thiserror::Error;
 pub const WINDOW_SECONDS: f64 = 0.2;
 /// A tone's peak is looked for within this fraction of its nominal frequency either side.
 pub const SEARCH_BAND: f64 = 0.03;
+/// A present tone that reads this far (dB) below its own median level in a window is not
+/// there (a member who left, a stream that stopped): the peak found in its search band is
+/// some other sound, so it has no pitch to judge in that window (its level still counts).
+pub const GONE_DB: f64 = 20.0;
 /// A window whose residual is above this (dB relative to the window's power) is a glitch.
 pub const GLITCH_RESIDUAL_DB: f64 = -30.0;
 /// A window whose mean power (a full-scale square wave is 1) is below this is silent:
@@ -319,10 +323,17 @@ fn summarize(windows: &[WindowReading], tones: &Tones) -> Result<ListenSummary, 
             windows: windows.len(),
         });
     }
+    let medians = |pick: fn(&WindowReading) -> &[ToneReading], n: usize| -> Vec<f64> {
+        (0..n)
+            .map(|i| median(heard.iter().map(|w| pick(w)[i].level_db).collect()))
+            .collect()
+    };
+    let present = medians(|w| w.present.as_slice(), tones.present.len());
+    let absent = medians(|w| w.absent.as_slice(), tones.absent.len());
     let (mut worst_cents, mut worst_cents_at_seconds) = (0.0f64, 0.0);
     for w in &heard {
-        for t in &w.present {
-            if t.cents.abs() > worst_cents.abs() {
+        for (t, median_db) in w.present.iter().zip(&present) {
+            if t.level_db > median_db - GONE_DB && t.cents.abs() > worst_cents.abs() {
                 (worst_cents, worst_cents_at_seconds) = (t.cents, w.start_seconds);
             }
         }
@@ -335,13 +346,6 @@ fn summarize(windows: &[WindowReading], tones: &Tones) -> Result<ListenSummary, 
             residual_db: w.residual_db,
         })
         .collect();
-    let medians = |pick: fn(&WindowReading) -> &[ToneReading], n: usize| -> Vec<f64> {
-        (0..n)
-            .map(|i| median(heard.iter().map(|w| pick(w)[i].level_db).collect()))
-            .collect()
-    };
-    let present = medians(|w| w.present.as_slice(), tones.present.len());
-    let absent = medians(|w| w.absent.as_slice(), tones.absent.len());
     let top = present.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let levels = |hz: &[f64], db: Vec<f64>| -> Vec<ToneLevel> {
         hz.iter()
@@ -659,6 +663,22 @@ mod tests {
         let t = l.windows[3].present[0];
         assert!((t.level_db - 20.0 * 0.5f64.log10()).abs() < 0.01, "{t:?}");
         assert!(l.windows.iter().all(|w| w.residual_db < Some(-100.0)));
+    }
+
+    #[test]
+    fn a_tone_that_stops_has_no_pitch_where_it_is_gone() {
+        // A tone that plays 2 s and stops, beside one that plays on (a member who leaves a
+        // room): where it is gone, the peak of its search band is the edge of the band,
+        // 1200 log2(0.97) = -52.7 cents, or the other tone's skirt; that is no pitch error.
+        let mut x = sine(440.0, 0.25, 4.0);
+        for (i, v) in sine(660.0, 0.25, 4.0).iter().enumerate() {
+            x[i] += if i < 2 * RATE as usize { *v } else { 0.0 };
+        }
+        let l = listen(&x, RATE, &Tones::present(&[440.0, 660.0])).unwrap();
+        let gone = l.windows.iter().filter(|w| w.start_seconds > 2.1).count();
+        assert!(gone > 10, "{gone} windows after the stop");
+        // (The window across the stop reads a tenth of a cent.)
+        assert!(l.summary.worst_cents.abs() < 0.5, "{}", l.summary);
     }
 
     #[test]
