@@ -106,6 +106,9 @@ pub struct SenderStats {
     /// Round-trip time from the last receiver report (LSR/DLSR), or, against a
     /// reflector, from our own last sender report coming back; ms.
     pub rtt_ms: Option<f64>,
+    /// The least of the last few round trips (`RECENT_RTTS`, about as many seconds): the
+    /// path's own share, without a stall of either host at the moment of one report; ms.
+    pub rtt_floor_ms: Option<f64>,
     /// Our own sender reports that came back (a reflector on the path).
     pub rtcp_echoes: u64,
     /// The far side's view: fraction lost in the last interval (0..1), cumulative lost,
@@ -144,7 +147,13 @@ pub struct Sender {
     /// The round trip to each receiver that reported on us: (its SSRC, ns), most recent
     /// reporters kept (a room's members each report).
     reporter_rtts: [(u32, u64); REPORTERS],
+    /// The last round trips measured, ns (0: none yet), written in turn.
+    recent_rtts: [u64; RECENT_RTTS],
+    recent_rtt_count: usize,
 }
+
+/// Round trips kept for [`SenderStats::rtt_floor_ms`]: reports go out about once a second.
+const RECENT_RTTS: usize = 8;
 
 /// Receivers whose round trips are kept apart (the most members a room client hears).
 const REPORTERS: usize = 16;
@@ -216,6 +225,8 @@ impl Sender {
             rng,
             stats: SenderStats::default(),
             reporter_rtts: [(0, 0); REPORTERS],
+            recent_rtts: [0; RECENT_RTTS],
+            recent_rtt_count: 0,
             config,
         })
     }
@@ -257,7 +268,18 @@ impl Sender {
     pub fn stats(&self) -> SenderStats {
         let mut s = self.stats;
         s.codec_delay_ms = f64::from(self.codec_delay_frames()) * 1e3 / f64::from(self.config.format.rate);
+        s.rtt_floor_ms = self.recent_rtts[..self.recent_rtt_count.min(RECENT_RTTS)]
+            .iter()
+            .min()
+            .map(|&r| r as f64 / 1e6);
         s
+    }
+
+    /// A round trip measured now: the latest, and one of the recent ones the floor is taken of.
+    fn note_rtt(&mut self, rtt_ns: u64) {
+        self.stats.rtt_ms = Some(rtt_ns as f64 / 1e6);
+        self.recent_rtts[self.recent_rtt_count % RECENT_RTTS] = rtt_ns;
+        self.recent_rtt_count += 1;
     }
 
     /// The device captured nothing for `frames` frames (it skipped cycles): the stream's
@@ -509,7 +531,7 @@ impl Sender {
                         if let Some(sent) = self.sent_report(info.ntp) {
                             if let Some(rtt) = now_ns.checked_sub(sent) {
                                 self.stats.rtcp_echoes += 1;
-                                self.stats.rtt_ms = Some(rtt as f64 / 1e6);
+                                self.note_rtt(rtt);
                             }
                         }
                     }
@@ -529,7 +551,7 @@ impl Sender {
                 // our own receiver's, and their LSR/DLSR would count the loop twice.
                 if self.stats.rtcp_echoes == 0 {
                     if let Some(rtt) = rtt_ns(arrival, block.lsr, block.dlsr) {
-                        self.stats.rtt_ms = Some(rtt as f64 / 1e6);
+                        self.note_rtt(rtt);
                         self.note_reporter_rtt(reporter, rtt);
                     }
                 }
@@ -622,6 +644,13 @@ mod tests {
         s.on_rtcp(1_000_000 + 38_000_000, &out[..n]);
         assert_eq!(s.stats().rtt_ms, Some(38.0));
         assert_eq!(s.stats().rtcp_echoes, 1);
+        // A later report held up 5 ms by a stall: the latest says so, the floor keeps the path's.
+        let n = s
+            .poll_rtcp(2_000_000_000, &mut out)
+            .expect("the next report is due");
+        s.on_rtcp(2_000_000_000 + 43_000_000, &out[..n]);
+        assert_eq!(s.stats().rtt_ms, Some(43.0));
+        assert_eq!(s.stats().rtt_floor_ms, Some(38.0));
     }
 
     #[test]

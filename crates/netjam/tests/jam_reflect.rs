@@ -21,10 +21,12 @@ fn jam_against_reflect_hears_its_own_round_trip() {
     let status = Command::new(BIN)
         .args(["jam", "--peer", &reflector.to_string(), "--listen", "127.0.0.1:0"])
         .args([
+            // 100 a minute: the clicks after the first miss the meter's bursts (once a
+            // second), which a click's 1 kHz edges can hide below the meter's threshold.
             "--clicks",
-            "120",
+            "100",
             "--duration",
-            "2",
+            "3",
             "--output",
             wav.to_str().expect("path"),
         ])
@@ -43,7 +45,7 @@ fn jam_against_reflect_hears_its_own_round_trip() {
     let sent = report["stats"]["sent"]["packets"].as_u64().expect("sent");
     let heard = report["stats"]["heard"]["received"].as_u64().expect("heard");
     assert!(
-        sent > 1400 && heard >= sent * 95 / 100,
+        sent > 2100 && heard >= sent * 95 / 100,
         "sent {sent}, heard {heard}"
     );
     assert_eq!(report["stats"]["heard"]["stream_starts"], 1);
@@ -72,9 +74,14 @@ fn jam_against_reflect_hears_its_own_round_trip() {
     // the end: a round trip of this loopback path too, but not the first click's, since the
     // buffer adapts in between (1.69 ms at the first click and 5.58 ms at the last burst in
     // one CI run on a stalling VM). The stages below tie it to its own moment.
-    let meter_ms = report["stats"]["round_trip_ms"]
-        .as_f64()
-        .expect("round trip measured in band");
+    let meter_ms = report["stats"]["round_trip_ms"].as_f64().unwrap_or_else(|| {
+        panic!(
+            "no round trip measured in band: bursts found {}, lost {}; {}",
+            report["stats"]["round_trip_found"],
+            report["stats"]["round_trip_lost"],
+            report["stats"]["heard"]["jitter_buffer"]
+        )
+    });
     assert!(
         (1.3..12.0).contains(&meter_ms),
         "meter {meter_ms:.2} ms (click {rtt_ms:.2} ms)"
@@ -100,16 +107,24 @@ fn jam_against_reflect_hears_its_own_round_trip() {
     // the packet that brought the burst back, so a buffer that grew or shrank elsewhere in
     // the run does not enter the sum.
     // The in-band meter sees capture and playout of one callback at the same media time, so
-    // the sum may exceed it by up to the period the two share; never by more.
+    // the sum may exceed it by up to the period the two share; never by more. It may fall
+    // short by a late wake of this player's audio thread: a burst that leaves late is late
+    // in band, and no stage is the host's (the report's worst wake bounds it).
     let sum: f64 = ["packet_ms", "codec_ms", "network_ms", "jitter_buffer_ms"]
         .iter()
         .map(|k| stages[*k].as_f64().unwrap_or(0.0))
         .sum();
-    eprintln!("stages add up to {sum:.2} ms against {meter_ms:.2} ms measured in band");
+    let late_ms = report["periods"]["wake_late_max_us"]
+        .as_f64()
+        .expect("wake lateness")
+        / 1e3;
+    eprintln!(
+        "stages add up to {sum:.2} ms against {meter_ms:.2} ms measured in band (worst wake {late_ms:.2} ms late)"
+    );
     let period_ms = 64.0 / 48.0;
     assert!(
-        sum >= meter_ms - 0.5 && sum <= meter_ms + period_ms + 0.5,
-        "stages {sum:.2} ms vs in band {meter_ms:.2} ms: {stages}"
+        sum >= meter_ms - 0.5 - late_ms && sum <= meter_ms + period_ms + 0.5,
+        "stages {sum:.2} ms vs in band {meter_ms:.2} ms, worst wake {late_ms:.2} ms late: {stages}"
     );
 }
 

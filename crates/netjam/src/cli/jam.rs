@@ -344,7 +344,8 @@ pub(crate) fn finish_recording(writer: Option<RecordWriter>) -> anyhow::Result<O
 struct Stages {
     /// The mouth-to-ear round trip found in band (with `--measure-roundtrip`), ms.
     round_trip_ms: Option<f64>,
-    /// RTCP's round trip: the network both ways and the far end's turnaround, ms.
+    /// RTCP's round trip, the least of the last few reports: the network both ways and the
+    /// far end's turnaround, without a stall of either host at the moment of one report, ms.
     network_ms: Option<f64>,
     /// The packet's worth of audio the sender waits for, ms.
     packet_ms: f64,
@@ -803,7 +804,7 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     let frames_ms = |frames: f64| frames * 1e3 / f64::from(device_rate);
     let stages = Stages {
         round_trip_ms: stats.round_trip_ms,
-        network_ms: stats.sent.rtt_ms,
+        network_ms: stats.sent.rtt_floor_ms,
         packet_ms,
         codec_ms: stats.sent.codec_delay_ms + hear_edge_ms,
         jitter_buffer_ms: stats
