@@ -27,7 +27,7 @@
 use crate::delay::{BufferMode, LatencyPolicy};
 use crate::jitter::MAX_PERIOD;
 use crate::receiver::{Receiver, ReceiverConfig, ReceiverEvent, ReceiverStats};
-use crate::wire::{classify, PacketKind};
+use crate::wire::PacketKind;
 
 /// Who a slot belongs to, as the control side names room members.
 pub type MemberId = u32;
@@ -258,11 +258,13 @@ impl MemberReceivers {
         self.stats
     }
 
-    /// Take one datagram that arrived at `now_ns` and hand it to the receiver of the member
-    /// that sent it; returns that slot, or `None` when it was dropped (see the module docs).
-    pub fn receive(&mut self, now_ns: u64, bytes: &[u8]) -> Option<usize> {
+    /// Take one datagram of the `kind` its socket found ([`crate::room::demux`], or
+    /// [`crate::wire::classify`] where nothing sorted it yet) that arrived at `now_ns`, and
+    /// hand it to the receiver of the member that sent it; returns that slot, or `None`
+    /// when it was dropped (see the module docs).
+    pub fn receive(&mut self, now_ns: u64, kind: PacketKind, bytes: &[u8]) -> Option<usize> {
         self.stats.datagrams += 1;
-        let (kind, at) = match classify(bytes) {
+        let (kind, at) = match kind {
             PacketKind::Rtp => (PacketKind::Rtp, 8),
             PacketKind::Rtcp => (PacketKind::Rtcp, 4),
             PacketKind::Other => {
@@ -373,7 +375,7 @@ impl MemberReceivers {
 mod tests {
     use super::*;
     use crate::sender::{Sender, SenderConfig};
-    use crate::wire::{AudioFormat, Codec};
+    use crate::wire::{classify, AudioFormat, Codec};
 
     fn sender(ssrc_seed: u64) -> Sender {
         let format = AudioFormat::new(Codec::L16, 48_000, 1).expect("format");
@@ -398,16 +400,16 @@ mod tests {
         assert_eq!(m.assign(b.ssrc(), 11), Ok(1));
         assert_eq!(m.assign(c.ssrc(), 12), Err(MembersError::Full { capacity: 2 }));
         for p in packets(&mut a, 0, 0.5) {
-            assert_eq!(m.receive(1_000, &p), Some(0));
+            assert_eq!(m.receive(1_000, classify(&p), &p), Some(0));
         }
         for p in packets(&mut b, 0, 0.25) {
-            assert_eq!(m.receive(1_000, &p), Some(1));
+            assert_eq!(m.receive(1_000, classify(&p), &p), Some(1));
         }
         for p in packets(&mut c, 0, 0.1) {
-            assert_eq!(m.receive(1_000, &p), None);
+            assert_eq!(m.receive(1_000, classify(&p), &p), None);
         }
-        assert_eq!(m.receive(1_000, &[0x80]), None);
-        assert_eq!(m.receive(1_000, b"garbage"), None);
+        assert_eq!(m.receive(1_000, classify(&[0x80]), &[0x80]), None);
+        assert_eq!(m.receive(1_000, classify(b"garbage"), b"garbage"), None);
         let st = m.stats();
         assert_eq!((st.unknown_ssrc, st.not_rtp), (1, 2), "{st:?}");
         assert_eq!(
@@ -432,7 +434,7 @@ mod tests {
         for seed in 1..=3 {
             let mut s = sender(seed);
             for p in packets(&mut s, 0, 0.5) {
-                m.receive(0, &p);
+                m.receive(0, classify(&p), &p);
             }
         }
         let st = m.stats();
@@ -451,7 +453,7 @@ mod tests {
         let mut a = sender(1);
         m.assign(a.ssrc(), 1).expect("slot");
         for p in packets(&mut a, 0, 0.5) {
-            m.receive(0, &p);
+            m.receive(0, classify(&p), &p);
         }
         m.render(10_000_000, 64);
         assert!(m.output(0).is_none());
@@ -467,7 +469,7 @@ mod tests {
             let mut a = sender(1);
             m.assign(a.ssrc(), 1).expect("slot");
             for p in packets(&mut a, 0, 0.5) {
-                m.receive(0, &p);
+                m.receive(0, classify(&p), &p);
             }
             m.render(10_000_000, 64);
             assert_eq!(

@@ -270,10 +270,17 @@ impl Receiver {
         }
     }
 
-    /// Take one datagram that arrived at `now_ns`.
+    /// Take one datagram that arrived at `now_ns`, sorting it first (a caller whose socket
+    /// sorted it already calls [`Receiver::on_packet`]).
     pub fn on_datagram(&mut self, now_ns: u64, bytes: &[u8]) {
+        self.on_packet(now_ns, classify(bytes), bytes);
+    }
+
+    /// Take one datagram that arrived at `now_ns`, of the `kind` the socket found
+    /// ([`crate::room::demux`] or [`crate::wire::classify`]; the parsers still check it).
+    pub fn on_packet(&mut self, now_ns: u64, kind: PacketKind, bytes: &[u8]) {
         self.stats.datagrams += 1;
-        match classify(bytes) {
+        match kind {
             PacketKind::Rtp => self.on_rtp(now_ns, bytes),
             PacketKind::Rtcp => self.on_rtcp(now_ns, bytes),
             PacketKind::Other => self.stats.not_rtp += 1,

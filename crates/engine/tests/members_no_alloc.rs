@@ -10,7 +10,7 @@ use netjam_engine::mixer::Mixer;
 use netjam_engine::sender::{Sender, SenderConfig};
 use netjam_engine::synth::{Synth, SynthKind};
 use netjam_engine::time::frames_to_ns;
-use netjam_engine::wire::{AudioFormat, Codec};
+use netjam_engine::wire::{classify, AudioFormat, Codec};
 
 alloc_count::install!();
 
@@ -79,13 +79,13 @@ fn receive_render_and_mix_of_eight_members_do_not_allocate() {
                 n += 1;
             });
             if n > 0 && (k + i as u64) % 37 != 0 {
-                members.receive(arrive, &packet);
+                members.receive(arrive, classify(&packet), &packet);
                 if k % 61 == 0 {
-                    members.receive(arrive, &packet);
+                    members.receive(arrive, classify(&packet), &packet);
                 }
             }
             if let Some(len) = sender.poll_rtcp(now, &mut rtcp) {
-                members.receive(arrive, &rtcp[..len]);
+                members.receive(arrive, classify(&rtcp[..len]), &rtcp[..len]);
             }
         }
         // The control side's changes, as the audio thread takes them off its queue.

@@ -17,10 +17,10 @@ use std::net::SocketAddr;
 use netjam_engine::link::{JitterDist, LinkConfig, LinkModel};
 use netjam_engine::listen::{listen, Tones};
 use netjam_engine::player::{Command, Media, MediaConfig, Roster};
-use netjam_engine::room::{ClientConfig, RoomClient, RoomEvent, Server, ServerConfig, Verdict};
+use netjam_engine::room::{demux, ClientConfig, Demux, RoomClient, RoomEvent, Server, ServerConfig, Verdict};
 use netjam_engine::sender::{Sender, SenderConfig};
 use netjam_engine::synth::{Synth, SynthKind};
-use netjam_engine::wire::{AudioFormat, Codec};
+use netjam_engine::wire::{AudioFormat, Codec, PacketKind};
 
 const MS: u64 = 1_000_000;
 const RATE: u32 = 48_000;
@@ -40,8 +40,9 @@ struct Player {
     /// To the server, and from it.
     up: LinkModel<Vec<u8>>,
     down: LinkModel<Vec<u8>>,
-    /// Datagrams arrived since the last period (the ring to the audio thread).
-    arrived: VecDeque<(u64, Vec<u8>)>,
+    /// Datagrams arrived since the last period and the kind the socket sorted them into
+    /// (the ring to the audio thread).
+    arrived: VecDeque<(u64, PacketKind, Vec<u8>)>,
     /// Commands for the audio thread (its ring).
     commands: VecDeque<Command>,
     synth: Synth,
@@ -108,8 +109,8 @@ impl Player {
         while let Some(c) = self.commands.pop_front() {
             self.media.apply(c);
         }
-        while let Some((at, mut d)) = self.arrived.pop_front() {
-            self.media.handle(at, &mut d);
+        while let Some((at, kind, mut d)) = self.arrived.pop_front() {
+            self.media.handle(at, kind, &mut d);
         }
         self.synth.fill(&mut self.input);
         let up = &mut self.up;
@@ -219,10 +220,10 @@ impl Band {
             }
             for p in &mut self.players {
                 while let Some((_, d)) = p.down.poll(now) {
-                    if d.starts_with(b"/") {
-                        p.client.handle_datagram(now, &d);
-                    } else {
-                        p.arrived.push_back((now, d));
+                    // Sorted once, as the player's socket thread does.
+                    match demux(&d) {
+                        Demux::Control => p.client.handle_datagram(now, &d),
+                        kind => p.arrived.push_back((now, kind.media_kind(), d)),
                     }
                 }
                 p.client.handle_timeout(now);

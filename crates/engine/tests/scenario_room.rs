@@ -123,7 +123,7 @@ impl Room {
                         PacketKind::Rtcp => p.rtcp_delivered += 1,
                         _ => p.rtp_delivered += 1,
                     }
-                    self.members.receive(at, &bytes);
+                    self.members.receive(at, classify(&bytes), &bytes);
                 }
             }
             self.members.render(play, FRAMES);

@@ -83,8 +83,8 @@ pub fn await_format(
         if stop.load(Ordering::Relaxed) {
             return None;
         }
-        while let Some((at, len)) = link.from_net.pop(&mut buf) {
-            receiver.on_datagram(at, &buf[..len]);
+        while let Some((at, kind, len)) = link.from_net.pop(&mut buf) {
+            receiver.on_packet(at, kind, &buf[..len]);
             if receiver.output_format().is_some() {
                 first_at.get_or_insert(at);
             }

@@ -14,8 +14,10 @@
 //! other member through a receiver of its own, mixed on the audio thread; the control side
 //! steers it with [`Command`]s through a ring.
 //!
-//! The receive thread timestamps each datagram as it arrives and hands it to the audio
-//! thread, which feeds the engine and plays. Packets the engine produces go to the send
+//! The receive thread timestamps each datagram as it arrives, sorts it once
+//! ([`netjam_engine::room::demux`]: control and STUN to a room client's control thread,
+//! the rest to the audio thread with its kind, RTP, RTCP or neither, in the ring record)
+//! and hands it on; the audio thread feeds the engine by that kind and plays. Packets the engine produces go to the send
 //! thread, which the audio thread wakes with `unpark` (a futex wake that never blocks) so
 //! nothing waits for a poll interval. Statistics come back as snapshots through a ring.
 //!
@@ -41,9 +43,10 @@ use std::time::Duration;
 use netjam_engine::nat::direct::RouteTable;
 use netjam_engine::player::{Command, Media, MediaConfig, MediaReport, Transmit};
 use netjam_engine::receiver::{Receiver, ReceiverStats};
+use netjam_engine::room::{demux, Demux};
 use netjam_engine::roundtrip::RoundTripMeter;
 use netjam_engine::sender::{Sender, SenderStats};
-use netjam_engine::wire::{classify, PacketKind};
+use netjam_engine::wire::PacketKind;
 
 use crate::endpoint::Process;
 use crate::ring::{packet_ring, PacketRx, PacketTx};
@@ -245,16 +248,15 @@ impl NetIo {
                 while !stop.load(Ordering::Relaxed) {
                     match socket.recv(&mut buf) {
                         Ok(Some(r)) => {
+                            // Sorted here, once: the audio thread takes the kind with the bytes.
+                            let sorted = demux(&buf[..r.len]);
                             if let Some(control) = &control {
                                 // Control comes from the peer the route names now (a room
                                 // client moves it when its room moves to another server).
                                 let control_from = route.peer();
                                 // STUN answers from the server (asked again after a
                                 // rejoin) go to the control thread too.
-                                if Some(r.from) == control_from
-                                    && netjam_engine::room::demux(&buf[..r.len])
-                                        == netjam_engine::room::Demux::Stun
-                                {
+                                if Some(r.from) == control_from && sorted == Demux::Stun {
                                     if control
                                         .try_send((r.at_ns, r.from, buf[..r.len].to_vec()))
                                         .is_err()
@@ -263,7 +265,7 @@ impl NetIo {
                                     }
                                     continue;
                                 }
-                                if buf[..r.len].first() == Some(&b'/') {
+                                if sorted == Demux::Control {
                                     let wanted = Some(r.from) == control_from
                                         || buf[..r.len].starts_with(crate::room_client::PROBE_PREFIX);
                                     if wanted
@@ -275,14 +277,15 @@ impl NetIo {
                                     continue;
                                 }
                             }
-                            if matches!(peer, Peer::Learned) && classify(&buf[..r.len]) == PacketKind::Rtp {
+                            let kind = sorted.media_kind();
+                            if matches!(peer, Peer::Learned) && kind == PacketKind::Rtp {
                                 route.learn_peer(r.from);
                             }
                             // The playout clock cares when the audio thread can have the
                             // packet, so this thread's own wake-up delay counts as delay
                             // variation the buffer must cover (the kernel's time is earlier).
                             let available = crate::clock::now_ns().max(r.at_ns);
-                            if !to_audio.push(available, &buf[..r.len]) {
+                            if !to_audio.push_kind(available, kind, &buf[..r.len]) {
                                 overflow.fetch_add(1, Ordering::Relaxed);
                             }
                         }
@@ -306,7 +309,7 @@ impl NetIo {
                 let _ = route.table();
                 loop {
                     let mut sent_any = false;
-                    while let Some((_, len)) = from_audio.pop(&mut buf) {
+                    while let Some((_, _, len)) = from_audio.pop(&mut buf) {
                         sent_any = true;
                         if len == 0 {
                             continue;
@@ -508,8 +511,8 @@ impl Process for SendProcess {
 
     fn process(&mut self, now_ns: u64, input: &[f32], _output: &mut [f32]) {
         let net = &mut self.net;
-        while let Some((at, len)) = net.from_net.pop(&mut net.rx_buf) {
-            if classify(&net.rx_buf[..len]) == PacketKind::Rtcp {
+        while let Some((at, kind, len)) = net.from_net.pop(&mut net.rx_buf) {
+            if kind == PacketKind::Rtcp {
                 self.sender.on_rtcp(at, &net.rx_buf[..len]);
             }
         }
@@ -557,8 +560,8 @@ impl RecvProcess {
     /// Feed everything queued so far into the receiver.
     pub fn drain(&mut self) {
         let net = &mut self.net;
-        while let Some((at, len)) = net.from_net.pop(&mut net.rx_buf) {
-            self.receiver.on_datagram(at, &net.rx_buf[..len]);
+        while let Some((at, kind, len)) = net.from_net.pop(&mut net.rx_buf) {
+            self.receiver.on_packet(at, kind, &net.rx_buf[..len]);
         }
     }
 }
@@ -753,12 +756,12 @@ impl Process for JamProcess {
 
     fn process(&mut self, now_ns: u64, input: &[f32], output: &mut [f32]) {
         let net = &mut self.net;
-        while let Some((at, len)) = net.from_net.pop(&mut net.rx_buf) {
+        while let Some((at, kind, len)) = net.from_net.pop(&mut net.rx_buf) {
             let bytes = &net.rx_buf[..len];
-            if classify(bytes) == PacketKind::Rtcp {
+            if kind == PacketKind::Rtcp {
                 self.sender.on_rtcp(at, bytes);
             }
-            self.receiver.on_datagram(at, bytes);
+            self.receiver.on_packet(at, kind, bytes);
         }
         let channels = self.sender.format().channels as usize;
         if self.measuring && input.len() <= self.outgoing.len() {
@@ -964,8 +967,8 @@ impl Process for RoomProcess {
             self.media.apply(command);
         }
         let net = &mut self.net;
-        while let Some((at, len)) = net.from_net.pop(&mut net.rx_buf) {
-            self.media.handle(at, &mut net.rx_buf[..len]);
+        while let Some((at, kind, len)) = net.from_net.pop(&mut net.rx_buf) {
+            self.media.handle(at, kind, &mut net.rx_buf[..len]);
         }
         self.media.process(now_ns, input, output, &mut self.net);
         let frames = output.len() / self.media.mixer().out_channels().max(1);

@@ -16,7 +16,7 @@ use crate::receiver::{ReceiverConfig, ReceiverStats};
 use crate::room::ROOM_SEATS;
 use crate::roundtrip::RoundTripMeter;
 use crate::sender::{Sender, SenderStats};
-use crate::wire::{classify, PacketKind};
+use crate::wire::PacketKind;
 
 use super::{Command, Transmit};
 
@@ -350,11 +350,11 @@ impl Media {
     }
 
     /// One datagram that arrived at `now_ns` (RTP or RTCP from the room or a member; the
-    /// caller has taken control messages away). Opened in place in a private room, so
-    /// `datagram` is the caller's buffer. Whatever it is, it never panics: what does not
-    /// parse, open or belong to a member is dropped and counted.
-    pub fn handle(&mut self, now_ns: u64, datagram: &mut [u8]) {
-        let kind = classify(datagram);
+    /// caller has taken control messages away), of the `kind` the socket sorted it into
+    /// ([`crate::room::Demux::media_kind`]; nothing here sorts it again). Opened in place
+    /// in a private room, so `datagram` is the caller's buffer. Whatever it is, it never
+    /// panics: what does not parse, open or belong to a member is dropped and counted.
+    pub fn handle(&mut self, now_ns: u64, kind: PacketKind, datagram: &mut [u8]) {
         let len = match (&mut self.seal, kind) {
             // A private room: a member's packet is heard only if it opens.
             (Some(seal), PacketKind::Rtp) => {
@@ -372,7 +372,7 @@ impl Media {
         if kind == PacketKind::Rtcp {
             self.sender.on_rtcp(now_ns, bytes);
         }
-        self.members.receive(now_ns, bytes);
+        self.members.receive(now_ns, kind, bytes);
     }
 
     /// One device period at `now_ns`: send `input` (interleaved, the sender's channels)

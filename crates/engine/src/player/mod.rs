@@ -13,6 +13,7 @@
 //!
 //! ```
 //! use netjam_engine::player::{Command, Media, MediaConfig};
+//! use netjam_engine::room::demux;
 //! use netjam_engine::sender::{Sender, SenderConfig};
 //! use netjam_engine::wire::{AudioFormat, Codec};
 //!
@@ -23,10 +24,12 @@
 //! // What the control side sent since the last period (a ring in a real player):
 //! media.apply(Command::Assign { ssrc: 0x1234_5678, member: 1 });
 //! media.apply(Command::Gain { member: 1, db: -6.0 });
-//! // What arrived from the network since the last period:
+//! // What arrived from the network since the last period, sorted once at the socket
+//! // (control and STUN went to the control half there):
 //! # let mut arrived: Vec<(u64, Vec<u8>)> = Vec::new();
 //! for (at, datagram) in &mut arrived {
-//!     media.handle(*at, datagram);
+//!     let kind = demux(datagram).media_kind();
+//!     media.handle(*at, kind, datagram);
 //! }
 //! // The device's period: what you play in, the mix out.
 //! let (input, mut output) = ([0.0f32; 64], [0.0f32; 128]);

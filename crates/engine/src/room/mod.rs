@@ -51,6 +51,21 @@ pub enum Demux {
     Junk,
 }
 
+impl Demux {
+    /// What the media path makes of it: RTP, RTCP, or neither. The same answer as
+    /// [`crate::wire::rtp::classify`] for every datagram, so a socket that sorted a datagram
+    /// once hands the media path its kind and nothing downstream sorts it again.
+    #[inline]
+    pub fn media_kind(self) -> crate::wire::rtp::PacketKind {
+        use crate::wire::rtp::PacketKind;
+        match self {
+            Demux::Rtp => PacketKind::Rtp,
+            Demux::Rtcp => PacketKind::Rtcp,
+            Demux::Control | Demux::Bundle | Demux::Stun | Demux::Junk => PacketKind::Other,
+        }
+    }
+}
+
 /// Classifies a datagram received on the room port: media is told apart from control and
 /// STUN by its first byte, and RTP from RTCP by the one rule every receiver uses
 /// ([`crate::wire::rtp::classify`]).
@@ -86,6 +101,14 @@ mod tests {
                 };
                 assert_eq!(demux(&d), want, "{b0:#04x} {b1}");
             }
+        }
+        // Whatever the first two bytes, the media kind the port hands on is the receivers' own.
+        for b0 in 0..=255u8 {
+            for b1 in 0..=255u8 {
+                let d = [b0, b1, 0x21, 0x12, 0xA4, 0x42, 0, 0, 0, 0, 0, 0];
+                assert_eq!(demux(&d).media_kind(), classify(&d), "{b0:#04x} {b1}");
+            }
+            assert_eq!(demux(&[b0]).media_kind(), classify(&[b0]), "{b0:#04x}");
         }
         assert_eq!(demux(&[0x80, 200, 0, 1]), Demux::Rtcp);
         assert_eq!(demux(&[0x80, 195, 0, 1]), Demux::Rtcp);

@@ -73,12 +73,12 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::net::SocketAddr;
 
-use super::auth;
 use super::msg::{
     decode_addrs, encode_addrs, fold_name, valid_name, Control, Join, PeerInfo, RefuseCode, Rejoin, Roster,
     RosterKind, Welcome, CHALLENGE_LEN, CLOCK_PING_PREFIX, ENS_EVERYONE, MAX_ADDRS_LEN, MAX_CONTROL_LEN,
     MAX_ENS_LEN, MAX_HOSTS, MAX_LISTED, NONCE_LEN, PAIR_TOKEN_LEN, ROOM_KEY_LEN, TOKEN_LEN,
 };
+use super::{auth, Demux};
 use crate::nat::stun;
 
 /// Limits and timers of a [`Server`].
@@ -585,18 +585,17 @@ enum SsrcCheck {
 }
 
 /// Checks that every sender SSRC in `b` is `ssrc`: the RTP header's SSRC, or the SSRC
-/// after the header of each packet of an RTCP compound. RTP and RTCP are told apart as
-/// every receiver does ([`crate::wire::rtp::classify`], RFC 5761); an RTCP compound holds
+/// after the header of each packet of an RTCP compound. `rtcp` is what [`super::demux`]
+/// found (RTP and RTCP told apart as every receiver does, RFC 5761); an RTCP compound holds
 /// only the packet types in use (200..=207), so a second byte elsewhere in RFC 5761's
 /// range (192..=223) is neither, and malformed.
 #[inline]
-fn check_ssrc(b: &[u8], ssrc: u32) -> SsrcCheck {
+fn check_ssrc(b: &[u8], rtcp: bool, ssrc: u32) -> SsrcCheck {
     let be32 = |at: usize| {
         b.get(at..at + 4)
             .map(|w| u32::from_be_bytes([w[0], w[1], w[2], w[3]]))
     };
-    let is_rtcp = crate::wire::rtp::classify(b) == crate::wire::rtp::PacketKind::Rtcp;
-    if !is_rtcp {
+    if !rtcp {
         if b.len() < 12 {
             return SsrcCheck::Malformed;
         }
@@ -671,21 +670,24 @@ impl Server {
     /// Takes one datagram received at `now_ns` from `src`. Media from a member comes back
     /// as [`Verdict::Forward`]; control is answered through [`Server::poll_transmit`].
     ///
-    /// Demultiplexing by first byte: `/` is an OSC control message, `#` an OSC bundle
-    /// (dropped), `0x80..=0xBF` RTP or RTCP (version 2), `0x00`/`0x01` with the magic
-    /// cookie STUN, anything else junk.
+    /// Sorted once by [`super::demux`]: `/` is an OSC control message, `#` an OSC bundle
+    /// (dropped), RTP or RTCP (version 2, told apart as every receiver does), `0x00`/`0x01`
+    /// with the magic cookie STUN, anything else junk.
     #[inline]
     pub fn handle_datagram(&mut self, now_ns: u64, src: SocketAddr, bytes: &[u8]) -> Verdict<'_> {
-        match bytes.first() {
-            Some(0x80..=0xBF) => self.media(now_ns, src, bytes),
-            Some(b'/') if bytes.starts_with(CLOCK_PING_PREFIX) => self.clock_probe(now_ns, src, bytes.len()),
-            Some(b'/') => self.control(now_ns, src, bytes),
-            Some(0x00 | 0x01) if stun::is_stun(bytes) => self.stun(now_ns, src, bytes),
-            Some(b'#') => {
+        match super::demux(bytes) {
+            Demux::Rtp => self.media(now_ns, src, false, bytes),
+            Demux::Rtcp => self.media(now_ns, src, true, bytes),
+            Demux::Control if bytes.starts_with(CLOCK_PING_PREFIX) => {
+                self.clock_probe(now_ns, src, bytes.len())
+            }
+            Demux::Control => self.control(now_ns, src, bytes),
+            Demux::Stun => self.stun(now_ns, src, bytes),
+            Demux::Bundle => {
                 self.stats.bundles += 1;
                 Verdict::Drop(DropReason::Bundle)
             }
-            _ => {
+            Demux::Junk => {
                 self.stats.junk += 1;
                 Verdict::Drop(DropReason::Junk)
             }
@@ -784,7 +786,7 @@ impl Server {
         }
     }
 
-    fn media(&mut self, now: u64, src: SocketAddr, bytes: &[u8]) -> Verdict<'_> {
+    fn media(&mut self, now: u64, src: SocketAddr, rtcp: bool, bytes: &[u8]) -> Verdict<'_> {
         let Some(&slot) = self.by_addr.get(&src) else {
             self.stats.unknown_source += 1;
             self.rebind_hint(now, src, bytes.len());
@@ -801,7 +803,7 @@ impl Server {
             m.stats.policed += 1;
             return Verdict::Drop(DropReason::Policed);
         }
-        match check_ssrc(bytes, m.ssrc) {
+        match check_ssrc(bytes, rtcp, m.ssrc) {
             SsrcCheck::Own => {}
             SsrcCheck::Foreign => {
                 m.stats.forged += 1;
