@@ -16,6 +16,12 @@
 //! protocol. The clock reference is the server itself ([`MemberConfig::clock_server`]):
 //! it answers `/_clock/ping` with its own `CLOCK_MONOTONIC`.
 //!
+//! A player in a room whose ensemble is that same room (`jam --room R --ensemble`) takes
+//! one seat, not two: the node rides on the player's seat ([`SharedSeat`]). It sends its
+//! envelopes and clock pings from the player's socket, and the player's room thread hands
+//! it what the server relays back (`/netjam/ens`, `/_clock/pong`) and says where the room's
+//! server is now.
+//!
 //! Why relay rather than use the room's direct paths: ensemble traffic is a few datagrams
 //! a second whose timing comes from the ensemble clock (a timed message is sent ahead of
 //! its time), not from how fast it crosses; the server path works behind every router
@@ -30,6 +36,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, UdpSocket};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context};
@@ -75,6 +82,104 @@ pub struct RoomReach {
     pub password: String,
     /// How long to wait for a seat before giving up.
     pub join_timeout_ns: u64,
+    /// The player's own seat in this room, when there is one: the node rides on it and
+    /// takes none of its own (`server`, `name` and `password` are then the player's).
+    pub seat: Option<SharedSeat>,
+}
+
+/// A player's seat, shared with an ensemble node in the same room (see the module docs).
+/// Made before the player's room thread starts; [`SharedSeat::inbox`] goes to that thread.
+#[derive(Clone)]
+pub struct SharedSeat {
+    socket: Arc<UdpSocket>,
+    server: Arc<Mutex<SocketAddr>>,
+    inbox: Sender<Input>,
+    outlet: Arc<Mutex<Option<Receiver<Input>>>>,
+}
+
+impl std::fmt::Debug for SharedSeat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedSeat")
+            .field("server", &self.server)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedSeat {
+    /// A seat on `socket` (the player's, a clone of it) in the room at `server`.
+    pub fn new(socket: &UdpSocket, server: SocketAddr) -> anyhow::Result<Self> {
+        let socket = socket
+            .try_clone()
+            .context("cannot share the player's socket with the ensemble")?;
+        let (inbox, outlet) = channel();
+        Ok(Self {
+            socket: Arc::new(socket),
+            server: Arc::new(Mutex::new(server)),
+            inbox,
+            outlet: Arc::new(Mutex::new(Some(outlet))),
+        })
+    }
+
+    /// The room thread's end: what the server relays for the ensemble, and where it is.
+    pub fn inbox(&self) -> SeatInbox {
+        SeatInbox {
+            inbox: self.inbox.clone(),
+            server: self.server.clone(),
+        }
+    }
+
+    fn server(&self) -> SocketAddr {
+        *self.server.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The player's room thread's end of a [`SharedSeat`].
+#[derive(Debug, Clone)]
+pub struct SeatInbox {
+    inbox: Sender<Input>,
+    server: Arc<Mutex<SocketAddr>>,
+}
+
+impl SeatInbox {
+    /// Whether a datagram from the room's server is the ensemble's: a relayed envelope or
+    /// a clock answer.
+    pub fn wants(bytes: &[u8]) -> bool {
+        bytes.starts_with(PONG_ADDRESS.as_bytes()) || Control::is_ens(bytes)
+    }
+
+    /// Hands the node a datagram from the server at `from`, which arrived at `at_ns` on
+    /// [`crate::clock::now_ns`]'s clock (the node keeps [`mono_ns`]'s).
+    pub fn deliver(&self, at_ns: u64, from: SocketAddr, bytes: &[u8]) {
+        let now = mono_ns().saturating_sub(crate::clock::now_ns().saturating_sub(at_ns));
+        let _ = self.inbox.send(Input::Packet {
+            now,
+            from,
+            bytes: bytes.to_vec(),
+            bridge: false,
+        });
+    }
+
+    /// The room's server is now `server` (a redirect, or a move after a silence).
+    pub fn server_is(&self, server: SocketAddr) {
+        let mut s = self.server.lock().unwrap_or_else(|e| e.into_inner());
+        if *s != server {
+            *s = server;
+        }
+    }
+}
+
+impl RoomLink {
+    /// Whether the seat is taken (a shared seat always is: the player took it first).
+    fn seated(&self) -> bool {
+        self.client.as_ref().map_or(true, |c| c.seat().is_some())
+    }
+
+    /// On a shared seat, the room's server is wherever the player's room thread says.
+    fn follow(&mut self) {
+        if let Some(s) = &self.shared {
+            self.server = s.server();
+        }
+    }
 }
 
 /// Ensemble datagrams held until the seat is taken (the server drops them before).
@@ -83,7 +188,10 @@ const HELD_BEFORE_SEAT: usize = 64;
 /// The room side of a node.
 #[derive(Debug)]
 struct RoomLink {
-    client: RoomClient,
+    /// The node's own seat without media; `None` when it rides on the player's
+    /// (`shared`).
+    client: Option<RoomClient>,
+    shared: Option<SharedSeat>,
     server: SocketAddr,
     /// See [`RoomReach::front`].
     front: FrontDoors,
@@ -217,6 +325,9 @@ impl Node {
     /// and members without the secret are ignored (see `netjam_ensemble::auth`).
     pub fn start_with(cfg: NodeConfig, secret: Option<Secret>) -> anyhow::Result<Node> {
         if let Some(r) = cfg.room.clone() {
+            if let Some(seat) = r.seat.clone() {
+                return Self::start_on_seat(cfg, seat, secret);
+            }
             return Self::start_in_room(cfg, r, secret);
         }
         let mut bound = None;
@@ -243,6 +354,41 @@ impl Node {
         Self::start_on(cfg, socket, targets, None, secret)
     }
 
+    /// Rides on the player's seat (see the module docs): no seat of its own, no receive
+    /// thread of its own; the player's room thread hands over what is the ensemble's.
+    fn start_on_seat(cfg: NodeConfig, seat: SharedSeat, secret: Option<Secret>) -> anyhow::Result<Node> {
+        let outlet = seat
+            .outlet
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .context("the player's seat carries one ensemble member only")?;
+        let socket = seat
+            .socket
+            .try_clone()
+            .context("cannot share the player's socket with the ensemble")?;
+        let server = seat.server();
+        let inbox = seat.inbox.clone();
+        let link = RoomLink {
+            client: None,
+            shared: Some(seat),
+            server,
+            front: FrontDoors::new(server, &[]),
+            held: Vec::new(),
+            buf: vec![0u8; MAX_ENS_LEN],
+        };
+        let mut cfg = cfg;
+        cfg.room = None;
+        Self::start_on_channel(
+            cfg,
+            socket,
+            Vec::new(),
+            Some((link, server)),
+            secret,
+            Some((inbox, outlet)),
+        )
+    }
+
     /// Takes a seat without media in the room, then runs as on a LAN with every datagram
     /// through the server (see the module docs).
     fn start_in_room(cfg: NodeConfig, r: RoomReach, secret: Option<Secret>) -> anyhow::Result<Node> {
@@ -256,7 +402,8 @@ impl Node {
         getrandom::fill(&mut seed).map_err(|e| anyhow::anyhow!("cannot draw a random nonce seed: {e}"))?;
         rc.nonce_seed = seed;
         let link = RoomLink {
-            client: RoomClient::new(rc, mono_ns()),
+            client: Some(RoomClient::new(rc, mono_ns())),
+            shared: None,
             server: r.server,
             front: r.front,
             held: Vec::new(),
@@ -272,7 +419,7 @@ impl Node {
         let give_up = mono_ns() + r.join_timeout_ns;
         let patience = crate::room_client::REDIRECT_PATIENCE.as_nanos() as u64;
         let mut asking = (r.server, mono_ns());
-        while node.room.as_ref().is_some_and(|l| l.client.seat().is_none()) {
+        while node.room.as_ref().is_some_and(|l| !l.seated()) {
             if let Some(link) = node.room.as_mut() {
                 let now = mono_ns();
                 if link.server != asking.0 {
@@ -290,7 +437,9 @@ impl Node {
                         "netjam: ensemble: no answer from the rooms server at {silent}: asking {}",
                         link.server
                     );
-                    link.client.server_changed(now);
+                    if let Some(c) = link.client.as_mut() {
+                        c.server_changed(now);
+                    }
                     asking = (link.server, now);
                 }
             }
@@ -321,9 +470,28 @@ impl Node {
         room: Option<(RoomLink, SocketAddr)>,
         secret: Option<Secret>,
     ) -> anyhow::Result<Node> {
+        Self::start_on_channel(cfg, socket, targets, room, secret, None)
+    }
+
+    /// [`Node::start_on`] with the inputs' channel given (a shared seat: someone else
+    /// receives on the socket), or made here with a receive thread on the socket.
+    fn start_on_channel(
+        cfg: NodeConfig,
+        socket: UdpSocket,
+        targets: Vec<SocketAddr>,
+        room: Option<(RoomLink, SocketAddr)>,
+        secret: Option<Secret>,
+        inputs: Option<(Sender<Input>, Receiver<Input>)>,
+    ) -> anyhow::Result<Node> {
         let local = socket.local_addr().context("ensemble socket address")?;
-        let (tx, rx) = channel();
-        spawn_receiver(&socket, false, tx.clone())?;
+        let (tx, rx) = match inputs {
+            Some(io) => io,
+            None => {
+                let (tx, rx) = channel();
+                spawn_receiver(&socket, false, tx.clone())?;
+                (tx, rx)
+            }
+        };
         let bridge = match cfg.osc_bridge {
             Some(addr) => {
                 let b = UdpSocket::bind(addr)
@@ -402,12 +570,13 @@ impl Node {
     /// Sends everything the member (and, in a room, the room client) has to send.
     pub fn flush(&mut self) {
         if let Some(link) = self.room.as_mut() {
-            while let Some(n) = link.client.poll_transmit(&mut link.buf) {
+            link.follow();
+            while let Some(n) = link.client.as_mut().and_then(|c| c.poll_transmit(&mut link.buf)) {
                 if self.socket.send_to(&link.buf[..n], link.server).is_err() {
                     self.send_errors += 1;
                 }
             }
-            if link.client.seat().is_some() {
+            if link.seated() {
                 for (to, bytes) in std::mem::take(&mut link.held) {
                     if !Self::through_server(&self.socket, link, to, &bytes) {
                         self.send_errors += 1;
@@ -417,7 +586,7 @@ impl Node {
         }
         while let Some(t) = self.member.poll_transmit() {
             if let Some(link) = self.room.as_mut() {
-                if link.client.seat().is_none() {
+                if !link.seated() {
                     if link.held.len() < HELD_BEFORE_SEAT {
                         link.held.push((t.to, t.bytes));
                     }
@@ -478,8 +647,8 @@ impl Node {
             self.member.handle(now, relay_addr(member_id), payload);
             return;
         }
-        if let Some(link) = self.room.as_mut() {
-            link.client.handle_datagram(now, bytes);
+        if let Some(c) = self.room.as_mut().and_then(|l| l.client.as_mut()) {
+            c.handle_datagram(now, bytes);
         }
     }
 
@@ -489,7 +658,11 @@ impl Node {
     /// named, as the player's own seat does.
     fn room_events(&mut self) {
         let Some(link) = self.room.as_mut() else { return };
-        while let Some(ev) = link.client.poll_event() {
+        // A shared seat's events are the player's room thread's.
+        let Some(client) = link.client.as_mut() else {
+            return;
+        };
+        while let Some(ev) = client.poll_event() {
             match ev {
                 RoomEvent::Refused { reason, .. } => self.refused = Some(reason),
                 RoomEvent::Redirected { server } => {
@@ -497,7 +670,7 @@ impl Node {
                         Ok(to) => {
                             tracing::info!("ensemble: the room is on {to}; joining there");
                             link.server = to;
-                            link.client.server_changed(mono_ns());
+                            client.server_changed(mono_ns());
                         }
                         Err(e) => tracing::warn!("ensemble: {e:#}"),
                     }
@@ -510,10 +683,10 @@ impl Node {
                     }
                     if link.server != link.front.current() {
                         link.server = link.front.current();
-                        link.client.server_changed(mono_ns());
+                        client.server_changed(mono_ns());
                     } else if link.front.several() {
                         link.server = link.front.advance();
-                        link.client.server_changed(mono_ns());
+                        client.server_changed(mono_ns());
                     }
                 }
                 RoomEvent::Joined { .. } => self.seated_once = true,
@@ -527,7 +700,8 @@ impl Node {
         let room = self
             .room
             .as_ref()
-            .and_then(|l| l.client.poll_timeout())
+            .and_then(|l| l.client.as_ref())
+            .and_then(RoomClient::poll_timeout)
             .unwrap_or(u64::MAX);
         self.member.poll_timeout().min(room)
     }
@@ -538,6 +712,9 @@ impl Node {
         let wake = self.wake_at().min(deadline.unwrap_or(u64::MAX));
         let wait = wake.saturating_sub(now);
         if let Ok(Input::Packet { now, from, bytes, .. }) = self.rx.recv_timeout(Duration::from_nanos(wait)) {
+            if let Some(l) = self.room.as_mut() {
+                l.follow();
+            }
             if self.room.as_ref().is_some_and(|l| l.server == from) {
                 self.server_datagram(now, from, &bytes);
             }
@@ -549,9 +726,9 @@ impl Node {
 
     /// Runs the member's and the room client's timers that are due.
     fn timers(&mut self, now: u64) {
-        if let Some(link) = self.room.as_mut() {
-            if link.client.poll_timeout().is_some_and(|t| t <= now) {
-                link.client.handle_timeout(now);
+        if let Some(c) = self.room.as_mut().and_then(|l| l.client.as_mut()) {
+            if c.poll_timeout().is_some_and(|t| t <= now) {
+                c.handle_timeout(now);
             }
         }
         if self.member.poll_timeout() <= now {
@@ -590,6 +767,9 @@ impl Node {
                     bytes,
                     bridge: false,
                 }) => {
+                    if let Some(l) = self.room.as_mut() {
+                        l.follow();
+                    }
                     if self.room.as_ref().is_some_and(|l| l.server == from) {
                         self.server_datagram(now, from, &bytes);
                     } else if self.room.is_none() {
@@ -681,8 +861,9 @@ impl Node {
     pub fn leave(&mut self) {
         self.member.leave();
         self.flush();
-        if let Some(link) = self.room.as_mut() {
-            link.client.leave(mono_ns());
+        // A shared seat is the player's to give up.
+        if let Some(c) = self.room.as_mut().and_then(|l| l.client.as_mut()) {
+            c.leave(mono_ns());
         }
         self.flush();
     }

@@ -50,6 +50,7 @@ use netjam_engine::room::{
 };
 
 use crate::clock;
+use crate::ensemble::SeatInbox;
 use crate::reflexive::ReflexiveQuery;
 use crate::transport::UdpTransport;
 use netjam_engine::player::{Command, Mixes, RoomMove, Roster};
@@ -555,6 +556,9 @@ pub struct RoomWires<S> {
     pub public: bool,
     /// Mix settings by member name to apply as members are seated (`jam --mix`).
     pub mix: Mixes,
+    /// An ensemble member riding on this seat (`jam --room R --ensemble`): what the server
+    /// relays for it goes there, and it hears where the room's server is.
+    pub ensemble: Option<crate::ensemble::SeatInbox>,
 }
 
 impl<S> std::fmt::Debug for RoomWires<S> {
@@ -595,6 +599,7 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
         direct,
         public,
         mix,
+        ensemble,
     } = wires;
     let mut server = server;
     if public {
@@ -651,6 +656,9 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                         bytes: &[u8]| {
                 if from != server {
                     paths.handle_probe(at, from, bytes);
+                } else if let Some(e) = ensemble.as_ref().filter(|_| SeatInbox::wants(bytes)) {
+                    *heard_at = at;
+                    e.deliver(at, from, bytes);
                 } else if bytes.first() == Some(&b'/') {
                     *heard_at = at;
                     client.handle_datagram(at, bytes);
@@ -696,6 +704,9 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                     };
                     switched_at = now;
                     route.set_peer(server);
+                    if let Some(e) = &ensemble {
+                        e.server_is(server);
+                    }
                     client.server_changed(now);
                 }
                 if client.poll_timeout().is_some_and(|t| t <= now) {
@@ -778,6 +789,9 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                                 };
                                 switched_at = clock::now_ns();
                                 route.set_peer(server);
+                                if let Some(e) = &ensemble {
+                                    e.server_is(server);
+                                }
                                 client.server_changed(switched_at);
                             }
                         }
@@ -792,6 +806,9 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                                 server = a;
                                 switched_at = clock::now_ns();
                                 route.set_peer(server);
+                                if let Some(e) = &ensemble {
+                                    e.server_is(server);
+                                }
                                 client.server_changed(switched_at);
                             }
                             Err(e) => tracing::warn!("{e:#}"),

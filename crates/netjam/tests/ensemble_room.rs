@@ -176,7 +176,7 @@ fn player(server: &str, room: &str, name: &str, out: &Path) -> Proc {
 
 #[test]
 fn two_room_players_click_on_the_same_beat_and_change_tempo_on_the_same_bar() {
-    let (_server, addr) = common::room_server("60", Duration::from_secs(15));
+    let (server_proc, addr) = common::room_server("60", Duration::from_secs(15));
     let room = format!("beat-{}", std::process::id());
     let server = addr.to_string();
     let (wa, wb) = (tmp("ensroom", "a.wav"), tmp("ensroom", "b.wav"));
@@ -187,6 +187,22 @@ fn two_room_players_click_on_the_same_beat_and_change_tempo_on_the_same_bar() {
         p.wait_err("clock lock", within, |l| l.contains("clock locked"));
         p.wait_err("the tempo", within, |l| l.contains(": 120 BPM from beat 0"));
     }
+    // Each player's ensemble member rides on its seat: the room seats the two players and
+    // no one else (a seat of its own per member made four).
+    let seated: Vec<String> = server_proc
+        .drain_lines()
+        .into_iter()
+        .filter(|l| l.contains(&format!("room {room}: ")))
+        .collect();
+    let last = seated.last().expect("the server said who is in the room");
+    let names: Vec<&str> = last
+        .split_once(&format!("room {room}: "))
+        .map(|(_, names)| names.trim().split(", ").collect())
+        .unwrap_or_default();
+    assert!(
+        names.len() == 2 && names.contains(&"ana") && names.contains(&"bo"),
+        "the room's seats: {seated:?}"
+    );
     // A third member, through the server, changes the tempo on the next bar of four.
     let out = Command::new(NETJAM)
         .args(["ensemble", "tempo", &room, "90", "--bar", "4", "--wait", "10"])
@@ -309,6 +325,7 @@ fn bench_clock_error_through_the_server_over_19_ms() {
             name: "far".into(),
             password: String::new(),
             join_timeout_ns: 10_000_000_000,
+            seat: None,
         }),
     })
     .unwrap();

@@ -453,6 +453,13 @@ fn arr<const N: usize>(b: &[u8]) -> Option<&[u8; N]> {
 }
 
 impl<'a> Control<'a> {
+    /// Whether `bytes` is addressed as an ensemble envelope ([`Control::Ens`]), from its
+    /// address alone (a shell routing datagrams decides by it; [`Control::decode`] checks
+    /// the rest).
+    pub fn is_ens(bytes: &[u8]) -> bool {
+        bytes.starts_with(ENS.as_bytes()) && bytes.get(ENS.len()) == Some(&0)
+    }
+
     /// Decodes one control message. Never allocates; any malformed input is an error.
     pub fn decode(bytes: &'a [u8]) -> Result<Self, ControlError> {
         let m = match Packet::decode(bytes)? {

@@ -19,6 +19,7 @@ use netjam_ensemble::{Event, Member};
 use netjam_osc::{encode_message, message_len, Arg, Message};
 
 use crate::ensemble::{bind_ip, mono_ns, random_id, Node, NodeConfig, RoomReach};
+use netjam_engine::room::msg::fold_name;
 
 const MS: u64 = 1_000_000;
 const S: u64 = 1_000 * MS;
@@ -209,25 +210,41 @@ impl JamEnsembleArgs {
         self.start_with(None)
     }
 
+    /// The room the ensemble lives in when playing in `room` (the room itself unless
+    /// --ensemble names another); `None` without --ensemble.
+    pub fn room_for(&self, room: &str) -> Option<String> {
+        let name = self.ensemble.as_ref()?;
+        Some(self.ensemble_room.clone().unwrap_or_else(|| {
+            if name.is_empty() {
+                room.to_string()
+            } else {
+                name.clone()
+            }
+        }))
+    }
+
+    /// Whether the ensemble is `room` itself, so it can ride on the player's seat there
+    /// (room names are one room whatever their case).
+    pub fn shares_seat_in(&self, room: &str) -> bool {
+        self.room_for(room)
+            .is_some_and(|r| fold_name(&r) == fold_name(room))
+    }
+
     /// Joins the ensemble when --ensemble is given, through the rooms server at `server`
-    /// when playing in `room` (the room is the ensemble unless --ensemble names another).
+    /// when playing in `room` (the room is the ensemble unless --ensemble names another):
+    /// on the player's own `seat` when it is that room, else with a seat of its own.
     pub fn start_in_room(
         &self,
         server: SocketAddr,
         front: crate::room_client::FrontDoors,
         room: &str,
         password: &str,
+        seat: Option<crate::ensemble::SharedSeat>,
     ) -> anyhow::Result<Option<crate::ensemble::beat::JamBeat>> {
-        let Some(name) = &self.ensemble else {
+        let Some(ens_room) = self.room_for(room) else {
             return Ok(None);
         };
-        let ens_room = self.ensemble_room.clone().unwrap_or_else(|| {
-            if name.is_empty() {
-                room.to_string()
-            } else {
-                name.clone()
-            }
-        });
+        let seat = seat.filter(|_| self.shares_seat_in(room));
         self.start_with(Some(RoomReach {
             server,
             front,
@@ -235,6 +252,7 @@ impl JamEnsembleArgs {
             name: String::new(),
             password: password.to_string(),
             join_timeout_ns: 5 * S,
+            seat,
         }))
     }
 
@@ -346,6 +364,7 @@ fn start(
                 name: seat_name(id),
                 password: net.password.clone(),
                 join_timeout_ns: 5 * S,
+                seat: None,
             }
         }),
         None => None,

@@ -738,6 +738,12 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         }
         None => (None, None),
     };
+    // An ensemble in this same room rides on this seat: one seat per player.
+    let ens_seat = if a.ensemble.shares_seat_in(&room) {
+        Some(crate::ensemble::SharedSeat::new(io.socket.socket(), server)?)
+    } else {
+        None
+    };
     let wires = RoomWires {
         server,
         front,
@@ -753,6 +759,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         direct: !a.via_server,
         public: a.public,
         mix: a.mix.clone().unwrap_or_default(),
+        ensemble: ens_seat.as_ref().map(crate::ensemble::SharedSeat::inbox),
     };
     // The control thread stays the command ring's one producer: OSC's and the page's
     // commands reach the audio thread through it.
@@ -811,7 +818,9 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let hear_edge_ms = process.delay_ns().1 as f64 / 1e6;
     // The ensemble's click (with --ensemble): the room is the ensemble, through its server.
     let password = a.password.clone().unwrap_or_default();
-    let mut beat = a.ensemble.start_in_room(server, front_doors, &room, &password)?;
+    let mut beat = a
+        .ensemble
+        .start_in_room(server, front_doors, &room, &password, ens_seat)?;
     let process = crate::ensemble::beat::BeatClicks::new(
         process,
         beat.as_mut(),
