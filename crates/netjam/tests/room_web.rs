@@ -47,6 +47,9 @@ const DEE_HZ: f64 = 610.0;
 static ONE_BROWSER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// The gain the page sets on bo, dB.
 const MOVE_DB: f64 = -12.0;
+/// ana's tone, and the gain her page sets on what she sends, dB.
+const ANA_HZ: f64 = 220.0;
+const SEND_DB: f64 = -9.0;
 
 fn player(server: SocketAddr, name: &str, hz: &str, seconds: &str, extra: &[&str]) -> Proc {
     Proc::spawn_lines(
@@ -230,17 +233,25 @@ fn the_page_shows_the_room_and_mixes_it_by_name() {
     let (_server, addr) = room_server("180", WAIT);
     let mix = tmp("room-web", "mix.wav");
     let out = mix.to_str().unwrap().to_owned();
+    let bo_mix = tmp("room-web", "bo-mix.wav");
+    let bo_out = bo_mix.to_str().unwrap().to_owned();
     // Headroom for two tones, so the limiter never touches what is measured.
     let mut ana = player(
         addr,
         "ana",
-        "220",
+        &ANA_HZ.to_string(),
         "150",
         &["--web", "127.0.0.1:0", "--output", &out, "--master-gain=-12"],
     );
     let url = page_url(&mut ana);
     assert!(!url.contains("token"), "a loopback page needs no token: {url}");
-    let _bo = player(addr, "bo", &BO_HZ.to_string(), "150", &[]);
+    let mut bo = player(
+        addr,
+        "bo",
+        &BO_HZ.to_string(),
+        "150",
+        &["--output", &bo_out, "--master-gain=-12"],
+    );
     let mut cy = player(addr, "cy", &CY_HZ.to_string(), "150", &[]);
     let mut dee = player(addr, "dee", &DEE_HZ.to_string(), "150", &[]);
 
@@ -348,6 +359,22 @@ fn the_page_shows_the_room_and_mixes_it_by_name() {
     );
     // Bo plays at -12 dB for a while.
     std::thread::sleep(Duration::from_secs(3));
+
+    // ana's send fader, as a mouse moves it: everyone hears her at that gain, and the
+    // second page shows it.
+    page.eval(&format!(
+        r#"(() => {{ const f = document.getElementById('send'); f.value = {SEND_DB}; f.dispatchEvent(new Event('input')); return f.value; }})()"#
+    ));
+    until(&mut other, WAIT, "ana's send at -9 dB", |m| {
+        m["type"] == "snapshot"
+            && m["send_gain_db"]
+                .as_f64()
+                .is_some_and(|g| (g - SEND_DB).abs() < 0.1)
+    });
+    page.wait_for(
+        r#"document.getElementById('send-val').textContent === "-9.0 dB""#,
+        WAIT,
+    );
 
     // Refused: nobody of that name, a gain out of range, not JSON, a recording where
     // nothing records. Nothing changes.
@@ -461,6 +488,34 @@ fn the_page_shows_the_room_and_mixes_it_by_name() {
             .any(|l| l.contains("your page:") && l.contains("refused")),
         "{said:#?}"
     );
+    // What bo heard of ana: full, then at her send fader's gain.
+    bo.interrupt();
+    let (exit, said) = bo.finish(WAIT);
+    assert!(exit.success(), "bo: {exit}: {said:#?}");
+    let heard = tone_levels_db(&read_channel0(&bo_mix), ANA_HZ);
+    let top = heard.iter().copied().fold(f64::MIN, f64::max);
+    let full: Vec<f64> = heard.iter().copied().filter(|l| *l > top - 3.0).collect();
+    let set: Vec<f64> = heard
+        .iter()
+        .copied()
+        .filter(|l| (*l - (top + SEND_DB)).abs() < 3.0)
+        .collect();
+    assert!(
+        full.len() >= 10 && set.len() >= 15,
+        "bo heard ana at full level {} tenths, at her send's gain {}",
+        full.len(),
+        set.len()
+    );
+    let (full_db, set_db) = (median(full), median(set));
+    eprintln!(
+        "ana in bo's mix: {full_db:.2} dBFS, then {set_db:.2} dBFS after her page set her send to {SEND_DB} dB"
+    );
+    assert!(
+        (set_db - full_db - SEND_DB).abs() <= 0.5,
+        "ana's send was set to {SEND_DB} dB and bo heard her move by {:.2} dB",
+        set_db - full_db
+    );
+
     let x = read_channel0(&mix);
     let bo = tone_levels_db(&x, BO_HZ);
     let cyl = tone_levels_db(&x, CY_HZ);

@@ -96,6 +96,10 @@ pub struct MediaReport {
     pub monitor_mix: StripParams,
     /// Linear gain on the whole mix, before the limiter.
     pub master_gain: f32,
+    /// The gain on what you send as set, dB (−∞: silence), and whether your send is muted
+    /// (the stream flows on, silent).
+    pub send_gain_db: f32,
+    pub send_mute: bool,
     /// What the mix's output limiter did (its most gain reduction is since the last
     /// report).
     pub limiter: LimiterStats,
@@ -509,6 +513,8 @@ impl Media {
             monitor: self.mixer.take_monitor_level(),
             monitor_mix: self.mixer.monitor_params(),
             master_gain: self.mixer.master_gain(),
+            send_gain_db: self.send_db,
+            send_mute: self.send_mute,
             limiter: self.mixer.take_limiter(),
             commands: self.commands_applied,
             command_errors: self.command_errors,
@@ -569,7 +575,26 @@ fn member_port(heard: Option<(&[f32], usize)>, per_seat: usize, c: usize, port: 
 
 #[cfg(test)]
 mod tests {
-    use super::member_port;
+    use super::{member_port, Command, Media, MediaConfig};
+    use crate::sender::{Sender, SenderConfig};
+    use crate::wire::{AudioFormat, Codec};
+
+    #[test]
+    fn the_report_says_the_send_gain_and_mute_as_set() {
+        let format = AudioFormat::new(Codec::L16, 48_000, 1).expect("format");
+        let sender = Sender::new(SenderConfig::new(format, 64)).expect("sender");
+        let mut media = Media::new(sender, MediaConfig::new(2, 1));
+        let r = media.report();
+        assert_eq!((r.send_gain_db, r.send_mute), (0.0, false));
+        media.apply(Command::SendGain { db: -6.5 });
+        media.apply(Command::SendMute { mute: true });
+        let r = media.report();
+        assert_eq!((r.send_gain_db, r.send_mute), (-6.5, true));
+        // Unmuted, the gain set before the mute is back.
+        media.apply(Command::SendMute { mute: false });
+        let r = media.report();
+        assert_eq!((r.send_gain_db, r.send_mute), (-6.5, false));
+    }
 
     #[test]
     fn a_seats_ports_carry_its_members_channels() {

@@ -206,8 +206,6 @@ struct OscCommands {
     recording: bool,
     /// Refused: no member at that seat, or a parameter rooms do not change yet.
     unsupported: u64,
-    /// Where the page shows whether you send silence (with `--web`).
-    send_mute: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl CommandSource for OscCommands {
@@ -229,12 +227,7 @@ impl CommandSource for OscCommands {
                     member(seat).map(|member| Command::Solo { member, solo })
                 }
                 ControlCommand::SendGain(db) => Some(Command::SendGain { db }),
-                ControlCommand::SendMute(mute) => {
-                    if let Some(shown) = &self.send_mute {
-                        shown.store(mute, std::sync::atomic::Ordering::Relaxed);
-                    }
-                    Some(Command::SendMute { mute })
-                }
+                ControlCommand::SendMute(mute) => Some(Command::SendMute { mute }),
                 ControlCommand::MonitorGain(db) => Some(Command::MonitorGain { db }),
                 ControlCommand::MonitorMute(mute) => Some(Command::MonitorMute { mute }),
                 ControlCommand::MasterGain(db) => Some(Command::MasterGain { db }),
@@ -707,14 +700,13 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let (osc, mut extra) = match osc {
+    let (osc, extra) = match osc {
         Some((handle, rx)) => (
             Some(handle),
             Some(OscCommands {
                 rx,
                 recording: a.record.is_some(),
                 unsupported: 0,
-                send_mute: None,
             }),
         ),
         None => (None, None),
@@ -731,9 +723,6 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
                 RoomPage::start(listener, a.record.as_ref().map(|d| d.display().to_string()))
                     .map_err(|e| anyhow::anyhow!("--web: {e}"))?;
             eprintln!("netjam: your page of room {room:?}: {url} ({note})");
-            if let Some(osc) = &mut extra {
-                osc.send_mute = Some(page.send_mute_flag());
-            }
             (Some(page), Some(commands))
         }
         None => (None, None),

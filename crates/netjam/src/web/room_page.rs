@@ -1,7 +1,8 @@
 //! `netjam jam --room NAME --web`: the player's own page. Who is in the room (name, path,
 //! mouth-to-ear latency, a quality label, loss and concealment, codec and rate), meters in
 //! dBFS (your input, each member, the mix, the limiter's gain reduction), the mix:
-//! each member's fader, pan, mute and solo, the master gain, your send's mute and your monitor;
+//! each member's fader, pan, mute and solo, the master gain, your send's gain and mute and
+//! your monitor;
 //! and where each member's latency goes: mouth to ear stage by stage (network, packet,
 //! resampling, their jitter buffer, devices) and the last five minutes of round trip,
 //! jitter and buffer, a point a second, sent with one snapshot a second and with the first
@@ -23,7 +24,8 @@
 //! Messages a page sends (one setting each; members by name, whatever the case):
 //! `{"member":"ana","gain_db":-6}` (−60..=+12), `{"member":"ana","pan":-0.5}` (−1..=1),
 //! `{"member":"ana","mute":true}`, `{"member":"ana","solo":true}`, `{"master_gain_db":-3}` (−60..=+12),
-//! `{"monitor_gain_db":-10}`, `{"monitor_mute":false}`, `{"send_mute":true}`,
+//! `{"monitor_gain_db":-10}`, `{"monitor_mute":false}`, `{"send_gain_db":-3}` (−60..=+12),
+//! `{"send_mute":true}`,
 //! `{"record":false}` (pauses a recording started with `--record DIR`; `true` resumes it:
 //! what is recorded meanwhile is silence in every file, so the tracks stay aligned).
 //!
@@ -32,11 +34,11 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 
-use netjam_engine::mixer::amplitude_db;
+use netjam_engine::mixer::{amplitude_db, db_to_gain};
 use netjam_engine::nat::direct::PathState;
 use netjam_engine::player::{Command, MediaReport, Roster};
 use netjam_engine::room::msg::fold_name;
@@ -124,6 +126,7 @@ pub enum PageCommand {
     MasterGain(f32),
     MonitorGain(f32),
     MonitorMute(bool),
+    SendGain(f32),
     SendMute(bool),
     Record(bool),
 }
@@ -140,6 +143,7 @@ struct Wire {
     master_gain_db: Option<f64>,
     monitor_gain_db: Option<f64>,
     monitor_mute: Option<bool>,
+    send_gain_db: Option<f64>,
     send_mute: Option<bool>,
     record: Option<bool>,
 }
@@ -166,6 +170,7 @@ pub fn parse(text: &str) -> Result<PageCommand, String> {
     let own_settings = usize::from(w.master_gain_db.is_some())
         + usize::from(w.monitor_gain_db.is_some())
         + usize::from(w.monitor_mute.is_some())
+        + usize::from(w.send_gain_db.is_some())
         + usize::from(w.send_mute.is_some())
         + usize::from(w.record.is_some());
     match w.member {
@@ -190,7 +195,7 @@ pub fn parse(text: &str) -> Result<PageCommand, String> {
         None => {
             if member_settings > 0 || own_settings != 1 {
                 return Err(
-                    "a command sets one thing: a member's (with \"member\"), master_gain_db, monitor_gain_db, monitor_mute, send_mute or record"
+                    "a command sets one thing: a member's (with \"member\"), master_gain_db, monitor_gain_db, monitor_mute, send_gain_db, send_mute or record"
                         .into(),
                 );
             }
@@ -210,6 +215,13 @@ pub fn parse(text: &str) -> Result<PageCommand, String> {
                 )?))
             } else if let Some(mute) = w.monitor_mute {
                 Ok(PageCommand::MonitorMute(mute))
+            } else if let Some(db) = w.send_gain_db {
+                Ok(PageCommand::SendGain(in_range(
+                    "send_gain_db",
+                    db,
+                    FADER_MIN_DB,
+                    FADER_MAX_DB,
+                )?))
             } else if let Some(on) = w.record {
                 Ok(PageCommand::Record(on))
             } else {
@@ -270,7 +282,9 @@ pub struct RoomView {
     pub master_gain_db: f32,
     pub monitor_gain_db: f32,
     pub monitor_mute: bool,
-    /// Whether you send silence (as last set from a page or OSC).
+    /// The gain on what you send, dB (−120: silence), and whether you send silence, as
+    /// the audio thread reports them (set from a page, OSC or `--send-gain`).
+    pub send_gain_db: f32,
     pub send_mute: bool,
     /// Pages open now (this one included).
     pub pages_open: u64,
@@ -482,7 +496,8 @@ pub fn view(
         master_gain_db: amplitude_db(stats.master_gain),
         monitor_gain_db: amplitude_db(stats.monitor_mix.gain),
         monitor_mute: stats.monitor_mix.mute,
-        send_mute: false,
+        send_gain_db: amplitude_db(db_to_gain(stats.send_gain_db)),
+        send_mute: stats.send_mute,
         pages_open: 0,
         commands: 0,
         commands_refused: 0,
@@ -588,7 +603,6 @@ impl Inbox for PageInbox {
 #[derive(Debug)]
 pub struct PageCommands {
     rx: Receiver<PageCommand>,
-    send_mute: Arc<AtomicBool>,
     /// Commands for a member who left between the page's check and now.
     gone: Arc<AtomicU64>,
 }
@@ -614,10 +628,8 @@ impl CommandSource for PageCommands {
                 PageCommand::MasterGain(db) => Command::MasterGain { db },
                 PageCommand::MonitorGain(db) => Command::MonitorGain { db },
                 PageCommand::MonitorMute(mute) => Command::MonitorMute { mute },
-                PageCommand::SendMute(mute) => {
-                    self.send_mute.store(mute, Ordering::Relaxed);
-                    Command::SendMute { mute }
-                }
+                PageCommand::SendGain(db) => Command::SendGain { db },
+                PageCommand::SendMute(mute) => Command::SendMute { mute },
                 PageCommand::Record(on) => Command::Record { on },
             };
             return Some(command);
@@ -631,7 +643,6 @@ pub struct RoomPage {
     web: Option<WebServer>,
     board: Arc<Board>,
     names: Arc<Names>,
-    send_mute: Arc<AtomicBool>,
     gone: Arc<AtomicU64>,
     rtts: RttHistory,
     trends: Trends,
@@ -662,11 +673,9 @@ impl RoomPage {
             records: record_dir.is_some(),
         });
         let web = WebServer::start_with_inbox(listener, PAGE, board.clone(), Some(inbox))?;
-        let send_mute = Arc::new(AtomicBool::new(false));
         let gone = Arc::new(AtomicU64::new(0));
         let commands = PageCommands {
             rx,
-            send_mute: send_mute.clone(),
             gone: gone.clone(),
         };
         Ok((
@@ -674,7 +683,6 @@ impl RoomPage {
                 web: Some(web),
                 board,
                 names,
-                send_mute,
                 gone,
                 rtts: RttHistory::default(),
                 trends: Trends::default(),
@@ -694,12 +702,6 @@ impl RoomPage {
 
     pub fn stats(&self) -> WebStats {
         self.web.as_ref().map(WebServer::stats).unwrap_or_default()
-    }
-
-    /// Where the page keeps whether you send silence: another surface that mutes your send
-    /// (OSC) stores it here too, so the page shows it.
-    pub fn send_mute_flag(&self) -> Arc<AtomicBool> {
-        self.send_mute.clone()
     }
 
     /// How many seconds of the recording are written (shown with the next snapshot).
@@ -732,7 +734,6 @@ impl RoomPage {
             v.trends = Some(self.trends.of(&v));
             self.sockets_seen = stats.sockets_opened;
         }
-        v.send_mute = self.send_mute.load(Ordering::Relaxed);
         v.pages_open = stats.pages_open;
         v.commands = stats.commands;
         v.commands_refused = stats.commands_refused;
@@ -803,6 +804,9 @@ mod tests {
             Ok(PageCommand::MasterGain(-3.0))
         );
         assert_eq!(parse(r#"{"send_mute":true}"#), Ok(PageCommand::SendMute(true)));
+        assert_eq!(parse(r#"{"send_gain_db":-4.5}"#), Ok(PageCommand::SendGain(-4.5)));
+        assert!(parse(r#"{"send_gain_db":13}"#).is_err());
+        assert!(parse(r#"{"send_gain_db":-3,"send_mute":true}"#).is_err());
         assert_eq!(parse(r#"{"record":false}"#), Ok(PageCommand::Record(false)));
         assert_eq!(
             parse(r#"{"monitor_mute":false}"#),
@@ -1041,7 +1045,6 @@ mod tests {
         let (tx, rx) = mpsc::sync_channel(4);
         let mut source = PageCommands {
             rx,
-            send_mute: Arc::default(),
             gone: Arc::default(),
         };
         let mut roster = Roster::default();
@@ -1063,13 +1066,14 @@ mod tests {
                 set: MemberSetting::Mute(true),
             },
             PageCommand::SendMute(true),
+            PageCommand::SendGain(-4.5),
         ] {
             tx.try_send(c).expect("room");
         }
         assert_eq!(source.next(&roster), Some(Command::Gain { member: 7, db: -6.0 }));
         assert_eq!(source.next(&roster), Some(Command::SendMute { mute: true }));
+        assert_eq!(source.next(&roster), Some(Command::SendGain { db: -4.5 }));
         assert_eq!(source.next(&roster), None);
         assert_eq!(source.gone.load(Ordering::Relaxed), 1, "cy left meanwhile");
-        assert!(source.send_mute.load(Ordering::Relaxed));
     }
 }
