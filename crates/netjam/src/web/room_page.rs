@@ -283,7 +283,7 @@ pub struct RoomView {
     pub monitor_gain_db: f32,
     pub monitor_mute: bool,
     /// The gain on what you send, dB (−120: silence), and whether you send silence, as
-    /// the audio thread reports them (set from a page, OSC or `--send-gain`).
+    /// the audio thread reports them (set from a page or OSC).
     pub send_gain_db: f32,
     pub send_mute: bool,
     /// Pages open now (this one included).
