@@ -88,6 +88,9 @@ pub enum Scenario {
     PeerPair,
     /// (b) Four players in one room on one `netjam server`, no event.
     RoomOfFour,
+    /// (b) with every player's page open (`--web`, a WebSocket reading its snapshots for
+    /// the whole run): what a page costs the sound.
+    RoomOfFourPages,
     /// (c) Two peers through `netjam impair`, a 200 ms stall at 4 s.
     Stall,
     /// (d) Two peers through `netjam impair`, the delay stepping from 15 to 5 ms at 4 s.
@@ -97,9 +100,10 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 5] = [
+    pub const ALL: [Scenario; 6] = [
         Scenario::PeerPair,
         Scenario::RoomOfFour,
+        Scenario::RoomOfFourPages,
         Scenario::Stall,
         Scenario::DelayStep,
         Scenario::LeaveJoin,
@@ -109,6 +113,7 @@ impl Scenario {
         match self {
             Scenario::PeerPair => "p2p",
             Scenario::RoomOfFour => "room4",
+            Scenario::RoomOfFourPages => "room4-web",
             Scenario::Stall => "stall",
             Scenario::DelayStep => "step",
             Scenario::LeaveJoin => "leave-join",
@@ -138,7 +143,8 @@ impl Scenario {
                     lasts_s: 0.0,
                 }),
             ),
-            Scenario::RoomOfFour => room_of_four(self, dir),
+            Scenario::RoomOfFour => room_of_four(self, dir, false),
+            Scenario::RoomOfFourPages => room_of_four(self, dir, true),
             Scenario::LeaveJoin => leave_join(self, dir),
         }
     }
@@ -524,29 +530,54 @@ struct RoomPlayer {
     proc: Proc,
     files: Files,
     started: Instant,
+    /// With its page open: the reader of the page's WebSocket, which returns how many
+    /// snapshots it read.
+    page: Option<std::thread::JoinHandle<u64>>,
 }
 
 impl RoomPlayer {
     fn start(server: std::net::SocketAddr, hz: f64, seconds: f64, files: Files) -> Self {
+        Self::start_with(server, hz, seconds, files, false)
+    }
+
+    /// [`RoomPlayer::start`], serving its page (`--web`) when `page` (see
+    /// [`RoomPlayer::open_page`]).
+    fn start_with(server: std::net::SocketAddr, hz: f64, seconds: f64, files: Files, page: bool) -> Self {
         let started = Instant::now();
-        let proc = Proc::spawn_lines(
-            Command::new(BIN)
-                .args(["jam", "--server", &server.to_string(), "--room", "scenario"])
-                .args(["--name", &format!("p{hz}"), "--sine", &hz.to_string()])
-                .args(["--duration", &seconds.to_string(), "--output"])
-                .arg(&files.wav)
-                .arg("--stats-json")
-                .arg(&files.json)
-                .env("NETJAM_NO_REALTIME", "1")
-                .stdout(Stdio::null()),
-            "netjam jam --room",
-        );
+        let mut cmd = Command::new(BIN);
+        cmd.args(["jam", "--server", &server.to_string(), "--room", "scenario"])
+            .args(["--name", &format!("p{hz}"), "--sine", &hz.to_string()])
+            .args(["--duration", &seconds.to_string(), "--output"])
+            .arg(&files.wav)
+            .arg("--stats-json")
+            .arg(&files.json)
+            .env("NETJAM_NO_REALTIME", "1")
+            .stdout(Stdio::null());
+        if page {
+            cmd.args(["--web", "127.0.0.1:0"]);
+        }
+        let proc = Proc::spawn_lines(&mut cmd, "netjam jam --room");
         Self {
             hz,
             proc,
             files,
             started,
+            page: None,
         }
+    }
+
+    /// Opens the page it serves, for a reader that stays until the player ends. Called
+    /// once every player is started, so the players start as close together as without
+    /// pages (and end so: a member leaving is heard, and must not count against the page).
+    fn open_page(&mut self) {
+        let line = self.proc.line_with("your page of room", Duration::from_secs(15));
+        let host = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("http://"))
+            .and_then(|u| u.split('/').next())
+            .unwrap_or_else(|| panic!("no page URL in {line:?}"))
+            .to_owned();
+        self.page = Some(std::thread::spawn(move || read_page(&host)));
     }
 
     /// Waits until it is seated: when, as an instant here.
@@ -564,6 +595,20 @@ impl RoomPlayer {
     }
 }
 
+/// Reads the page's WebSocket at `host` until the player closes it; the snapshots read.
+fn read_page(host: &str) -> u64 {
+    let Ok((mut ws, _)) = tungstenite::client::connect(format!("ws://{host}/ws")) else {
+        return 0;
+    };
+    let mut snapshots = 0;
+    while let Ok(m) = ws.read() {
+        if m.to_text().is_ok_and(|t| t.contains(r#""type":"snapshot""#)) {
+            snapshots += 1;
+        }
+    }
+    snapshots
+}
+
 /// A row for a room player who heard `others`.
 fn room_row(scenario: Scenario, p: &RoomPlayer, others: &[f64], event: Option<(f64, f64)>) -> Row {
     Row {
@@ -577,15 +622,34 @@ fn room_row(scenario: Scenario, p: &RoomPlayer, others: &[f64], event: Option<(f
     }
 }
 
-/// (b): four players in one room, each hearing the other three.
-fn room_of_four(scenario: Scenario, dir: &Path) -> Vec<Row> {
+/// (b): four players in one room, each hearing the other three; with `pages`, each with
+/// its page open for the whole run.
+fn room_of_four(scenario: Scenario, dir: &Path, pages: bool) -> Vec<Row> {
     const TONES: [f64; 4] = [330.0, 440.0, 550.0, 660.0];
     let (_server, addr) = room_server(&(SECONDS + 30.0).to_string(), Duration::from_secs(10));
-    let players: Vec<RoomPlayer> = TONES
+    let mut players: Vec<RoomPlayer> = TONES
         .iter()
-        .map(|&hz| RoomPlayer::start(addr, hz, SECONDS, Files::new(dir, &format!("p{hz}"))))
+        .map(|&hz| RoomPlayer::start_with(addr, hz, SECONDS, Files::new(dir, &format!("p{hz}")), pages))
         .collect();
-    let players: Vec<RoomPlayer> = players.into_iter().map(|p| p.finish(SECONDS)).collect();
+    if pages {
+        players.iter_mut().for_each(RoomPlayer::open_page);
+    }
+    let mut players: Vec<RoomPlayer> = players.into_iter().map(|p| p.finish(SECONDS)).collect();
+    for p in &mut players {
+        if let Some(reader) = p.page.take() {
+            let snapshots = reader.join().unwrap_or(0);
+            let rate = snapshots as f64 / SECONDS;
+            eprintln!(
+                "the page of the player at {} Hz: {snapshots} snapshots ({rate:.1}/s)",
+                p.hz
+            );
+            assert!(
+                rate >= 10.0,
+                "the page of {} Hz read {rate:.1} snapshots a second",
+                p.hz
+            );
+        }
+    }
     players
         .iter()
         .map(|p| {
