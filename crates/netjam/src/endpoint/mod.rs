@@ -12,6 +12,7 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+pub mod card;
 pub mod channels;
 #[cfg(feature = "cpal")]
 pub mod cpal;
