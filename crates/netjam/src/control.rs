@@ -30,6 +30,7 @@
 //! the control thread and the owner's non-realtime thread only.
 
 pub mod jam;
+pub mod room;
 pub mod server;
 mod tree;
 

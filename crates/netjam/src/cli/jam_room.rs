@@ -28,15 +28,15 @@ use super::jam::{
 };
 use super::stream::{packets_text, write_json};
 use crate::control::{
-    command_ring, ControlCommand, ControlHandle, ControlServer, ControlState, MemberStats as OscMemberStats,
-    Surface, DEFAULT_RING,
+    command_ring, ControlHandle, ControlServer, ControlState, MemberStats as OscMemberStats, Surface,
+    DEFAULT_RING,
 };
 use crate::endpoint::PeriodStats;
 use crate::lifecycle::{any_for, cname, fresh_seed, Running};
 use crate::member_ports::{self, MemberPorts};
 use crate::record::{self, RecordConfig, RecordSummary};
 use crate::reflexive::{Mapping, Reflexive, ReflexiveQuery};
-use crate::room_client::{self, CommandSource, JoinRequest, RoomWires, CONTROL_QUEUE};
+use crate::room_client::{self, JoinRequest, RoomWires, CONTROL_QUEUE};
 use crate::series::BoundedSeries;
 use crate::server::DEFAULT_PORT;
 use crate::session::{interrupt_flag, NetIo, Peer, RoomProcess, Snapshot, MAX_ROOM_MEMBERS};
@@ -197,53 +197,6 @@ fn predicted_candidates(r: &Reflexive, declared: usize) -> Vec<SocketAddr> {
         .iter()
         .map(|&port| SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), port))
         .collect()
-}
-
-/// OSC commands, turned into the audio thread's by the control seat they name.
-struct OscCommands {
-    rx: crate::control::CommandRx,
-    /// `/record` pauses and resumes a recording (`--record`); without one it is refused.
-    recording: bool,
-    /// Refused: no member at that seat, or a parameter rooms do not change yet.
-    unsupported: u64,
-}
-
-impl CommandSource for OscCommands {
-    fn next(&mut self, roster: &Roster) -> Option<Command> {
-        loop {
-            let c = self.rx.pop().ok()?;
-            let member = |seat: u16| roster.member_at(usize::from(seat)).map(|m| m.member_id as _);
-            let mapped = match c {
-                ControlCommand::MemberGain { member: seat, db } => {
-                    member(seat).map(|member| Command::Gain { member, db })
-                }
-                ControlCommand::MemberPan { member: seat, pan } => {
-                    member(seat).map(|member| Command::Pan { member, pan })
-                }
-                ControlCommand::MemberMute { member: seat, mute } => {
-                    member(seat).map(|member| Command::Mute { member, mute })
-                }
-                ControlCommand::MemberSolo { member: seat, solo } => {
-                    member(seat).map(|member| Command::Solo { member, solo })
-                }
-                ControlCommand::SendGain(db) => Some(Command::SendGain { db }),
-                ControlCommand::SendMute(mute) => Some(Command::SendMute { mute }),
-                ControlCommand::MonitorGain(db) => Some(Command::MonitorGain { db }),
-                ControlCommand::MonitorMute(mute) => Some(Command::MonitorMute { mute }),
-                ControlCommand::MasterGain(db) => Some(Command::MasterGain { db }),
-                ControlCommand::Latency(policy) => Some(Command::Latency { policy }),
-                ControlCommand::Record(on) if self.recording => Some(Command::Record { on }),
-                ControlCommand::Redundancy(_) | ControlCommand::Record(_) => None,
-            };
-            match mapped {
-                Some(m) => return Some(m),
-                None => {
-                    self.unsupported += 1;
-                    tracing::info!("OSC {c:?}: nothing to apply it to in this room");
-                }
-            }
-        }
-    }
 }
 
 /// One member as the status line, the summary and the JSON report show it.
@@ -703,11 +656,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let (osc, extra) = match osc {
         Some((handle, rx)) => (
             Some(handle),
-            Some(OscCommands {
-                rx,
-                recording: a.record.is_some(),
-                unsupported: 0,
-            }),
+            Some(crate::control::room::OscCommands::new(rx, a.record.is_some())),
         ),
         None => (None, None),
     };
