@@ -5,19 +5,29 @@
 
 use crate::endpoint::channels::ChannelMap;
 
-/// What a player asks of a sound card; a request naming no device, host or direction
-/// opens none.
+/// What a player asks of a sound card (`--host`, `--device`, …); a request naming no device,
+/// host or direction opens none.
 #[derive(Debug, Clone, Default)]
 pub struct CardRequest {
+    /// cpal host (ALSA, JACK, CoreAudio, WASAPI...), case-insensitive; default: the platform's.
     pub host: Option<String>,
+    /// Device for both directions: a case-insensitive substring of its id or name,
+    /// `default`, or `none`.
     pub device: Option<String>,
+    /// Overrides `device` for capture.
     pub input_device: Option<String>,
+    /// Overrides `device` for playback.
     pub output_device: Option<String>,
+    /// Sample rate; default 48000 when every device takes it, else the output's default.
     pub rate: Option<u32>,
+    /// Channels each way; default 2 where offered, else the device's default. A map below
+    /// sets its own direction's count instead.
     pub channels: Option<u16>,
+    /// `--inputs`: the capture channels sent; the device opens with enough to reach them.
     pub inputs: Option<ChannelMap>,
+    /// `--outputs`: the playback channels what you hear goes to; the rest play silence.
     pub outputs: Option<ChannelMap>,
-    /// Frames per period (asked of the device as its buffer size too).
+    /// Frames per process call (asked of the device as its buffer size too).
     pub period: u32,
 }
 
@@ -38,7 +48,7 @@ mod imp {
     use anyhow::{bail, Context};
 
     use super::CardRequest;
-    use crate::endpoint::cpal::{CpalConfig, CpalEndpoint, CpalMonitor};
+    use crate::endpoint::cpal::{CpalEndpoint, CpalMonitor};
     use crate::endpoint::Realtime;
     use crate::endpoint::{Endpoint, PeriodStats, StreamSpec};
 
@@ -80,18 +90,7 @@ mod imp {
         if r.channels == Some(0) {
             bail!("--channels must be at least 1");
         }
-        let endpoint = CpalEndpoint::open(&CpalConfig {
-            host: r.host.clone(),
-            device: r.device.clone(),
-            input_device: r.input_device.clone(),
-            output_device: r.output_device.clone(),
-            rate: r.rate,
-            channels: r.channels,
-            inputs: r.inputs.clone(),
-            outputs: r.outputs.clone(),
-            period: r.period,
-        })
-        .context("cannot use the sound card (--device)")?;
+        let endpoint = CpalEndpoint::open(r).context("cannot use the sound card (--device)")?;
         for note in endpoint.notes() {
             eprintln!("netjam: {note}");
         }

@@ -346,30 +346,8 @@ impl Driver {
 // ---------------------------------------------------------------------------------------
 // Opening
 
-/// Which sound card to open and how.
-#[derive(Debug, Clone, Default)]
-pub struct CpalConfig {
-    /// cpal host (ALSA, JACK, CoreAudio, WASAPI...), case-insensitive; default: the platform's.
-    pub host: Option<String>,
-    /// Device for both directions: a case-insensitive substring of its id or name,
-    /// `default`, or `none`.
-    pub device: Option<String>,
-    /// Overrides `device` for capture.
-    pub input_device: Option<String>,
-    /// Overrides `device` for playback.
-    pub output_device: Option<String>,
-    /// Sample rate; default 48000 when every device takes it, else the output's default.
-    pub rate: Option<u32>,
-    /// Channels each way; default 2 where offered, else the device's default. A map below
-    /// sets its own direction's count instead.
-    pub channels: Option<u16>,
-    /// `--inputs`: the capture channels sent; the device opens with enough to reach them.
-    pub inputs: Option<ChannelMap>,
-    /// `--outputs`: the playback channels what you hear goes to; the rest play silence.
-    pub outputs: Option<ChannelMap>,
-    /// Frames per process call (asked of the device as its buffer size too).
-    pub period: u32,
-}
+/// Which sound card to open and how: what a player asks (see [`crate::endpoint::card`]).
+pub use crate::endpoint::card::CardRequest as CpalConfig;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Direction {
