@@ -1459,6 +1459,69 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_shared_seat_hands_the_node_its_datagrams_on_its_clock_and_follows_the_server() {
+        let socket = UdpSocket::bind("127.0.0.1:0").expect("socket");
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "127.0.0.1:4464".parse().unwrap(),
+            "127.0.0.1:4465".parse().unwrap(),
+        );
+        let seat = SharedSeat::new(&socket, a).expect("seat");
+        let inbox = seat.inbox();
+        // What the ensemble takes from the server: its envelopes and the clock's answers.
+        let mut env = [0u8; 64];
+        let n = Control::Ens {
+            member_id: 3,
+            payload: b"hi",
+        }
+        .encode(&mut env)
+        .expect("envelope");
+        assert!(SeatInbox::wants(&env[..n]));
+        assert!(SeatInbox::wants(PONG_ADDRESS.as_bytes()));
+        assert!(!SeatInbox::wants(b"/netjam/ensemble\0\0\0\0,\0\0\0"));
+        assert!(!SeatInbox::wants(b"/netjam/roster\0\0"));
+        // Delivered with its arrival moved onto the node's clock.
+        let at = crate::clock::now_ns();
+        let (before, sent) = (mono_ns(), std::time::Instant::now());
+        inbox.deliver(at, a, &env[..n]);
+        let outlet = seat.outlet.lock().unwrap().take().expect("the node's end");
+        match outlet.try_recv() {
+            Ok(Input::Packet {
+                now,
+                from,
+                bytes,
+                bridge,
+            }) => {
+                assert_eq!((from, bytes.as_slice(), bridge), (a, &env[..n], false));
+                let slack = sent.elapsed().as_nanos() as u64 + 1_000_000;
+                assert!(
+                    now <= before + slack && now + slack >= before,
+                    "{now} vs {before}"
+                );
+            }
+            _ => panic!("nothing delivered"),
+        }
+        // The room moved: the node sends where the room thread says.
+        inbox.server_is(b);
+        assert_eq!(seat.server(), b);
+        // One node per seat.
+        assert!(Node::start_on_seat(
+            NodeConfig {
+                ensemble: "e".into(),
+                id: 1,
+                services: Vec::new(),
+                taps: Vec::new(),
+                discovery: Discovery::local(1),
+                bind_ip: bind_ip(true),
+                osc_bridge: None,
+                room: None,
+            },
+            seat,
+            None
+        )
+        .is_err());
+    }
+
+    #[test]
     fn relay_addresses_carry_a_member_id_and_no_real_address_is_taken_for_one() {
         for id in [0, 1, 0xFFFF, 0x1_0000, u32::MAX] {
             assert_eq!(relayed_member(&relay_addr(id)), Some(id));
