@@ -141,6 +141,33 @@ fn truncated_and_bit_flipped_control_never_panics_nor_forwards() {
     assert!(s.stats().joins == 1);
 }
 
+#[test]
+fn a_hello_of_another_protocol_version_is_refused_saying_so_within_its_size() {
+    use netjam_engine::room::msg::PROTOCOL_VERSION;
+    use netjam_engine::room::RefuseCode;
+    use netjam_osc::{encode_message, Arg};
+    let mut s = Server::new(ServerConfig::default(), [9; 32]);
+    let stranger: SocketAddr = "10.0.0.9:5000".parse().expect("addr");
+    let pad = [0u8; HELLO_PAD];
+    let mut hello = [0u8; MAX_CONTROL_LEN];
+    let mut buf = [0u8; MAX_CONTROL_LEN];
+    // Version 1 (whose joins a version-2 server cannot read), and one not yet made.
+    for v in [1, PROTOCOL_VERSION + 1] {
+        let n = encode_message(&mut hello, "/netjam/hello", &[Arg::Int(v), Arg::Blob(&pad)]).expect("hello");
+        assert!(matches!(
+            s.handle_datagram(0, stranger, &hello[..n]),
+            Verdict::Drop(_)
+        ));
+        let (to, m) = s.poll_transmit(&mut buf).expect("an answer");
+        assert_eq!(to, stranger);
+        assert!(m <= n, "a refusal of {m} bytes to a hello of {n}");
+        match Control::decode(&buf[..m]) {
+            Ok(Control::Refused { code, .. }) => assert_eq!(code, RefuseCode::BadVersion as i32),
+            other => panic!("version {v}: {other:?}"),
+        }
+    }
+}
+
 fn drain(s: &mut Server, stranger: SocketAddr, to: &mut usize) {
     let mut buf = [0u8; MAX_CONTROL_LEN];
     while let Some((dst, n)) = s.poll_transmit(&mut buf) {

@@ -968,7 +968,7 @@ fn hostile_datagrams_at_the_server_are_counted_and_never_heard() {
         anything += send(&(0..len).map(|_| next() as u8).collect::<Vec<_>>());
         // Truncated OSC.
         truncated_osc += send(b"/netjam/jo");
-        truncated_osc += send(b"/netjam/join\0\0\0\0,ibssbbiiibb\0\0\0\0\0\0\0\x01");
+        truncated_osc += send(b"/netjam/join\0\0\0\0,ibssbbiiibb\0\0\0\0\0\0\0\x02");
         // Well-formed OSC with the wrong types.
         mistyped_osc += send(b"/netjam/join\0\0\0\0,sss\0\0\0\0a\0\0\0b\0\0\0c\0\0\0");
         mistyped_osc += send(b"/netjam/leave\0\0\0,f\0\0\x3f\x80\0\0");

@@ -9,7 +9,7 @@
 use netjam_osc::{encode_message, Arg, EncodeError, Packet};
 
 /// The protocol version this code speaks; the first argument of every control message.
-pub const PROTOCOL_VERSION: i32 = 1;
+pub const PROTOCOL_VERSION: i32 = 2;
 /// Length of a return-routability cookie.
 pub const COOKIE_LEN: usize = 32;
 /// Length of the server's and the client's nonces.
@@ -1312,11 +1312,15 @@ mod tests {
     #[test]
     fn other_versions_are_named() {
         let mut buf = [0u8; 64];
-        let n = encode_message(&mut buf, "/netjam/keepalive", &[Arg::Int(2)]).unwrap();
-        assert_eq!(Control::decode(&buf[..n]), Err(ControlError::Version(2)));
-        let n = encode_message(&mut buf, "/netjam/nope", &[Arg::Int(1)]).unwrap();
+        // Version 1, whose joins this version's server could not read, and a later one.
+        for v in [1, PROTOCOL_VERSION + 1] {
+            let n = encode_message(&mut buf, "/netjam/keepalive", &[Arg::Int(v)]).unwrap();
+            assert_eq!(Control::decode(&buf[..n]), Err(ControlError::Version(v)));
+        }
+        let v = Arg::Int(PROTOCOL_VERSION);
+        let n = encode_message(&mut buf, "/netjam/nope", &[v]).unwrap();
         assert_eq!(Control::decode(&buf[..n]), Err(ControlError::UnknownAddress));
-        let n = encode_message(&mut buf, "/netjam/ack", &[Arg::Int(1), Arg::Str("x")]).unwrap();
+        let n = encode_message(&mut buf, "/netjam/ack", &[v, Arg::Str("x")]).unwrap();
         assert_eq!(Control::decode(&buf[..n]), Err(ControlError::BadArguments));
     }
 }
