@@ -161,10 +161,7 @@ impl SeatInbox {
 
     /// The room's server is now `server` (a redirect, or a move after a silence).
     pub fn server_is(&self, server: SocketAddr) {
-        let mut s = self.server.lock().unwrap_or_else(|e| e.into_inner());
-        if *s != server {
-            *s = server;
-        }
+        *self.server.lock().unwrap_or_else(|e| e.into_inner()) = server;
     }
 }
 

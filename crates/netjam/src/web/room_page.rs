@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 
-use netjam_engine::mixer::{amplitude_db, db_to_gain};
+use netjam_engine::mixer::amplitude_db;
 use netjam_engine::nat::direct::PathState;
 use netjam_engine::player::{Command, MediaReport, Roster};
 use netjam_engine::room::msg::fold_name;
@@ -496,7 +496,7 @@ pub fn view(
         master_gain_db: amplitude_db(stats.master_gain),
         monitor_gain_db: amplitude_db(stats.monitor_mix.gain),
         monitor_mute: stats.monitor_mix.mute,
-        send_gain_db: amplitude_db(db_to_gain(stats.send_gain_db)),
+        send_gain_db: stats.send_gain_db.max(amplitude_db(0.0)),
         send_mute: stats.send_mute,
         pages_open: 0,
         commands: 0,
