@@ -6,9 +6,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use netjam_engine::room::msg::{
-    Control, Join, Rejoin, Roster, RosterKind, Welcome, HELLO_PAD, MAX_CONTROL_LEN,
-};
+use netjam_engine::room::msg::{Control, HELLO_PAD, MAX_CONTROL_LEN};
 use netjam_engine::room::{ClientConfig, RoomClient, Server, ServerConfig, Verdict};
 use proptest::prelude::*;
 
@@ -36,68 +34,7 @@ fn server_with_member() -> (Server, u32) {
 }
 
 fn valid_messages() -> Vec<Vec<u8>> {
-    let c = [1u8; 32];
-    let n = [2u8; 16];
-    let t = [3u8; 16];
-    let msgs = [
-        Control::Hello { pad: HELLO_PAD },
-        Control::Challenge {
-            cookie: &c,
-            server_nonce: &n,
-        },
-        Control::Join(Join {
-            cookie: &c,
-            room: "band",
-            name: "Mallory",
-            client_nonce: &n,
-            authenticator: &c,
-            ssrc: 77,
-            packets_per_s: 750,
-            bytes_per_s: 200_000,
-            create_key: &c,
-            key_agreement: &[],
-            hosts: &[],
-            sample_rate: 0,
-        }),
-        Control::Rejoin(Rejoin {
-            cookie: &c,
-            member_id: 1,
-            token: &t,
-            client_nonce: &n,
-            authenticator: &c,
-            key_agreement: &[],
-            hosts: &[],
-        }),
-        Control::Welcome(Welcome {
-            member_id: 1,
-            ssrc: 5,
-            token: &t,
-            keepalive_ms: 0,
-            timeout_ms: u32::MAX,
-            key_agreement: &[1, 2, 3],
-        }),
-        Control::Refused { code: 99, text: "x" },
-        Control::Roster(Roster {
-            seq: u32::MAX,
-            kind: RosterKind::Joined,
-            member_id: 0,
-            name: "",
-            ssrc: 0,
-        }),
-        Control::Ack { seq: u32::MAX },
-        Control::Rename { name: "\u{7}bell" },
-        Control::Keepalive,
-        Control::Leave,
-        Control::Rebind,
-    ];
-    msgs.iter()
-        .map(|m| {
-            let mut b = vec![0u8; MAX_CONTROL_LEN];
-            let len = m.encode(&mut b).expect("encode");
-            b.truncate(len);
-            b
-        })
-        .collect()
+    netjam_engine::room::fuzz::seeds()
 }
 
 #[test]

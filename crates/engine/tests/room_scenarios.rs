@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, BinaryHeap};
 use std::net::SocketAddr;
 
 use netjam_engine::rng::SimRng;
-use netjam_engine::room::msg::{Control, ENS_EVERYONE, MAX_CONTROL_LEN, MAX_ENS_LEN};
+use netjam_engine::room::auth;
+use netjam_engine::room::msg::{Control, RekeyStatus, ENS_EVERYONE, MAX_CONTROL_LEN, MAX_ENS_LEN};
 use netjam_engine::room::{
     ClientConfig, DropReason, RefuseCode, RoomClient, RoomEvent, RosterKind, Server, ServerConfig, Verdict,
 };
@@ -1097,4 +1098,106 @@ fn a_rename_to_a_name_another_player_has_is_ignored() {
     w.run_for(300 * MS);
     assert_eq!(w.roster(c).last(), Some(&(RosterKind::Renamed, "Bob".to_owned())));
     assert_eq!(w.server.stats().bad_control, 1);
+}
+
+fn epochs(events: &[RoomEvent]) -> Vec<(u32, [u8; 32])> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            RoomEvent::Epoch { epoch, key } => Some((*epoch, *key)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn rekey_refusals(events: &[RoomEvent]) -> Vec<Option<RekeyStatus>> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            RoomEvent::RekeyRefused { status, .. } => Some(*status),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_password_change_moves_the_room_to_a_new_epoch_that_only_the_new_password_follows() {
+    let mut w = World::new(ServerConfig::default(), 0.0, 21);
+    let (old, new) = (auth::room_key("band", "first"), auth::room_key("band", "second"));
+    let a = w.add(1, "band", "Ana", "first", 0x1111);
+    let b = w.add(2, "band", "Bo", "first", 0x2222);
+    let c = w.add(3, "band", "Cy", "first", 0x3333);
+    w.run_for(300 * MS);
+    let ana_id = w.seat(a).0;
+
+    // Ana changes it: her request is the only place the new key crosses, encrypted.
+    w.peers[a].client.rekey(w.now, new);
+    let mut buf = [0u8; MAX_CONTROL_LEN];
+    let n = w.peers[a].client.poll_transmit(&mut buf).expect("a rekey request");
+    let request = buf[..n].to_vec();
+    assert!(matches!(Control::decode(&request), Ok(Control::Rekey(r)) if r.epoch == 1));
+    assert!(!request.windows(32).any(|x| x == new), "the new key is never in clear");
+    w.send(true, addr(1), addr(0), request.clone());
+    w.run_for(100 * MS);
+    assert_eq!(epochs(&w.peers[a].events), [(1, new)]);
+    assert_eq!(w.peers[a].client.epoch(), 1);
+    for i in [b, c] {
+        assert!(
+            w.peers[i]
+                .events
+                .contains(&RoomEvent::PasswordChanged { epoch: 1, by: ana_id }),
+            "peer {i}: {:?}",
+            w.peers[i].events
+        );
+        assert_eq!(w.peers[i].client.epoch(), 0);
+    }
+
+    // Bo takes the new password; Cy tries a wrong one and stays out.
+    w.peers[b].client.rekey(w.now, new);
+    w.peers[c].client.rekey(w.now, auth::room_key("band", "guess"));
+    w.run_for(100 * MS);
+    assert_eq!(epochs(&w.peers[b].events), [(1, new)]);
+    assert!(epochs(&w.peers[c].events).is_empty());
+    assert_eq!(rekey_refusals(&w.peers[c].events), [Some(RekeyStatus::NotTheNewPassword)]);
+    // Cy cannot change it back with the old password: it is not the room's any more.
+    w.peers[c].client.rekey(w.now, old);
+    w.run_for(100 * MS);
+    assert_eq!(rekey_refusals(&w.peers[c].events).len(), 2);
+    assert_eq!(w.peers[c].client.epoch(), 0);
+
+    // Ana's request again (replayed by anyone, from any seat) changes nothing more.
+    w.send(true, addr(3), addr(0), request);
+    // An altered request is refused as unproven, and answered without an authenticator.
+    let mut forged = buf[..n].to_vec();
+    let at = forged.len() - 40;
+    forged[at] ^= 1;
+    w.send(true, addr(2), addr(0), forged);
+    w.run_for(100 * MS);
+    let s = w.server.stats();
+    assert_eq!(s.rekeys, 1, "one change");
+    assert!(s.rekeys_refused >= 3, "{s:?}");
+    for i in [a, b] {
+        assert!(
+            !w.peers[i].events.iter().any(|e| matches!(e, RoomEvent::PasswordChanged { epoch, .. } if *epoch > 1)),
+            "peer {i}: {:?}",
+            w.peers[i].events
+        );
+    }
+
+    // The old password seats nobody now; the new one seats a newcomer in epoch 1.
+    let d = w.add(4, "band", "Dee", "first", 0x4444);
+    let e = w.add(5, "band", "Eve", "second", 0x5555);
+    w.run_for(300 * MS);
+    assert_eq!(refusals(&w.peers[d].events), [Some(RefuseCode::WrongPassword)]);
+    assert!(w.peers[e].client.seat().is_some());
+    assert_eq!(epochs(&w.peers[e].events), [(1, new)]);
+    assert_eq!(w.peers[e].client.epoch(), 1);
+
+    // Bo moves: his rejoin proves the new password and keeps his seat.
+    let bo_seat = w.seat(b);
+    w.peers[b].addr = addr(12);
+    w.peers[b].client.address_changed(w.now);
+    w.run_for(300 * MS);
+    assert_eq!(w.seat(b), bo_seat);
+    assert!(joined(&w.peers[b].events).iter().any(|j| j.2), "{:?}", w.peers[b].events);
 }

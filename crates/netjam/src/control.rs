@@ -182,6 +182,9 @@ pub struct Surface {
     pub redundancy: bool,
     /// `/record`.
     pub record: bool,
+    /// `/password ,s` (a private room's new password; see
+    /// [`ControlServer::spawn_with_passwords`]).
+    pub password: bool,
 }
 
 impl Surface {
@@ -197,6 +200,7 @@ impl Surface {
             latency: true,
             redundancy: true,
             record: true,
+            password: false,
         }
     }
 }
@@ -416,6 +420,8 @@ impl Shared {
 struct Ctx {
     shared: Arc<Shared>,
     sink: Box<dyn CommandSink>,
+    /// Where `/password` hands a new password (to the room thread, which derives its keys).
+    passwords: Option<std::sync::mpsc::Sender<String>>,
 }
 
 /// Builds the tree and serves it; see [`ControlServer::spawn`].
@@ -431,6 +437,29 @@ impl ControlServer {
         initial: ControlState,
         sink: impl CommandSink + 'static,
     ) -> anyhow::Result<ControlHandle> {
+        Self::spawn_inner(bind, surface, initial, sink, None)
+    }
+
+    /// [`ControlServer::spawn`], with `/password ,s NEW` handing each new password to
+    /// `passwords` (give the surface `password: true`). The password goes no further than
+    /// this process: its receiver derives the keys.
+    pub fn spawn_with_passwords(
+        bind: SocketAddr,
+        surface: Surface,
+        initial: ControlState,
+        sink: impl CommandSink + 'static,
+        passwords: std::sync::mpsc::Sender<String>,
+    ) -> anyhow::Result<ControlHandle> {
+        Self::spawn_inner(bind, surface, initial, sink, Some(passwords))
+    }
+
+    fn spawn_inner(
+        bind: SocketAddr,
+        surface: Surface,
+        initial: ControlState,
+        sink: impl CommandSink + 'static,
+        passwords: Option<std::sync::mpsc::Sender<String>>,
+    ) -> anyhow::Result<ControlHandle> {
         anyhow::ensure!(
             (1..=MAX_MEMBERS).contains(&surface.members) && initial.members.len() == surface.members as usize,
             "the control surface needs 1 to {MAX_MEMBERS} seats, and one member state per seat"
@@ -445,6 +474,7 @@ impl ControlServer {
         let ctx = Ctx {
             shared: shared.clone(),
             sink: Box::new(sink),
+            passwords,
         };
         let shared_loop = shared.clone();
         let thread = std::thread::Builder::new()

@@ -305,7 +305,13 @@ pub fn join_asking(
                         }
                     }
                 }
-                RoomEvent::Lost | RoomEvent::Routed { .. } => {}
+                // The seat's epoch stays in the client (`RoomClient::epoch`); no
+                // password can change before the player plays.
+                RoomEvent::Lost
+                | RoomEvent::Routed { .. }
+                | RoomEvent::Epoch { .. }
+                | RoomEvent::PasswordChanged { .. }
+                | RoomEvent::RekeyRefused { .. } => {}
             }
         }
         if quiet_since.elapsed() >= REDIRECT_PATIENCE && (server != front.current() || front.several()) {
@@ -559,6 +565,86 @@ pub struct RoomWires<S> {
     /// An ensemble member riding on this seat (`jam --room R --ensemble`): what the server
     /// relays for it goes there, and it hears where the room's server is.
     pub ensemble: Option<crate::ensemble::SeatInbox>,
+    /// A private room's keys in force, and where new passwords come from.
+    pub private: Option<PrivateKeys>,
+}
+
+/// A private room's password in force (its join proof and media key) and the channel new
+/// passwords arrive on (OSC's `/password`).
+pub struct PrivateKeys {
+    pub proof: [u8; 32],
+    pub media: netjam_engine::privacy::MediaKey,
+    pub passwords: mpsc::Receiver<String>,
+}
+
+impl std::fmt::Debug for PrivateKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PrivateKeys(..)")
+    }
+}
+
+/// Keys of passwords asked for and not yet answered: (join proof, media key), the newest last.
+type Pending = Vec<([u8; 32], netjam_engine::privacy::MediaKey)>;
+
+/// Most passwords asked for at once (the oldest is forgotten beyond).
+const PENDING_PASSWORDS: usize = 4;
+
+/// The room thread's part in a password change: derives a new password's keys and asks
+/// the server, and when the server answers with an epoch, gives the audio thread the keys
+/// to seal and open in it. Returns what to tell the player.
+fn password_event(
+    e: &RoomEvent,
+    keys: &mut PrivateKeys,
+    pending: &mut Pending,
+    behind: &mut bool,
+    roster: &Roster,
+    commands: &mut rtrb::Producer<Command>,
+) -> Option<String> {
+    match e {
+        RoomEvent::Epoch { epoch, key } => {
+            let took = *key != keys.proof;
+            let media = if took {
+                pending.iter().rev().find(|(k, _)| k == key).map(|(_, m)| *m)?
+            } else {
+                keys.media
+            };
+            keys.proof = *key;
+            keys.media = media;
+            pending.clear();
+            if commands
+                .push(Command::Rekey {
+                    epoch: *epoch,
+                    key: media,
+                })
+                .is_err()
+            {
+                return Some(format!(
+                    "the audio thread was too busy to take the keys of epoch {epoch}: set the password again"
+                ));
+            }
+            let was_behind = std::mem::take(behind);
+            took.then(|| {
+                if was_behind {
+                    format!("you took room {:?}'s new password (epoch {epoch}): you hear the members who have it, and they hear you", roster.room)
+                } else {
+                    format!("you changed room {:?}'s password (epoch {epoch}): members hear you again as they take it; tell it to the band, and whoever does not have it hears nothing from now on", roster.room)
+                }
+            })
+        }
+        RoomEvent::PasswordChanged { by, .. } => {
+            *behind = true;
+            let who = roster
+                .members
+                .get(by)
+                .map_or_else(|| format!("member {by}"), |m| m.name.clone());
+            Some(format!(
+                "{who} changed room {:?}'s password: until you take the new one (OSC /password ,s NEW) you hear nobody who has it and they do not hear you",
+                roster.room
+            ))
+        }
+        RoomEvent::RekeyRefused { reason, .. } => Some(format!("the password was not changed: {reason}")),
+        _ => None,
+    }
 }
 
 impl<S> std::fmt::Debug for RoomWires<S> {
@@ -600,6 +686,7 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
         public,
         mix,
         ensemble,
+        mut private,
     } = wires;
     let mut server = server;
     if public {
@@ -628,6 +715,15 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
             }
         }
     }
+    if let Some(keys) = &private {
+        if client.epoch() != 0 {
+            // The room's password changed before this player sat down: its seat's epoch.
+            let _ = commands.push(Command::Rekey {
+                epoch: client.epoch(),
+                key: keys.media,
+            });
+        }
+    }
     let shared = Arc::new(Mutex::new(roster.clone()));
     let stop = Arc::new(AtomicBool::new(false));
     let thread = {
@@ -646,6 +742,8 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
             let mut moving_since: Option<u64> = None;
             // The move under way was a redirect from the room's server, not its silence.
             let mut handed_over = false;
+            let mut pending: Pending = Vec::new();
+            let mut behind = false;
             let take = |paths: &mut DirectPaths,
                         client: &mut RoomClient,
                         stun: &mut Option<ReflexiveQuery>,
@@ -709,6 +807,25 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                     }
                     client.server_changed(now);
                 }
+                if let Some(keys) = &mut private {
+                    while let Ok(password) = keys.passwords.try_recv() {
+                        // Argon2id: tens of milliseconds of this thread, on purpose.
+                        match netjam_engine::privacy::RoomSecret::derive(&roster.room, &password) {
+                            Ok(s) => {
+                                let proof = s.join_proof();
+                                if pending.len() >= PENDING_PASSWORDS {
+                                    pending.remove(0);
+                                }
+                                pending.push((proof, s.media_key()));
+                                client.rekey(clock::now_ns(), proof);
+                            }
+                            Err(e) => roster
+                                .password_notes
+                                .push(format!("the password was not changed: its keys cannot be derived ({e}): try another")),
+                        }
+                        changed = true;
+                    }
+                }
                 if client.poll_timeout().is_some_and(|t| t <= now) {
                     client.handle_timeout(now);
                 }
@@ -717,6 +834,11 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                 }
                 while let Some(e) = client.poll_event() {
                     changed = true;
+                    if let Some(keys) = &mut private {
+                        if let Some(note) = password_event(&e, keys, &mut pending, &mut behind, &roster, &mut commands) {
+                            roster.password_notes.push(note);
+                        }
+                    }
                     match e {
                         RoomEvent::Peer(p) if direct => paths.set_peer(clock::now_ns(), &p),
                         RoomEvent::Peer(_) => {}
@@ -813,6 +935,7 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                             }
                             Err(e) => tracing::warn!("{e:#}"),
                         },
+                        RoomEvent::Epoch { .. } | RoomEvent::PasswordChanged { .. } | RoomEvent::RekeyRefused { .. } => {}
                         RoomEvent::Refused { code, reason } => {
                             tracing::warn!("the rooms server refused to seat this player again: {reason}");
                             roster.replaced = code == Some(RefuseCode::Replaced);

@@ -62,7 +62,7 @@ fn private_room_callback_does_not_allocate() {
     let (mut room, snapshots, mut commands) =
         RoomProcess::new(me, link, MediaConfig::new(MEMBERS as usize, 2));
     room.media_mut()
-        .set_seal(MediaSeal::new(right.clone(), 0, my_ssrc, MEMBERS as usize));
+        .set_seal(MediaSeal::new(right, 0, my_ssrc, MEMBERS as usize));
     let players: Vec<(Sender, Synth)> = (1..=MEMBERS as u64)
         .map(|i| (sender(1, 10 + i), Synth::new(SynthKind::Noise, 48_000, 1, i)))
         .collect();
@@ -79,7 +79,7 @@ fn private_room_callback_does_not_allocate() {
     let mut sealers: Vec<_> = ssrcs
         .iter()
         .enumerate()
-        .map(|(i, &ssrc)| if i < 3 { &right } else { &wrong }.sealer(kid(0, ssrc)))
+        .map(|(i, &ssrc)| if i < 3 { right } else { wrong }.sealer(kid(0, ssrc)))
         .collect();
     let stop = Arc::new(AtomicBool::new(false));
     let members_thread = {
@@ -111,6 +111,14 @@ fn private_room_callback_does_not_allocate() {
                         ssrc: ssrcs[3],
                         member: MEMBERS,
                     });
+                }
+                if k == 2500 {
+                    // The password changes (here to the same one, in epoch 1): the audio
+                    // thread keys every slot again, and the members seal in epoch 1.
+                    let _ = commands.push(Command::Rekey { epoch: 1, key: right });
+                    for (sealer, &ssrc) in sealers.iter_mut().zip(&ssrcs).take(3) {
+                        sealer.rekey(kid(1, ssrc), &right.sender_base_key(kid(1, ssrc)));
+                    }
                 }
             }
         })
@@ -146,6 +154,7 @@ fn private_room_callback_does_not_allocate() {
     println!("sframe: {f:?}");
     assert!(f.sealed > 2000 && f.opened > 6000, "{f:?}");
     assert!(f.forged > 1000 && f.replayed > 100, "{f:?}");
+    assert_eq!((f.epoch, f.rekeys), (1, 1), "{f:?}");
     for m in stats.active_members().filter(|m| m.member < MEMBERS) {
         assert!(
             m.heard.received > 2000,

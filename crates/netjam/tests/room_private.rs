@@ -179,7 +179,7 @@ fn members_with_the_password_hear_each_other_and_another_key_hears_nothing() {
         t0: Instant::now(),
         ssrc: 0,
         buf: vec![0; 65_536],
-        wrong: wrong.clone(),
+        wrong,
         opener: SframeOpener::new(),
         received: 0,
         opened: 0,

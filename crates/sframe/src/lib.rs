@@ -261,6 +261,15 @@ impl SframeSealer {
         }
     }
 
+    /// Seals under `kid` with `base_key` from the next frame on, the counter going on
+    /// where it was: a sender that comes back to a KID and key it sealed under before
+    /// (a room's password changed and changed back) never repeats a counter under them.
+    /// Derives the key; allocates nothing.
+    pub fn rekey(&mut self, kid: u64, base_key: &[u8]) {
+        self.kid = kid;
+        self.key = FrameKey::derive(kid, base_key);
+    }
+
     /// The KID this sealer seals under.
     pub fn kid(&self) -> u64 {
         self.kid

@@ -70,6 +70,12 @@ pub enum Command {
     Record {
         on: bool,
     },
+    /// Seal and open in `epoch` with `key` (a private room's password changed, or this
+    /// player took the new one); nothing in a room without a password.
+    Rekey {
+        epoch: u32,
+        key: crate::privacy::MediaKey,
+    },
     /// `member` sits at control seat `seat` (0..[`crate::room::ROOM_SEATS`]), whose
     /// per-member ports carry its audio (see [`super::Media::member_ports`]); a member has
     /// one seat, a seat one member. Send after its `Assign`; a `Release` frees the seat.

@@ -281,6 +281,13 @@ impl Media {
                 }
                 self.members.release(ssrc).is_some()
             }
+            Command::Rekey { epoch, key } => match &mut self.seal {
+                Some(seal) => {
+                    seal.rekey(key, epoch);
+                    true
+                }
+                None => false,
+            },
             Command::Seat { member, seat } => match self.seats.get_mut(usize::from(seat)) {
                 Some(at) => {
                     *at = Some(member);

@@ -51,6 +51,9 @@ pub struct Roster {
     pub server_rtt_ms: Option<f64>,
     /// Probe counters of the direct paths.
     pub direct: DirectStats,
+    /// What happened to a private room's password, as said to the player, in order (a
+    /// change, another member's change, a refusal).
+    pub password_notes: Vec<String>,
     /// Where the server sees you, as it answered STUN after the last rejoin (a rejoin
     /// follows a changed mapping; the first answer is in the join's report).
     pub server_sees: Option<SocketAddr>,

@@ -141,9 +141,23 @@ impl RoomSecret {
     }
 }
 
-/// The room's media key, from which each sender's SFrame base key comes.
-#[derive(Clone)]
+/// The room's media key, from which each sender's SFrame base key comes. Copied into
+/// the audio thread's command ring when the password changes; never printed or
+/// serialized (both show only that it is one), compared in constant time.
+#[derive(Clone, Copy)]
 pub struct MediaKey([u8; KEY_LEN]);
+
+impl PartialEq for MediaKey {
+    fn eq(&self, other: &Self) -> bool {
+        crate::room::auth::ct_eq(&self.0, &other.0)
+    }
+}
+
+impl serde::Serialize for MediaKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str("MediaKey(..)")
+    }
+}
 
 impl std::fmt::Debug for MediaKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

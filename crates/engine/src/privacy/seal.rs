@@ -34,6 +34,10 @@ pub struct SealStats {
     pub no_key: u64,
     /// Not an SFrame packet at all (sent in clear, truncated).
     pub malformed: u64,
+    /// The media epoch sealed and opened in now (the password's generation).
+    pub epoch: u32,
+    /// Times the keys changed to another epoch's.
+    pub rekeys: u64,
 }
 
 /// Sealing for the player's own stream and opening for each member slot.
@@ -45,6 +49,10 @@ pub struct MediaSeal {
     buf: Vec<u8>,
     /// One opener per member slot, holding the key of the SSRC assigned there.
     openers: Vec<SframeOpener>,
+    /// The SSRC last assigned to each slot, to key it again in a new epoch.
+    assigned: Vec<Option<u32>>,
+    /// This player's own SSRC.
+    ssrc: u32,
     stats: SealStats,
 }
 
@@ -68,7 +76,12 @@ impl MediaSeal {
             epoch,
             buf: vec![0; MAX_DATAGRAM],
             openers: (0..slots).map(|_| SframeOpener::new()).collect(),
-            stats: SealStats::default(),
+            assigned: vec![None; slots],
+            ssrc,
+            stats: SealStats {
+                epoch,
+                ..SealStats::default()
+            },
         }
     }
 
@@ -95,7 +108,30 @@ impl MediaSeal {
                 *o = SframeOpener::new();
                 self.media.install(o, k);
             }
+            self.assigned[slot] = Some(ssrc);
         }
+    }
+
+    /// From now on seal and open in `epoch` with `media` (the room's password changed, or
+    /// this player took the new one): every member slot is keyed again, and a member still
+    /// sealing under the earlier password is heard no more. The sealer's counter goes on.
+    /// A few HKDF runs (one per member); allocates nothing.
+    pub fn rekey(&mut self, media: MediaKey, epoch: u32) {
+        if media == self.media && epoch == self.epoch {
+            return;
+        }
+        self.media = media;
+        self.epoch = epoch;
+        let k = kid(epoch, self.ssrc);
+        self.sealer.rekey(k, &media.sender_base_key(k));
+        for (o, ssrc) in self.openers.iter_mut().zip(&self.assigned) {
+            *o = SframeOpener::new();
+            if let Some(s) = ssrc {
+                media.install(o, kid(epoch, *s));
+            }
+        }
+        self.stats.epoch = epoch;
+        self.stats.rekeys += 1;
     }
 
     /// Opens the sealed RTP packet in `packet` in place, for the member slot its SSRC has

@@ -13,7 +13,8 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 use super::msg::{
-    fold_name, AUTH_LEN, COOKIE_LEN, NONCE_LEN, PAIR_TOKEN_LEN, PROBE_MAC_LEN, ROOM_KEY_LEN, TOKEN_LEN,
+    fold_name, AUTH_LEN, COOKIE_LEN, NONCE_LEN, PAIR_TOKEN_LEN, PROBE_MAC_LEN, REKEYED_MAC_LEN, REKEY_MAC_LEN,
+    REKEY_NONCE_LEN, ROOM_KEY_LEN, TOKEN_LEN,
 };
 
 type HmacSha256 = Hmac<Sha256>;
@@ -181,6 +182,96 @@ pub fn probe_mac(token: &[u8; PAIR_TOKEN_LEN], fields: [u32; 6]) -> [u8; PROBE_M
     out
 }
 
+/// The keys of one `/netjam/rekey`: AES-256-CTR's and HMAC-SHA256's, both from
+/// HKDF-SHA256(salt = "netjam-rekey-v1", ikm = room key, info = folded room ‖ 0x00 ‖
+/// epoch BE32 ‖ nonce, 64 bytes). Fresh for every nonce, so the counter starts at zero.
+#[derive(Clone)]
+pub struct RekeyKeys {
+    enc: [u8; 32],
+    mac: [u8; 32],
+}
+
+impl std::fmt::Debug for RekeyKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RekeyKeys(..)")
+    }
+}
+
+impl RekeyKeys {
+    /// The keys a request under room key `key` for `epoch` with `nonce` uses.
+    pub fn new(key: &[u8; ROOM_KEY_LEN], room: &str, epoch: u32, nonce: &[u8; REKEY_NONCE_LEN]) -> Self {
+        let hk = hkdf::Hkdf::<Sha256>::new(Some(b"netjam-rekey-v1"), key);
+        let folded = fold_name(room);
+        let mut okm = [0u8; 64];
+        // 64 bytes is far below HKDF-SHA256's limit of 8160.
+        let ok = hk.expand_multi_info(&[folded.as_bytes(), &[0], &epoch.to_be_bytes(), nonce], &mut okm);
+        debug_assert!(ok.is_ok());
+        let mut enc = [0u8; 32];
+        let mut mac = [0u8; 32];
+        enc.copy_from_slice(&okm[..32]);
+        mac.copy_from_slice(&okm[32..]);
+        Self { enc, mac }
+    }
+
+    fn apply(&self, bytes: &mut [u8; ROOM_KEY_LEN]) {
+        use ctr::cipher::{KeyIvInit, StreamCipher};
+        let mut c = ctr::Ctr128BE::<aes::Aes256>::new(&self.enc.into(), &[0u8; 16].into());
+        c.apply_keystream(bytes);
+    }
+
+    fn request_mac(&self, epoch: u32, nonce: &[u8; REKEY_NONCE_LEN], wrapped: &[u8; ROOM_KEY_LEN]) -> [u8; REKEY_MAC_LEN] {
+        let mut m = mac(&self.mac);
+        m.update(b"netjam-rekey-v1");
+        m.update(&epoch.to_be_bytes());
+        m.update(nonce);
+        m.update(wrapped);
+        m.finalize().into_bytes().into()
+    }
+
+    /// `new_key` wrapped for the request: (AES-256-CTR of it, HMAC-SHA256(mac key,
+    /// "netjam-rekey-v1" ‖ epoch BE32 ‖ nonce ‖ wrapped)).
+    pub fn wrap(
+        &self,
+        epoch: u32,
+        nonce: &[u8; REKEY_NONCE_LEN],
+        new_key: &[u8; ROOM_KEY_LEN],
+    ) -> ([u8; ROOM_KEY_LEN], [u8; REKEY_MAC_LEN]) {
+        let mut wrapped = *new_key;
+        self.apply(&mut wrapped);
+        let tag = self.request_mac(epoch, nonce, &wrapped);
+        (wrapped, tag)
+    }
+
+    /// The key a request carries, when its authenticator is these keys' (constant time).
+    pub fn unwrap(
+        &self,
+        epoch: u32,
+        nonce: &[u8; REKEY_NONCE_LEN],
+        wrapped: &[u8; ROOM_KEY_LEN],
+        tag: &[u8; REKEY_MAC_LEN],
+    ) -> Option<[u8; ROOM_KEY_LEN]> {
+        if !ct_eq(&self.request_mac(epoch, nonce, wrapped), tag) {
+            return None;
+        }
+        let mut key = *wrapped;
+        self.apply(&mut key);
+        Some(key)
+    }
+
+    /// The answer's authenticator: the first 16 bytes of HMAC-SHA256(mac key,
+    /// "netjam-rekeyed-v1" ‖ epoch BE32 ‖ status BE32).
+    pub fn answer_mac(&self, epoch: u32, status: i32) -> [u8; REKEYED_MAC_LEN] {
+        let mut m = mac(&self.mac);
+        m.update(b"netjam-rekeyed-v1");
+        m.update(&epoch.to_be_bytes());
+        m.update(&status.to_be_bytes());
+        let full = m.finalize().into_bytes();
+        let mut out = [0u8; REKEYED_MAC_LEN];
+        out.copy_from_slice(&full[..REKEYED_MAC_LEN]);
+        out
+    }
+}
+
 /// Constant-time equality of two byte strings of the same length.
 pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
@@ -218,6 +309,30 @@ mod tests {
         // The room name and the password are separated: ("ab","c") ≠ ("a","bc").
         assert_ne!(room_key("ab", "c"), room_key("a", "bc"));
         assert_eq!(room_key("Friday", "pw"), room_key("friday", "pw"));
+    }
+
+    #[test]
+    fn a_rekey_opens_only_under_its_key_room_epoch_and_nonce_and_never_altered() {
+        let (old, new) = ([1u8; 32], [2u8; 32]);
+        let nonce = [3u8; REKEY_NONCE_LEN];
+        let k = RekeyKeys::new(&old, "Band", 4, &nonce);
+        let (wrapped, tag) = k.wrap(4, &nonce, &new);
+        assert_ne!(wrapped, new, "the new key never crosses in clear");
+        // The room's spelling does not matter; everything else does.
+        assert_eq!(RekeyKeys::new(&old, "band", 4, &nonce).unwrap(4, &nonce, &wrapped, &tag), Some(new));
+        assert_eq!(RekeyKeys::new(&new, "band", 4, &nonce).unwrap(4, &nonce, &wrapped, &tag), None);
+        assert_eq!(RekeyKeys::new(&old, "other", 4, &nonce).unwrap(4, &nonce, &wrapped, &tag), None);
+        assert_eq!(k.unwrap(5, &nonce, &wrapped, &tag), None);
+        assert_eq!(k.unwrap(4, &[4; REKEY_NONCE_LEN], &wrapped, &tag), None);
+        for i in 0..32 {
+            let mut w = wrapped;
+            w[i] ^= 1;
+            assert_eq!(k.unwrap(4, &nonce, &w, &tag), None, "byte {i} altered");
+        }
+        // Another nonce, another keystream.
+        let n2 = [9u8; REKEY_NONCE_LEN];
+        assert_ne!(RekeyKeys::new(&old, "band", 4, &n2).wrap(4, &n2, &new).0, wrapped);
+        assert_ne!(k.answer_mac(4, 0), k.answer_mac(4, 1));
     }
 
     #[test]

@@ -35,8 +35,9 @@ use sha2::{Digest, Sha256};
 
 use super::auth;
 use super::msg::{
-    decode_addrs, encode_addrs, fold_name, Control, Join, RefuseCode, Rejoin, RosterKind, COOKIE_LEN,
-    HELLO_PAD, MAX_ADDRS_LEN, MAX_CONTROL_LEN, MAX_HOSTS, NONCE_LEN, PAIR_TOKEN_LEN, ROOM_KEY_LEN, TOKEN_LEN,
+    decode_addrs, encode_addrs, fold_name, Control, Join, RefuseCode, Rejoin, Rekey, RekeyStatus, RosterKind,
+    COOKIE_LEN, HELLO_PAD, MAX_ADDRS_LEN, MAX_CONTROL_LEN, MAX_HOSTS, NONCE_LEN, PAIR_TOKEN_LEN, REKEY_NONCE_LEN,
+    ROOM_KEY_LEN, TOKEN_LEN,
 };
 
 /// What a [`RoomClient`] asks for.
@@ -159,6 +160,31 @@ pub enum RoomEvent {
     },
     /// The server stopped answering; the client keeps trying.
     Lost,
+    /// Seal and open media in `epoch` with the keys of the password whose room key is
+    /// `key`: after the seat's first `/netjam/epoch`, a password change this client asked
+    /// for or took ([`RoomClient::rekey`]), or a fresh seat (epoch 0 again).
+    Epoch {
+        /// The room's media epoch.
+        epoch: u32,
+        /// The room key (join proof) of the password in force.
+        key: [u8; ROOM_KEY_LEN],
+    },
+    /// Another member changed the room's password (`by`, a member id) into `epoch`: who
+    /// takes it is heard no more until this player takes it too ([`RoomClient::rekey`]
+    /// with the new password's key).
+    PasswordChanged {
+        /// The room's new epoch.
+        epoch: u32,
+        /// Who changed it.
+        by: u32,
+    },
+    /// A [`RoomClient::rekey`] did not go through: the keys stay as they were.
+    RekeyRefused {
+        /// What the server said, if it answered.
+        status: Option<RekeyStatus>,
+        /// Why, in words for the player.
+        reason: &'static str,
+    },
     /// The room lives on another server (`host:port`): send to it from now on and call
     /// [`RoomClient::server_changed`]; until then the client waits.
     Redirected {
@@ -194,6 +220,20 @@ struct Seat {
     ssrc: u32,
     token: [u8; TOKEN_LEN],
 }
+
+/// A password change or taking under way.
+#[derive(Debug, Clone)]
+struct PendingRekey {
+    epoch: u32,
+    nonce: [u8; REKEY_NONCE_LEN],
+    key: [u8; ROOM_KEY_LEN],
+    keys: auth::RekeyKeys,
+    attempts: u32,
+    at: u64,
+}
+
+/// Unanswered `/netjam/rekey`s after which the client gives up and says so.
+const REKEY_ATTEMPTS: u32 = 6;
 
 /// How far ahead of the next expected roster event one may arrive and be kept.
 const REORDER_WINDOW: u32 = 64;
@@ -241,6 +281,12 @@ pub struct RoomClient {
     /// server it sits on said it is.
     public: bool,
     public_acked: bool,
+    /// The media epoch of `key`, as far as this client knows.
+    epoch: u32,
+    /// Another member changed the password into this epoch, and this client has not
+    /// taken the new one.
+    behind: Option<u32>,
+    rekey: Option<PendingRekey>,
 }
 
 impl RoomClient {
@@ -276,6 +322,9 @@ impl RoomClient {
             heard_since_change: false,
             public: false,
             public_acked: false,
+            epoch: 0,
+            behind: None,
+            rekey: None,
         };
         c.hello(now_ns);
         c
@@ -312,13 +361,20 @@ impl RoomClient {
         self.ignored
     }
 
-    fn fresh_nonce(&mut self) {
+    /// A nonce never given before by this client: SHA-256 of the seed and a counter.
+    fn next_nonce(&mut self) -> [u8; NONCE_LEN] {
         self.nonce_counter += 1;
         let mut h = Sha256::new();
         h.update(self.cfg.nonce_seed);
         h.update(self.nonce_counter.to_be_bytes());
         let d = h.finalize();
-        self.client_nonce.copy_from_slice(&d[..NONCE_LEN]);
+        let mut out = [0u8; NONCE_LEN];
+        out.copy_from_slice(&d[..NONCE_LEN]);
+        out
+    }
+
+    fn fresh_nonce(&mut self) {
+        self.client_nonce = self.next_nonce();
     }
 
     fn send(&mut self, msg: &Control<'_>) {
@@ -469,6 +525,14 @@ impl RoomClient {
                     ssrc: w.ssrc,
                     rejoined,
                 });
+                if !rejoined && self.epoch != 0 {
+                    // A fresh seat: the room was made anew (a server restarted, the room
+                    // moved) with this client's key, in epoch 0; a later epoch comes in a
+                    // `/netjam/epoch`.
+                    self.epoch = 0;
+                    self.behind = None;
+                    self.events.push_back(RoomEvent::Epoch { epoch: 0, key: self.key });
+                }
             }
             (
                 Control::Refused { code, text },
@@ -563,6 +627,20 @@ impl RoomClient {
                 };
                 self.in_order(p.seq, RoomEvent::Peer(entry));
             }
+            (Control::Epoch { seq, epoch, by }, _) if self.seat.is_some() => {
+                let event = if by == 0 {
+                    // The room's epoch when this seat was given: the key that took the
+                    // seat is the room's in it.
+                    self.epoch = epoch;
+                    self.behind = None;
+                    RoomEvent::Epoch { epoch, key: self.key }
+                } else {
+                    self.behind = Some(epoch);
+                    RoomEvent::PasswordChanged { epoch, by }
+                };
+                self.in_order(seq, event);
+            }
+            (Control::Rekeyed { epoch, status, mac }, Phase::Joined) => self.rekeyed(epoch, status, mac),
             (Control::Refused { code, text }, Phase::Joined) if code == RefuseCode::Replaced as i32 => {
                 // This player's name joined again from this address: that one has the seat.
                 self.seat = None;
@@ -595,6 +673,105 @@ impl RoomClient {
         self.send(&Control::Ack { seq });
     }
 
+    fn rekeyed(&mut self, epoch: u32, status: i32, mac: &[u8]) {
+        let Some(p) = &self.rekey else {
+            self.ignored += 1;
+            return;
+        };
+        let status = RekeyStatus::from_i32(status);
+        let proven = auth::ct_eq(&p.keys.answer_mac(epoch, status.map_or(-1, |s| s as i32)), mac);
+        let event = match status {
+            Some(RekeyStatus::Unproven) if mac.is_empty() => RoomEvent::RekeyRefused {
+                status,
+                reason: "the server no longer takes the password this player has: the room's password changed more than once since",
+            },
+            _ if !proven => {
+                self.ignored += 1;
+                return;
+            }
+            Some(RekeyStatus::Done) => {
+                self.key = p.key;
+                self.epoch = epoch;
+                self.behind = None;
+                RoomEvent::Epoch { epoch, key: p.key }
+            }
+            Some(RekeyStatus::NotTheNewPassword) => RoomEvent::RekeyRefused {
+                status,
+                reason: "that is not the room's new password",
+            },
+            Some(RekeyStatus::Stale) => {
+                if epoch > self.epoch {
+                    self.behind = Some(epoch);
+                }
+                RoomEvent::RekeyRefused {
+                    status,
+                    reason: "the room's password changed meanwhile: ask the band for the new one",
+                }
+            }
+            _ => RoomEvent::RekeyRefused {
+                status: None,
+                reason: "the server answered in a way this version does not know",
+            },
+        };
+        self.rekey = None;
+        self.events.push_back(event);
+    }
+
+    fn send_rekey(&mut self, now: u64) {
+        let (initial, max) = (self.cfg.retry_initial_ns, self.cfg.retry_max_ns);
+        let Some(p) = &mut self.rekey else { return };
+        let (wrapped, mac) = p.keys.wrap(p.epoch, &p.nonce, &p.key);
+        let mut buf = vec![0u8; MAX_CONTROL_LEN];
+        let n = Control::Rekey(Rekey {
+            epoch: p.epoch,
+            nonce: &p.nonce,
+            wrapped: &wrapped,
+            mac: &mac,
+        })
+        .encode(&mut buf);
+        p.attempts += 1;
+        p.at = now + initial.saturating_mul(1 << p.attempts.min(4)).min(max);
+        if let Ok(n) = n {
+            buf.truncate(n);
+            self.transmit.push_back(buf);
+        }
+    }
+
+    /// Gives the server the room key of a password (`key`, [`auth::room_key`] of the room
+    /// and it) with the key this client has as proof: when another member changed the
+    /// password and this client has not taken it ([`RoomEvent::PasswordChanged`]), it
+    /// takes it if `key` is the new password's; otherwise it changes the room's password
+    /// to `key`'s. Answered with [`RoomEvent::Epoch`] (seal in it from now on) or
+    /// [`RoomEvent::RekeyRefused`]. The key crosses the network only encrypted.
+    pub fn rekey(&mut self, now_ns: u64, key: [u8; ROOM_KEY_LEN]) {
+        if self.phase != Phase::Joined {
+            self.events.push_back(RoomEvent::RekeyRefused {
+                status: None,
+                reason: "this player holds no seat just now: try again once it does",
+            });
+            return;
+        }
+        let epoch = match self.behind {
+            Some(e) if e != self.epoch => e,
+            _ => self.epoch.wrapping_add(1),
+        };
+        let nonce = self.next_nonce();
+        self.rekey = Some(PendingRekey {
+            epoch,
+            nonce,
+            key,
+            keys: auth::RekeyKeys::new(&self.key, &self.cfg.room, epoch, &nonce),
+            attempts: 0,
+            at: now_ns,
+        });
+        self.send_rekey(now_ns);
+    }
+
+    /// The media epoch of the key this client holds.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
     fn refused(&mut self, code: Option<RefuseCode>, text: &str) {
         self.phase = Phase::Refused;
         self.events.push_back(RoomEvent::Refused {
@@ -608,6 +785,17 @@ impl RoomClient {
         match self.phase {
             Phase::Refused | Phase::Left | Phase::Redirected => {}
             Phase::Joined => {
+                if self.rekey.as_ref().is_some_and(|p| now_ns >= p.at) {
+                    if self.rekey.as_ref().is_some_and(|p| p.attempts >= REKEY_ATTEMPTS) {
+                        self.rekey = None;
+                        self.events.push_back(RoomEvent::RekeyRefused {
+                            status: None,
+                            reason: "the server did not answer the password change (a netjam server older than this player?)",
+                        });
+                    } else {
+                        self.send_rekey(now_ns);
+                    }
+                }
                 if now_ns >= self.last_heard.saturating_add(self.timeout_ns) {
                     // The server no longer answers: report it, then try to take the seat
                     // back (it may have restarted: the rejoin then falls back to a join).
@@ -675,7 +863,8 @@ impl RoomClient {
             Phase::Refused | Phase::Left | Phase::Redirected => None,
             Phase::Joined => Some(
                 self.next_keepalive
-                    .min(self.last_heard.saturating_add(self.timeout_ns)),
+                    .min(self.last_heard.saturating_add(self.timeout_ns))
+                    .min(self.rekey.as_ref().map_or(u64::MAX, |p| p.at)),
             ),
             _ => {
                 let lost = if self.lost_reported {

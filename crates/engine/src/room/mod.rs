@@ -7,6 +7,7 @@
 //! * [`client`]: [`RoomClient`], hello → challenge → join → welcome, keep-alives, roster
 //!   acknowledgements and rejoin after an address change.
 //! * [`directory`]: [`RoomDirectory`], which server hosts a room.
+//! * [`fuzz`]: the fuzzing entry point for control messages.
 //!
 //! One UDP port carries control, media and STUN Binding requests; [`demux`] tells them apart by the first byte.
 //! The protocol, with byte layouts, is specified in `docs/protocol.md`.
@@ -18,6 +19,7 @@
 pub mod auth;
 pub mod client;
 pub mod directory;
+pub mod fuzz;
 pub mod msg;
 pub mod server;
 

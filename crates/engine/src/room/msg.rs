@@ -37,6 +37,13 @@ pub const MAX_HOSTS: usize = 4;
 pub const PAIR_TOKEN_LEN: usize = 16;
 /// Length of a probe's authenticator (`/netjam/probe`).
 pub const PROBE_MAC_LEN: usize = 16;
+/// Length of `/netjam/rekey`'s nonce.
+pub const REKEY_NONCE_LEN: usize = 16;
+/// Length of `/netjam/rekey`'s and `/netjam/rekeyed`'s authenticators (HMAC-SHA256, whole in
+/// a request, its first 16 bytes in an answer).
+pub const REKEY_MAC_LEN: usize = 32;
+/// Length of `/netjam/rekeyed`'s authenticator.
+pub const REKEYED_MAC_LEN: usize = 16;
 /// Most member ids in one `/netjam/route`.
 pub const MAX_ROUTE_IDS: usize = 64;
 /// Largest ensemble datagram one `/netjam/ens` carries.
@@ -259,6 +266,52 @@ pub struct PeerInfo<'a> {
     pub token: &'a [u8; PAIR_TOKEN_LEN],
 }
 
+/// What the server answers a `/netjam/rekey` (the `status` of `/netjam/rekeyed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RekeyStatus {
+    /// The key offered is the room's from the epoch answered: seal and open in it.
+    Done = 0,
+    /// The request is proven with the room's earlier key but what it offers is not the
+    /// room's key now: not the new password.
+    NotTheNewPassword = 1,
+    /// The epoch asked for is neither the room's nor the next one (the password changed
+    /// meanwhile); the answer carries the room's epoch.
+    Stale = 2,
+    /// The request is proven by neither the room's key nor its earlier one: the sender's
+    /// password is two changes behind, or the request was altered (unauthenticated).
+    Unproven = 3,
+}
+
+impl RekeyStatus {
+    /// The status for a wire value; unknown values are `None`.
+    pub fn from_i32(v: i32) -> Option<Self> {
+        Some(match v {
+            0 => Self::Done,
+            1 => Self::NotTheNewPassword,
+            2 => Self::Stale,
+            3 => Self::Unproven,
+            _ => return None,
+        })
+    }
+}
+
+/// `/netjam/rekey`: a seated member of a private room gives the server a new join proof
+/// (the key of a new password) for the room's next epoch, or shows it has the key of the
+/// room's current one, wrapped and authenticated under the key it has
+/// ([`rekey_wrap`](super::auth::rekey_wrap)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rekey<'a> {
+    /// The epoch the key is for: the room's next (a change) or its current (taking it).
+    pub epoch: u32,
+    /// Fresh for every request.
+    pub nonce: &'a [u8; REKEY_NONCE_LEN],
+    /// The new room key, encrypted.
+    pub wrapped: &'a [u8; ROOM_KEY_LEN],
+    /// HMAC-SHA256 over the fields above.
+    pub mac: &'a [u8; REKEY_MAC_LEN],
+}
+
 /// What a `/netjam/probe` is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProbeKind {
@@ -385,6 +438,28 @@ pub enum Control<'a> {
         /// How many `/netjam/listed` came before it.
         count: u32,
     },
+    /// client → server: `/netjam/rekey`.
+    Rekey(Rekey<'a>),
+    /// server → client: `/netjam/rekeyed`, the answer to a `/netjam/rekey`.
+    Rekeyed {
+        /// The room's epoch now.
+        epoch: u32,
+        /// Raw status (see [`RekeyStatus::from_i32`]).
+        status: i32,
+        /// [`rekeyed_mac`](super::auth::rekeyed_mac); empty with [`RekeyStatus::Unproven`].
+        mac: &'a [u8],
+    },
+    /// server → client: `/netjam/epoch`, reliable (the roster's sequence numbers): the
+    /// room's media epoch, sent after every new seat and whenever a member changes the
+    /// password.
+    Epoch {
+        /// Per-receiver sequence number, shared with `/netjam/roster`.
+        seq: u32,
+        /// The room's epoch.
+        epoch: u32,
+        /// The member who changed the password; 0 when sent after a new seat.
+        by: u32,
+    },
     /// server → client: `/netjam/redirect`, the answer to a join for a room that another
     /// server hosts: join that one instead.
     Redirect {
@@ -438,6 +513,9 @@ const PUBLIC: &str = "/netjam/public";
 const LIST: &str = "/netjam/list";
 const LISTED: &str = "/netjam/listed";
 const LISTEND: &str = "/netjam/listend";
+const REKEY: &str = "/netjam/rekey";
+const REKEYED: &str = "/netjam/rekeyed";
+const EPOCH: &str = "/netjam/epoch";
 
 /// The padding blob a client puts in its hello so that the hello is at least as long as
 /// the challenge it asks for: 64 bytes makes a 92-byte hello for an 88-byte challenge.
@@ -494,6 +572,9 @@ impl<'a> Control<'a> {
                 | LIST
                 | LISTED
                 | LISTEND
+                | REKEY
+                | REKEYED
+                | EPOCH
         );
         if !known {
             return Err(ControlError::UnknownAddress);
@@ -729,6 +810,31 @@ impl<'a> Control<'a> {
                 expect(b"ii")?;
                 Control::ListEnd { count: i!() as u32 }
             }
+            REKEY => {
+                expect(b"iibbb")?;
+                Control::Rekey(Rekey {
+                    epoch: i!() as u32,
+                    nonce: fixed!(REKEY_NONCE_LEN),
+                    wrapped: fixed!(ROOM_KEY_LEN),
+                    mac: fixed!(REKEY_MAC_LEN),
+                })
+            }
+            REKEYED => {
+                expect(b"iiib")?;
+                let (epoch, status, mac) = (i!() as u32, i!(), b!());
+                if !(mac.is_empty() || mac.len() == REKEYED_MAC_LEN) {
+                    return Err(bad);
+                }
+                Control::Rekeyed { epoch, status, mac }
+            }
+            EPOCH => {
+                expect(b"iiii")?;
+                Control::Epoch {
+                    seq: i!() as u32,
+                    epoch: i!() as u32,
+                    by: i!() as u32,
+                }
+            }
             _ => {
                 expect(b"i")?;
                 Control::Rebind
@@ -856,6 +962,21 @@ impl<'a> Control<'a> {
                 &[v, Arg::Str(room), Arg::Str(server), u(members), Arg::Str(region)],
             ),
             Control::ListEnd { count } => encode_message(buf, LISTEND, &[v, u(count)]),
+            Control::Rekey(r) => encode_message(
+                buf,
+                REKEY,
+                &[
+                    v,
+                    u(r.epoch),
+                    Arg::Blob(r.nonce),
+                    Arg::Blob(r.wrapped),
+                    Arg::Blob(r.mac),
+                ],
+            ),
+            Control::Rekeyed { epoch, status, mac } => {
+                encode_message(buf, REKEYED, &[v, u(epoch), Arg::Int(status), Arg::Blob(mac)])
+            }
+            Control::Epoch { seq, epoch, by } => encode_message(buf, EPOCH, &[v, u(seq), u(epoch), u(by)]),
             Control::Probe(p) => encode_message(
                 buf,
                 PROBE,
@@ -1111,6 +1232,27 @@ mod tests {
             region: "",
         });
         roundtrip(Control::ListEnd { count: 2 });
+        roundtrip(Control::Rekey(Rekey {
+            epoch: 3,
+            nonce: &[7; REKEY_NONCE_LEN],
+            wrapped: &[8; ROOM_KEY_LEN],
+            mac: &[9; REKEY_MAC_LEN],
+        }));
+        roundtrip(Control::Rekeyed {
+            epoch: 3,
+            status: RekeyStatus::Done as i32,
+            mac: &[1; REKEYED_MAC_LEN],
+        });
+        roundtrip(Control::Rekeyed {
+            epoch: 0,
+            status: RekeyStatus::Unproven as i32,
+            mac: &[],
+        });
+        roundtrip(Control::Epoch {
+            seq: 4,
+            epoch: 2,
+            by: 17,
+        });
         roundtrip(Control::Refused {
             code: RefuseCode::DirectoryUnavailable as i32,
             text: RefuseCode::DirectoryUnavailable.text(),
@@ -1267,6 +1409,35 @@ mod tests {
         };
         assert_eq!(len(listed), 32 + 4 + 4 + 8);
         assert_eq!(len(Control::ListEnd { count: 1 }), 28);
+        let rekey = Control::Rekey(Rekey {
+            epoch: 1,
+            nonce: &[0; REKEY_NONCE_LEN],
+            wrapped: &[0; ROOM_KEY_LEN],
+            mac: &[0; REKEY_MAC_LEN],
+        });
+        assert_eq!(len(rekey), 124);
+        let done = Control::Rekeyed {
+            epoch: 1,
+            status: 0,
+            mac: &[0; REKEYED_MAC_LEN],
+        };
+        assert_eq!(len(done), 56);
+        assert_eq!(len(Control::Epoch { seq: 1, epoch: 1, by: 0 }), 40);
+    }
+
+    #[test]
+    fn a_rekey_answer_carries_a_whole_authenticator_or_none() {
+        let mut buf = [0u8; MAX_CONTROL_LEN];
+        let n = Control::Rekeyed {
+            epoch: 1,
+            status: 0,
+            mac: &[5; 8],
+        }
+        .encode(&mut buf)
+        .expect("encode");
+        assert_eq!(Control::decode(&buf[..n]), Err(ControlError::BadArguments));
+        assert_eq!(RekeyStatus::from_i32(4), None);
+        assert_eq!(RekeyStatus::from_i32(2), Some(RekeyStatus::Stale));
     }
 
     #[test]

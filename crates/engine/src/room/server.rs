@@ -74,8 +74,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::net::SocketAddr;
 
 use super::msg::{
-    decode_addrs, encode_addrs, fold_name, valid_name, Control, Join, PeerInfo, RefuseCode, Rejoin, Roster,
-    RosterKind, Welcome, CHALLENGE_LEN, CLOCK_PING_PREFIX, ENS_EVERYONE, MAX_ADDRS_LEN, MAX_CONTROL_LEN,
+    decode_addrs, encode_addrs, fold_name, valid_name, Control, Join, PeerInfo, RefuseCode, Rejoin, Rekey,
+    RekeyStatus, Roster, RosterKind, Welcome, CHALLENGE_LEN, CLOCK_PING_PREFIX, ENS_EVERYONE, MAX_ADDRS_LEN, MAX_CONTROL_LEN,
     MAX_ENS_LEN, MAX_HOSTS, MAX_LISTED, NONCE_LEN, PAIR_TOKEN_LEN, ROOM_KEY_LEN, TOKEN_LEN,
 };
 use super::{auth, Demux};
@@ -335,6 +335,12 @@ pub struct ServerStats {
     /// STUN messages that are not a Binding request this server answers (responses,
     /// indications, unknown comprehension-required attributes), dropped.
     pub stun_dropped: u64,
+    /// Password changes taken (`/netjam/rekey` for a room's next epoch).
+    pub rekeys: u64,
+    /// `/netjam/rekey` answered with anything but [`RekeyStatus::Done`]: proven by neither
+    /// of the room's last two keys (altered, or a password two changes old), offering
+    /// another key than the room's, or for another epoch.
+    pub rekeys_refused: u64,
     /// Ensemble datagrams (`/netjam/ens`) queued to a member (one per destination).
     pub ens_relayed: u64,
     /// `/netjam/ens` for a member that is not in the sender's room or speaks no ensemble.
@@ -477,6 +483,8 @@ enum OutBody {
         name: String,
         ssrc: u32,
     },
+    /// `/netjam/epoch`.
+    Epoch { epoch: u32, by: u32 },
     /// `/netjam/peer`.
     Peer {
         member_id: u32,
@@ -542,6 +550,12 @@ struct Room {
     /// [`fold_name`] of it: how the room table, claims and the directory know it.
     folded: String,
     key: [u8; ROOM_KEY_LEN],
+    /// The media epoch: how many times a member changed the password since the room
+    /// was created here.
+    epoch: u32,
+    /// The key before the last change: a member who takes the new password proves the
+    /// request with it.
+    prev_key: Option<[u8; ROOM_KEY_LEN]>,
     members: Vec<u32>,
     /// Listed publicly (a member asked, `/netjam/public`).
     public: bool,
@@ -948,6 +962,7 @@ impl Server {
             (Control::Keepalive, Some(_)) => self.queue(src, &Control::Keepalive),
             (Control::Route { seq, direct }, Some(slot)) => self.route(slot, src, seq, direct),
             (Control::Ens { member_id, payload }, Some(slot)) => self.ens(slot, member_id, payload),
+            (Control::Rekey(r), Some(slot)) => self.rekey(now, src, slot, &r),
             (Control::Leave, Some(slot)) => {
                 self.stats.leaves += 1;
                 self.remove(now, slot, RosterKind::Left);
@@ -959,6 +974,7 @@ impl Server {
                 | Control::Leave
                 | Control::Route { .. }
                 | Control::Ens { .. }
+                | Control::Rekey(_)
                 | Control::Public,
                 None,
             ) => {
@@ -1151,6 +1167,8 @@ impl Server {
                     name: j.room.to_owned(),
                     folded: folded.clone(),
                     key,
+                    epoch: 0,
+                    prev_key: None,
                     members: Vec::with_capacity(self.cfg.max_members_per_room),
                     public: false,
                 };
@@ -1272,6 +1290,19 @@ impl Server {
         };
         self.stats.joins += 1;
         self.welcome(src, slot);
+        // After a change of password the newcomer seals in the room's epoch (it proved
+        // the room's key now to sit down); in epoch 0 nothing needs saying.
+        let epoch = self.rooms.get(room).and_then(Option::as_ref).map_or(0, |r| r.epoch);
+        if media && epoch > 0 {
+            self.push_event(
+                now,
+                slot,
+                OutEvent {
+                    seq: 0,
+                    body: OutBody::Epoch { epoch, by: 0 },
+                },
+            );
+        }
         self.listed_changed(room);
         // The newcomer hears of everyone already there; they hear of the newcomer. A seat
         // without media is in no roster and hears none.
@@ -1464,6 +1495,87 @@ impl Server {
             self.queue_bytes(addr, b);
         }
         self.wake_at(at);
+    }
+
+    /// A seated member's `/netjam/rekey`. Proven with the room's key and for the next
+    /// epoch, it changes the password: the key it carries becomes the room's, every other
+    /// player hears of the new epoch, and joins need the new password from now on. Proven
+    /// with the room's key or the one before it and for the room's epoch, it says whether
+    /// the sender has the password now (a change answered once and asked again, a member
+    /// who took the new password, a player seated again after this server restarted).
+    /// Every answer but an unproven one is authenticated with the request's keys.
+    fn rekey(&mut self, now: u64, src: SocketAddr, slot: u32, r: &Rekey<'_>) {
+        let Some(room_idx) = self.slots.get(slot as usize).and_then(Option::as_ref).map(|m| m.room) else {
+            return;
+        };
+        let Some(Some(room)) = self.rooms.get_mut(room_idx) else {
+            return;
+        };
+        let current = auth::RekeyKeys::new(&room.key, &room.name, r.epoch, r.nonce);
+        let earlier = room.prev_key.map(|k| auth::RekeyKeys::new(&k, &room.name, r.epoch, r.nonce));
+        let (keys, offered, under_current) = match current.unwrap(r.epoch, r.nonce, r.wrapped, r.mac) {
+            Some(k) => (current, k, true),
+            None => match earlier.and_then(|e| e.unwrap(r.epoch, r.nonce, r.wrapped, r.mac).map(|k| (e, k))) {
+                Some((e, k)) => (e, k, false),
+                None => {
+                    self.stats.rekeys_refused += 1;
+                    let epoch = room.epoch;
+                    self.queue(
+                        src,
+                        &Control::Rekeyed {
+                            epoch,
+                            status: RekeyStatus::Unproven as i32,
+                            mac: &[],
+                        },
+                    );
+                    return;
+                }
+            },
+        };
+        let change = under_current && r.epoch == room.epoch.wrapping_add(1);
+        let status = if change {
+            room.prev_key = Some(room.key);
+            room.key = offered;
+            room.epoch = r.epoch;
+            RekeyStatus::Done
+        } else if r.epoch != room.epoch {
+            RekeyStatus::Stale
+        } else if auth::ct_eq(&offered, &room.key) {
+            RekeyStatus::Done
+        } else {
+            RekeyStatus::NotTheNewPassword
+        };
+        let epoch = room.epoch;
+        let mac = keys.answer_mac(epoch, status as i32);
+        self.queue(
+            src,
+            &Control::Rekeyed {
+                epoch,
+                status: status as i32,
+                mac: &mac,
+            },
+        );
+        if status != RekeyStatus::Done {
+            self.stats.rekeys_refused += 1;
+        }
+        if change {
+            self.stats.rekeys += 1;
+            let by = self.slots.get(slot as usize).and_then(Option::as_ref).map_or(0, |m| m.id);
+            let others: Vec<u32> = match self.rooms.get(room_idx) {
+                Some(Some(r)) => r.members.iter().copied().filter(|&o| o != slot && self.has_media(o)).collect(),
+                _ => Vec::new(),
+            };
+            for o in others {
+                self.push_event(
+                    now,
+                    o,
+                    OutEvent {
+                        seq: 0,
+                        body: OutBody::Epoch { epoch, by },
+                    },
+                );
+            }
+        }
     }
 
     fn ack(&mut self, now: u64, slot: u32, seq: u32) {
@@ -1947,6 +2059,12 @@ fn encode_roster(e: &OutEvent) -> Vec<u8> {
             name,
             ssrc: *ssrc,
         })
+        .encode(&mut buf),
+        OutBody::Epoch { epoch, by } => Control::Epoch {
+            seq: e.seq,
+            epoch: *epoch,
+            by: *by,
+        }
         .encode(&mut buf),
         OutBody::Peer {
             member_id,

@@ -36,7 +36,7 @@ use crate::lifecycle::{any_for, cname, fresh_seed, Running};
 use crate::member_ports::{self, MemberPorts};
 use crate::record::{self, RecordConfig, RecordSummary};
 use crate::reflexive::{Mapping, Reflexive, ReflexiveQuery};
-use crate::room_client::{self, JoinRequest, RoomWires, CONTROL_QUEUE};
+use crate::room_client::{self, JoinRequest, PrivateKeys, RoomWires, CONTROL_QUEUE};
 use crate::series::BoundedSeries;
 use crate::server::DEFAULT_PORT;
 use crate::session::{interrupt_flag, NetIo, Peer, RoomProcess, Snapshot, MAX_ROOM_MEMBERS};
@@ -628,6 +628,8 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     if a.master_gain != 0.0 {
         let _ = commands.push(Command::MasterGain { db: a.master_gain });
     }
+    // A private room's password can change while it plays (OSC's `/password`).
+    let (password_tx, password_rx) = mpsc::channel();
     let osc = match a.osc {
         Some(port) => {
             let bind = SocketAddr::new(a.osc_bind, port);
@@ -636,6 +638,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             let surface = Surface {
                 redundancy: false,
                 record: a.record.is_some(),
+                password: private.is_some(),
                 ..Surface::room()
             };
             let mut state = ControlState::new(&surface);
@@ -644,7 +647,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             state.master_gain_db = a.master_gain;
             state.record = a.record.is_some();
             let (tx, rx) = command_ring(DEFAULT_RING);
-            let handle = ControlServer::spawn(bind, surface, state, tx)?;
+            let handle = ControlServer::spawn_with_passwords(bind, surface, state, tx, password_tx)?;
             eprintln!(
                 "netjam: OSC control on {} (/memberN/gain, /memberN/pan, /memberN/mute, /memberN/solo, /send/gain, /monitor/mute, /master/gain, /roster; '/_meta ,s PATH' describes an address)",
                 handle.local_addr()
@@ -698,6 +701,11 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         public: a.public,
         mix: a.mix.clone().unwrap_or_default(),
         ensemble: ens_seat.as_ref().map(crate::ensemble::SharedSeat::inbox),
+        private: private.as_ref().map(|(media, proof, _)| PrivateKeys {
+            proof: *proof,
+            media: *media,
+            passwords: password_rx,
+        }),
     };
     // The control thread stays the command ring's one producer: OSC's and the page's
     // commands reach the audio thread through it.
@@ -805,6 +813,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let mut sees = reflexive.server_sees;
     let mut moves_told = 0;
     let mut refusal_told = false;
+    let mut password_notes_told = 0;
     // When the server was found silent and which one it was, while it is.
     let mut lost_since: Option<(f64, Option<SocketAddr>)> = None;
     let mut rates_told: std::collections::BTreeMap<u32, super::jam::HeardRate> = Default::default();
@@ -851,6 +860,11 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
                 roster.refused.as_deref().unwrap_or_default()
             );
         }
+        for note in roster.password_notes.iter().skip(password_notes_told) {
+            status.finish();
+            eprintln!("netjam: {note}");
+        }
+        password_notes_told = roster.password_notes.len();
         if roster.lost && lost_since.is_none() {
             lost_since = Some((s.t_s, roster.server));
             status.finish();

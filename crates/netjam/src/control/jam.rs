@@ -30,6 +30,7 @@ pub fn surface() -> Surface {
         latency: false,
         redundancy: false,
         record: false,
+        password: false,
     }
 }
 

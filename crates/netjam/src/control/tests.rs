@@ -31,12 +31,14 @@ struct Rig {
     tree: Tree<Ctx>,
     ctx: Ctx,
     rx: CommandRx,
+    passwords: std::sync::mpsc::Receiver<String>,
     scratch: Vec<u8>,
 }
 
 impl Rig {
     fn new(surface: Surface, ring: usize) -> Self {
         let (tx, rx) = command_ring(ring);
+        let (password_tx, passwords) = std::sync::mpsc::channel();
         let shared = Arc::new(Shared {
             state: Mutex::new(ControlState::new(&surface)),
             counters: Counters::default(),
@@ -47,8 +49,10 @@ impl Rig {
             ctx: Ctx {
                 shared,
                 sink: Box::new(tx),
+                passwords: Some(password_tx),
             },
             rx,
+            passwords,
             scratch: vec![0; DATAGRAM],
         }
     }
@@ -96,6 +100,29 @@ impl Rig {
 
 fn is_error(replies: &[Reply], address: &str) -> bool {
     matches!(replies, [(a, args)] if a == "/error" && args.first() == Some(&V::S(address.into())))
+}
+
+#[test]
+fn a_password_goes_to_the_room_thread_only_where_the_surface_has_the_port() {
+    let mut r = Rig::new(
+        Surface {
+            password: true,
+            ..Surface::room()
+        },
+        DEFAULT_RING,
+    );
+    assert!(r.send("/password", &[Arg::Str("second")]).is_empty());
+    assert_eq!(r.passwords.try_recv().ok().as_deref(), Some("second"));
+    for args in [vec![Arg::Str("")], vec![Arg::Int(3)], vec![]] {
+        let replies = r.send("/password", &args);
+        assert!(replies.first().is_some_and(|(a, _)| a == "/error"), "{args:?}: {replies:?}");
+    }
+    assert!(r.passwords.try_recv().is_err());
+    assert!(r.commands().is_empty(), "nothing for the audio thread");
+    // A room without a password has no such port.
+    let mut open = Rig::room();
+    assert!(is_error(&open.send("/password", &[Arg::Str("x")]), "/password"));
+    assert!(open.passwords.try_recv().is_err());
 }
 
 #[test]

@@ -454,6 +454,26 @@ pub(super) fn build(s: &Surface) -> Result<Tree<Ctx>, BuildError> {
             },
         );
     }
+    if s.password {
+        b.port(
+            "/password:s:S",
+            Meta::new()
+                .doc("Write-only: a private room's new password. Changes the room's password when you have the one in force; takes the new one after another member changed it. The answer is on the player's terminal")
+                .short("password")
+                .unit("text"),
+            |c: &mut Ctx, r: &mut Request<'_, '_>| {
+                let given = r.arg(0).and_then(|a| a.as_str().map(str::to_owned));
+                match given.as_deref() {
+                    Some("") => c.refuse(r, "an empty password: a private room keeps one"),
+                    Some(p) => match c.passwords.as_ref().map(|tx| tx.send(p.to_owned())) {
+                        Some(Ok(())) => bump(&c.shared.counters.commands),
+                        _ => c.error(r, "this player is stopping"),
+                    },
+                    None => c.refuse(r, "give the new password as a string"),
+                }
+            },
+        );
+    }
     b.port(
         &format!("/stats{READ_ONLY}"),
         Meta::new()
