@@ -221,6 +221,9 @@ pub struct MemberStats {
     pub refused_unknown: u64,
     /// With a secret: datagrams not sealed with it (members without it, or forged).
     pub unauthenticated: u64,
+    /// With a secret: sealed datagrams taken before from their sender (replayed), or
+    /// older than the replay window.
+    pub replayed: u64,
 }
 
 #[derive(Debug)]
@@ -252,6 +255,9 @@ pub struct Member {
     publisher: ClockPublisher,
     reader: ClockReader,
     clock_server: ClockServer,
+    /// Datagrams sealed so far (the next one's counter), and what was taken from whom.
+    sealed: u64,
+    replays: crate::auth::ReplayGuard,
     out_streams: HashMap<u64, OutStream>,
     in_streams: HashMap<u64, InStream>,
     scheduler: Scheduler,
@@ -301,6 +307,8 @@ impl Member {
             publisher,
             reader,
             clock_server: ClockServer::new(),
+            sealed: 0,
+            replays: crate::auth::ReplayGuard::default(),
             out_streams: HashMap::new(),
             in_streams: HashMap::new(),
             scheduler: Scheduler::new(config.timed_slots, config.timed_slot_bytes + 12),
@@ -504,8 +512,11 @@ impl Member {
 
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         let mut t = self.transmits.pop_front()?;
-        if let Some(s) = &self.config.secret {
-            t.bytes = s.seal(&t.bytes);
+        // The rooms server answering clock probes holds no ensemble secret: those go bare.
+        let to_server = self.config.clock_server.is_some_and(|a| t.to == Dest::Peer(a));
+        if let Some(s) = self.config.secret.as_ref().filter(|_| !to_server) {
+            t.bytes = s.seal(self.config.id, self.sealed, &t.bytes);
+            self.sealed += 1;
         }
         Some(t)
     }
@@ -635,9 +646,16 @@ impl Member {
     /// Takes one datagram that arrived from `from` at local time `now`. Anything that is
     /// not a well-formed ensemble message for this member is counted and ignored.
     pub fn handle(&mut self, now_ns: u64, from: SocketAddr, bytes: &[u8]) {
-        let bytes = match &self.config.secret {
+        let from_server = self.config.clock_server == Some(from) && bytes.starts_with(PONG_ADDRESS.as_bytes());
+        let bytes = match self.config.secret.as_ref().filter(|_| !from_server) {
             Some(s) => match s.open(bytes) {
-                Ok(inner) => inner,
+                Ok(sealed) => {
+                    if self.replays.check(sealed.origin, sealed.counter).is_err() {
+                        self.stats.replayed += 1;
+                        return;
+                    }
+                    sealed.datagram
+                }
                 Err(_) => {
                     self.stats.unauthenticated += 1;
                     return;

@@ -165,15 +165,26 @@ fn three_members_through_a_rooms_server_route_fire_together_and_lose_a_killed_on
     members.remove(1);
 }
 
+/// The band's ensemble secret: ana gives it as a flag, bo in the environment.
+const SECRET: &str = "rehearsal 4";
+
 fn player(server: &str, room: &str, name: &str, out: &Path) -> Proc {
     let mut c = Command::new(NETJAM);
     c.args(["jam", "--server", server, "--room", room, "--name", name])
-        .args(["--silence", "--duration", "12", "--output", out.to_str().unwrap()])
+        .args(["--silence", "--duration", "15", "--output", out.to_str().unwrap()])
         .args(["--ensemble", "--tempo", "120"])
-        .env("NETJAM_NO_REALTIME", "1");
+        .env("NETJAM_NO_REALTIME", "1")
+        .env_remove("NETJAM_ENSEMBLE_SECRET");
+    if name == "ana" {
+        c.args(["--ensemble-secret", SECRET]);
+    } else {
+        c.env("NETJAM_ENSEMBLE_SECRET", SECRET);
+    }
     spawn(&mut c)
 }
 
+/// The two players share an ensemble secret (given two ways); a member without it cannot
+/// change their tempo, one with it can.
 #[test]
 fn two_room_players_click_on_the_same_beat_and_change_tempo_on_the_same_bar() {
     let (server_proc, addr) = common::room_server("60", Duration::from_secs(15));
@@ -203,10 +214,18 @@ fn two_room_players_click_on_the_same_beat_and_change_tempo_on_the_same_bar() {
         names.len() == 2 && names.contains(&"ana") && names.contains(&"bo"),
         "the room's seats: {seated:?}"
     );
-    // A third member, through the server, changes the tempo on the next bar of four.
+    // A member with another secret asks for 60 BPM: nobody hears it.
+    let _ = Command::new(NETJAM)
+        .args(["ensemble", "tempo", &room, "60", "--bar", "4", "--wait", "3"])
+        .args(["--server", &server, "--secret", "not ours"])
+        .env_remove("NETJAM_ENSEMBLE_SECRET")
+        .output()
+        .unwrap();
+    // A third member with the secret, through the server, changes the tempo on the next
+    // bar of four.
     let out = Command::new(NETJAM)
         .args(["ensemble", "tempo", &room, "90", "--bar", "4", "--wait", "10"])
-        .args(["--server", &server])
+        .args(["--server", &server, "--secret", SECRET])
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -220,6 +239,7 @@ fn two_room_players_click_on_the_same_beat_and_change_tempo_on_the_same_bar() {
     assert_eq!(change_beat % 4.0, 0.0, "{said}");
     for p in [&a, &b] {
         p.wait_err("the change", within, |l| {
+            assert!(!l.contains(": 60 BPM"), "a member without the secret set the tempo: {l}");
             l.contains(&format!(": 90 BPM from beat {change_beat} "))
         });
     }

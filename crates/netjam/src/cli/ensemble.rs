@@ -76,6 +76,16 @@ pub struct NetArgs {
 /// The variable that holds the ensemble's shared secret when `--secret` is not given.
 pub const SECRET_ENV: &str = "NETJAM_ENSEMBLE_SECRET";
 
+/// The ensemble's shared secret: `given` by `flag`, else [`SECRET_ENV`], else none.
+fn ensemble_secret(given: Option<&str>, flag: &str) -> anyhow::Result<Option<Secret>> {
+    match given.map(str::to_owned).or_else(|| std::env::var(SECRET_ENV).ok()) {
+        Some(s) => Ok(Some(Secret::new(s.as_bytes()).with_context(|| {
+            format!("{flag} / {SECRET_ENV}: give a non-empty secret, or leave both unset")
+        })?)),
+        None => Ok(None),
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct JoinArgs {
     /// Ensemble name.
@@ -202,6 +212,12 @@ pub struct JamEnsembleArgs {
     /// local network (default: 14640). In a room the ensemble goes through the rooms server.
     #[arg(long, value_name = "PORT", requires = "ensemble")]
     pub ensemble_port: Option<u16>,
+    /// With --ensemble: the ensemble's shared secret, as `netjam ensemble --secret` takes
+    /// it (every datagram sealed, replays refused, members without it ignored). Prefer
+    /// the environment variable NETJAM_ENSEMBLE_SECRET, which is taken when this is not
+    /// given (a command line is visible to every user of the machine).
+    #[arg(long, value_name = "SECRET", requires = "ensemble")]
+    pub ensemble_secret: Option<String>,
 }
 
 impl JamEnsembleArgs {
@@ -292,7 +308,8 @@ impl JamEnsembleArgs {
                 ..r
             }),
         };
-        crate::ensemble::beat::JamBeat::start(cfg, self.tempo)
+        let secret = ensemble_secret(self.ensemble_secret.as_deref(), "--ensemble-secret")?;
+        crate::ensemble::beat::JamBeat::start(cfg, self.tempo, secret)
             .with_context(|| format!("cannot join ensemble {name:?}"))
             .map(Some)
     }
@@ -369,12 +386,7 @@ fn start(
         }),
         None => None,
     };
-    let secret = match net.secret.clone().or_else(|| std::env::var(SECRET_ENV).ok()) {
-        Some(s) => Some(Secret::new(s.as_bytes()).with_context(|| {
-            format!("--secret / {SECRET_ENV}: give a non-empty secret, or leave both unset")
-        })?),
-        None => None,
-    };
+    let secret = ensemble_secret(net.secret.as_deref(), "--secret")?;
     Node::start_with(
         NodeConfig {
             ensemble: name.to_string(),
