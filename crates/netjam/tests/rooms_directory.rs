@@ -777,3 +777,161 @@ fn ensemble_members_naming_a_front_door_follow_their_room_there_and_back() {
     );
     drop(a);
 }
+
+/// A number from Redis's `INFO` answer (`field:value` lines).
+fn redis_info(redis: &RedisServer, section: &str, field: &str) -> f64 {
+    let info = redis_cli(redis, &["INFO", section]);
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in INFO {section}: {info}"))
+}
+
+/// Calls of every command so far, from `INFO commandstats` (`cmdstat_NAME:calls=N,...`).
+fn redis_calls(redis: &RedisServer) -> BTreeMap<String, f64> {
+    let info = redis_cli(redis, &["INFO", "commandstats"]);
+    info.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+            Some((name.to_owned(), rest.split(',').next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// One seat taken through `netjam`'s own join (redirects followed): hello to welcome, ms,
+/// and the server it ended on. The seat is left at once.
+fn join_once(server: SocketAddr, room: &str, name: &str) -> (f64, SocketAddr) {
+    let socket = netjam::transport::UdpTransport::bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+    let seated = netjam::room_client::join(
+        &socket,
+        &netjam::room_client::JoinRequest {
+            server,
+            room: room.to_owned(),
+            name: name.to_owned(),
+            password: String::new(),
+            room_key: None,
+            ssrc: 7,
+            packets_per_s: 0,
+            bytes_per_s: 0,
+            timeout: STEP,
+            hosts: Vec::new(),
+            sample_rate: 0,
+            also: Vec::new(),
+        },
+    )
+    .expect("seated");
+    let (took, on) = (seated.took.as_secs_f64() * 1e3, seated.server);
+    let mut client = seated.client;
+    client.leave(0);
+    let mut buf = [0u8; MAX_CONTROL_LEN];
+    while let Some(n) = client.poll_transmit(&mut buf) {
+        let _ = socket.send_to(&buf[..n], on);
+    }
+    (took, on)
+}
+
+fn summary(v: &[f64]) -> String {
+    let mut s = v.to_vec();
+    let worst = s.iter().copied().fold(f64::MIN, f64::max);
+    format!("median {:.2}, worst {worst:.2} (of {})", median(&mut s), v.len())
+}
+
+/// The figures of rooms across servers, against a real Redis: Redis commands a second from
+/// a server holding 100 rooms, the time to a seat with and without a redirect (10 each),
+/// and the silence at failover (10 failovers of a room with two players):
+/// `cargo test --release -p netjam --test rooms_directory -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn bench_redis_load_join_time_and_failover_silence() {
+    let _turn = one_at_a_time();
+    let dir = tmp_dir("rooms-directory-bench");
+    let redis = RedisServer::start();
+    let a = DirServer::start(&redis.url(), &dir, "a", "127.0.0.1:0");
+
+    // 100 rooms on A, one seat each: what A asks of Redis to keep them.
+    let holders: Vec<Holder> = (0..100).map(|i| Holder::sit(a.addr, &format!("load-{i}"))).collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let secs = 20.0;
+    let (c0, by0) = (redis_info(&redis, "stats", "total_commands_processed"), redis_calls(&redis));
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    let (c1, by1) = (redis_info(&redis, "stats", "total_commands_processed"), redis_calls(&redis));
+    // The two INFO calls of the first reading are counted in the second.
+    let per_s = (c1 - c0 - 2.0) / secs;
+    let by: Vec<String> = by1
+        .iter()
+        .filter(|(k, _)| k.as_str() != "info")
+        .map(|(k, v)| (k, (v - by0.get(k).copied().unwrap_or(0.0)) / secs))
+        .filter(|(_, v)| *v > 0.0)
+        .map(|(k, v)| format!("{k} {v:.1}"))
+        .collect();
+    println!(
+        "Redis: {per_s:.1} commands/s from one server holding 100 rooms, over {secs} s: {}",
+        by.join(", ")
+    );
+    drop(holders);
+
+    // The time to a seat: a room A hosts, asked of A, and of B (redirected to A).
+    let b = DirServer::start(&redis.url(), &dir, "b", "127.0.0.1:0");
+    let _host = Holder::sit(a.addr, "band");
+    let mut direct = Vec::new();
+    let mut redirected = Vec::new();
+    for i in 0..10 {
+        let (ms, on) = join_once(a.addr, "band", &format!("d{i}"));
+        assert_eq!(on, a.addr);
+        direct.push(ms);
+        let (ms, on) = join_once(b.addr, "band", &format!("r{i}"));
+        assert_eq!(on, a.addr, "not redirected to the room's server");
+        redirected.push(ms);
+    }
+    println!("join (hello to welcome, ms): on the room's server {}", summary(&direct));
+    println!("join (hello to welcome, ms): through a redirect {}", summary(&redirected));
+    drop(b);
+
+    // Failover, ten times: a room on a server of its own that is killed; its two players
+    // named A, were redirected there, and come back through A.
+    let mut seen = Vec::new();
+    let mut said = Vec::new();
+    let mut worst_of_each = Vec::new();
+    for i in 0..10 {
+        let host = DirServer::start(&redis.url(), &dir, &format!("host{i}"), "127.0.0.1:0");
+        let room = format!("fail-{i}");
+        let holder = Holder::sit(host.addr, &room);
+        let mut players: Vec<Player> = PLAYERS[..2]
+            .iter()
+            .map(|&(name, hz)| Player::start(name, hz, a.addr, &room, 30.0, &dir))
+            .collect();
+        for p in &mut players {
+            p.wait_seated();
+        }
+        players[0].wait_roster(&room, &[PLAYERS[1].0], STEP);
+        players[1].wait_roster(&room, &[PLAYERS[0].0], STEP);
+        std::thread::sleep(Duration::from_secs(1));
+        drop(holder);
+        let killed = Instant::now();
+        drop(host);
+        let mut worst: f64 = 0.0;
+        for p in &mut players {
+            let (line, at) = p.wait_line("move to A", STEP + STEP, |l| l.contains("moved to"));
+            let s: f64 = line
+                .split("after ")
+                .nth(1)
+                .and_then(|r| r.split(' ').next())
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| panic!("no silence in {line:?}"));
+            let t = at.duration_since(killed).as_secs_f64();
+            worst = worst.max(t);
+            seen.push(t);
+            said.push(s);
+        }
+        worst_of_each.push(worst);
+        for p in players {
+            drop(p.proc);
+        }
+    }
+    println!(
+        "failover (lease {LEASE_S} s, silence timeout {SILENCE_TIMEOUT_S} s): back on A after the kill, s: {}",
+        summary(&seen)
+    );
+    println!("failover: the band's worst player per failover, s: {}", summary(&worst_of_each));
+    println!("failover: the silence the players measured, s: {}", summary(&said));
+}
