@@ -16,6 +16,7 @@
 //! Plain functions on bytes: no clock, no socket. Sealing allocates the sealed copy.
 
 use hmac::{Hmac, Mac};
+use netjam_sframe::ReplayWindow;
 use netjam_osc::{encode_message, message_len, Arg, Message};
 use sha2::Sha256;
 
@@ -50,16 +51,16 @@ pub struct Sealed<'a> {
 }
 
 /// Counters a [`ReplayGuard`] remembers behind an origin's highest.
-pub const REPLAY_WINDOW: u64 = 128;
+pub const REPLAY_WINDOW: u64 = netjam_sframe::REPLAY_WINDOW;
 /// Origins a [`ReplayGuard`] remembers (the longest silent is forgotten beyond).
 pub const REPLAY_ORIGINS: usize = 256;
 
-/// Which counters were taken from each origin: the highest, and a window of
-/// [`REPLAY_WINDOW`] behind it; anything older is refused.
+/// Which counters were taken from each origin: a replay window per origin; anything older
+/// than its window is refused.
 #[derive(Debug, Default)]
 pub struct ReplayGuard {
-    /// origin → (highest counter taken, bit k set: highest − k taken, when it was last used).
-    origins: std::collections::HashMap<u64, (u64, u128, u64)>,
+    /// origin → (its window, when it was last used).
+    origins: std::collections::HashMap<u64, (ReplayWindow, u64)>,
     uses: u64,
 }
 
@@ -68,26 +69,17 @@ impl ReplayGuard {
     /// than the window.
     pub fn check(&mut self, origin: u64, counter: u64) -> Result<(), AuthError> {
         self.uses += 1;
-        let uses = self.uses;
         if !self.origins.contains_key(&origin) && self.origins.len() >= REPLAY_ORIGINS {
-            if let Some(oldest) = self.origins.iter().min_by_key(|(_, v)| v.2).map(|(k, _)| *k) {
+            if let Some(oldest) = self.origins.iter().min_by_key(|(_, v)| v.1).map(|(k, _)| *k) {
                 self.origins.remove(&oldest);
             }
         }
-        let (high, seen, used) = self.origins.entry(origin).or_insert((counter, 0, uses));
-        *used = uses;
-        if counter > *high || *seen == 0 {
-            let shift = counter.saturating_sub(*high);
-            *seen = if *seen == 0 || shift >= REPLAY_WINDOW { 0 } else { *seen << shift };
-            *seen |= 1;
-            *high = counter;
-            return Ok(());
-        }
-        let back = *high - counter;
-        if back >= REPLAY_WINDOW || *seen & (1u128 << back) != 0 {
+        let (window, used) = self.origins.entry(origin).or_default();
+        *used = self.uses;
+        if !window.fresh(counter) {
             return Err(AuthError::Replayed);
         }
-        *seen |= 1u128 << back;
+        window.mark(counter);
         Ok(())
     }
 }

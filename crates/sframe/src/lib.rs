@@ -322,17 +322,20 @@ impl SframeSealer {
     }
 }
 
-/// Which counters of one KID have been opened: the highest and a bitmap of the
-/// [`REPLAY_WINDOW`] below and including it.
+/// Which counters of one sender have been taken: the highest and a bitmap of the
+/// [`REPLAY_WINDOW`] below and including it. Used for each SFrame KID here, and by anything
+/// else that numbers what it sends and must refuse a copy (the ensemble's sealed
+/// datagrams, the room's control channel).
 #[derive(Debug, Clone, Copy, Default)]
-struct ReplayWindow {
+pub struct ReplayWindow {
     top: Option<u64>,
     /// Bit `i` set: counter `top - i` was opened.
     seen: u128,
 }
 
 impl ReplayWindow {
-    fn fresh(&self, ctr: u64) -> bool {
+    /// Whether `ctr` was never taken and is not older than the window.
+    pub fn fresh(&self, ctr: u64) -> bool {
         match self.top {
             None => true,
             Some(top) if ctr > top => true,
@@ -340,7 +343,8 @@ impl ReplayWindow {
         }
     }
 
-    fn mark(&mut self, ctr: u64) {
+    /// Takes `ctr` (check [`ReplayWindow::fresh`] first).
+    pub fn mark(&mut self, ctr: u64) {
         match self.top {
             Some(top) if ctr <= top => self.seen |= 1u128 << (top - ctr),
             Some(top) => {
