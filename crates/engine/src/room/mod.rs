@@ -8,6 +8,8 @@
 //!   acknowledgements and rejoin after an address change.
 //! * [`directory`]: [`RoomDirectory`], which server hosts a room.
 //! * [`fuzz`]: the fuzzing entry point for control messages.
+//! * [`secure`]: the Noise channel control messages are to travel in, with the server's
+//!   key pinned by its players.
 //!
 //! One UDP port carries control, media and STUN Binding requests; [`demux`] tells them apart by the first byte.
 //! The protocol, with byte layouts, is specified in `docs/protocol.md`.
@@ -21,6 +23,7 @@ pub mod client;
 pub mod directory;
 pub mod fuzz;
 pub mod msg;
+pub mod secure;
 pub mod server;
 
 /// The most members a room seats by default, and so the most a player hears at once: the
