@@ -1133,10 +1133,16 @@ fn a_password_change_moves_the_room_to_a_new_epoch_that_only_the_new_password_fo
     // Ana changes it: her request is the only place the new key crosses, encrypted.
     w.peers[a].client.rekey(w.now, new);
     let mut buf = [0u8; MAX_CONTROL_LEN];
-    let n = w.peers[a].client.poll_transmit(&mut buf).expect("a rekey request");
+    let n = w.peers[a]
+        .client
+        .poll_transmit(&mut buf)
+        .expect("a rekey request");
     let request = buf[..n].to_vec();
     assert!(matches!(Control::decode(&request), Ok(Control::Rekey(r)) if r.epoch == 1));
-    assert!(!request.windows(32).any(|x| x == new), "the new key is never in clear");
+    assert!(
+        !request.windows(32).any(|x| x == new),
+        "the new key is never in clear"
+    );
     w.send(true, addr(1), addr(0), request.clone());
     w.run_for(100 * MS);
     assert_eq!(epochs(&w.peers[a].events), [(1, new)]);
@@ -1158,7 +1164,10 @@ fn a_password_change_moves_the_room_to_a_new_epoch_that_only_the_new_password_fo
     w.run_for(100 * MS);
     assert_eq!(epochs(&w.peers[b].events), [(1, new)]);
     assert!(epochs(&w.peers[c].events).is_empty());
-    assert_eq!(rekey_refusals(&w.peers[c].events), [Some(RekeyStatus::NotTheNewPassword)]);
+    assert_eq!(
+        rekey_refusals(&w.peers[c].events),
+        [Some(RekeyStatus::NotTheNewPassword)]
+    );
     // Cy cannot change it back with the old password: it is not the room's any more.
     w.peers[c].client.rekey(w.now, old);
     w.run_for(100 * MS);
@@ -1178,7 +1187,10 @@ fn a_password_change_moves_the_room_to_a_new_epoch_that_only_the_new_password_fo
     assert!(s.rekeys_refused >= 3, "{s:?}");
     for i in [a, b] {
         assert!(
-            !w.peers[i].events.iter().any(|e| matches!(e, RoomEvent::PasswordChanged { epoch, .. } if *epoch > 1)),
+            !w.peers[i]
+                .events
+                .iter()
+                .any(|e| matches!(e, RoomEvent::PasswordChanged { epoch, .. } if *epoch > 1)),
             "peer {i}: {:?}",
             w.peers[i].events
         );
@@ -1199,5 +1211,9 @@ fn a_password_change_moves_the_room_to_a_new_epoch_that_only_the_new_password_fo
     w.peers[b].client.address_changed(w.now);
     w.run_for(300 * MS);
     assert_eq!(w.seat(b), bo_seat);
-    assert!(joined(&w.peers[b].events).iter().any(|j| j.2), "{:?}", w.peers[b].events);
+    assert!(
+        joined(&w.peers[b].events).iter().any(|j| j.2),
+        "{:?}",
+        w.peers[b].events
+    );
 }

@@ -16,8 +16,8 @@
 //! Plain functions on bytes: no clock, no socket. Sealing allocates the sealed copy.
 
 use hmac::{Hmac, Mac};
-use netjam_sframe::ReplayWindow;
 use netjam_osc::{encode_message, message_len, Arg, Message};
+use netjam_sframe::ReplayWindow;
 use sha2::Sha256;
 
 /// The address of a sealed datagram.
@@ -146,13 +146,20 @@ impl Secret {
             return Err(AuthError::NotSealed);
         }
         let m = Message::decode(sealed).map_err(|_| AuthError::NotSealed)?;
-        let (Some(Arg::Blob(inner)), Some(Arg::Long(origin)), Some(Arg::Long(counter)), Some(Arg::Blob(tag)), true) = (
+        let (
+            Some(Arg::Blob(inner)),
+            Some(Arg::Long(origin)),
+            Some(Arg::Long(counter)),
+            Some(Arg::Blob(tag)),
+            true,
+        ) = (
             m.arg(0),
             m.arg(1),
             m.arg(2),
             m.arg(3),
             m.address() == AUTH && m.type_tags() == "bhhb",
-        ) else {
+        )
+        else {
             return Err(AuthError::NotSealed);
         };
         if tag.len() != TAG_LEN {

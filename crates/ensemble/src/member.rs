@@ -646,7 +646,8 @@ impl Member {
     /// Takes one datagram that arrived from `from` at local time `now`. Anything that is
     /// not a well-formed ensemble message for this member is counted and ignored.
     pub fn handle(&mut self, now_ns: u64, from: SocketAddr, bytes: &[u8]) {
-        let from_server = self.config.clock_server == Some(from) && bytes.starts_with(PONG_ADDRESS.as_bytes());
+        let from_server =
+            self.config.clock_server == Some(from) && bytes.starts_with(PONG_ADDRESS.as_bytes());
         let bytes = match self.config.secret.as_ref().filter(|_| !from_server) {
             Some(s) => match s.open(bytes) {
                 Ok(sealed) => {

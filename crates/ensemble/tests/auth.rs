@@ -86,7 +86,10 @@ fn only_members_with_the_same_secret_meet() {
 
 #[test]
 fn a_best_effort_message_sent_again_by_someone_on_the_path_is_taken_once() {
-    let mut ms = [member(10, "a", Some(b"green room")), member(20, "b", Some(b"green room"))];
+    let mut ms = [
+        member(10, "a", Some(b"green room")),
+        member(20, "b", Some(b"green room")),
+    ];
     let mut got = 0;
     let mut captured: Vec<Vec<u8>> = Vec::new();
     let mut sent = false;

@@ -1147,7 +1147,11 @@ pub mod beat {
         /// Joins the ensemble; once its clock is known, sets `propose_bpm` if the ensemble
         /// has no tempo yet (it follows the one it has otherwise). Says on stderr what it
         /// joined, the tempo, and where the first frame heard lies on the machine's clock.
-        pub fn start(cfg: NodeConfig, propose_bpm: Option<f64>, secret: Option<netjam_ensemble::auth::Secret>) -> anyhow::Result<Self> {
+        pub fn start(
+            cfg: NodeConfig,
+            propose_bpm: Option<f64>,
+            secret: Option<netjam_ensemble::auth::Secret>,
+        ) -> anyhow::Result<Self> {
             let name = cfg.ensemble.clone();
             let node = Node::start_with(cfg, secret)?;
             let clock = node.member_ref().clock_reader();

@@ -239,7 +239,10 @@ fn two_room_players_click_on_the_same_beat_and_change_tempo_on_the_same_bar() {
     assert_eq!(change_beat % 4.0, 0.0, "{said}");
     for p in [&a, &b] {
         p.wait_err("the change", within, |l| {
-            assert!(!l.contains(": 60 BPM"), "a member without the secret set the tempo: {l}");
+            assert!(
+                !l.contains(": 60 BPM"),
+                "a member without the secret set the tempo: {l}"
+            );
             l.contains(&format!(": 90 BPM from beat {change_beat} "))
         });
     }

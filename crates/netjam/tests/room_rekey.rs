@@ -96,7 +96,10 @@ fn a_changed_password_is_followed_by_those_who_take_it_and_shuts_out_the_one_who
     // The old password seats nobody any more.
     let (mut dee, _, _) = player(addr, "dee", 700.0, "first", false);
     let (status, said) = dee.finish(WAIT);
-    assert!(!status.success(), "dee was seated with the old password: {said:#?}");
+    assert!(
+        !status.success(),
+        "dee was seated with the old password: {said:#?}"
+    );
     assert!(
         said.iter().any(|l| l.contains("password")),
         "dee is not told why: {said:#?}"
@@ -125,7 +128,10 @@ fn a_changed_password_is_followed_by_those_who_take_it_and_shuts_out_the_one_who
             let after = amps(wav, *hz, -3.2, -0.2);
             let kept = (*name != "cy") && (*other != "cy");
             let best = before.iter().cloned().fold(0.0, f64::max);
-            assert!(best > HEARD, "{name} did not hear {other} before the change: {before:.3?}");
+            assert!(
+                best > HEARD,
+                "{name} did not hear {other} before the change: {before:.3?}"
+            );
             if kept {
                 assert!(
                     after.iter().all(|&a| a > HEARD),
@@ -156,7 +162,10 @@ fn only_a_private_room_has_a_password_port() {
         let out = tmp("room-rekey-open", "zed.wav");
         let json = tmp("room-rekey-open", "zed.json");
         let mut c = sine_player(addr, "zed", "440", "4");
-        c.args(["--osc", "0", "--output"]).arg(&out).arg("--stats-json").arg(&json);
+        c.args(["--osc", "0", "--output"])
+            .arg(&out)
+            .arg("--stats-json")
+            .arg(&json);
         (Proc::spawn_lines(&mut c, "jam"), out, json)
     };
     let osc = address_in(&p.line_with("OSC control on", WAIT));

@@ -849,12 +849,20 @@ fn bench_redis_load_join_time_and_failover_silence() {
     let a = DirServer::start(&redis.url(), &dir, "a", "127.0.0.1:0");
 
     // 100 rooms on A, one seat each: what A asks of Redis to keep them.
-    let holders: Vec<Holder> = (0..100).map(|i| Holder::sit(a.addr, &format!("load-{i}"))).collect();
+    let holders: Vec<Holder> = (0..100)
+        .map(|i| Holder::sit(a.addr, &format!("load-{i}")))
+        .collect();
     std::thread::sleep(Duration::from_secs(2));
     let secs = 20.0;
-    let (c0, by0) = (redis_info(&redis, "stats", "total_commands_processed"), redis_calls(&redis));
+    let (c0, by0) = (
+        redis_info(&redis, "stats", "total_commands_processed"),
+        redis_calls(&redis),
+    );
     std::thread::sleep(Duration::from_secs_f64(secs));
-    let (c1, by1) = (redis_info(&redis, "stats", "total_commands_processed"), redis_calls(&redis));
+    let (c1, by1) = (
+        redis_info(&redis, "stats", "total_commands_processed"),
+        redis_calls(&redis),
+    );
     // The two INFO calls of the first reading are counted in the second.
     let per_s = (c1 - c0 - 2.0) / secs;
     let by: Vec<String> = by1
@@ -883,8 +891,14 @@ fn bench_redis_load_join_time_and_failover_silence() {
         assert_eq!(on, a.addr, "not redirected to the room's server");
         redirected.push(ms);
     }
-    println!("join (hello to welcome, ms): on the room's server {}", summary(&direct));
-    println!("join (hello to welcome, ms): through a redirect {}", summary(&redirected));
+    println!(
+        "join (hello to welcome, ms): on the room's server {}",
+        summary(&direct)
+    );
+    println!(
+        "join (hello to welcome, ms): through a redirect {}",
+        summary(&redirected)
+    );
     drop(b);
 
     // Failover, ten times: a room on a server of its own that is killed; its two players
@@ -932,6 +946,12 @@ fn bench_redis_load_join_time_and_failover_silence() {
         "failover (lease {LEASE_S} s, silence timeout {SILENCE_TIMEOUT_S} s): back on A after the kill, s: {}",
         summary(&seen)
     );
-    println!("failover: the band's worst player per failover, s: {}", summary(&worst_of_each));
-    println!("failover: the silence the players measured, s: {}", summary(&said));
+    println!(
+        "failover: the band's worst player per failover, s: {}",
+        summary(&worst_of_each)
+    );
+    println!(
+        "failover: the silence the players measured, s: {}",
+        summary(&said)
+    );
 }

@@ -13,8 +13,8 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 use super::msg::{
-    fold_name, AUTH_LEN, COOKIE_LEN, NONCE_LEN, PAIR_TOKEN_LEN, PROBE_MAC_LEN, REKEYED_MAC_LEN, REKEY_MAC_LEN,
-    REKEY_NONCE_LEN, ROOM_KEY_LEN, TOKEN_LEN,
+    fold_name, AUTH_LEN, COOKIE_LEN, NONCE_LEN, PAIR_TOKEN_LEN, PROBE_MAC_LEN, REKEYED_MAC_LEN,
+    REKEY_MAC_LEN, REKEY_NONCE_LEN, ROOM_KEY_LEN, TOKEN_LEN,
 };
 
 type HmacSha256 = Hmac<Sha256>;
@@ -219,7 +219,12 @@ impl RekeyKeys {
         c.apply_keystream(bytes);
     }
 
-    fn request_mac(&self, epoch: u32, nonce: &[u8; REKEY_NONCE_LEN], wrapped: &[u8; ROOM_KEY_LEN]) -> [u8; REKEY_MAC_LEN] {
+    fn request_mac(
+        &self,
+        epoch: u32,
+        nonce: &[u8; REKEY_NONCE_LEN],
+        wrapped: &[u8; ROOM_KEY_LEN],
+    ) -> [u8; REKEY_MAC_LEN] {
         let mut m = mac(&self.mac);
         m.update(b"netjam-rekey-v1");
         m.update(&epoch.to_be_bytes());
@@ -319,9 +324,18 @@ mod tests {
         let (wrapped, tag) = k.wrap(4, &nonce, &new);
         assert_ne!(wrapped, new, "the new key never crosses in clear");
         // The room's spelling does not matter; everything else does.
-        assert_eq!(RekeyKeys::new(&old, "band", 4, &nonce).unwrap(4, &nonce, &wrapped, &tag), Some(new));
-        assert_eq!(RekeyKeys::new(&new, "band", 4, &nonce).unwrap(4, &nonce, &wrapped, &tag), None);
-        assert_eq!(RekeyKeys::new(&old, "other", 4, &nonce).unwrap(4, &nonce, &wrapped, &tag), None);
+        assert_eq!(
+            RekeyKeys::new(&old, "band", 4, &nonce).unwrap(4, &nonce, &wrapped, &tag),
+            Some(new)
+        );
+        assert_eq!(
+            RekeyKeys::new(&new, "band", 4, &nonce).unwrap(4, &nonce, &wrapped, &tag),
+            None
+        );
+        assert_eq!(
+            RekeyKeys::new(&old, "other", 4, &nonce).unwrap(4, &nonce, &wrapped, &tag),
+            None
+        );
         assert_eq!(k.unwrap(5, &nonce, &wrapped, &tag), None);
         assert_eq!(k.unwrap(4, &[4; REKEY_NONCE_LEN], &wrapped, &tag), None);
         for i in 0..32 {

@@ -36,8 +36,8 @@ use sha2::{Digest, Sha256};
 use super::auth;
 use super::msg::{
     decode_addrs, encode_addrs, fold_name, Control, Join, RefuseCode, Rejoin, Rekey, RekeyStatus, RosterKind,
-    COOKIE_LEN, HELLO_PAD, MAX_ADDRS_LEN, MAX_CONTROL_LEN, MAX_HOSTS, NONCE_LEN, PAIR_TOKEN_LEN, REKEY_NONCE_LEN,
-    ROOM_KEY_LEN, TOKEN_LEN,
+    COOKIE_LEN, HELLO_PAD, MAX_ADDRS_LEN, MAX_CONTROL_LEN, MAX_HOSTS, NONCE_LEN, PAIR_TOKEN_LEN,
+    REKEY_NONCE_LEN, ROOM_KEY_LEN, TOKEN_LEN,
 };
 
 /// What a [`RoomClient`] asks for.
@@ -531,7 +531,10 @@ impl RoomClient {
                     // `/netjam/epoch`.
                     self.epoch = 0;
                     self.behind = None;
-                    self.events.push_back(RoomEvent::Epoch { epoch: 0, key: self.key });
+                    self.events.push_back(RoomEvent::Epoch {
+                        epoch: 0,
+                        key: self.key,
+                    });
                 }
             }
             (

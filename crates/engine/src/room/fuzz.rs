@@ -69,7 +69,10 @@ pub fn control_any(data: &[u8]) {
                 to_stranger += n;
             }
         }
-        assert!(to_stranger <= data.len().max(1) * 2 + 64, "a reply to a stranger out of proportion");
+        assert!(
+            to_stranger <= data.len().max(1) * 2 + 64,
+            "a reply to a stranger out of proportion"
+        );
         s.handle_timeout(at + MS);
     }
     c.handle_datagram(22 * MS, data);
@@ -79,7 +82,10 @@ pub fn control_any(data: &[u8]) {
         // The key changes only through an answer authenticated with the request's keys,
         // which no input here can make without them.
         if let super::RoomEvent::Epoch { key, .. } = e {
-            assert!(!auth::ct_eq(&key, &[8; 32]), "a password change taken from an unproven answer");
+            assert!(
+                !auth::ct_eq(&key, &[8; 32]),
+                "a password change taken from an unproven answer"
+            );
         }
     }
 }

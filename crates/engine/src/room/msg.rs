@@ -1422,7 +1422,14 @@ mod tests {
             mac: &[0; REKEYED_MAC_LEN],
         };
         assert_eq!(len(done), 56);
-        assert_eq!(len(Control::Epoch { seq: 1, epoch: 1, by: 0 }), 40);
+        assert_eq!(
+            len(Control::Epoch {
+                seq: 1,
+                epoch: 1,
+                by: 0
+            }),
+            40
+        );
     }
 
     #[test]

@@ -142,7 +142,9 @@ impl StaticKey {
 }
 
 fn builder() -> Result<Builder<'static>, SecureError> {
-    let params = NOISE.parse().map_err(|e: snow::Error| SecureError::Handshake(e.to_string()))?;
+    let params = NOISE
+        .parse()
+        .map_err(|e: snow::Error| SecureError::Handshake(e.to_string()))?;
     Ok(Builder::new(params))
 }
 
@@ -152,7 +154,8 @@ fn noise(e: snow::Error) -> SecureError {
 
 /// Encodes `/netjam/hs ,ib version, message` into `out`.
 fn handshake_datagram(message: &[u8], out: &mut [u8]) -> Result<usize, SecureError> {
-    encode_message(out, HANDSHAKE, &[Arg::Int(PROTOCOL_VERSION), Arg::Blob(message)]).map_err(|_| SecureError::TooLarge)
+    encode_message(out, HANDSHAKE, &[Arg::Int(PROTOCOL_VERSION), Arg::Blob(message)])
+        .map_err(|_| SecureError::TooLarge)
 }
 
 /// The Noise message inside a `/netjam/hs`.
@@ -199,7 +202,9 @@ impl Session {
     fn seal(&mut self, plaintext: &[u8], out: &mut [u8]) -> Result<usize, SecureError> {
         // The ciphertext is written first at the end of `out`, then the message around it.
         let mut sealed = [0u8; super::msg::MAX_ENS_LEN + TAG_LEN];
-        let sealed = sealed.get_mut(..plaintext.len() + TAG_LEN).ok_or(SecureError::TooLarge)?;
+        let sealed = sealed
+            .get_mut(..plaintext.len() + TAG_LEN)
+            .ok_or(SecureError::TooLarge)?;
         let nonce = self.next;
         let n = self
             .transport
@@ -209,7 +214,11 @@ impl Session {
         encode_message(
             out,
             SEALED,
-            &[Arg::Int(PROTOCOL_VERSION), Arg::Long(nonce as i64), Arg::Blob(&sealed[..n])],
+            &[
+                Arg::Int(PROTOCOL_VERSION),
+                Arg::Long(nonce as i64),
+                Arg::Blob(&sealed[..n]),
+            ],
         )
         .map_err(|_| SecureError::TooLarge)
     }
@@ -238,7 +247,9 @@ fn sealed_parts(bytes: &[u8]) -> Result<(u64, &[u8]), SecureError> {
     }
     let m = Message::decode(bytes).map_err(|_| SecureError::Malformed)?;
     match (m.address(), m.type_tags(), m.arg(0), m.arg(1), m.arg(2)) {
-        (SEALED, "ihb", Some(Arg::Int(PROTOCOL_VERSION)), Some(Arg::Long(n)), Some(Arg::Blob(c))) if c.len() >= TAG_LEN => {
+        (SEALED, "ihb", Some(Arg::Int(PROTOCOL_VERSION)), Some(Arg::Long(n)), Some(Arg::Blob(c)))
+            if c.len() >= TAG_LEN =>
+        {
             Ok((n as u64, c))
         }
         _ => Err(SecureError::Malformed),
@@ -345,7 +356,12 @@ impl SecureServer {
         let transport = hs.into_stateless_transport_mode().map_err(noise)?;
         let len = handshake_datagram(&second[..n], out)?;
         if !self.sessions.contains_key(&src) && self.sessions.len() >= self.most {
-            if let Some(idle) = self.sessions.iter().min_by_key(|(_, s)| s.used_ns).map(|(a, _)| *a) {
+            if let Some(idle) = self
+                .sessions
+                .iter()
+                .min_by_key(|(_, s)| s.used_ns)
+                .map(|(a, _)| *a)
+            {
                 self.sessions.remove(&idle);
                 self.stats.evicted += 1;
             }
@@ -471,11 +487,19 @@ impl SecureClient {
 
     /// `plaintext` sealed into `out`.
     pub fn seal(&mut self, plaintext: &[u8], out: &mut [u8]) -> Result<usize, SecureError> {
-        self.session.as_mut().ok_or(SecureError::NoSession)?.seal(plaintext, out)
+        self.session
+            .as_mut()
+            .ok_or(SecureError::NoSession)?
+            .seal(plaintext, out)
     }
 
     /// The control message inside a `/netjam/sealed` from the server, into `out`.
-    pub fn open<'o>(&mut self, now_ns: u64, bytes: &[u8], out: &'o mut [u8]) -> Result<&'o [u8], SecureError> {
+    pub fn open<'o>(
+        &mut self,
+        now_ns: u64,
+        bytes: &[u8],
+        out: &'o mut [u8],
+    ) -> Result<&'o [u8], SecureError> {
         self.session
             .as_mut()
             .ok_or(SecureError::NoSession)?
@@ -494,7 +518,11 @@ mod tests {
     }
 
     /// A handshake between a fresh client and `server` for `src`, cookie accepted.
-    fn shake(server: &mut SecureServer, client: &mut SecureClient, src: SocketAddr) -> Result<[u8; 32], SecureError> {
+    fn shake(
+        server: &mut SecureServer,
+        client: &mut SecureClient,
+        src: SocketAddr,
+    ) -> Result<[u8; 32], SecureError> {
         let (mut a, mut b) = ([0u8; 256], [0u8; 256]);
         let n = client.start(&[5; COOKIE_LEN], &mut a)?;
         // Each handshake a moment after the last, so "longest idle" is one session.
@@ -523,7 +551,10 @@ mod tests {
         }
         // Another address has no session.
         let n = client.seal(b"x", &mut wire).expect("seal");
-        assert_eq!(server.open(5, addr(2), &wire[..n], &mut out), Err(SecureError::NoSession));
+        assert_eq!(
+            server.open(5, addr(2), &wire[..n], &mut out),
+            Err(SecureError::NoSession)
+        );
         assert_eq!(server.stats().handshakes, 1);
         assert_eq!(fingerprint(&public).len(), 19);
     }
@@ -540,10 +571,19 @@ mod tests {
         for i in n - 29..n {
             let mut b = sealed.clone();
             b[i] ^= 0x40;
-            assert!(server.open(2, addr(1), &b, &mut out).is_err(), "byte {i} altered and taken");
+            assert!(
+                server.open(2, addr(1), &b, &mut out).is_err(),
+                "byte {i} altered and taken"
+            );
         }
-        assert_eq!(server.open(3, addr(1), &sealed, &mut out), Ok(&b"/netjam/leave"[..]));
-        assert_eq!(server.open(4, addr(1), &sealed, &mut out), Err(SecureError::Replayed));
+        assert_eq!(
+            server.open(3, addr(1), &sealed, &mut out),
+            Ok(&b"/netjam/leave"[..])
+        );
+        assert_eq!(
+            server.open(4, addr(1), &sealed, &mut out),
+            Err(SecureError::Replayed)
+        );
         // Later messages still open, in any order within the window.
         let n1 = client.seal(b"one", &mut wire).expect("seal");
         let first = wire[..n1].to_vec();
@@ -556,7 +596,10 @@ mod tests {
 
     #[test]
     fn a_server_with_another_key_is_refused_naming_both_fingerprints() {
-        let (k1, k2) = (StaticKey::generate().expect("key"), StaticKey::generate().expect("key"));
+        let (k1, k2) = (
+            StaticKey::generate().expect("key"),
+            StaticKey::generate().expect("key"),
+        );
         let (p1, p2) = (*k1.public(), *k2.public());
         let mut client = SecureClient::new(Some(p1));
         assert_eq!(shake(&mut SecureServer::new(k1, 1), &mut client, addr(1)), Ok(p1));
@@ -596,7 +639,10 @@ mod tests {
         shake(&mut server, &mut new, addr(3)).expect("handshake");
         let (mut wire, mut out) = ([0u8; MAX], [0u8; MAX]);
         let n = old.seal(b"x", &mut wire).expect("seal");
-        assert_eq!(server.open(9, addr(3), &wire[..n], &mut out), Err(SecureError::Forged));
+        assert_eq!(
+            server.open(9, addr(3), &wire[..n], &mut out),
+            Err(SecureError::Forged)
+        );
     }
 
     #[test]

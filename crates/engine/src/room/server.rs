@@ -75,8 +75,8 @@ use std::net::SocketAddr;
 
 use super::msg::{
     decode_addrs, encode_addrs, fold_name, valid_name, Control, Join, PeerInfo, RefuseCode, Rejoin, Rekey,
-    RekeyStatus, Roster, RosterKind, Welcome, CHALLENGE_LEN, CLOCK_PING_PREFIX, ENS_EVERYONE, MAX_ADDRS_LEN, MAX_CONTROL_LEN,
-    MAX_ENS_LEN, MAX_HOSTS, MAX_LISTED, NONCE_LEN, PAIR_TOKEN_LEN, ROOM_KEY_LEN, TOKEN_LEN,
+    RekeyStatus, Roster, RosterKind, Welcome, CHALLENGE_LEN, CLOCK_PING_PREFIX, ENS_EVERYONE, MAX_ADDRS_LEN,
+    MAX_CONTROL_LEN, MAX_ENS_LEN, MAX_HOSTS, MAX_LISTED, NONCE_LEN, PAIR_TOKEN_LEN, ROOM_KEY_LEN, TOKEN_LEN,
 };
 use super::{auth, Demux};
 use crate::nat::stun;
@@ -1292,7 +1292,11 @@ impl Server {
         self.welcome(src, slot);
         // After a change of password the newcomer seals in the room's epoch (it proved
         // the room's key now to sit down); in epoch 0 nothing needs saying.
-        let epoch = self.rooms.get(room).and_then(Option::as_ref).map_or(0, |r| r.epoch);
+        let epoch = self
+            .rooms
+            .get(room)
+            .and_then(Option::as_ref)
+            .map_or(0, |r| r.epoch);
         if media && epoch > 0 {
             self.push_event(
                 now,
@@ -1505,32 +1509,41 @@ impl Server {
     /// who took the new password, a player seated again after this server restarted).
     /// Every answer but an unproven one is authenticated with the request's keys.
     fn rekey(&mut self, now: u64, src: SocketAddr, slot: u32, r: &Rekey<'_>) {
-        let Some(room_idx) = self.slots.get(slot as usize).and_then(Option::as_ref).map(|m| m.room) else {
+        let Some(room_idx) = self
+            .slots
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .map(|m| m.room)
+        else {
             return;
         };
         let Some(Some(room)) = self.rooms.get_mut(room_idx) else {
             return;
         };
         let current = auth::RekeyKeys::new(&room.key, &room.name, r.epoch, r.nonce);
-        let earlier = room.prev_key.map(|k| auth::RekeyKeys::new(&k, &room.name, r.epoch, r.nonce));
+        let earlier = room
+            .prev_key
+            .map(|k| auth::RekeyKeys::new(&k, &room.name, r.epoch, r.nonce));
         let (keys, offered, under_current) = match current.unwrap(r.epoch, r.nonce, r.wrapped, r.mac) {
             Some(k) => (current, k, true),
-            None => match earlier.and_then(|e| e.unwrap(r.epoch, r.nonce, r.wrapped, r.mac).map(|k| (e, k))) {
-                Some((e, k)) => (e, k, false),
-                None => {
-                    self.stats.rekeys_refused += 1;
-                    let epoch = room.epoch;
-                    self.queue(
-                        src,
-                        &Control::Rekeyed {
-                            epoch,
-                            status: RekeyStatus::Unproven as i32,
-                            mac: &[],
-                        },
-                    );
-                    return;
+            None => {
+                match earlier.and_then(|e| e.unwrap(r.epoch, r.nonce, r.wrapped, r.mac).map(|k| (e, k))) {
+                    Some((e, k)) => (e, k, false),
+                    None => {
+                        self.stats.rekeys_refused += 1;
+                        let epoch = room.epoch;
+                        self.queue(
+                            src,
+                            &Control::Rekeyed {
+                                epoch,
+                                status: RekeyStatus::Unproven as i32,
+                                mac: &[],
+                            },
+                        );
+                        return;
+                    }
                 }
-            },
+            }
         };
         let change = under_current && r.epoch == room.epoch.wrapping_add(1);
         let status = if change {
@@ -1560,9 +1573,18 @@ impl Server {
         }
         if change {
             self.stats.rekeys += 1;
-            let by = self.slots.get(slot as usize).and_then(Option::as_ref).map_or(0, |m| m.id);
+            let by = self
+                .slots
+                .get(slot as usize)
+                .and_then(Option::as_ref)
+                .map_or(0, |m| m.id);
             let others: Vec<u32> = match self.rooms.get(room_idx) {
-                Some(Some(r)) => r.members.iter().copied().filter(|&o| o != slot && self.has_media(o)).collect(),
+                Some(Some(r)) => r
+                    .members
+                    .iter()
+                    .copied()
+                    .filter(|&o| o != slot && self.has_media(o))
+                    .collect(),
                 _ => Vec::new(),
             };
             for o in others {

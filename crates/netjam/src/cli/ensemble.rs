@@ -78,7 +78,10 @@ pub const SECRET_ENV: &str = "NETJAM_ENSEMBLE_SECRET";
 
 /// The ensemble's shared secret: `given` by `flag`, else [`SECRET_ENV`], else none.
 fn ensemble_secret(given: Option<&str>, flag: &str) -> anyhow::Result<Option<Secret>> {
-    match given.map(str::to_owned).or_else(|| std::env::var(SECRET_ENV).ok()) {
+    match given
+        .map(str::to_owned)
+        .or_else(|| std::env::var(SECRET_ENV).ok())
+    {
         Some(s) => Ok(Some(Secret::new(s.as_bytes()).with_context(|| {
             format!("{flag} / {SECRET_ENV}: give a non-empty secret, or leave both unset")
         })?)),

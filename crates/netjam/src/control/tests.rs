@@ -115,7 +115,10 @@ fn a_password_goes_to_the_room_thread_only_where_the_surface_has_the_port() {
     assert_eq!(r.passwords.try_recv().ok().as_deref(), Some("second"));
     for args in [vec![Arg::Str("")], vec![Arg::Int(3)], vec![]] {
         let replies = r.send("/password", &args);
-        assert!(replies.first().is_some_and(|(a, _)| a == "/error"), "{args:?}: {replies:?}");
+        assert!(
+            replies.first().is_some_and(|(a, _)| a == "/error"),
+            "{args:?}: {replies:?}"
+        );
     }
     assert!(r.passwords.try_recv().is_err());
     assert!(r.commands().is_empty(), "nothing for the audio thread");
