@@ -5,19 +5,42 @@
 //! roster delivery over a path that loses half the control packets (where joins retried
 //! after a lost welcome must not replace their own seat), and names: one player per name
 //! in a room, a restarted player replacing its ghost, rooms matched whatever the case.
+//!
+//! The scenarios marked `sealed!` run a second time with the control channel on (the
+//! server holds a static key, every client pins it), as every `netjam server` runs.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::net::SocketAddr;
 
 use netjam_engine::rng::SimRng;
 use netjam_engine::room::auth;
 use netjam_engine::room::msg::{Control, RekeyStatus, ENS_EVERYONE, MAX_CONTROL_LEN, MAX_ENS_LEN};
+use netjam_engine::room::secure::{self, StaticKey};
 use netjam_engine::room::{
     ClientConfig, DropReason, RefuseCode, RoomClient, RoomEvent, RosterKind, Server, ServerConfig, Verdict,
 };
 
 const MS: u64 = 1_000_000;
 const SECRET: [u8; 32] = [42; 32];
+/// The static key of the sealed runs' server.
+const SERVER_KEY: [u8; 32] = [5; 32];
+
+thread_local! {
+    /// This thread's scenario runs with the control channel on.
+    static SEALED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A second test that runs `$scenario` with the control channel on.
+macro_rules! sealed {
+    ($sealed:ident, $scenario:ident) => {
+        #[test]
+        fn $sealed() {
+            SEALED.with(|s| s.set(true));
+            $scenario();
+        }
+    };
+}
 
 fn addr(i: u16) -> SocketAddr {
     SocketAddr::from(([10, 0, (i >> 8) as u8, i as u8], 40_000 + i))
@@ -67,13 +90,27 @@ struct World {
     sent_to: BTreeMap<SocketAddr, usize>,
     /// `/netjam/ens` the server relayed: (to, bytes).
     ens_heard: Vec<(SocketAddr, Vec<u8>)>,
+    /// The control channel is on.
+    sealed: bool,
+    /// Every datagram either way, as it crossed the network.
+    wire: Vec<Vec<u8>>,
+    /// Keys the clients reported to pin, per peer.
+    pinned: Vec<(usize, [u8; 32])>,
 }
 
 impl World {
     fn new(cfg: ServerConfig, loss: f64, seed: u64) -> Self {
+        let sealed = SEALED.with(Cell::get);
+        let mut server = Server::new(cfg, SECRET);
+        if sealed {
+            server.set_static_key(StaticKey::from_private(SERVER_KEY));
+        }
         Self {
             now: 1_000 * MS,
-            server: Server::new(cfg, SECRET),
+            server,
+            sealed,
+            wire: Vec::new(),
+            pinned: Vec::new(),
             peers: Vec::new(),
             queue: BinaryHeap::new(),
             serial: 0,
@@ -110,6 +147,7 @@ impl World {
         cfg.bytes_per_s = pps * 300;
         cfg.nonce_seed = [i as u8; 16];
         cfg.sample_rate = rate;
+        cfg.secure = self.sealed;
         self.peers.push(Peer {
             addr: addr(i),
             client: RoomClient::new(cfg, self.now),
@@ -124,6 +162,7 @@ impl World {
             return;
         }
         self.serial += 1;
+        self.wire.push(bytes.clone());
         self.queue.push(InFlight {
             at: std::cmp::Reverse((self.now + MS, self.serial)),
             to_server,
@@ -143,7 +182,10 @@ impl World {
                 }
             }
             while let Some(e) = self.peers[i].client.poll_event() {
-                self.peers[i].events.push(e);
+                match e {
+                    RoomEvent::ServerKey { key } => self.pinned.push((i, key)),
+                    e => self.peers[i].events.push(e),
+                }
             }
         }
         while let Some((dst, n)) = self.server.poll_transmit(&mut buf) {
@@ -687,14 +729,17 @@ fn roster_events_survive_half_the_control_packets_lost() {
             w.add(i as u16 + 1, "band", n, "pw", 100 + i as u32);
             w.run_for(200 * MS);
         }
-        // A join takes four messages, each lost half the time; retries come at most 1 s apart.
-        w.run_for(40_000 * MS);
+        // A join takes four messages, each lost half the time; retries come at most 1 s
+        // apart. Sealed it takes six (the handshake's two before the join), and a join
+        // retried before the channel opened starts the handshake again.
+        w.run_for(if w.sealed { 120_000 } else { 40_000 } * MS);
         for (i, p) in w.peers.iter().enumerate() {
             assert!(
                 p.client.seat().is_some(),
-                "seed {seed}: {} not seated: {:?}",
+                "seed {seed}: {} not seated: {:?} {:?}",
                 names[i],
-                p.events
+                p.events,
+                p.client
             );
         }
         w.peers[1].client.rename("Bob");
@@ -1217,3 +1262,241 @@ fn a_password_change_moves_the_room_to_a_new_epoch_that_only_the_new_password_fo
         w.peers[b].events
     );
 }
+
+/// Whether `needle` appears anywhere in `hay`.
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
+}
+
+#[test]
+fn sealed_control_carries_no_token_name_or_room_in_clear_and_pins_the_key_once() {
+    SEALED.with(|s| s.set(true));
+    let mut w = World::new(ServerConfig::default(), 0.0, 31);
+    let a = w.add(1, "rehearsal", "Ana", "pw", 0x1111);
+    let b = w.add(2, "rehearsal", "Bo", "pw", 0x2222);
+    w.run_for(500 * MS);
+    let tokens: Vec<[u8; 16]> = w.peers[a]
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            RoomEvent::Peer(p) => Some(p.token),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tokens.len(), 1, "{:?}", w.peers[a].events);
+    assert_eq!(w.roster(b), [(RosterKind::Joined, "Ana".to_owned())]);
+    // Nothing that admits a member or says who plays where crosses in clear.
+    for d in &w.wire {
+        for t in &tokens {
+            assert!(!contains(d, t), "a pair token in clear");
+        }
+        for word in [
+            &b"rehearsal"[..],
+            b"Ana",
+            b"Bo\0",
+            b"/netjam/join",
+            b"/netjam/peer",
+            b"/netjam/welcome",
+        ] {
+            assert!(!contains(d, word), "{:?} in clear", String::from_utf8_lossy(word));
+        }
+    }
+    assert!(w.wire.iter().any(|d| secure::is_sealed(d)));
+    // Each client pinned the server's one key, once.
+    let public = *StaticKey::from_private(SERVER_KEY).public();
+    assert_eq!(w.pinned, [(a, public), (b, public)]);
+    assert_eq!(w.server.public_key(), Some(public));
+    let ch = w.server.secure_stats().expect("a channel");
+    assert_eq!((ch.handshakes, ch.forged, ch.replayed), (2, 0, 0));
+    assert_eq!(w.server.stats().clear_control, 0);
+    // Keep-alives went on sealed for seconds.
+    w.run_for(5_000 * MS);
+    assert!(w.server.secure_stats().expect("a channel").opened >= 10);
+    assert_eq!(w.server.stats().members, 2);
+}
+
+#[test]
+fn an_altered_or_replayed_control_message_is_refused_and_the_seat_plays_on() {
+    SEALED.with(|s| s.set(true));
+    let mut w = World::new(ServerConfig::default(), 0.0, 32);
+    let a = w.add(1, "band", "Ana", "pw", 0x1111);
+    let _b = w.add(2, "band", "Bo", "pw", 0x2222);
+    w.run_for(500 * MS);
+    // Ana's next control message, taken before it reaches the server.
+    let mut ka = [0u8; 64];
+    let n = Control::Keepalive.encode(&mut ka).expect("encode");
+    w.peers[a].client.send_control(&ka[..n]);
+    let mut buf = [0u8; MAX_ENS_LEN];
+    let n = w.peers[a].client.poll_transmit(&mut buf).expect("sealed");
+    let sealed_from_a = buf[..n].to_vec();
+    assert!(secure::is_sealed(&sealed_from_a));
+    let before = w.server.secure_stats().expect("channel");
+    // Each of the last 16 bytes (the tag) and of 16 bytes of ciphertext flipped in turn.
+    for i in (n - 32)..n {
+        let mut bad = sealed_from_a.clone();
+        bad[i] ^= 0x01;
+        let _ = w.server.handle_datagram(w.now, addr(1), &bad);
+    }
+    let after = w.server.secure_stats().expect("channel");
+    assert_eq!(after.forged, before.forged + 32, "{before:?} → {after:?}");
+    assert_eq!(after.opened, before.opened, "nothing altered was opened");
+    // The message itself is taken once; again, it is a replay.
+    let _ = w.server.handle_datagram(w.now, addr(1), &sealed_from_a);
+    let _ = w.server.handle_datagram(w.now, addr(1), &sealed_from_a);
+    let after = w.server.secure_stats().expect("channel");
+    assert_eq!(
+        (after.opened, after.replayed),
+        (before.opened + 1, before.replayed + 1)
+    );
+    // From another address it has no session: a rebind hint, nothing opened.
+    let hints = w.server.stats().rebind_hints;
+    let _ = w.server.handle_datagram(w.now, addr(7), &sealed_from_a);
+    assert_eq!(w.server.stats().rebind_hints, hints + 1);
+    assert_eq!(
+        w.server.secure_stats().expect("channel").opened,
+        before.opened + 1
+    );
+    let mut out = [0u8; MAX_ENS_LEN];
+    while w.server.poll_transmit(&mut out).is_some() {}
+    // A join in clear to a server whose control is sealed is refused (counted).
+    let mut cfg = ClientConfig::new("band", "Mallory", "pw", 9);
+    cfg.nonce_seed = [9; 16];
+    let mut clear = RoomClient::new(cfg, w.now);
+    let n = clear.poll_transmit(&mut buf).expect("hello");
+    let _ = w.server.handle_datagram(w.now, addr(9), &buf[..n]);
+    let (dst, m) = w.server.poll_transmit(&mut out).expect("a challenge, in clear");
+    assert_eq!(dst, addr(9));
+    clear.handle_datagram(w.now, &out[..m]);
+    let n = clear.poll_transmit(&mut buf).expect("a join in clear");
+    let _ = w.server.handle_datagram(w.now, addr(9), &buf[..n]);
+    assert_eq!(w.server.stats().clear_control, 1);
+    assert!(
+        w.server.poll_transmit(&mut out).is_none(),
+        "no answer to a clear join"
+    );
+    // Ana plays on.
+    w.run_for(3_000 * MS);
+    assert!(w.peers[a].client.seat().is_some());
+    assert_eq!(w.server.stats().members, 2);
+}
+
+#[test]
+fn a_server_showing_another_key_than_pinned_is_refused_by_name() {
+    SEALED.with(|s| s.set(true));
+    let mut w = World::new(ServerConfig::default(), 0.0, 33);
+    let mut cfg = ClientConfig::new("band", "Ana", "", 1);
+    cfg.secure = true;
+    let pinned = *StaticKey::from_private([6; 32]).public();
+    cfg.server_key = Some(pinned);
+    w.peers.push(Peer {
+        addr: addr(1),
+        client: RoomClient::new(cfg, w.now),
+        events: Vec::new(),
+        alive: true,
+    });
+    w.run_for(2_000 * MS);
+    let offered = secure::fingerprint(StaticKey::from_private(SERVER_KEY).public());
+    assert_eq!(
+        w.peers[0].events,
+        [RoomEvent::ServerKeyChanged {
+            pinned: secure::fingerprint(&pinned),
+            offered,
+        }]
+    );
+    assert!(w.peers[0].client.seat().is_none());
+    assert_eq!(w.server.stats().joins, 0, "no join went to the server");
+    // It stops: nothing more after the handshake.
+    let sent = w.wire.len();
+    w.run_for(5_000 * MS);
+    assert_eq!(w.wire.len(), sent);
+}
+
+#[test]
+fn a_restarted_server_with_its_key_takes_the_player_back_through_a_new_handshake() {
+    SEALED.with(|s| s.set(true));
+    let mut w = World::new(ServerConfig::default(), 0.0, 34);
+    let a = w.add(1, "band", "Ana", "", 10);
+    w.run_for(300 * MS);
+    w.server = Server::new(ServerConfig::default(), [7; 32]);
+    w.server.set_static_key(StaticKey::from_private(SERVER_KEY));
+    // Its next sealed keep-alive reaches a server with no session for it: a rebind hint
+    // in clear, a hello, a new handshake, and a fresh seat.
+    w.run_for(12_000 * MS);
+    let j = joined(&w.peers[a].events);
+    assert_eq!(j.len(), 2, "{:?}", w.peers[a].events);
+    assert!(!j[1].2, "a fresh seat");
+    assert!(w.server.stats().rebind_hints >= 1);
+    assert_eq!(w.server.secure_stats().expect("channel").handshakes, 1);
+    assert_eq!(w.pinned.len(), 1, "the key was pinned once");
+}
+
+#[test]
+fn a_handshake_whose_cookie_is_not_the_sources_is_never_answered() {
+    SEALED.with(|s| s.set(true));
+    let mut w = World::new(ServerConfig::default(), 0.0, 35);
+    // Ana's hello and challenge go through; her handshake is then replayed from elsewhere.
+    let mut cfg = ClientConfig::new("band", "Ana", "", 1);
+    cfg.secure = true;
+    let mut c = RoomClient::new(cfg, w.now);
+    let mut buf = [0u8; MAX_ENS_LEN];
+    let mut out = [0u8; MAX_ENS_LEN];
+    let n = c.poll_transmit(&mut buf).expect("hello");
+    let _ = w.server.handle_datagram(w.now, addr(1), &buf[..n]);
+    let (_, m) = w.server.poll_transmit(&mut out).expect("challenge");
+    c.handle_datagram(w.now, &out[..m]);
+    let n = c.poll_transmit(&mut buf).expect("handshake");
+    assert!(secure::is_handshake(&buf[..n]));
+    let _ = w.server.handle_datagram(w.now, addr(2), &buf[..n]);
+    assert!(
+        w.server.poll_transmit(&mut out).is_none(),
+        "answered a forged source"
+    );
+    let _ = w.server.handle_datagram(w.now, addr(1), &buf[..n]);
+    let (dst, m) = w.server.poll_transmit(&mut out).expect("answered its own source");
+    assert_eq!(dst, addr(1));
+    assert!(secure::is_handshake(&out[..m]));
+    let ch = w.server.secure_stats().expect("channel");
+    assert_eq!((ch.handshakes, ch.handshakes_refused), (1, 1));
+}
+
+// The scenarios above again, with the control channel on.
+sealed!(
+    sealed_members_join_hear_of_each_other_and_forward,
+    members_join_hear_of_each_other_and_forward_to_the_others_only
+);
+sealed!(
+    sealed_a_silent_member_times_out,
+    a_silent_member_times_out_and_the_room_is_told
+);
+sealed!(
+    sealed_wrong_password_is_refused,
+    wrong_password_is_refused_and_the_first_joiner_fixes_the_password
+);
+sealed!(
+    sealed_a_member_whose_address_changes_keeps_its_seat,
+    a_member_whose_address_changes_keeps_its_seat_after_reauthenticating
+);
+sealed!(
+    sealed_roster_events_survive_half_the_control_packets_lost,
+    roster_events_survive_half_the_control_packets_lost
+);
+sealed!(
+    sealed_a_second_player_under_a_name_taken_is_refused,
+    a_second_player_under_a_name_already_in_the_room_is_refused
+);
+sealed!(
+    sealed_a_restarted_player_replaces_its_ghost,
+    a_player_restarted_after_a_crash_replaces_its_ghost_at_once
+);
+sealed!(
+    sealed_a_player_restarted_on_the_same_port_replaces_its_seat,
+    a_player_restarted_on_the_same_port_replaces_its_seat
+);
+sealed!(
+    sealed_two_copies_of_one_player_do_not_swap_the_seat,
+    two_copies_of_one_player_do_not_take_the_seat_from_each_other
+);
+sealed!(
+    sealed_room_names_match_whatever_the_case,
+    room_names_match_whatever_the_case_and_keep_the_first_spelling
+);

@@ -21,6 +21,15 @@
 //! measures the round trip to the server (hello → challenge, join → welcome, keep-alive →
 //! echo) for the direct paths' comparison.
 //!
+//! With [`ClientConfig::secure`] every control message but the hello travels in the
+//! Noise channel ([`super::secure`]): the challenge's cookie starts a handshake, the join
+//! waits until it is done and goes sealed, and so does everything after it. The server's
+//! static key is checked against [`ClientConfig::server_key`] (pinned); a first key is
+//! reported as [`RoomEvent::ServerKey`] for the caller to pin, another one than pinned as
+//! [`RoomEvent::ServerKeyChanged`], and the client stops. In clear it takes only what a
+//! server sends before a channel exists: the challenge, a rebind hint, a refusal of its
+//! protocol version.
+//!
 //! Calling loop (like [`Server`](super::Server)): feed every datagram that came from the
 //! server and starts with `/` to [`RoomClient::handle_datagram`]; call
 //! [`RoomClient::handle_timeout`] at [`RoomClient::poll_timeout`]; after each call drain
@@ -36,9 +45,10 @@ use sha2::{Digest, Sha256};
 use super::auth;
 use super::msg::{
     decode_addrs, encode_addrs, fold_name, Control, Join, RefuseCode, Rejoin, Rekey, RekeyStatus, RosterKind,
-    COOKIE_LEN, HELLO_PAD, MAX_ADDRS_LEN, MAX_CONTROL_LEN, MAX_HOSTS, NONCE_LEN, PAIR_TOKEN_LEN,
-    REKEY_NONCE_LEN, ROOM_KEY_LEN, TOKEN_LEN,
+    COOKIE_LEN, HELLO_PAD, MAX_ADDRS_LEN, MAX_CONTROL_LEN, MAX_HOSTS, MAX_WIRE_LEN, NONCE_LEN,
+    PAIR_TOKEN_LEN, REKEY_NONCE_LEN, ROOM_KEY_LEN, TOKEN_LEN,
 };
+use super::secure::{self, SecureClient, SecureError, KEY_LEN};
 
 /// What a [`RoomClient`] asks for.
 #[derive(Debug, Clone)]
@@ -75,6 +85,13 @@ pub struct ClientConfig {
     /// server refuses it at once in a room whose players' rate it cannot convert; 0 says
     /// nothing.
     pub sample_rate: u32,
+    /// Control travels in the Noise channel (the server has a static key, as every
+    /// `netjam server` does); `false` speaks the protocol in clear, to a server core
+    /// without a key.
+    pub secure: bool,
+    /// The server's static key as pinned before (`None`: the first key shown is taken and
+    /// reported with [`RoomEvent::ServerKey`]).
+    pub server_key: Option<[u8; KEY_LEN]>,
 }
 
 impl ClientConfig {
@@ -94,6 +111,8 @@ impl ClientConfig {
             lost_after_ns: 5_000_000_000,
             hosts: Vec::new(),
             sample_rate: 0,
+            secure: false,
+            server_key: None,
         }
     }
 }
@@ -191,6 +210,20 @@ pub enum RoomEvent {
         /// The server the room lives on, as it advertises itself.
         server: String,
     },
+    /// The control channel is open with a server whose key was not pinned: pin `key` for
+    /// it, so that another key is refused next time.
+    ServerKey {
+        /// The server's static public key.
+        key: [u8; KEY_LEN],
+    },
+    /// The server showed another key than the one pinned for it; the client stops. Either
+    /// its operator changed the key (forget the old one) or someone is in the way.
+    ServerKeyChanged {
+        /// Fingerprint of the key pinned.
+        pinned: String,
+        /// Fingerprint of the key shown.
+        offered: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -287,7 +320,15 @@ pub struct RoomClient {
     /// taken the new one.
     behind: Option<u32>,
     rekey: Option<PendingRekey>,
+    /// The control channel ([`ClientConfig::secure`]).
+    channel: Option<SecureClient>,
+    /// Control messages waiting for the channel to open.
+    held: Vec<Vec<u8>>,
 }
+
+/// Control messages held while a handshake is under way; more are dropped (each is
+/// retried by its own timer).
+const HELD_MAX: usize = 32;
 
 impl RoomClient {
     /// A client that says hello at `now_ns`.
@@ -325,7 +366,12 @@ impl RoomClient {
             epoch: 0,
             behind: None,
             rekey: None,
+            channel: None,
+            held: Vec::new(),
         };
+        if c.cfg.secure {
+            c.channel = Some(SecureClient::new(c.cfg.server_key));
+        }
         c.hello(now_ns);
         c
     }
@@ -381,14 +427,79 @@ impl RoomClient {
         let mut buf = vec![0u8; MAX_CONTROL_LEN];
         if let Ok(n) = msg.encode(&mut buf) {
             buf.truncate(n);
-            self.transmit.push_back(buf);
+            self.push(buf);
         }
+    }
+
+    /// Queues one control message: sealed when the channel is open, held until it is
+    /// when a handshake is under way, as it is without a channel.
+    fn push(&mut self, plain: Vec<u8>) {
+        match self.channel.as_mut() {
+            None => self.transmit.push_back(plain),
+            Some(ch) if ch.is_open() => {
+                let mut out = vec![0u8; MAX_WIRE_LEN];
+                if let Ok(n) = ch.seal(&plain, &mut out) {
+                    out.truncate(n);
+                    self.transmit.push_back(out);
+                }
+            }
+            Some(_) => {
+                if self.held.len() < HELD_MAX {
+                    self.held.push(plain);
+                }
+            }
+        }
+    }
+
+    /// Starts a handshake with the server's `cookie` (after a challenge, or again when a
+    /// join went unanswered before the channel opened): what was held for the last one
+    /// is dropped, the caller queues its request again.
+    fn start_channel(&mut self, cookie: &[u8; COOKIE_LEN]) {
+        let Some(ch) = self.channel.as_mut() else { return };
+        self.held.clear();
+        let mut out = vec![0u8; MAX_WIRE_LEN];
+        if let Ok(n) = ch.start(cookie, &mut out) {
+            out.truncate(n);
+            self.transmit.push_back(out);
+        }
+    }
+
+    /// Sends a control message the caller built (a route list) the way this client sends
+    /// its own: sealed in the channel when there is one.
+    pub fn send_control(&mut self, bytes: &[u8]) {
+        self.push(bytes.to_vec());
+    }
+
+    /// The key to expect from the server from now on (call before
+    /// [`RoomClient::server_changed`] when going to another server): `None` takes the
+    /// first one shown.
+    pub fn set_server_key(&mut self, key: Option<[u8; KEY_LEN]>) {
+        self.cfg.server_key = key;
+        if self.cfg.secure {
+            self.channel = Some(SecureClient::new(key));
+            self.held.clear();
+        }
+    }
+
+    /// The server's key, once the channel has been open (or as pinned).
+    pub fn server_key(&self) -> Option<[u8; KEY_LEN]> {
+        self.cfg.server_key
+    }
+
+    /// Whether control travels sealed just now.
+    pub fn channel_open(&self) -> bool {
+        self.channel.as_ref().is_some_and(SecureClient::is_open)
     }
 
     fn hello(&mut self, now: u64) {
         self.phase = Phase::Hello;
         self.asked_at = now;
-        self.send(&Control::Hello { pad: HELLO_PAD });
+        // Always in clear: the hello asks for the cookie a handshake needs.
+        let mut buf = vec![0u8; MAX_CONTROL_LEN];
+        if let Ok(n) = (Control::Hello { pad: HELLO_PAD }).encode(&mut buf) {
+            buf.truncate(n);
+            self.transmit.push_back(buf);
+        }
         self.arm_retry(now);
     }
 
@@ -428,7 +539,7 @@ impl RoomClient {
         let mut buf = vec![0u8; MAX_CONTROL_LEN];
         if let Ok(n) = Control::Join(j).encode(&mut buf) {
             buf.truncate(n);
-            self.transmit.push_back(buf);
+            self.push(buf);
         }
     }
 
@@ -457,10 +568,78 @@ impl RoomClient {
 
     /// Takes one datagram that came from the server.
     pub fn handle_datagram(&mut self, now_ns: u64, bytes: &[u8]) {
+        let Some(ch) = self.channel.as_mut() else {
+            return self.handle_control(now_ns, bytes, true);
+        };
+        if secure::is_handshake(bytes) {
+            return self.channel_answer(now_ns, bytes);
+        }
+        if !secure::is_sealed(bytes) {
+            return self.handle_control(now_ns, bytes, false);
+        }
+        let mut plain = [0u8; MAX_WIRE_LEN];
+        match ch.open(now_ns, bytes, &mut plain) {
+            Ok(p) => {
+                let n = p.len();
+                self.handle_control(now_ns, &plain[..n], true);
+            }
+            Err(_) => self.ignored += 1,
+        }
+    }
+
+    /// The server's answer to the handshake: the channel opens and what waited for it
+    /// goes, sealed.
+    fn channel_answer(&mut self, now: u64, bytes: &[u8]) {
+        let Some(ch) = self.channel.as_mut() else { return };
+        match ch.finish(now, bytes) {
+            Ok(key) => {
+                if self.cfg.server_key.is_none() {
+                    self.cfg.server_key = Some(key);
+                    self.events.push_back(RoomEvent::ServerKey { key });
+                }
+                self.last_heard = now;
+                self.heard_since_change = true;
+                for m in std::mem::take(&mut self.held) {
+                    self.push(m);
+                }
+            }
+            Err(SecureError::KeyChanged { pinned, offered }) => {
+                self.phase = Phase::Refused;
+                self.held.clear();
+                self.events
+                    .push_back(RoomEvent::ServerKeyChanged { pinned, offered });
+            }
+            // A late or repeated answer, or one altered on the way: the next retry
+            // shakes hands again.
+            Err(_) => self.ignored += 1,
+        }
+    }
+
+    /// One control message: opened from the channel or without one (`trusted`), or as it
+    /// came in clear, where only what a server sends before a channel exists is taken.
+    fn handle_control(&mut self, now_ns: u64, bytes: &[u8], trusted: bool) {
         let Ok(msg) = Control::decode(bytes) else {
             self.ignored += 1;
             return;
         };
+        if !trusted
+            && !matches!(
+                msg,
+                Control::Challenge { .. } | Control::Rebind | Control::Refused { .. }
+            )
+        {
+            self.ignored += 1;
+            return;
+        }
+        if !trusted {
+            if let Control::Refused { code, .. } = msg {
+                // The one refusal that comes before a channel: a server of another version.
+                if code != RefuseCode::BadVersion as i32 {
+                    self.ignored += 1;
+                    return;
+                }
+            }
+        }
         self.last_heard = now_ns;
         self.lost_reported = false;
         self.heard_since_change = true;
@@ -470,6 +649,7 @@ impl RoomClient {
                 self.rtt_sample(now_ns, self.asked_at);
                 self.asked_at = now_ns;
                 self.reset_backoff();
+                self.start_channel(cookie);
                 if self.seat.is_some() {
                     self.fresh_nonce();
                     self.send_rejoin(cookie, server_nonce);
@@ -736,7 +916,7 @@ impl RoomClient {
         p.at = now + initial.saturating_mul(1 << p.attempts.min(4)).min(max);
         if let Ok(n) = n {
             buf.truncate(n);
-            self.transmit.push_back(buf);
+            self.push(buf);
         }
     }
 
@@ -830,6 +1010,9 @@ impl RoomClient {
                         create,
                         attempts,
                     } if attempts < JOIN_ATTEMPTS => {
+                        if !self.channel_open() {
+                            self.start_channel(&cookie);
+                        }
                         self.send_join(&cookie, &server_nonce, create);
                         self.asked_at = now_ns;
                         self.phase = Phase::Join {
@@ -845,6 +1028,9 @@ impl RoomClient {
                         server_nonce,
                         attempts,
                     } if attempts < JOIN_ATTEMPTS => {
+                        if !self.channel_open() {
+                            self.start_channel(&cookie);
+                        }
                         self.send_rejoin(&cookie, &server_nonce);
                         self.asked_at = now_ns;
                         self.phase = Phase::Rejoin {
@@ -881,7 +1067,7 @@ impl RoomClient {
     }
 
     /// The next datagram to send to the server: written into `buf`, its length returned.
-    /// A `buf` of [`MAX_CONTROL_LEN`] bytes always suffices; a shorter one that cannot
+    /// A `buf` of [`MAX_WIRE_LEN`] bytes always suffices; a shorter one that cannot
     /// hold the datagram loses it.
     pub fn poll_transmit(&mut self, buf: &mut [u8]) -> Option<usize> {
         loop {

@@ -4,14 +4,19 @@
 //! from a stranger) and to a seated client with a password change under way. The
 //! `room_control` target of the `fuzz/` crate calls it, and the unit test below runs it over
 //! random and mutated messages of every kind so the normal test suite exercises the same
-//! paths. Any panic reached from here is a bug, never a fault of the input.
+//! paths. [`channel_any`] does the same through the control channel (`room_channel`
+//! target): the input as it came, as the ciphertext of a sealed message and as a
+//! handshake message, to a keyed server and a client seated through it. Any panic reached
+//! from here is a bug, never a fault of the input.
 
 use std::net::SocketAddr;
 
 use super::msg::{
     Control, Join, Rejoin, Rekey, Roster, RosterKind, Welcome, HELLO_PAD, MAX_CONTROL_LEN, MAX_ENS_LEN,
 };
-use super::{auth, ClientConfig, RoomClient, Server, ServerConfig};
+use super::secure::{StaticKey, HANDSHAKE, SEALED};
+use super::{auth, ClientConfig, RoomClient, Server, ServerConfig, PROTOCOL_VERSION};
+use netjam_osc::{encode_message, Arg};
 
 const MS: u64 = 1_000_000;
 
@@ -26,9 +31,18 @@ fn stranger() -> SocketAddr {
 /// A server and a client seated in it through the real protocol, the client asking to
 /// change the password. The room key is fixed (no Argon2 run per input).
 fn seated() -> (Server, RoomClient) {
+    seated_with(false)
+}
+
+/// [`seated`], with the control channel on when `sealed`.
+fn seated_with(sealed: bool) -> (Server, RoomClient) {
     let mut s = Server::new(ServerConfig::default(), [9; 32]);
     let mut cfg = ClientConfig::new("band", "Ana", "pw", 77);
     cfg.room_key = Some([7; 32]);
+    if sealed {
+        s.set_static_key(StaticKey::from_private([4; 32]));
+        cfg.secure = true;
+    }
     let mut c = RoomClient::new(cfg, 0);
     let mut buf = [0u8; MAX_ENS_LEN];
     for step in 0..10u64 {
@@ -87,6 +101,56 @@ pub fn control_any(data: &[u8]) {
                 "a password change taken from an unproven answer"
             );
         }
+    }
+}
+
+/// Feeds `data` to a keyed server (from its member and from a stranger) and to a client
+/// seated through the channel: as it came, as the ciphertext of a `/netjam/sealed` and as
+/// the message of a `/netjam/hs`. Nothing may panic, a stranger gets no more than it sent
+/// back (no handshake answer without its cookie), and nothing unauthenticated seats,
+/// re-keys or changes the pinned key.
+pub fn channel_any(data: &[u8]) {
+    let (mut s, mut c) = seated_with(true);
+    while c.poll_event().is_some() {}
+    let pinned = c.server_key();
+    assert!(pinned.is_some() && c.channel_open(), "seated through the channel");
+    let nonce = data.first().map_or(0, |&b| i64::from(b));
+    let mut sealed = [0u8; MAX_ENS_LEN + 128];
+    let mut hs = [0u8; MAX_ENS_LEN + 128];
+    let args = [Arg::Int(PROTOCOL_VERSION), Arg::Long(nonce), Arg::Blob(data)];
+    let ns = encode_message(&mut sealed, SEALED, &args).unwrap_or(0);
+    let nh = encode_message(&mut hs, HANDSHAKE, &[Arg::Int(PROTOCOL_VERSION), Arg::Blob(data)]).unwrap_or(0);
+    let members = s.stats().members;
+    let mut buf = [0u8; MAX_ENS_LEN + 128];
+    for input in [data, &sealed[..ns], &hs[..nh]] {
+        for (at, from) in [(20 * MS, member()), (21 * MS, stranger())] {
+            let _ = s.handle_datagram(at, from, input);
+            let mut to_stranger = 0;
+            while let Some((dst, n)) = s.poll_transmit(&mut buf) {
+                if dst == stranger() {
+                    to_stranger += n;
+                }
+            }
+            assert!(
+                to_stranger <= input.len(),
+                "a reply to a stranger longer than its cause"
+            );
+            s.handle_timeout(at + MS);
+        }
+        c.handle_datagram(22 * MS, input);
+        c.handle_timeout(23 * MS);
+        while c.poll_transmit(&mut buf).is_some() {}
+    }
+    assert_eq!(s.stats().members, members, "seated by unauthenticated bytes");
+    assert_eq!(c.server_key(), pinned, "the pinned key moved");
+    while let Some(e) = c.poll_event() {
+        assert!(
+            !matches!(
+                e,
+                super::RoomEvent::Epoch { .. } | super::RoomEvent::ServerKey { .. }
+            ),
+            "{e:?} from unauthenticated bytes"
+        );
     }
 }
 
@@ -211,6 +275,29 @@ mod tests {
                 }
             }
             control_any(&d);
+        }
+    }
+
+    #[test]
+    fn random_and_mutated_bytes_through_the_channel_never_panic() {
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let seeds = seeds();
+        for i in 0..300u64 {
+            let mut d = seeds[(i as usize) % seeds.len()].clone();
+            if next() % 2 == 0 {
+                let len = (next() % 120) as usize;
+                d = (0..len).map(|_| next() as u8).collect();
+            } else if !d.is_empty() {
+                let at = (next() as usize) % d.len();
+                d[at] ^= 1 << (next() % 8);
+            }
+            channel_any(&d);
         }
     }
 }

@@ -30,6 +30,11 @@ pub const MAX_LISTED: usize = 64;
 pub const MAX_SERVER_LEN: usize = 128;
 /// Largest control message either side writes (a buffer of this size always suffices).
 pub const MAX_CONTROL_LEN: usize = 512;
+/// Bytes the control channel adds around a control message (`/netjam/sealed ,ihb`: address,
+/// type tags, version, nonce, blob length and padding, ChaCha20-Poly1305's tag).
+pub const SEALED_OVERHEAD: usize = 16 + 8 + 4 + 8 + 4 + 3 + 16;
+/// Largest control datagram on the wire, sealed or not.
+pub const MAX_WIRE_LEN: usize = MAX_CONTROL_LEN + SEALED_OVERHEAD;
 
 /// Most host addresses a member declares in its join (more are ignored).
 pub const MAX_HOSTS: usize = 4;

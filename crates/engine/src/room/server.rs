@@ -78,6 +78,7 @@ use super::msg::{
     RekeyStatus, Roster, RosterKind, Welcome, CHALLENGE_LEN, CLOCK_PING_PREFIX, ENS_EVERYONE, MAX_ADDRS_LEN,
     MAX_CONTROL_LEN, MAX_ENS_LEN, MAX_HOSTS, MAX_LISTED, NONCE_LEN, PAIR_TOKEN_LEN, ROOM_KEY_LEN, TOKEN_LEN,
 };
+use super::secure::{self, SecureServer, SecureStats, StaticKey};
 use super::{auth, Demux};
 use crate::nat::stun;
 
@@ -360,6 +361,9 @@ pub struct ServerStats {
     pub locate_drops: u64,
     /// `/netjam/list` queries answered.
     pub lists: u64,
+    /// Control messages that came in clear to a server whose control travels sealed
+    /// ([`Server::set_static_key`]): anything but a hello, a list or an ensemble relay.
+    pub clear_control: u64,
 }
 
 /// How many bytes longer than its request a STUN answer may be (an IPv4
@@ -589,6 +593,8 @@ pub struct Server {
     unproven_tokens: f64,
     unproven_last: u64,
     stats: ServerStats,
+    /// The control channel, once the server has a static key.
+    secure: Option<SecureServer>,
 }
 
 /// What an RTP/RTCP packet's sender SSRC check found.
@@ -673,7 +679,28 @@ impl Server {
             unproven_tokens: burst,
             unproven_last: 0,
             stats: ServerStats::default(),
+            secure: None,
         }
+    }
+
+    /// Gives the server its static key: from now on a player's control travels in the
+    /// Noise channel ([`secure`]) and what comes in clear is refused (counted as
+    /// [`ServerStats::clear_control`]), but for what must come before the channel or has
+    /// no member behind it: a hello, its challenge, `/netjam/list`, STUN, and ensemble
+    /// datagrams (sealed by the ensemble's own secret, which the server does not hold).
+    pub fn set_static_key(&mut self, key: StaticKey) {
+        let most = self.cfg.max_members.saturating_mul(2).max(64);
+        self.secure = Some(SecureServer::new(key, most));
+    }
+
+    /// The public half of the static key, when the server has one.
+    pub fn public_key(&self) -> Option<[u8; secure::KEY_LEN]> {
+        self.secure.as_ref().map(|s| *s.public())
+    }
+
+    /// What the control channel did, when the server has one.
+    pub fn secure_stats(&self) -> Option<SecureStats> {
+        self.secure.as_ref().map(SecureServer::stats)
     }
 
     /// The configuration.
@@ -736,7 +763,7 @@ impl Server {
             return Verdict::Control;
         }
         self.stats.stun_answered += 1;
-        self.queue_bytes(src, buf[..n].to_vec());
+        self.queue_clear(src, buf[..n].to_vec());
         Verdict::Control
     }
 
@@ -796,7 +823,7 @@ impl Server {
         }
         for d in dests {
             self.stats.ens_relayed += 1;
-            self.queue_bytes(d, buf.clone());
+            self.queue_clear(d, buf.clone());
         }
     }
 
@@ -874,7 +901,86 @@ impl Server {
         Verdict::Forward(&self.scratch)
     }
 
+    /// A control datagram: a handshake or a sealed message when the server has a key,
+    /// otherwise (or for what may come in clear) the message itself.
     fn control(&mut self, now: u64, src: SocketAddr, bytes: &[u8]) -> Verdict<'static> {
+        let Some(sec) = self.secure.as_mut() else {
+            return self.control_plain(now, src, bytes, true);
+        };
+        if secure::is_handshake(bytes) {
+            return self.handshake(now, src, bytes);
+        }
+        if !secure::is_sealed(bytes) {
+            return self.control_plain(now, src, bytes, false);
+        }
+        let mut plain = [0u8; MAX_ENS_LEN];
+        match sec.open(now, src, bytes, &mut plain) {
+            Ok(p) => {
+                let n = p.len();
+                self.control_plain(now, src, &plain[..n], true)
+            }
+            Err(secure::SecureError::NoSession) => {
+                // A player that had a session at another address (its router remapped
+                // it) or with a server that restarted: it says hello again.
+                self.rebind_hint(now, src, bytes.len());
+                Verdict::Drop(DropReason::UnknownSource)
+            }
+            Err(_) => Verdict::Drop(DropReason::BadControl),
+        }
+    }
+
+    /// The first message of a Noise handshake: answered (in clear) when its cookie is
+    /// valid for its source. A member's handshakes count against its rate; anyone else's
+    /// come out of the global budget for unproven addresses, after the cookie check, so
+    /// a forged source costs a hash and never an answer.
+    fn handshake(&mut self, now: u64, src: SocketAddr, bytes: &[u8]) -> Verdict<'static> {
+        if let Some(&slot) = self.by_addr.get(&src) {
+            if let Some(Some(m)) = self.slots.get_mut(slot as usize) {
+                m.stats.packets_in += 1;
+                m.stats.bytes_in += bytes.len() as u64;
+                if !m.bucket.take(now, bytes.len()) {
+                    m.stats.policed += 1;
+                    return Verdict::Drop(DropReason::Policed);
+                }
+            }
+        }
+        let Some(mut sec) = self.secure.take() else {
+            return Verdict::Drop(DropReason::BadControl);
+        };
+        let member = self.by_addr.contains_key(&src);
+        let secret = self.secret;
+        let mut over_budget = false;
+        let mut out = [0u8; MAX_CONTROL_LEN];
+        let answer = sec.accept(
+            now,
+            src,
+            bytes,
+            |cookie| {
+                if !auth::cookie_valid(&secret, src, now, cookie) {
+                    return false;
+                }
+                over_budget = !member && !self.unproven_budget(now);
+                !over_budget
+            },
+            &mut out,
+        );
+        self.secure = Some(sec);
+        if over_budget {
+            self.stats.unproven_suppressed += 1;
+        }
+        match answer {
+            Ok(n) => {
+                self.queue_clear(src, out[..n].to_vec());
+                Verdict::Control
+            }
+            Err(_) => Verdict::Drop(DropReason::BadControl),
+        }
+    }
+
+    /// One control message, opened from the channel or as it came. `trusted`: it came
+    /// sealed, or the server has no channel; otherwise only what may come in clear is
+    /// taken.
+    fn control_plain(&mut self, now: u64, src: SocketAddr, bytes: &[u8], trusted: bool) -> Verdict<'static> {
         let msg = match Control::decode(bytes) {
             Ok(m) => m,
             Err(super::msg::ControlError::Version(_)) => {
@@ -895,6 +1001,15 @@ impl Server {
                 return Verdict::Drop(DropReason::BadControl);
             }
         };
+        if !trusted
+            && !matches!(
+                msg,
+                Control::Hello { .. } | Control::List { .. } | Control::Ens { .. }
+            )
+        {
+            self.stats.clear_control += 1;
+            return Verdict::Drop(DropReason::BadControl);
+        }
         let member = self.by_addr.get(&src).copied();
         if let Some(slot) = member {
             let Some(Some(m)) = self.slots.get_mut(slot as usize) else {
@@ -918,13 +1033,17 @@ impl Server {
                 let cookie = auth::cookie(&self.secret, src, auth::slot(now));
                 let nonce = auth::server_nonce(&self.secret, &cookie);
                 self.stats.challenges += 1;
-                self.queue(
-                    src,
-                    &Control::Challenge {
-                        cookie: &cookie,
-                        server_nonce: &nonce,
-                    },
-                );
+                // In clear: a player says hello when it has no session (a first hello,
+                // a new address, a server that forgot it).
+                let mut buf = [0u8; MAX_CONTROL_LEN];
+                if let Ok(n) = (Control::Challenge {
+                    cookie: &cookie,
+                    server_nonce: &nonce,
+                })
+                .encode(&mut buf)
+                {
+                    self.queue_clear(src, buf[..n].to_vec());
+                }
             }
             (Control::Join(j), _) => self.join(now, src, &j, bytes),
             (Control::List { cookie }, _) => self.list(now, src, cookie, bytes.len()),
@@ -1383,6 +1502,11 @@ impl Server {
         let old = m.addr;
         self.by_addr.remove(&old);
         self.by_addr.insert(src, slot);
+        if old != src {
+            if let Some(sec) = self.secure.as_mut() {
+                sec.forget(old);
+            }
+        }
         if let Some(Some(m)) = self.slots.get_mut(slot as usize) {
             m.addr = src;
             m.last_heard = now;
@@ -1618,7 +1742,15 @@ impl Server {
     }
 
     fn remove(&mut self, now: u64, slot: u32, kind: RosterKind) {
+        let addr = self
+            .slots
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .map(|m| m.addr);
         self.remove_member(now, slot, kind, true);
+        if let (Some(sec), Some(addr)) = (self.secure.as_mut(), addr) {
+            sec.forget(addr);
+        }
     }
 
     /// The player in `room` (a seat with media) whose name folds to `name`'s, other than
@@ -1644,6 +1776,9 @@ impl Server {
         self.stats.replaced += 1;
         if old != by {
             self.refuse(old, RefuseCode::Replaced);
+            if let Some(sec) = self.secure.as_mut() {
+                sec.forget(old);
+            }
         }
         self.remove_member(now, slot, RosterKind::Left, false);
     }
@@ -1782,7 +1917,9 @@ impl Server {
                     self.wake_at(now_ns + CLAIM_UNUSED_NS);
                 }
                 for (src, bytes) in joins {
-                    self.control(now_ns, src, &bytes);
+                    // Held as opened: a join that came in clear to a server with a
+                    // channel was refused before it could be held.
+                    self.control_plain(now_ns, src, &bytes, true);
                 }
             }
             Placement::Elsewhere(server) => {
@@ -1952,7 +2089,7 @@ impl Server {
     }
 
     /// The next control reply: writes it into `buf` and returns its destination and
-    /// length. A reply longer than `buf` ([`MAX_CONTROL_LEN`] always suffices) is dropped
+    /// length. A reply longer than `buf` ([`super::msg::MAX_WIRE_LEN`] always suffices) is dropped
     /// and counted.
     pub fn poll_transmit(&mut self, buf: &mut [u8]) -> Option<(SocketAddr, usize)> {
         loop {
@@ -2019,7 +2156,29 @@ impl Server {
         }
     }
 
+    /// Queues a control message for `dst`: sealed in its session when the server has a
+    /// channel (a reply to an address with none goes in clear: a refusal to a join that
+    /// came in clear before the channel, a hello's answer).
     fn queue_bytes(&mut self, dst: SocketAddr, bytes: Vec<u8>) {
+        if let Some(sec) = self.secure.as_mut().filter(|s| s.has(dst)) {
+            let mut out = vec![0u8; super::msg::MAX_WIRE_LEN];
+            match sec.seal(dst, &bytes, &mut out) {
+                Ok(n) => {
+                    out.truncate(n);
+                    return self.queue_clear(dst, out);
+                }
+                Err(_) => {
+                    self.stats.transmit_drops += 1;
+                    return;
+                }
+            }
+        }
+        self.queue_clear(dst, bytes);
+    }
+
+    /// Queues a datagram for `dst` as it is: STUN, a challenge, a handshake's answer, a
+    /// rebind hint, an ensemble relay.
+    fn queue_clear(&mut self, dst: SocketAddr, bytes: Vec<u8>) {
         if self.transmit.len() >= self.cfg.transmit_queue {
             self.stats.transmit_drops += 1;
             return;
@@ -2059,7 +2218,16 @@ impl Server {
     /// binding changed): the client says hello and rejoins.
     fn rebind_hint(&mut self, now: u64, dst: SocketAddr, cause_len: usize) {
         let before = self.transmit.len();
-        self.unproven_reply(now, dst, cause_len, &Control::Rebind);
+        // In clear: the address has no session (or the player lost it).
+        let mut buf = [0u8; MAX_CONTROL_LEN];
+        let Ok(n) = Control::Rebind.encode(&mut buf) else {
+            return;
+        };
+        if n > cause_len || !self.unproven_budget(now) {
+            self.stats.unproven_suppressed += 1;
+        } else {
+            self.queue_clear(dst, buf[..n].to_vec());
+        }
         if self.transmit.len() > before {
             self.stats.rebind_hints += 1;
         }
