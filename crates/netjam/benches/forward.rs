@@ -484,6 +484,7 @@ fn join_members(members: &[UdpTransport], server: SocketAddr, declared_pps: u32)
             cfg.nonce_seed = (i as u128).to_be_bytes();
             cfg.retry_initial_ns = 20_000_000;
             cfg.retry_max_ns = 200_000_000;
+            cfg.secure = true;
             RoomClient::new(cfg, t0)
         })
         .collect();

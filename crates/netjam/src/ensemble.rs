@@ -194,8 +194,11 @@ struct RoomLink {
     front: FrontDoors,
     held: Vec<(Dest, Vec<u8>)>,
     buf: Vec<u8>,
+    /// The servers' keys the player pinned (its own seat's control is sealed).
+    known: KnownServers,
 }
-use crate::room_client::FrontDoors;
+use crate::keys::KnownServers;
+use crate::room_client::{switch_server, FrontDoors};
 use crate::ws_bridge::{WsBridge, WsBridgeStats, WsInput};
 
 /// The machine-wide monotonic clock, in nanoseconds (on Unix: CLOCK_MONOTONIC, so two
@@ -373,6 +376,7 @@ impl Node {
             front: FrontDoors::new(server, &[]),
             held: Vec::new(),
             buf: vec![0u8; MAX_ENS_LEN],
+            known: KnownServers::from_env(),
         };
         let mut cfg = cfg;
         cfg.room = None;
@@ -398,6 +402,9 @@ impl Node {
         let mut seed = [0u8; 16];
         getrandom::fill(&mut seed).map_err(|e| anyhow::anyhow!("cannot draw a random nonce seed: {e}"))?;
         rc.nonce_seed = seed;
+        let known = KnownServers::from_env();
+        rc.secure = true;
+        rc.server_key = known.get(r.server);
         let link = RoomLink {
             client: Some(RoomClient::new(rc, mono_ns())),
             shared: None,
@@ -405,6 +412,7 @@ impl Node {
             front: r.front,
             held: Vec::new(),
             buf: vec![0u8; MAX_ENS_LEN],
+            known,
         };
         let mut cfg = cfg;
         cfg.room = None;
@@ -435,7 +443,7 @@ impl Node {
                         link.server
                     );
                     if let Some(c) = link.client.as_mut() {
-                        c.server_changed(now);
+                        switch_server(c, link.server, &link.known, now);
                     }
                     asking = (link.server, now);
                 }
@@ -667,7 +675,7 @@ impl Node {
                         Ok(to) => {
                             tracing::info!("ensemble: the room is on {to}; joining there");
                             link.server = to;
-                            client.server_changed(mono_ns());
+                            switch_server(client, to, &link.known, mono_ns());
                         }
                         Err(e) => tracing::warn!("ensemble: {e:#}"),
                     }
@@ -680,13 +688,18 @@ impl Node {
                     }
                     if link.server != link.front.current() {
                         link.server = link.front.current();
-                        client.server_changed(mono_ns());
+                        switch_server(client, link.server, &link.known, mono_ns());
                     } else if link.front.several() {
                         link.server = link.front.advance();
-                        client.server_changed(mono_ns());
+                        switch_server(client, link.server, &link.known, mono_ns());
                     }
                 }
                 RoomEvent::Joined { .. } => self.seated_once = true,
+                e @ (RoomEvent::ServerKey { .. } | RoomEvent::ServerKeyChanged { .. }) => {
+                    if let Err(msg) = crate::room_client::server_key_event(&e, link.server, &link.known) {
+                        self.refused = Some(msg);
+                    }
+                }
                 _ => {}
             }
         }

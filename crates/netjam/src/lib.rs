@@ -11,6 +11,7 @@ pub mod control;
 pub mod dl;
 pub mod endpoint;
 pub mod ensemble;
+pub mod keys;
 pub mod lifecycle;
 pub mod link_emulator;
 pub mod loopback;

@@ -32,6 +32,13 @@
 //! one; when the named server is the one that went silent, the next server the player
 //! named is asked ([`FrontDoors`]).
 //!
+//! Control with the server travels in the Noise channel ([`netjam_engine::room::secure`]):
+//! the client core seals it, this shell pins each server's key in the player's known
+//! servers ([`KnownServers`]) the first time, tells the core the key it pinned before
+//! talking to a server (the one named, or one a redirect names), and stops with what to do
+//! when a server shows another key. Route lists go through the core, sealed, like its own
+//! messages.
+//!
 //! Never here: audio, blocking the audio thread, or trusting a datagram that did not come
 //! from the server (probes from elsewhere are authenticated by the pair's token).
 
@@ -51,6 +58,7 @@ use netjam_engine::room::{
 
 use crate::clock;
 use crate::ensemble::SeatInbox;
+use crate::keys::KnownServers;
 use crate::reflexive::ReflexiveQuery;
 use crate::transport::UdpTransport;
 use netjam_engine::player::{Command, Mixes, RoomMove, Roster};
@@ -89,6 +97,8 @@ pub struct JoinRequest {
     /// Other rooms servers to ask, in order, when `server` does not answer (servers
     /// sharing a room directory: see [`FrontDoors`]).
     pub also: Vec<SocketAddr>,
+    /// The servers' keys this player pinned ([`KnownServers::from_env`]).
+    pub known: KnownServers,
 }
 
 /// A seat taken: the client that holds it and what the roster said so far.
@@ -110,6 +120,8 @@ pub struct Seated {
     pub early: Vec<RosterEntry>,
     /// How to reach those members directly, as the server said.
     pub early_peers: Vec<PeerEntry>,
+    /// The servers' keys this player pinned.
+    pub known: KnownServers,
 }
 
 fn nonce_seed() -> [u8; 16] {
@@ -206,6 +218,37 @@ impl FrontDoors {
     }
 }
 
+/// What the shell does with a control channel's key event: a first key is pinned for
+/// `server` and said; another key than pinned is the error to stop with.
+pub fn server_key_event(e: &RoomEvent, server: SocketAddr, known: &KnownServers) -> Result<(), String> {
+    match e {
+        RoomEvent::ServerKey { key } => {
+            let fp = netjam_engine::room::secure::fingerprint(key);
+            match known.pin(server, key) {
+                Ok(Some(file)) => eprintln!(
+                    "netjam: the rooms server at {server} shows the key {fp}, now pinned in {} (compare it with what its operator sees)",
+                    file.display()
+                ),
+                Ok(None) => eprintln!("netjam: the rooms server at {server} shows the key {fp}"),
+                Err(e) => eprintln!(
+                    "netjam: the rooms server at {server} shows the key {fp}; it could not be pinned ({e:#}), so it is taken again next time"
+                ),
+            }
+            Ok(())
+        }
+        RoomEvent::ServerKeyChanged { pinned, offered } => {
+            Err(known.changed_message(server, pinned, offered))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Tells `client` to talk to `server` from now on, with the key pinned for it.
+pub fn switch_server(client: &mut RoomClient, server: SocketAddr, known: &KnownServers, now_ns: u64) {
+    client.set_server_key(known.get(server));
+    client.server_changed(now_ns);
+}
+
 /// The address a redirect names (`host:port`), of the socket's family if it has both.
 pub fn resolve_redirect(server: &str, like: SocketAddr) -> anyhow::Result<SocketAddr> {
     use std::net::ToSocketAddrs;
@@ -247,6 +290,8 @@ pub fn join_asking(
     config.nonce_seed = nonce_seed();
     config.hosts.clone_from(&r.hosts);
     config.sample_rate = r.sample_rate;
+    config.secure = true;
+    config.server_key = r.known.get(r.server);
     let began = Instant::now();
     let mut client = RoomClient::new(config, clock::now_ns());
     let deadline = Instant::now() + r.timeout;
@@ -288,16 +333,22 @@ pub fn join_asking(
                         ssrc,
                         early,
                         early_peers,
+                        known: r.known.clone(),
                     });
                 }
                 RoomEvent::Roster(entry) => early.push(entry),
                 RoomEvent::Peer(p) => early_peers.push(p),
                 RoomEvent::Refused { code, reason } => bail!(refusal_text(code, &reason, r)),
+                e @ (RoomEvent::ServerKey { .. } | RoomEvent::ServerKeyChanged { .. }) => {
+                    if let Err(msg) = server_key_event(&e, server, &r.known) {
+                        bail!(msg)
+                    }
+                }
                 RoomEvent::Redirected { server: to } => {
                     server = resolve_redirect(&to, front.current())?;
                     redirected = Some(to);
                     quiet_since = Instant::now();
-                    client.server_changed(clock::now_ns());
+                    switch_server(&mut client, server, &r.known, clock::now_ns());
                     // The hello to the room's server goes now, not after the next wait.
                     while let Some(n) = client.poll_transmit(&mut buf) {
                         if let Err(e) = socket.send_to(&buf[..n], server) {
@@ -326,7 +377,7 @@ pub fn join_asking(
             eprintln!("netjam: no answer from the rooms server at {silent}: asking {server}");
             redirected = None;
             quiet_since = Instant::now();
-            client.server_changed(clock::now_ns());
+            switch_server(&mut client, server, &r.known, clock::now_ns());
             continue;
         }
         let now = Instant::now();
@@ -675,6 +726,7 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
         ssrc,
         early,
         early_peers,
+        known,
         ..
     } = seated;
     let RoomWires {
@@ -805,7 +857,7 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                     if let Some(e) = &ensemble {
                         e.server_is(server);
                     }
-                    client.server_changed(now);
+                    switch_server(&mut client, server, &known, now);
                 }
                 if let Some(keys) = &mut private {
                     while let Ok(password) = keys.passwords.try_recv() {
@@ -914,7 +966,7 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                                 if let Some(e) = &ensemble {
                                     e.server_is(server);
                                 }
-                                client.server_changed(switched_at);
+                                switch_server(&mut client, server, &known, switched_at);
                             }
                         }
                         RoomEvent::Redirected { server: to } => match resolve_redirect(&to, front.current()) {
@@ -931,11 +983,18 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                                 if let Some(e) = &ensemble {
                                     e.server_is(server);
                                 }
-                                client.server_changed(switched_at);
+                                switch_server(&mut client, server, &known, switched_at);
                             }
                             Err(e) => tracing::warn!("{e:#}"),
                         },
                         RoomEvent::Epoch { .. } | RoomEvent::PasswordChanged { .. } | RoomEvent::RekeyRefused { .. } => {}
+                        e @ (RoomEvent::ServerKey { .. } | RoomEvent::ServerKeyChanged { .. }) => {
+                            if let Err(msg) = server_key_event(&e, server, &known) {
+                                eprintln!("netjam: {msg}");
+                                roster.refused = Some(msg);
+                                roster.lost = true;
+                            }
+                        }
                         RoomEvent::Refused { code, reason } => {
                             tracing::warn!("the rooms server refused to seat this player again: {reason}");
                             roster.replaced = code == Some(RefuseCode::Replaced);
@@ -966,13 +1025,17 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                 // Route lists and probes first: the server hears of a dead path before
                 // the send thread's next packet goes back through it.
                 while let Some((to, n)) = paths.poll_transmit(clock::now_ns(), &mut buf) {
-                    send(
-                        &buf[..n],
-                        match to {
-                            Target::Server => server,
-                            Target::Addr(a) => a,
-                        },
-                    );
+                    match to {
+                        // Sealed like the client's own control.
+                        Target::Server => {
+                            client.send_control(&buf[..n]);
+                            let mut out = [0u8; netjam_engine::room::msg::MAX_WIRE_LEN];
+                            while let Some(m) = client.poll_transmit(&mut out) {
+                                send(&out[..m], server);
+                            }
+                        }
+                        Target::Addr(a) => send(&buf[..n], a),
+                    }
                 }
                 while paths.poll_event().is_some() {
                     changed = true;

@@ -39,6 +39,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use netjam_engine::room::msg::MAX_ENS_LEN;
+use netjam_engine::room::secure::{fingerprint, SecureStats, StaticKey};
 use netjam_engine::room::{DestId, MemberStats, Server, ServerConfig, ServerStats, Verdict};
 use netjam_ensemble::clock::{ClockServer, ProbeRequest, PONG_LEN};
 
@@ -110,6 +111,9 @@ pub struct ServerReport {
     pub shell: ShellStats,
     pub delay: DelayFigures,
     pub members: Vec<MemberStats>,
+    /// The control channel: handshakes, messages opened, and what was refused (altered,
+    /// replayed, from an address with no session).
+    pub channel: Option<SecureStats>,
 }
 
 /// A log-scale histogram of nanosecond delays: 8 sub-bins per octave, 0.1 µs .. ~1 s.
@@ -211,6 +215,8 @@ impl ReportReader {
 #[derive(Debug)]
 pub struct ServerHandle {
     pub local: SocketAddr,
+    /// The fingerprint of the server's static key, which its players pin.
+    pub fingerprint: String,
     stop: Arc<AtomicBool>,
     restart: Arc<AtomicBool>,
     report: Published,
@@ -300,6 +306,9 @@ pub struct ShellConfig {
     pub cpu: Option<usize>,
     /// `SCHED_FIFO` priority asked for the forwarding thread (see [`crate::rt`]).
     pub priority: i32,
+    /// The static key of the control channel (`netjam server` keeps one in a file,
+    /// [`crate::keys`]); `None`: a key made for this run.
+    pub static_key: Option<StaticKey>,
 }
 
 impl Default for ShellConfig {
@@ -309,6 +318,7 @@ impl Default for ShellConfig {
             flush_after: FLUSH_AFTER,
             cpu: None,
             priority: crate::rt::NETWORK_PRIORITY,
+            static_key: None,
         }
     }
 }
@@ -352,7 +362,9 @@ pub fn spawn_with_directory(
     spawn_on(socket, config, shell, Some(directory))
 }
 
-fn spawn_on(
+/// Starts forwarding on a bound socket, batching, scheduled and keyed as `shell` says,
+/// sharing rooms through `directory` when given.
+pub fn spawn_on(
     socket: UdpTransport,
     mut config: ServerConfig,
     shell: ShellConfig,
@@ -361,7 +373,13 @@ fn spawn_on(
     config.directory = directory.is_some();
     socket.set_read_timeout(Some(IDLE_WAKE))?;
     let local = socket.local_addr()?;
-    let core = Server::new(config, fresh_secret()?);
+    let mut core = Server::new(config, fresh_secret()?);
+    let key = match shell.static_key.clone() {
+        Some(k) => k,
+        None => StaticKey::generate().map_err(|e| anyhow::anyhow!("cannot make a server key: {e}"))?,
+    };
+    let fingerprint = fingerprint(key.public());
+    core.set_static_key(key);
     let stop = Arc::new(AtomicBool::new(false));
     let restart = Arc::new(AtomicBool::new(false));
     let report = Arc::new(Mutex::new(Arc::new(ServerReport {
@@ -376,6 +394,7 @@ fn spawn_on(
     };
     Ok(ServerHandle {
         local,
+        fingerprint,
         stop,
         restart,
         report,
@@ -478,6 +497,7 @@ fn forward(
             shell,
             delay: delays.figures(),
             members: core.member_stats(),
+            channel: core.secure_stats(),
         }
     };
     while !stop.load(Ordering::Relaxed) {
@@ -615,6 +635,7 @@ mod tests {
                         hosts: Vec::new(),
                         sample_rate: 0,
                         also: Vec::new(),
+                        known: crate::keys::KnownServers::from_env(),
                     },
                 )
                 .unwrap();

@@ -472,6 +472,7 @@ impl RawMember {
         config.packets_per_s = DECLARED_PPS;
         config.bytes_per_s = bytes_per_s;
         config.nonce_seed = *b"room-loopback-tt";
+        config.secure = true;
         let mut m = Self {
             socket,
             server,

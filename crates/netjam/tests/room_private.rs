@@ -172,6 +172,7 @@ fn members_with_the_password_hear_each_other_and_another_key_hears_nothing() {
     config.packets_per_s = 800;
     config.bytes_per_s = 800 * (sender.max_packet_bytes() as u32 + 28 + 27) + 40 * 1500;
     config.nonce_seed = *b"room-private-eve";
+    config.secure = true;
     let mut eve = Eve {
         socket,
         server: addr,

@@ -242,6 +242,7 @@ impl Holder {
                 let mut cfg = ClientConfig::new(&room, "holder", "", 1);
                 cfg.packets_per_s = 0;
                 cfg.bytes_per_s = 0;
+                cfg.secure = true;
                 let mut client = RoomClient::new(cfg, now());
                 let mut buf = [0u8; 2048];
                 let mut told = false;
@@ -817,6 +818,7 @@ fn join_once(server: SocketAddr, room: &str, name: &str) -> (f64, SocketAddr) {
             hosts: Vec::new(),
             sample_rate: 0,
             also: Vec::new(),
+            known: netjam::keys::KnownServers::from_env(),
         },
     )
     .expect("seated");

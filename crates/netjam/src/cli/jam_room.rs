@@ -561,6 +561,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             // the device's rate).
             sample_rate: format.rate,
             also,
+            known: crate::keys::KnownServers::from_env(),
         },
         Some(&mut ask),
     )?;

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Args;
 use netjam_engine::room::ServerConfig;
 
@@ -65,6 +66,12 @@ pub struct ServerArgs {
     /// address serves this machine only; any other needs the token printed with the URL.
     #[arg(long, help_heading = REPORTS, value_name = "ADDR:PORT", num_args = 0..=1, default_missing_value = server_page::DEFAULT_ADDR)]
     pub web: Option<SocketAddr>,
+    /// The file of this server's static key, which players pin on first join (made there
+    /// on first start, readable by its owner only). Default:
+    /// ~/.local/state/netjam/server.key. Keep it: a server with a new key is refused by
+    /// every player who pinned the old one.
+    #[arg(long, help_heading = SERVE, value_name = "FILE")]
+    pub key: Option<PathBuf>,
 }
 
 /// `server --help`'s headings.
@@ -170,6 +177,19 @@ pub fn run(a: ServerArgs) -> anyhow::Result<()> {
         max_packets_per_s: a.max_packet_rate,
         ..ServerConfig::default()
     };
+    // A key that cannot be read or made is said before anything starts.
+    let key_path = a
+        .key
+        .clone()
+        .or_else(crate::keys::default_key_path)
+        .ok_or_else(|| {
+            anyhow::anyhow!("no home directory to keep the server's key in: name a file with --key")
+        })?;
+    let key = crate::keys::load_or_create(&key_path).context("--key")?;
+    let shell = ShellConfig {
+        static_key: Some(key),
+        ..ShellConfig::default()
+    };
     // An address the page cannot have is said before anything starts.
     let web = a.web.map(bind_web).transpose()?;
     // A directory that cannot be used is said before anything else starts.
@@ -192,7 +212,7 @@ pub fn run(a: ServerArgs) -> anyhow::Result<()> {
             let me = advertised(a.advertise.as_deref(), local)?;
             let url = redis.url().to_owned();
             let (thread, link) = DirectoryThread::spawn(redis, me.clone(), a.region.clone())?;
-            let handle = server::spawn_with_directory(socket, config, ShellConfig::default(), link)?;
+            let handle = server::spawn_with_directory(socket, config, shell, link)?;
             eprintln!(
                 "netjam: sharing rooms through the directory at {url} as {me} (leases of {} s, renewed every {} s)",
                 LEASE.as_secs(),
@@ -200,12 +220,17 @@ pub fn run(a: ServerArgs) -> anyhow::Result<()> {
             );
             (handle, Some(thread))
         }
-        None => (server::spawn_on_socket(socket, config)?, None),
+        None => (server::spawn_on(socket, config, shell, None)?, None),
     };
     eprintln!(
         "netjam: serving rooms on {} (UDP; control and audio on one port). Players join with: netjam jam --server HOST:{} --room NAME --name YOU",
         handle.local,
         handle.local.port()
+    );
+    eprintln!(
+        "netjam: this server's key is {} (kept in {}); players pin it on their first join and are shown it",
+        handle.fingerprint,
+        key_path.display()
     );
     let osc = match a.osc {
         Some(port) => {
