@@ -757,6 +757,9 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
         room: room.to_owned(),
         me: Some((member_id, ssrc)),
         server: Some(server),
+        server_key: client
+            .server_key()
+            .map(|k| netjam_engine::room::secure::fingerprint(&k)),
         mixes: mix,
         ..Roster::default()
     };
@@ -936,6 +939,8 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                                 });
                             }
                             roster.server = Some(server);
+                            roster.server_key =
+                                client.server_key().map(|k| netjam_engine::room::secure::fingerprint(&k));
                             if new_ssrc != ssrc {
                                 // A fresh seat after the server forgot us: its SSRC is in
                                 // the welcome, but the sender cannot change mid-stream.

@@ -180,7 +180,7 @@ fn open_page(
     let stop_page = stop.clone();
     let listener = WebListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).expect("the page's port");
     let addr = listener.local_addr();
-    let (mut page, _commands) = RoomPage::start(listener, None).expect("the page");
+    let (mut page, _commands) = RoomPage::start(listener, None, None).expect("the page");
     let mut roster = Roster {
         room: "band".into(),
         ..Roster::default()

@@ -16,7 +16,10 @@
 //! * a page bound to another address than loopback is refused without the token printed
 //!   at start; a binary message is refused with an error, and a page that sends more than
 //!   a command's worth is dropped while the others stay served;
-//! * `--web` with `--peer` is refused, saying it needs a room.
+//! * `--web` with `--peer` is refused, saying it needs a room;
+//! * a private room's page shows the server's key as the player pinned it and the media
+//!   epoch; a password typed on the page (Chromium again) moves the room to the next
+//!   epoch, and a page of a room without a password is told it has none.
 //!
 //! Loopback only, ephemeral ports, every wait bounded generously; the figures seen
 //! (snapshot rate, times) are printed.
@@ -683,6 +686,93 @@ fn the_page_pauses_and_resumes_the_recording_and_shows_the_beat() {
             gap_start - first >= 10 && resumed >= 10,
             "sound on both sides of the pause"
         );
+    }
+}
+
+#[test]
+fn a_private_rooms_page_shows_the_servers_key_and_changes_the_password() {
+    if !Path::new(CHROMIUM).exists() {
+        eprintln!("skipped: {CHROMIUM} is missing (scripts/deps installs Debian's chromium)");
+        return;
+    }
+    let _alone = ONE_BROWSER.lock().unwrap_or_else(|e| e.into_inner());
+    let (server, addr) = room_server("90", WAIT);
+    let keyed = server.line_with("this server's key is", WAIT);
+    let fp = keyed
+        .split("key is ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .expect("a fingerprint")
+        .to_owned();
+    let mut ana = player(
+        addr,
+        "ana",
+        "220",
+        "60",
+        &["--password", "first", "--web", "127.0.0.1:0"],
+    );
+    let url = page_url(&mut ana);
+    let mut page = Browser::open(&url, "private");
+    page.wait_for(
+        &format!(r#"document.body.dataset.serverKey === "{fp}" && document.body.dataset.epoch === "0""#),
+        WAIT,
+    );
+    let shown = page.eval(r#"document.getElementById('server-val').textContent"#);
+    assert!(
+        shown
+            .as_str()
+            .is_some_and(|t| t.contains(&addr.to_string()) && t.contains(&fp)),
+        "{shown}"
+    );
+    // Typed and sent from the page: the room moves to epoch 1, and the field is emptied.
+    page.eval(
+        r#"document.getElementById('password').value = 'second'; document.getElementById('password-set').click()"#,
+    );
+    let took = page.wait_for(r#"document.body.dataset.epoch === "1""#, WAIT);
+    assert_eq!(
+        page.eval(r#"document.getElementById('password').value"#),
+        json!("")
+    );
+    let note = page.eval(r#"document.getElementById('private-val').textContent"#);
+    assert!(
+        note.as_str().is_some_and(|t| t.contains("you changed room")),
+        "{note}"
+    );
+    eprintln!(
+        "the page's password change took {:.0} ms to show",
+        took.as_secs_f64() * 1e3
+    );
+    drop(page);
+
+    // A page of a room without a password is told so, and nothing changes.
+    let server_arg = addr.to_string();
+    let mut bo = Proc::spawn_lines(
+        Command::new(BIN)
+            .args(["jam", "--server", &server_arg, "--room", "open", "--name", "bo"])
+            .args([
+                "--sine",
+                "330",
+                "--duration",
+                "60",
+                "--channels",
+                "1",
+                "--web",
+                "127.0.0.1:0",
+            ])
+            .stdout(Stdio::null()),
+        "jam --room open",
+    );
+    let mut ws = page_socket(&page_url(&mut bo));
+    until(&mut ws, WAIT, "a snapshot", |m| m["type"] == "snapshot");
+    ws.send(Message::text(r#"{"password":"x"}"#)).unwrap();
+    let (m, _) = until(&mut ws, WAIT, "an error", |m| m["type"] == "error");
+    assert!(m["text"].as_str().unwrap().contains("no password"), "{m}");
+    let (snap, _) = until(&mut ws, WAIT, "a snapshot", |m| m["type"] == "snapshot");
+    assert!(snap["private"].is_null(), "{snap}");
+    for p in [&mut ana, &mut bo] {
+        p.interrupt();
+        let (exit, said) = p.finish(WAIT);
+        assert!(exit.success(), "{said:#?}");
     }
 }
 

@@ -59,6 +59,8 @@ pub struct Roster {
     pub server_sees: Option<SocketAddr>,
     /// The rooms server the seat is on now.
     pub server: Option<SocketAddr>,
+    /// The fingerprint of that server's key, as the control channel checked it.
+    pub server_key: Option<String>,
     /// Times the room was found on another server after the one it was on stopped
     /// answering (failover), and the last such move.
     pub moves: u64,

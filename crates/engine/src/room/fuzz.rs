@@ -119,7 +119,8 @@ pub fn channel_any(data: &[u8]) {
     let mut hs = [0u8; MAX_ENS_LEN + 128];
     let args = [Arg::Int(PROTOCOL_VERSION), Arg::Long(nonce), Arg::Blob(data)];
     let ns = encode_message(&mut sealed, SEALED, &args).unwrap_or(0);
-    let nh = encode_message(&mut hs, HANDSHAKE, &[Arg::Int(PROTOCOL_VERSION), Arg::Blob(data)]).unwrap_or(0);
+    let hs_args = [Arg::Int(PROTOCOL_VERSION), Arg::Int(1), Arg::Blob(data)];
+    let nh = encode_message(&mut hs, HANDSHAKE, &hs_args).unwrap_or(0);
     let members = s.stats().members;
     let mut buf = [0u8; MAX_ENS_LEN + 128];
     for input in [data, &sealed[..ns], &hs[..nh]] {

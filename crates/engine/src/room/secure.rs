@@ -11,14 +11,17 @@
 //! ```text
 //! C → S  /netjam/hello                   (clear; unchanged)
 //! S → C  /netjam/challenge cookie        (clear; unchanged: proves C's address)
-//! C → S  /netjam/hs ,ib  v, NX msg 1     e; payload: the cookie
-//! S → C  /netjam/hs ,ib  v, NX msg 2     e, ee, s, es; payload empty
+//! C → S  /netjam/hs ,iib v, id, NX msg 1 e; payload: the cookie
+//! S → C  /netjam/hs ,iib v, id, NX msg 2 e, ee, s, es; payload empty (the same id)
 //! both   /netjam/sealed ,ihb v, n, c     a control message, ChaCha20-Poly1305 at nonce n
 //! ```
 //!
 //! The server does its Diffie-Hellman work only for a first message whose cookie is valid
 //! for its source address ([`SecureServer::accept`] asks the caller), so a forged source
-//! costs it a hash, not a handshake, and never gets an answer. Transport messages carry
+//! costs it a hash, not a handshake, and never gets an answer. The client numbers its
+//! handshakes and the server's answer carries the number it answers, so a late answer to
+//! an earlier handshake is told apart and leaves the one under way to finish
+//! ([`SecureError::Stale`]). Transport messages carry
 //! their nonce (UDP loses and reorders): each side counts from 0 and a receiver takes a
 //! nonce once, within the last [`netjam_sframe::REPLAY_WINDOW`]
 //! ([`netjam_sframe::ReplayWindow`]). A session belongs to an address; a player whose
@@ -63,6 +66,10 @@ pub enum SecureError {
     /// The first handshake message carried a cookie not valid for its source.
     #[error("the handshake's cookie is not valid for its source address")]
     BadCookie,
+    /// A handshake answer to an earlier handshake of this client (late, or repeated): the
+    /// one under way goes on.
+    #[error("a late answer to an earlier handshake")]
+    Stale,
     /// The handshake failed (another protocol, altered in transit).
     #[error("the Noise handshake failed: {0}")]
     Handshake(String),
@@ -152,20 +159,30 @@ fn noise(e: snow::Error) -> SecureError {
     SecureError::Handshake(e.to_string())
 }
 
-/// Encodes `/netjam/hs ,ib version, message` into `out`.
-fn handshake_datagram(message: &[u8], out: &mut [u8]) -> Result<usize, SecureError> {
-    encode_message(out, HANDSHAKE, &[Arg::Int(PROTOCOL_VERSION), Arg::Blob(message)])
-        .map_err(|_| SecureError::TooLarge)
+/// Encodes `/netjam/hs ,iib version, id, message` into `out`.
+fn handshake_datagram(id: u32, message: &[u8], out: &mut [u8]) -> Result<usize, SecureError> {
+    encode_message(
+        out,
+        HANDSHAKE,
+        &[
+            Arg::Int(PROTOCOL_VERSION),
+            Arg::Int(id as i32),
+            Arg::Blob(message),
+        ],
+    )
+    .map_err(|_| SecureError::TooLarge)
 }
 
-/// The Noise message inside a `/netjam/hs`.
-fn handshake_message(bytes: &[u8]) -> Result<&[u8], SecureError> {
+/// The handshake's number and the Noise message inside a `/netjam/hs`.
+fn handshake_message(bytes: &[u8]) -> Result<(u32, &[u8]), SecureError> {
     if !is_handshake(bytes) {
         return Err(SecureError::Malformed);
     }
     let m = Message::decode(bytes).map_err(|_| SecureError::Malformed)?;
-    match (m.address(), m.type_tags(), m.arg(0), m.arg(1)) {
-        (HANDSHAKE, "ib", Some(Arg::Int(PROTOCOL_VERSION)), Some(Arg::Blob(b))) => Ok(b),
+    match (m.address(), m.type_tags(), m.arg(0), m.arg(1), m.arg(2)) {
+        (HANDSHAKE, "iib", Some(Arg::Int(PROTOCOL_VERSION)), Some(Arg::Int(id)), Some(Arg::Blob(b))) => {
+            Ok((id as u32, b))
+        }
         _ => Err(SecureError::Malformed),
     }
 }
@@ -336,7 +353,7 @@ impl SecureServer {
         cookie_ok: impl FnOnce(&[u8; COOKIE_LEN]) -> bool,
         out: &mut [u8],
     ) -> Result<usize, SecureError> {
-        let first = handshake_message(bytes)?;
+        let (id, first) = handshake_message(bytes)?;
         // e (32 bytes), then the cookie in clear (NX's first payload is not encrypted).
         let cookie: &[u8; COOKIE_LEN] = first
             .get(KEY_LEN..)
@@ -354,7 +371,7 @@ impl SecureServer {
         let mut second = [0u8; 256];
         let n = hs.write_message(&[], &mut second).map_err(noise)?;
         let transport = hs.into_stateless_transport_mode().map_err(noise)?;
-        let len = handshake_datagram(&second[..n], out)?;
+        let len = handshake_datagram(id, &second[..n], out)?;
         if !self.sessions.contains_key(&src) && self.sessions.len() >= self.most {
             if let Some(idle) = self
                 .sessions
@@ -421,6 +438,8 @@ impl SecureServer {
 pub struct SecureClient {
     pinned: Option<[u8; KEY_LEN]>,
     handshake: Option<HandshakeState>,
+    /// The number of the last handshake started.
+    attempt: u32,
     session: Option<Session>,
 }
 
@@ -441,6 +460,7 @@ impl SecureClient {
         Self {
             pinned,
             handshake: None,
+            attempt: 0,
             session: None,
         }
     }
@@ -453,13 +473,17 @@ impl SecureClient {
         let mut first = [0u8; 256];
         let n = hs.write_message(cookie, &mut first).map_err(noise)?;
         self.handshake = Some(hs);
-        handshake_datagram(&first[..n], out)
+        self.attempt = self.attempt.wrapping_add(1);
+        handshake_datagram(self.attempt, &first[..n], out)
     }
 
     /// Takes the server's handshake answer: the session is open, and the server's static
     /// key is returned (to pin on first use). A key other than the pinned one is refused.
     pub fn finish(&mut self, now_ns: u64, bytes: &[u8]) -> Result<[u8; KEY_LEN], SecureError> {
-        let second = handshake_message(bytes)?;
+        let (id, second) = handshake_message(bytes)?;
+        if self.handshake.is_some() && id != self.attempt {
+            return Err(SecureError::Stale);
+        }
         let mut hs = self.handshake.take().ok_or(SecureError::NoSession)?;
         let mut payload = [0u8; 256];
         // A failed answer ends the handshake: the next attempt starts a new one.
@@ -592,6 +616,36 @@ mod tests {
         assert_eq!(server.open(6, addr(1), &first, &mut out), Ok(&b"one"[..]));
         let s = server.stats();
         assert!(s.forged >= 16 && s.replayed == 1 && s.opened == 3, "{s:?}");
+    }
+
+    #[test]
+    fn a_late_answer_to_an_earlier_handshake_leaves_the_one_under_way_to_finish() {
+        let mut server = SecureServer::new(StaticKey::generate().expect("key"), 8);
+        let mut client = SecureClient::new(None);
+        let (mut a, mut b, mut c) = ([0u8; 256], [0u8; 256], [0u8; 256]);
+        let cookie = |k: &[u8; COOKIE_LEN]| k == &[5; COOKIE_LEN];
+        // The first try's answer is slow; the client starts again before it comes.
+        let n = client.start(&[5; COOKIE_LEN], &mut a).expect("start");
+        let late = server
+            .accept(1, addr(1), &a[..n], cookie, &mut b)
+            .expect("answer");
+        let n = client.start(&[5; COOKIE_LEN], &mut a).expect("start again");
+        let m = server
+            .accept(2, addr(1), &a[..n], cookie, &mut c)
+            .expect("answer again");
+        assert_eq!(client.finish(3, &b[..late]), Err(SecureError::Stale));
+        assert!(!client.is_open());
+        assert!(client.finish(4, &c[..m]).is_ok(), "the one under way finishes");
+        // And they talk.
+        let (mut wire, mut out) = ([0u8; MAX], [0u8; MAX]);
+        let k = client.seal(b"/netjam/keepalive", &mut wire).expect("seal");
+        assert_eq!(
+            server.open(5, addr(1), &wire[..k], &mut out),
+            Ok(&b"/netjam/keepalive"[..])
+        );
+        // The late answer again, once open: not taken, the session stays.
+        assert!(client.finish(6, &b[..late]).is_err());
+        assert!(client.is_open());
     }
 
     #[test]

@@ -648,7 +648,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             state.master_gain_db = a.master_gain;
             state.record = a.record.is_some();
             let (tx, rx) = command_ring(DEFAULT_RING);
-            let handle = ControlServer::spawn_with_passwords(bind, surface, state, tx, password_tx)?;
+            let handle = ControlServer::spawn_with_passwords(bind, surface, state, tx, password_tx.clone())?;
             eprintln!(
                 "netjam: OSC control on {} (/memberN/gain, /memberN/pan, /memberN/mute, /memberN/solo, /send/gain, /monitor/mute, /master/gain, /roster; '/_meta ,s PATH' describes an address)",
                 handle.local_addr()
@@ -672,9 +672,12 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             } else {
                 "anyone with this URL can change your mix: share it only with yourself"
             };
-            let (page, commands) =
-                RoomPage::start(listener, a.record.as_ref().map(|d| d.display().to_string()))
-                    .map_err(|e| anyhow::anyhow!("--web: {e}"))?;
+            let (page, commands) = RoomPage::start(
+                listener,
+                a.record.as_ref().map(|d| d.display().to_string()),
+                private.is_some().then(|| password_tx.clone()),
+            )
+            .map_err(|e| anyhow::anyhow!("--web: {e}"))?;
             eprintln!("netjam: your page of room {room:?}: {url} ({note})");
             (Some(page), Some(commands))
         }

@@ -27,7 +27,14 @@
 //! `{"monitor_gain_db":-10}`, `{"monitor_mute":false}`, `{"send_gain_db":-3}` (−60..=+12),
 //! `{"send_mute":true}`,
 //! `{"record":false}` (pauses a recording started with `--record DIR`; `true` resumes it:
-//! what is recorded meanwhile is silence in every file, so the tracks stay aligned).
+//! what is recorded meanwhile is silence in every file, so the tracks stay aligned),
+//! `{"password":"NEW"}` (a private room's password changes, or this player takes the one
+//! another member set, as OSC's `/password` does: it goes to the room thread, never to
+//! the audio thread, and is never shown again).
+//!
+//! The page also shows the rooms server the seat is on and its key's fingerprint as the
+//! control channel checked it, and in a private room the media epoch and what happened to
+//! the password.
 //!
 //! Never here: a handle on the audio thread, its ring or anything it locks; a command sent
 //! anywhere but through the control thread's [`crate::room_client::CommandSource`].
@@ -122,14 +129,22 @@ pub enum MemberSetting {
 /// What a page asked for, checked, with members by name.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PageCommand {
-    Member { name: String, set: MemberSetting },
+    Member {
+        name: String,
+        set: MemberSetting,
+    },
     MasterGain(f32),
     MonitorGain(f32),
     MonitorMute(bool),
     SendGain(f32),
     SendMute(bool),
     Record(bool),
+    /// A private room's new password (or the one another member set).
+    Password(String),
 }
+
+/// The longest password a page may send, bytes.
+const MAX_PASSWORD: usize = 256;
 
 /// A page's message as JSON (every field optional; exactly one setting is allowed).
 #[derive(Debug, Deserialize)]
@@ -146,6 +161,7 @@ struct Wire {
     send_gain_db: Option<f64>,
     send_mute: Option<bool>,
     record: Option<bool>,
+    password: Option<String>,
 }
 
 fn in_range(what: &str, x: f64, lo: f32, hi: f32) -> Result<f32, String> {
@@ -172,7 +188,8 @@ pub fn parse(text: &str) -> Result<PageCommand, String> {
         + usize::from(w.monitor_mute.is_some())
         + usize::from(w.send_gain_db.is_some())
         + usize::from(w.send_mute.is_some())
-        + usize::from(w.record.is_some());
+        + usize::from(w.record.is_some())
+        + usize::from(w.password.is_some());
     match w.member {
         Some(name) => {
             if own_settings > 0 || member_settings != 1 {
@@ -195,7 +212,7 @@ pub fn parse(text: &str) -> Result<PageCommand, String> {
         None => {
             if member_settings > 0 || own_settings != 1 {
                 return Err(
-                    "a command sets one thing: a member's (with \"member\"), master_gain_db, monitor_gain_db, monitor_mute, send_gain_db, send_mute or record"
+                    "a command sets one thing: a member's (with \"member\"), master_gain_db, monitor_gain_db, monitor_mute, send_gain_db, send_mute, record or password"
                         .into(),
                 );
             }
@@ -224,6 +241,13 @@ pub fn parse(text: &str) -> Result<PageCommand, String> {
                 )?))
             } else if let Some(on) = w.record {
                 Ok(PageCommand::Record(on))
+            } else if let Some(p) = w.password {
+                if p.is_empty() || p.len() > MAX_PASSWORD || p.chars().any(char::is_control) {
+                    return Err(format!(
+                        "a password is 1 to {MAX_PASSWORD} bytes of printable characters"
+                    ));
+                }
+                Ok(PageCommand::Password(p))
             } else {
                 Ok(PageCommand::SendMute(w.send_mute.unwrap_or_default()))
             }
@@ -295,10 +319,23 @@ pub struct RoomView {
     pub recording: Option<RecordingView>,
     /// The shared beat (`None`: no ensemble, or no tempo yet).
     pub beat: Option<BeatView>,
+    /// The rooms server the seat is on, and its key's fingerprint (the control channel's).
+    pub server: Option<String>,
+    pub server_key: Option<String>,
+    /// A private room: the media epoch sealed in now (the password's generation), and what
+    /// happened to the password, the latest last (at most three).
+    pub private: Option<PrivateView>,
     /// Each member's trend, in one snapshot a second and the first after a page opens
     /// (absent from the others).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trends: Option<Vec<TrendView>>,
+}
+
+/// A private room's keys, as the page shows them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PrivateView {
+    pub epoch: u32,
+    pub notes: Vec<String>,
 }
 
 /// The ensemble's shared beat (`--ensemble`), as it stood at the snapshot.
@@ -503,6 +540,19 @@ pub fn view(
         commands_refused: 0,
         recording: None,
         beat: None,
+        server: roster.server.map(|a| a.to_string()),
+        server_key: roster.server_key.clone(),
+        private: stats.sframe.as_ref().map(|f| PrivateView {
+            epoch: f.epoch,
+            notes: roster
+                .password_notes
+                .iter()
+                .rev()
+                .take(3)
+                .rev()
+                .cloned()
+                .collect(),
+        }),
         trends: None,
     }
 }
@@ -578,6 +628,8 @@ struct PageInbox {
     names: Arc<Names>,
     /// Whether the player records (`--record`): a page may pause and resume it.
     records: bool,
+    /// Where a private room's new passwords go (the room thread's); `None`: no password.
+    passwords: Option<Mutex<mpsc::Sender<String>>>,
 }
 
 impl Inbox for PageInbox {
@@ -590,6 +642,18 @@ impl Inbox for PageInbox {
         }
         if matches!(c, PageCommand::Record(_)) && !self.records {
             return Err("nothing records here: start the player with --record DIR".to_owned());
+        }
+        if let PageCommand::Password(p) = c {
+            let Some(to) = &self.passwords else {
+                return Err(
+                    "this room has no password: a room is private from its start (--password)".to_owned(),
+                );
+            };
+            let sent = to
+                .lock()
+                .map_err(|_| "the player is stopping".to_owned())?
+                .send(p);
+            return sent.map_err(|_| "the player is stopping".to_owned());
         }
         self.tx.try_send(c).map_err(|e| match e {
             TrySendError::Full(_) => "too many commands at once: try again".to_owned(),
@@ -631,6 +695,8 @@ impl CommandSource for PageCommands {
                 PageCommand::SendGain(db) => Command::SendGain { db },
                 PageCommand::SendMute(mute) => Command::SendMute { mute },
                 PageCommand::Record(on) => Command::Record { on },
+                // Taken by the inbox, never queued here.
+                PageCommand::Password(_) => continue,
             };
             return Some(command);
         }
@@ -658,11 +724,13 @@ pub struct RoomPage {
 
 impl RoomPage {
     /// Serves the page on `listener`; `record_dir` is where the player records (`--record`),
-    /// if it does. The commands pages send come out of the returned [`PageCommands`], for
-    /// the room client's control thread.
+    /// if it does; `passwords` is where a private room's new passwords go (the room
+    /// thread's, as OSC's `/password`). The commands pages send come out of the returned
+    /// [`PageCommands`], for the room client's control thread.
     pub fn start(
         listener: WebListener,
         record_dir: Option<String>,
+        passwords: Option<mpsc::Sender<String>>,
     ) -> Result<(Self, PageCommands), WebError> {
         let board = Arc::new(Board::default());
         let names = Arc::new(Names::default());
@@ -671,6 +739,7 @@ impl RoomPage {
             tx,
             names: names.clone(),
             records: record_dir.is_some(),
+            passwords: passwords.map(Mutex::new),
         });
         let web = WebServer::start_with_inbox(listener, PAGE, board.clone(), Some(inbox))?;
         let gone = Arc::new(AtomicU64::new(0));
@@ -808,6 +877,14 @@ mod tests {
         assert!(parse(r#"{"send_gain_db":13}"#).is_err());
         assert!(parse(r#"{"send_gain_db":-3,"send_mute":true}"#).is_err());
         assert_eq!(parse(r#"{"record":false}"#), Ok(PageCommand::Record(false)));
+        assert_eq!(
+            parse(r#"{"password":"s3cret words"}"#),
+            Ok(PageCommand::Password("s3cret words".into()))
+        );
+        assert!(parse(r#"{"password":""}"#).is_err());
+        assert!(parse(r#"{"password":"a\nb"}"#).is_err());
+        assert!(parse(&format!(r#"{{"password":"{}"}}"#, "x".repeat(257))).is_err());
+        assert!(parse(r#"{"password":"x","record":true}"#).is_err());
         assert_eq!(
             parse(r#"{"monitor_mute":false}"#),
             Ok(PageCommand::MonitorMute(false))
