@@ -4,7 +4,8 @@
 //!
 //! Run: `cargo bench -p netjam --bench listener [-- [--runs N] [--only NAME,...] [--busy]
 //! [--keep DIR]]` (or NETJAM_LISTENER_RUNS, NETJAM_LISTENER_ONLY, NETJAM_LISTENER_KEEP). N
-//! defaults to 3; NAME is one of p2p, room4, room4-web (room4 with every page open), stall,
+//! defaults to 3; NAME is one of p2p, room4, room4-web (room4 with every page open),
+//! room4-private (room4 with a password: every stream sealed), stall,
 //! step, leave-join; `--busy` keeps one core
 //! spinning for the whole series. Each run of a scenario plays 10–12 s; the default series
 //! takes about 3 minutes on two cores (the first `cargo bench` also builds the bench

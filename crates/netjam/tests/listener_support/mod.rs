@@ -97,13 +97,16 @@ pub enum Scenario {
     DelayStep,
     /// (e) Three players in a room; one leaves at 4 s and joins again at 7 s.
     LeaveJoin,
+    /// (b) in a room with a password: every stream sealed end to end (SFrame).
+    RoomOfFourPrivate,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 6] = [
+    pub const ALL: [Scenario; 7] = [
         Scenario::PeerPair,
         Scenario::RoomOfFour,
         Scenario::RoomOfFourPages,
+        Scenario::RoomOfFourPrivate,
         Scenario::Stall,
         Scenario::DelayStep,
         Scenario::LeaveJoin,
@@ -114,6 +117,7 @@ impl Scenario {
             Scenario::PeerPair => "p2p",
             Scenario::RoomOfFour => "room4",
             Scenario::RoomOfFourPages => "room4-web",
+            Scenario::RoomOfFourPrivate => "room4-private",
             Scenario::Stall => "stall",
             Scenario::DelayStep => "step",
             Scenario::LeaveJoin => "leave-join",
@@ -143,8 +147,9 @@ impl Scenario {
                     lasts_s: 0.0,
                 }),
             ),
-            Scenario::RoomOfFour => room_of_four(self, dir, false),
-            Scenario::RoomOfFourPages => room_of_four(self, dir, true),
+            Scenario::RoomOfFour => room_of_four(self, dir, false, None),
+            Scenario::RoomOfFourPages => room_of_four(self, dir, true, None),
+            Scenario::RoomOfFourPrivate => room_of_four(self, dir, false, Some("rehearsal only")),
             Scenario::LeaveJoin => leave_join(self, dir),
         }
     }
@@ -537,12 +542,19 @@ struct RoomPlayer {
 
 impl RoomPlayer {
     fn start(server: std::net::SocketAddr, hz: f64, seconds: f64, files: Files) -> Self {
-        Self::start_with(server, hz, seconds, files, false)
+        Self::start_with(server, hz, seconds, files, false, None)
     }
 
     /// [`RoomPlayer::start`], serving its page (`--web`) when `page` (see
     /// [`RoomPlayer::open_page`]).
-    fn start_with(server: std::net::SocketAddr, hz: f64, seconds: f64, files: Files, page: bool) -> Self {
+    fn start_with(
+        server: std::net::SocketAddr,
+        hz: f64,
+        seconds: f64,
+        files: Files,
+        page: bool,
+        password: Option<&str>,
+    ) -> Self {
         let started = Instant::now();
         let mut cmd = Command::new(BIN);
         cmd.args(["jam", "--server", &server.to_string(), "--room", "scenario"])
@@ -555,6 +567,9 @@ impl RoomPlayer {
             .stdout(Stdio::null());
         if page {
             cmd.args(["--web", "127.0.0.1:0"]);
+        }
+        if let Some(p) = password {
+            cmd.args(["--password", p]);
         }
         let proc = Proc::spawn_lines(&mut cmd, "netjam jam --room");
         Self {
@@ -624,12 +639,21 @@ fn room_row(scenario: Scenario, p: &RoomPlayer, others: &[f64], event: Option<(f
 
 /// (b): four players in one room, each hearing the other three; with `pages`, each with
 /// its page open for the whole run.
-fn room_of_four(scenario: Scenario, dir: &Path, pages: bool) -> Vec<Row> {
+fn room_of_four(scenario: Scenario, dir: &Path, pages: bool, password: Option<&str>) -> Vec<Row> {
     const TONES: [f64; 4] = [330.0, 440.0, 550.0, 660.0];
     let (_server, addr) = room_server(&(SECONDS + 30.0).to_string(), Duration::from_secs(10));
     let mut players: Vec<RoomPlayer> = TONES
         .iter()
-        .map(|&hz| RoomPlayer::start_with(addr, hz, SECONDS, Files::new(dir, &format!("p{hz}")), pages))
+        .map(|&hz| {
+            RoomPlayer::start_with(
+                addr,
+                hz,
+                SECONDS,
+                Files::new(dir, &format!("p{hz}")),
+                pages,
+                password,
+            )
+        })
         .collect();
     if pages {
         players.iter_mut().for_each(RoomPlayer::open_page);
