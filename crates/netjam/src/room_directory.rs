@@ -56,6 +56,7 @@
 //! Never here: anything the forwarding thread waits for.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
@@ -524,12 +525,23 @@ pub struct DirectoryThread {
 
 impl DirectoryThread {
     /// Runs `directory` for the server that players reach at `advertise`, whose region
-    /// label is `region`.
+    /// label is `region`. With `wake` (the forwarding thread's socket), every answer is
+    /// followed by an empty datagram there, so the forwarding thread takes it at once
+    /// instead of at its next idle wake (a join through a redirect waits for it).
     pub fn spawn(
         directory: RedisDirectory,
         advertise: String,
         region: String,
+        wake: Option<SocketAddr>,
     ) -> std::io::Result<(Self, DirectoryLink)> {
+        let wake = match wake {
+            Some(to) => {
+                let to = wake_address(to);
+                let from = SocketAddr::new(to.ip(), 0);
+                Some((std::net::UdpSocket::bind(from)?, to))
+            }
+            None => None,
+        };
         let (req_tx, req_rx) = mpsc::channel();
         let (ans_tx, ans_rx) = mpsc::channel();
         let (list_tx, list_rx) = mpsc::channel();
@@ -549,6 +561,7 @@ impl DirectoryThread {
                         requests: req_rx,
                         answers: ans_tx,
                         listings: list_tx,
+                        wake,
                     };
                     run(directory, &advertise, &region, &wires, &status, &stop);
                 })?
@@ -606,6 +619,32 @@ struct Wires {
     requests: mpsc::Receiver<DirectoryRequest>,
     answers: mpsc::Sender<(String, Placement)>,
     listings: mpsc::Sender<Vec<ListedRoom>>,
+    /// Where an empty datagram wakes the forwarding thread (see [`DirectoryThread::spawn`]).
+    wake: Option<(std::net::UdpSocket, SocketAddr)>,
+}
+
+impl Wires {
+    /// Wakes the forwarding thread to take what was just sent; a lost wake costs one idle
+    /// wake's wait, as before.
+    fn wake(&self) {
+        if let Some((s, to)) = &self.wake {
+            let _ = s.send_to(&[], to);
+        }
+    }
+}
+
+/// Where to reach a socket bound to `bound` from this machine: a wildcard address becomes
+/// the loopback of its family.
+pub fn wake_address(bound: SocketAddr) -> SocketAddr {
+    match bound.ip() {
+        std::net::IpAddr::V4(a) if a.is_unspecified() => {
+            SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, bound.port()))
+        }
+        std::net::IpAddr::V6(a) if a.is_unspecified() => {
+            SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, bound.port()))
+        }
+        _ => bound,
+    }
 }
 
 fn run(
@@ -662,6 +701,7 @@ fn run(
                 if w.answers.send((room, placement)).is_err() {
                     break;
                 }
+                w.wake();
             }
             Ok(DirectoryRequest::Vacate(room)) => {
                 let r = d.release(&room, me);
@@ -702,6 +742,7 @@ fn run(
                         if list != listed {
                             listed = list;
                             let _ = w.listings.send(listed.clone());
+                            w.wake();
                         }
                     }
                     Err(e) => r = Err(e),
@@ -717,6 +758,9 @@ fn run(
                 {
                     break;
                 }
+            }
+            if !lost.is_empty() {
+                w.wake();
             }
             st.lost.extend(lost);
         }

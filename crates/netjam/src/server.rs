@@ -26,7 +26,9 @@
 //!
 //! With a room directory ([`spawn_with_directory`]), the core's requests go to the
 //! directory thread ([`crate::room_directory`]) over a channel and its answers are taken
-//! between batches with `try_recv`: the forwarding thread never waits for Redis.
+//! between batches with `try_recv`: the forwarding thread never waits for Redis. The
+//! directory thread wakes it with an empty datagram after each answer (no player sends
+//! one; it is counted as `wakes` and not handed to the core).
 //!
 //! Never here: room logic, policing or authentication (the core's), blocking on a
 //! destination or on the directory, allocation per packet.
@@ -81,6 +83,9 @@ pub struct ShellStats {
     pub control_failed: u64,
     /// Ensemble clock probes answered.
     pub clock_answered: u64,
+    /// Empty datagrams taken as a wake-up (the directory thread's, after an answer) and
+    /// not handed to the core.
+    pub wakes: u64,
     /// CPU time the forwarding thread has used, in seconds (0 where the system does not say).
     pub cpu_s: f64,
     /// The CPU the forwarding thread is pinned to, if it asked and the system allowed it.
@@ -521,6 +526,11 @@ fn forward(
             let d = batch.get(i);
             if d.truncated {
                 shell.truncated += 1;
+                continue;
+            }
+            if d.bytes.is_empty() {
+                // A wake-up: what woke the thread is taken below, after the batch.
+                shell.wakes += 1;
                 continue;
             }
             // Drops are counted by the core, per member and per cause; nothing is logged per

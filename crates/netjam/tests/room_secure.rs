@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{sine_player, tmp, Proc, BIN};
+use common::{server_fingerprint, sine_player, tmp, Proc, BIN};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -32,14 +32,7 @@ fn keyed_server(listen: &str, key: &std::path::Path, json: &std::path::Path) -> 
         .nth(4)
         .and_then(|a| a.parse().ok())
         .unwrap_or_else(|| panic!("no address in {serving:?}"));
-    let keyed = p.line_with("this server's key is", WAIT);
-    let fp = keyed
-        .split("key is ")
-        .nth(1)
-        .and_then(|t| t.split_whitespace().next())
-        .expect("a fingerprint")
-        .to_owned();
-    assert_eq!(fp.len(), 19, "{keyed}");
+    let fp = server_fingerprint(&p, WAIT);
     (p, addr, fp)
 }
 

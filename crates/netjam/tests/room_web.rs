@@ -33,7 +33,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::signal::{read_channel0, tone_amp, RATE};
-use common::{room_server, sine_player, tmp, tmp_dir, Proc, BIN};
+use common::{room_server, server_fingerprint, sine_player, tmp, tmp_dir, Proc, BIN};
 use serde_json::{json, Value};
 use tungstenite::stream::MaybeTlsStream;
 use tungstenite::{Message, WebSocket};
@@ -697,13 +697,7 @@ fn a_private_rooms_page_shows_the_servers_key_and_changes_the_password() {
     }
     let _alone = ONE_BROWSER.lock().unwrap_or_else(|e| e.into_inner());
     let (server, addr) = room_server("90", WAIT);
-    let keyed = server.line_with("this server's key is", WAIT);
-    let fp = keyed
-        .split("key is ")
-        .nth(1)
-        .and_then(|t| t.split_whitespace().next())
-        .expect("a fingerprint")
-        .to_owned();
+    let fp = server_fingerprint(&server, WAIT);
     let mut ana = player(
         addr,
         "ana",

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use common::redis::RedisServer;
 use common::{address_in, read_json, tmp_dir, Proc, BIN};
-use netjam_engine::room::msg::MAX_CONTROL_LEN;
+use netjam_engine::room::msg::MAX_WIRE_LEN;
 use netjam_engine::room::{ClientConfig, RoomClient};
 
 /// How long any one step may take on a loaded machine.
@@ -247,7 +247,7 @@ impl Holder {
                 let mut buf = [0u8; 2048];
                 let mut told = false;
                 while !stop.load(Ordering::Relaxed) {
-                    while let Some(n) = client.poll_transmit(&mut buf[..MAX_CONTROL_LEN]) {
+                    while let Some(n) = client.poll_transmit(&mut buf[..MAX_WIRE_LEN]) {
                         let _ = socket.send_to(&buf[..n], server);
                     }
                     while client.poll_event().is_some() {}
@@ -263,6 +263,12 @@ impl Holder {
                     if client.poll_timeout().is_some_and(|t| t <= now()) {
                         client.handle_timeout(now());
                     }
+                }
+                // Its seat goes with it: a later socket of this test given the same port
+                // must not find a seat of another name there.
+                client.leave(now());
+                while let Some(n) = client.poll_transmit(&mut buf[..MAX_WIRE_LEN]) {
+                    let _ = socket.send_to(&buf[..n], server);
                 }
                 told
             })
@@ -825,7 +831,7 @@ fn join_once(server: SocketAddr, room: &str, name: &str) -> (f64, SocketAddr) {
     let (took, on) = (seated.took.as_secs_f64() * 1e3, seated.server);
     let mut client = seated.client;
     client.leave(0);
-    let mut buf = [0u8; MAX_CONTROL_LEN];
+    let mut buf = [0u8; MAX_WIRE_LEN];
     while let Some(n) = client.poll_transmit(&mut buf) {
         let _ = socket.send_to(&buf[..n], on);
     }

@@ -211,7 +211,7 @@ pub fn run(a: ServerArgs) -> anyhow::Result<()> {
         Some(redis) => {
             let me = advertised(a.advertise.as_deref(), local)?;
             let url = redis.url().to_owned();
-            let (thread, link) = DirectoryThread::spawn(redis, me.clone(), a.region.clone())?;
+            let (thread, link) = DirectoryThread::spawn(redis, me.clone(), a.region.clone(), Some(local))?;
             let handle = server::spawn_with_directory(socket, config, shell, link)?;
             eprintln!(
                 "netjam: sharing rooms through the directory at {url} as {me} (leases of {} s, renewed every {} s)",

@@ -278,6 +278,20 @@ pub fn room_server(duration_s: &str, timeout: Duration) -> (Proc, SocketAddr) {
     (server, addr)
 }
 
+/// The fingerprint of its key a `netjam server` prints after its address ("this server's
+/// key is 1a2b-…"), waited for within `timeout`.
+pub fn server_fingerprint(server: &Proc, timeout: Duration) -> String {
+    let line = server.line_with("this server's key is", timeout);
+    let fp = line
+        .split("key is ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no fingerprint in {line:?}"))
+        .to_owned();
+    assert_eq!(fp.len(), 19, "{line}");
+    fp
+}
+
 /// `netjam jam` joining room "band" on `server` as `name`, playing a mono sine at `hz` for
 /// `seconds`: a player of the room tests, for the caller to add its own flags to and spawn.
 pub fn sine_player(server: SocketAddr, name: &str, hz: &str, seconds: &str) -> Command {
