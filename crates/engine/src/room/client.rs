@@ -622,23 +622,16 @@ impl RoomClient {
             self.ignored += 1;
             return;
         };
-        if !trusted
-            && !matches!(
-                msg,
-                Control::Challenge { .. } | Control::Rebind | Control::Refused { .. }
-            )
-        {
+        // In clear, only what a server sends before a channel exists: its challenge, a
+        // rebind hint, and a refusal of this protocol version.
+        let clear_ok = match msg {
+            Control::Challenge { .. } | Control::Rebind => true,
+            Control::Refused { code, .. } => code == RefuseCode::BadVersion as i32,
+            _ => false,
+        };
+        if !trusted && !clear_ok {
             self.ignored += 1;
             return;
-        }
-        if !trusted {
-            if let Control::Refused { code, .. } = msg {
-                // The one refusal that comes before a channel: a server of another version.
-                if code != RefuseCode::BadVersion as i32 {
-                    self.ignored += 1;
-                    return;
-                }
-            }
         }
         self.last_heard = now_ns;
         self.lost_reported = false;

@@ -1048,11 +1048,7 @@ impl Server {
             (Control::Join(j), _) => self.join(now, src, &j, bytes),
             (Control::List { cookie }, _) => self.list(now, src, cookie, bytes.len()),
             (Control::Public, Some(slot)) => {
-                let room = self
-                    .slots
-                    .get(slot as usize)
-                    .and_then(Option::as_ref)
-                    .map(|m| m.room);
+                let room = self.room_of(slot);
                 if let Some(Some(r)) = room.and_then(|i| self.rooms.get_mut(i)) {
                     r.public = true;
                 }
@@ -1557,12 +1553,7 @@ impl Server {
         let Some(ev) = self.event_about(slot, kind) else {
             return;
         };
-        let Some(room) = self
-            .slots
-            .get(slot as usize)
-            .and_then(Option::as_ref)
-            .map(|m| m.room)
-        else {
+        let Some(room) = self.room_of(slot) else {
             return;
         };
         let others: Vec<u32> = match self.rooms.get(room) {
@@ -1633,12 +1624,7 @@ impl Server {
     /// who took the new password, a player seated again after this server restarted).
     /// Every answer but an unproven one is authenticated with the request's keys.
     fn rekey(&mut self, now: u64, src: SocketAddr, slot: u32, r: &Rekey<'_>) {
-        let Some(room_idx) = self
-            .slots
-            .get(slot as usize)
-            .and_then(Option::as_ref)
-            .map(|m| m.room)
-        else {
+        let Some(room_idx) = self.room_of(slot) else {
             return;
         };
         let Some(Some(room)) = self.rooms.get_mut(room_idx) else {
@@ -2139,6 +2125,14 @@ impl Server {
                 direct_to: m.direct.clone(),
             })
             .collect()
+    }
+
+    /// The room index of the member in `slot`.
+    fn room_of(&self, slot: u32) -> Option<usize> {
+        self.slots
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .map(|m| m.room)
     }
 
     fn wake_at(&mut self, t: u64) {
