@@ -659,9 +659,13 @@ fn the_page_pauses_and_resumes_the_recording_and_shows_the_beat() {
         let top = levels.iter().copied().fold(f64::MIN, f64::max);
         let loud: Vec<bool> = levels.iter().map(|l| *l > top - 6.0).collect();
         let first = loud.iter().position(|&l| l).expect("sound at all");
-        let after_sound = &loud[first..];
-        let gap_start = after_sound.iter().position(|&l| !l).expect("a pause") + first;
-        let gap = loud[gap_start..].iter().take_while(|&&l| !l).count();
+        // The pause is the longest quiet stretch after the sound began: a tenth that dips
+        // (a packet concealed on the way) is not the pause.
+        let (gap_start, gap) = (first..loud.len())
+            .filter(|&i| !loud[i] && (i == first || loud[i - 1]))
+            .map(|i| (i, loud[i..].iter().take_while(|&&l| !l).count()))
+            .max_by_key(|&(_, n)| n)
+            .expect("a pause");
         let resumed = loud[gap_start + gap..].iter().filter(|&&l| l).count();
         // The tenths at either edge hold the cut.
         let silent = gap >= 3
