@@ -1074,6 +1074,14 @@ impl DriftCorrector {
         self.frames_played = 0;
     }
 
+    /// The device's clock ran `frames` frames (at the device's rate) that no period played:
+    /// JACK dropped cycles, or a server stood still. They are counted as played, so a lost
+    /// cycle is time the device clock kept, not a clock that ran slow (uncounted, each lost
+    /// 64-frame cycle tilts the device's fit by tens of ppm for seconds). Realtime-safe.
+    pub fn device_skipped(&mut self, frames: u64) {
+        self.frames_played = self.frames_played.saturating_add(frames);
+    }
+
     /// Start of a device period at `now_ns` that will output `out_frames` frames while the
     /// buffer's playout delay exceeds its target by `depth_error_ns` (negative: too
     /// shallow). Updates the loop and returns the input frames this period consumes; read
@@ -1429,6 +1437,45 @@ mod tests {
         }
         let _ = dc.estimator().earliest_arrival_ns(u64::MAX);
         let _ = dc.stats();
+    }
+
+    /// A device that loses a cycle now and then (JACK's xruns) keeps its rate: the lost
+    /// frames are counted as the time they were. Uncounted, the same cycles read as a
+    /// device clock tens of ppm slow, which then moves playout for seconds.
+    #[test]
+    fn lost_device_cycles_do_not_read_as_a_slow_clock() {
+        let period_ns = 1_333_333.333f64;
+        let device_ppm = |told: bool| {
+            let mut dc = DriftCorrector::new(RATE, 1, 64, DriftLoopConfig::default());
+            let mut cycle = 0u64;
+            // Eight seconds, a cycle lost every 1.5 s, three of them in the first second
+            // (a server starting up).
+            while (cycle as f64) * period_ns < 8e9 {
+                let t = cycle as f64 * period_ns;
+                let lost = (cycle % 1125 == 600) || (cycle < 750 && cycle % 250 == 100);
+                if lost {
+                    if told {
+                        dc.device_skipped(64);
+                    }
+                } else {
+                    dc.begin_period(1_000_000_000 + t as u64, 64, 0);
+                }
+                cycle += 1;
+            }
+            dc.estimator().stats().device_ppm.expect("device clock fitted")
+        };
+        let (told, untold) = (device_ppm(true), device_ppm(false));
+        eprintln!(
+            "device clock after 8 s with 8 lost cycles: {told:.2} ppm counted, {untold:.1} ppm uncounted"
+        );
+        assert!(
+            told.abs() < 2.0,
+            "lost cycles counted: the device reads {told:.1} ppm"
+        );
+        assert!(
+            untold.abs() > 10.0,
+            "the same cycles uncounted read {untold:.1} ppm"
+        );
     }
 
     #[test]
