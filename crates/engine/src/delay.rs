@@ -396,6 +396,23 @@ impl DelayEstimator {
         self.target_ns
     }
 
+    /// The cover a playout that follows the phase of device periods keeps before it waits
+    /// a whole period more, in ns. Under [`LatencyPolicy::Tight`] that is the jitter the
+    /// target covers without its margin: a period (1.3 ms at 64 frames) is far more than the
+    /// margin insures, so a phase that leaves the covered jitter but not the margin is
+    /// taken, not waited out. Under `Safe`, and with a fixed buffer, it is the target.
+    pub fn phase_cover_ns(&self) -> u64 {
+        match (self.mode, self.policy) {
+            (
+                BufferMode::Auto {
+                    margin_ns, min_ns, ..
+                },
+                LatencyPolicy::Tight,
+            ) => self.target_ns.saturating_sub(margin_ns).max(min_ns),
+            _ => self.target_ns,
+        }
+    }
+
     /// PDV of the last packet (ns).
     pub fn last_pdv_ns(&self) -> u64 {
         self.last_pdv_ns

@@ -11,7 +11,10 @@
 //!   `now − (earliest arrival of the next frame) − delay`, where the target inside the
 //!   delay comes from [`DelayEstimator`] (adaptive) or is fixed. Bit-exact, the delay is one
 //!   period plus the target; resampled, it follows the phase of device periods against
-//!   packet arrivals (see [`JitterBuffer::playout_delay_ns`]), up to a period less. Playout
+//!   packet arrivals (see [`JitterBuffer::playout_delay_ns`]), up to a period less, and
+//!   keeps the cover ([`DelayEstimator::phase_cover_ns`]: under the tight policy the target
+//!   without its margin) before it waits a period more. The phase's walk is read from the
+//!   phase; a phase that jumps (the path's delay stepped) is taken at once. Playout
 //!   never moves unless it must:
 //!   - *growth*: when playout reaches the end of what has arrived while the error says it
 //!     is early (the target grew), it waits — one inserted stretch, as long as the error
@@ -112,6 +115,14 @@ const PHASE_SLIDE_PER_WALK: f64 = 2.5;
 /// A phase walking faster than this (s per s) is the clocks' drift, followed by a slide;
 /// slower, a step of spare latency is a target that fell, given back at once.
 const PHASE_WALK_SLIDES: f64 = 0.000_02;
+/// A phase off its low-passed value by more than this (ns), one way, for
+/// [`PHASE_JUMP_HOLD_NS`], has jumped: the path's delay stepped. Callbacks that wake late
+/// shake the phase by tens of microseconds, and by a millisecond only for a period or two.
+const PHASE_JUMP_NS: u64 = 150_000;
+const PHASE_JUMP_HOLD_NS: u64 = 50_000_000;
+/// The phase's walk is measured over this long (ns): at 20 ppm a walk of 0.96 frames,
+/// against a low-passed phase that callbacks waking late shake by a tenth of a frame.
+const PHASE_WALK_SPAN_NS: u64 = 1_000_000_000;
 /// A step of latency is given back once the phase has allowed it this long, ns.
 const PHASE_DOWN_HOLD_NS: u64 = 2_000_000_000;
 /// Time constant of the callback phase's low-pass, ns: device callbacks that wake with
@@ -162,6 +173,18 @@ struct Phase {
     high_since: Option<u64>,
     /// When a fall of the target last gave several steps back at once.
     dropped_at: Option<u64>,
+    /// How long (ns, signed by the direction) the phase has stayed more than
+    /// [`PHASE_JUMP_NS`] off its low-passed value.
+    jump_run: f64,
+    /// The low-passed phase unwrapped (frames): neither lifted by steps nor slid.
+    track: f64,
+    /// Where the walk is measured from: a time and the track then.
+    walk_ref: (u64, f64),
+    /// The phase's walk, s per s: what the last two spans of [`PHASE_WALK_SPAN_NS`] agree on
+    /// (`None` until two have ended).
+    walk: Option<f64>,
+    /// The walk over the last span, once one has ended since the start or the last jump.
+    span_walk: Option<f64>,
 }
 
 /// The share of a slide of `offset` frames that a period of `frames` frames at
@@ -268,6 +291,15 @@ pub struct JitterStats {
     pub drift_correction: bool,
     /// The sender's clock against ours and what the corrector does about it.
     pub drift: DriftCorrectorStats,
+    /// While playout follows the phase of the arrivals: what a packet waits from its
+    /// earliest arrival to the period that takes it, ms (without the slide under way).
+    pub phase_wait_ms: Option<f64>,
+    /// While playout follows the phase: what is left of a slide between two latencies, ms
+    /// (negative: playout still moves later).
+    pub phase_slide_ms: Option<f64>,
+    /// While playout follows the phase: how fast the phase walks (the clocks' difference
+    /// as the arrivals show it), ppm.
+    pub phase_walk_ppm: Option<f64>,
 }
 
 /// What kind of audio [`JitterBuffer::store`] is given.
@@ -576,6 +608,10 @@ impl JitterBuffer {
     pub fn stats(&self) -> JitterStats {
         let mut s = self.stats;
         s.target_ms = self.wait_target_ns() as f64 / 1e6;
+        let frame_ms = 1e3 / self.rate.max(1) as f64;
+        s.phase_wait_ms = self.phase.map(|ph| ph.delta * frame_ms);
+        s.phase_slide_ms = self.phase.map(|ph| ph.offset * frame_ms);
+        s.phase_walk_ppm = self.phase.and_then(|ph| ph.walk).map(|w| w * 1e6);
         s.pdv_ms = self.delay.last_pdv_ns() as f64 / 1e6;
         s.pdv_p99_ms = self.delay.pdv_quantile_ns(0.99) as f64 / 1e6;
         // A compressed stream's decoder conceals losses; the buffer's own concealer only
@@ -833,6 +869,7 @@ impl JitterBuffer {
     /// bit-exact stream skips too. Realtime-safe.
     pub fn device_skipped(&mut self, frames: u64) {
         if self.play_ts.is_some() {
+            self.drift.device_skipped(frames);
             let frames = frames.saturating_mul(self.rate as u64) / self.device_rate() as u64;
             self.device_lost = self.device_lost.saturating_add(frames);
         }
@@ -920,8 +957,16 @@ impl JitterBuffer {
     /// `T`: up to `g` frames less than a period plus the target (a third of a period on
     /// average over phases, per direction, for packets of one period).
     ///
+    /// `T` here is the cover ([`Self::phase_cover_ns`]): the target, or under the tight
+    /// policy the jitter it covers without its margin.
+    ///
     /// The phase is low-passed and unwrapped, so the delay follows clock drift continuously,
     /// and the resampler is told how fast it moves (a feed-forward) so the loop does not lag.
+    /// How fast it walks is measured on the phase over one-second spans (two in a row must
+    /// agree); until then the clock estimator's ratio stands in, beyond twice its standard
+    /// error. A phase more than [`PHASE_JUMP_NS`] off for [`PHASE_JUMP_HOLD_NS`] has jumped:
+    /// it is taken at once, a step it frees is given back at once, and a catch-up measures
+    /// its excess from there.
     /// At the edge of a step the delay slides a whole step: later at [`PHASE_SLIDE`] (or
     /// [`PHASE_SLIDE_PER_WALK`] times the walk, when that is faster), started
     /// early enough for the walk; earlier once the chance has stood [`PHASE_DOWN_HOLD_NS`]
@@ -946,9 +991,17 @@ impl JitterBuffer {
         // A packet start near `ts`, so the arrival line is read where it was measured.
         let p0 = packet_start(origin, packet, ts);
         let raw = ((now_ns as i64 - self.earliest_ns(p0)) as f64 / ns_per_frame).rem_euclid(step);
+        let mut jump_run = 0.0;
+        let mut snapped = false;
         // The phase walks at the clocks' rate difference (s per s): a sender slower than
-        // the device makes periods start ever earlier after the arrivals.
-        let walk = self.drift.estimator().ratio().map_or(0.0, |r| r - 1.0);
+        // the device makes periods start ever earlier after the arrivals. It is read from
+        // the phase itself, over [`PHASE_WALK_SPAN_NS`]: the clock estimator's ratio, a
+        // fit a few seconds old, can read 50 ppm between two clocks that agree, and a
+        // walk taken from it slides playout a whole period to meet a step that never comes.
+        let (mut track, mut walk_ref, mut walk, mut span_walk) = match self.phase {
+            Some(ph) if ph.step == g => (ph.track, ph.walk_ref, ph.walk, ph.span_walk),
+            _ => (raw, (now_ns, raw), None, None),
+        };
         let (mut delta, mut offset) = match self.phase {
             Some(ph) if ph.step == g => {
                 // The innovation, wrapped to the nearest copy of the phase.
@@ -956,12 +1009,60 @@ impl JitterBuffer {
                 if e > step / 2.0 {
                     e -= step;
                 }
-                let alpha = (frames as f64 * ns_per_frame / PHASE_TAU_NS).min(1.0);
-                (ph.delta + e * alpha, ph.offset)
+                // A phase that stays off by more than a jitter of the callbacks for a while
+                // has jumped (the path got shorter or longer): taken at once, so the branch
+                // below it is there to give back now, not after the low-pass and the hold.
+                let jump = PHASE_JUMP_NS as f64 / ns_per_frame;
+                if e.abs() > jump && (ph.jump_run == 0.0 || ph.jump_run.signum() == e.signum()) {
+                    jump_run = ph.jump_run + e.signum() * frames as f64 * ns_per_frame;
+                }
+                if jump_run.abs() >= PHASE_JUMP_HOLD_NS as f64 {
+                    jump_run = 0.0;
+                    snapped = true;
+                    // A catch-up measures its excess from here: before, it was measured
+                    // against the branch the phase has left.
+                    self.min_excess_ns = i64::MAX;
+                    self.last_shrink_ns = now_ns;
+                    // A jump is no walk: the walk is measured afresh from here.
+                    track += e;
+                    walk_ref = (now_ns, track);
+                    span_walk = None;
+                    walk = None;
+                    (ph.delta + e, ph.offset)
+                } else {
+                    let alpha = (frames as f64 * ns_per_frame / PHASE_TAU_NS).min(1.0);
+                    track += e * alpha;
+                    (ph.delta + e * alpha, ph.offset)
+                }
             }
             _ => (raw, 0.0),
         };
-        let floor = (self.wait_target_ns() + PHASE_GUARD_NS) as f64 / ns_per_frame;
+        // The walk counts once two spans in a row agree on its direction, at the smaller
+        // of the two: the first span after the start (the low-pass and the arrival line
+        // still settling) reads up to ±170 ppm between two clocks that agree.
+        let span = now_ns.saturating_sub(walk_ref.0);
+        if span >= PHASE_WALK_SPAN_NS {
+            let w = (track - walk_ref.1) * ns_per_frame / span as f64;
+            walk = span_walk.map(|prev| {
+                if prev * w > 0.0 {
+                    w.signum() * w.abs().min(prev.abs())
+                } else {
+                    0.0
+                }
+            });
+            span_walk = Some(w);
+            walk_ref = (now_ns, track);
+        }
+        // Until the phase has shown its walk, the clock estimator's ratio stands in, only
+        // the part of it beyond twice its standard error: a fit a second or two old can
+        // read ±60 ppm between two clocks that agree.
+        let measured = walk;
+        let walk = measured.unwrap_or_else(|| {
+            self.drift.estimator().estimate().map_or(0.0, |(r, se)| {
+                (r - 1.0).signum() * ((r - 1.0).abs() - 2.0 * se).max(0.0)
+            })
+        });
+        let floor = (self.phase_cover_ns() + PHASE_GUARD_NS) as f64 / ns_per_frame;
         // A phase walking down must have slid a step up by the time it reaches the floor.
         let pace = PHASE_SLIDE.max(PHASE_SLIDE_PER_WALK * walk.abs());
         let anticipate = ((-walk).max(0.0) * step / pace * 1.5).min(step / 2.0);
@@ -987,7 +1088,7 @@ impl JitterBuffer {
         let mut dropped_at = self.phase.and_then(|ph| ph.dropped_at);
         // A target still falling after it gave steps back gives the rest back the same way.
         let falling = dropped_at.is_some_and(|at| now_ns.saturating_sub(at) < PHASE_DOWN_HOLD_NS);
-        if spare >= 2.0 || (spare >= 1.0 && falling) {
+        if spare >= 2.0 || (spare >= 1.0 && (falling || snapped)) {
             delta -= spare * step;
             high_since = None;
             dropped_at = Some(now_ns);
@@ -1016,12 +1117,24 @@ impl JitterBuffer {
             slide_rate,
             high_since,
             dropped_at,
+            jump_run,
+            track,
+            walk_ref,
+            walk: measured,
+            span_walk,
         });
         // The delay follows the phase's walk and the slide; the resampler is told both, so
         // the loop does not lag behind a delay that moves on purpose.
         self.drift.set_feed_forward(Some(walk - slid / frames as f64));
         let reads = (frames as u64 + read_ahead(frames, self.rate)) as f64;
         ((reads - step + delta + offset) * ns_per_frame) as i64
+    }
+
+    /// The cover kept beyond the earliest arrival while playout follows the phase of the
+    /// arrivals ([`DelayEstimator::phase_cover_ns`]): under the tight policy the jitter the
+    /// target covers, without the margin a whole period more would pay for.
+    fn phase_cover_ns(&self) -> u64 {
+        self.delay.phase_cover_ns() + self.redundancy_wait_ns
     }
 
     /// What playout holds beyond one period: the estimator's target (at least
@@ -1179,7 +1292,13 @@ impl JitterBuffer {
         // sender's clock). Time this device lost is skipped whatever has arrived: it was
         // measured, not estimated, and what is due now is due now.
         let lost_time = cause == DiscontinuityCause::DeviceLost;
-        let keep = ns_to_frames(self.wait_target_ns(), self.rate);
+        let keep = if self.phase.is_some() {
+            // Following the phase of the arrivals, the delay holds the cover: the cut need
+            // only leave what this period reads through the resampler.
+            RESAMPLER_DELAY_FRAMES as u64 + read_ahead(frames as usize, self.rate)
+        } else {
+            ns_to_frames(self.wait_target_ns(), self.rate)
+        };
         let skip = if lost_time {
             skip
         } else {
@@ -1254,7 +1373,7 @@ impl JitterBuffer {
         match (self.phase, self.grid) {
             (Some(_), Some((origin, packet))) if packet > 0 => {
                 let start = packet_start(origin, packet, t);
-                self.earliest_ns(start) + self.wait_target_ns() as i64 - now_ns as i64
+                self.earliest_ns(start) + self.phase_cover_ns() as i64 - now_ns as i64
             }
             _ => -err,
         }
@@ -1736,13 +1855,13 @@ mod tests {
 
     /// What a packet waits, resampled, from its arrival to its first frame leaving: packets
     /// arrive `delay_ms` after a packet boundary and periods start `phase_ms` after one; the
-    /// first period that starts the target (and the guard) after the arrival takes it, plus
+    /// first period that starts the cover (and the guard) after the arrival takes it, plus
     /// the frames it may read ahead and the resampler's delay (ms).
-    fn phase_following_wait_ms(delay_ms: f64, phase_ms: f64, target_ms: f64) -> f64 {
+    fn phase_following_wait_ms(delay_ms: f64, phase_ms: f64, cover_ms: f64) -> f64 {
         let frame_ms = 1e3 / RATE as f64;
         let period_ms = F as f64 * frame_ms;
         let mut wait_ms = (phase_ms - delay_ms).rem_euclid(period_ms);
-        while wait_ms < target_ms + PHASE_GUARD_NS as f64 / 1e6 {
+        while wait_ms < cover_ms + PHASE_GUARD_NS as f64 / 1e6 {
             wait_ms += period_ms;
         }
         wait_ms + (read_ahead(F, RATE) as usize + RESAMPLER_DELAY_FRAMES) as f64 * frame_ms
@@ -1776,7 +1895,8 @@ mod tests {
                 (0, 0),
                 "phase {phase_ns} ns: {st:?}"
             );
-            let want = phase_following_wait_ms(19.0, phase_ns as f64 / 1e6, st.target_ms);
+            let cover_ms = s.jb.phase_cover_ns() as f64 / 1e6;
+            let want = phase_following_wait_ms(19.0, phase_ns as f64 / 1e6, cover_ms);
             let ahead = read_ahead(F, RATE) as usize;
             assert!(
                 (st.added_latency_recent_ms - want).abs() < 0.05,

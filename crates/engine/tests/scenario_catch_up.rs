@@ -5,7 +5,9 @@
 //! The excess, 2 ms, is shorter than a 440 Hz period (2.27 ms): no cut of at most the
 //! excess keeps the note's phase, so the note's excess is drained by the resampler at the
 //! pitch limit (0.87 cents) over seconds, moving into that bend and out of it slowly enough
-//! that no 200 ms window hears a step of pitch. The chord has no phase to keep and no cleaner
+//! that no 200 ms window hears a step of pitch. Where the shorter path also frees a period
+//! of the arrivals' phase (playout follows it), the excess can hold a whole period of the
+//! note, and that is cut at once, keeping the phase. The chord has no phase to keep and no cleaner
 //! cut coming: it is cut (cross-faded) within a few shrink windows, so its latency is back
 //! within a second. Real process, virtual time: a sender, a link and a receiver at
 //! 48 kHz, 64-frame packets and periods, 10 ms ± 100 µs. Each case prints its figures
@@ -132,9 +134,14 @@ fn a_held_note_is_drained_by_the_resampler_within_its_pitch_limit() {
     // as a residual of -25 dB).
     assert!(heard.worst_cents.abs() <= 1.0, "{heard:?}");
     assert_eq!(heard.glitch_windows(), 0, "{heard:?}");
-    // No cut shorter than the note's period keeps its phase: none is made (a whole period,
-    // 109 frames, would overshoot the excess), and the correction stays within 0.87 cents.
-    assert!(skipped < 100, "a 440 Hz note was cut {skipped} frames");
+    // No cut shorter than the note's period keeps its phase: what is cut is whole periods
+    // (109.09 frames), where the shorter path freed a period of the arrivals' phase beside
+    // the 2 ms, or nothing, and the correction stays within 0.87 cents.
+    let periods = skipped as f64 / (RATE as f64 / 440.0);
+    assert!(
+        (periods - periods.round()).abs() * (RATE as f64 / 440.0) <= 2.0,
+        "a 440 Hz note was cut {skipped} frames, not whole periods"
+    );
     assert!(ppm <= 500.0 + 1.0, "correction {ppm:.0} ppm bends the note");
     assert!(back.is_some(), "the resampler drains the excess by the end");
 }
