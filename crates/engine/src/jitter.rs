@@ -1922,6 +1922,52 @@ mod tests {
         );
     }
 
+    /// Two players, each side's buffer following the phase of the other's packets against
+    /// its own periods: the two phases add up to a period less twice the path (mod a
+    /// period), so when each side's cover and guard keep it under half of that, at most one
+    /// side waits a period more, whatever the phase between the two devices. A cover that
+    /// kept the target's margin (0.25 ms here) made both wait one for a third of the phases,
+    /// as two JACK servers on one machine did in most runs (the round trip a period slower
+    /// than JackTrip's).
+    #[test]
+    fn two_players_never_both_wait_a_period_more_for_the_phase_between_them() {
+        let frame_ms = 1e3 / RATE as f64;
+        let period_ns = frames_to_ns(F as u64, RATE);
+        let link = LinkConfig {
+            delay_ns: 100_000,
+            jitter_ns: 150_000,
+            jitter_dist: crate::link::JitterDist::Uniform,
+            ..LinkConfig::ideal()
+        };
+        let side = |phase_ns: u64, seed: u64| {
+            let mut s = sim(link.clone(), seed);
+            s.jb.set_drift_correction(true);
+            run(&mut s, 0, 10_000, 3750, phase_ns); // 5 s
+            let st = s.jb.stats();
+            (st.added_latency_recent_ms, s.jb.phase_cover_ns() as f64 / 1e6, st)
+        };
+        // Both buffers' constant part: the frames a period may read ahead and the resampler.
+        let constant_ms = (read_ahead(F, RATE) as usize + RESAMPLER_DELAY_FRAMES) as f64 * frame_ms;
+        let period_ms = period_ns as f64 / 1e6;
+        let mut sums = Vec::new();
+        for k in 0..16u64 {
+            let theta = k * period_ns / 16 + 10_000;
+            let (ab, cover_ab, st_ab) = side(theta, 40 + k);
+            let (ba, cover_ba, st_ba) = side(period_ns - theta, 60 + k);
+            let waits = ab + ba - 2.0 * constant_ms;
+            sums.push(waits);
+            // At most one side a period more: the two waits add up to the phases' sum (a
+            // period less twice the path, 1.13 ms here) plus one period, give or take the
+            // path's jitter seen from each side's arrival line.
+            assert!(
+                waits < 2.0 * period_ms - 0.2 + 0.15,
+                "devices {theta} ns apart: waits {ab:.3} + {ba:.3} ms (covers {cover_ab:.2}, \
+                 {cover_ba:.2} ms): {st_ab:?} {st_ba:?}"
+            );
+        }
+        eprintln!("both sides' waits over the phases between two devices, ms: {sums:.2?}");
+    }
+
     #[test]
     fn jitter_is_absorbed_with_few_underruns() {
         let cfg = LinkConfig {
