@@ -1019,10 +1019,10 @@ impl JitterBuffer {
                 if jump_run.abs() >= PHASE_JUMP_HOLD_NS as f64 {
                     jump_run = 0.0;
                     snapped = true;
-                    // A catch-up measures its excess from here: before, it was measured
+                    // A catch-up measures its excess from here, in a window started
+                    // afresh (as at the start of a stream): before, it was measured
                     // against the branch the phase has left.
-                    self.min_excess_ns = i64::MAX;
-                    self.last_shrink_ns = now_ns;
+                    self.last_shrink_ns = 0;
                     // A jump is no walk: the walk is measured afresh from here.
                     track += e;
                     walk_ref = (now_ns, track);
@@ -1039,7 +1039,7 @@ impl JitterBuffer {
         };
         // The walk counts once two spans in a row agree on its direction, at the smaller
         // of the two: the first span after the start (the low-pass and the arrival line
-        // still settling) reads up to ±170 ppm between two clocks that agree.
+        // still settling) read up to 174 ppm between two clocks that agree.
         let span = now_ns.saturating_sub(walk_ref.0);
         if span >= PHASE_WALK_SPAN_NS {
             let w = (track - walk_ref.1) * ns_per_frame / span as f64;
@@ -1055,7 +1055,7 @@ impl JitterBuffer {
         }
         // Until the phase has shown its walk, the clock estimator's ratio stands in, only
         // the part of it beyond twice its standard error: a fit a second or two old can
-        // read ±60 ppm between two clocks that agree.
+        // read 50–80 ppm between two clocks that agree.
         let measured = walk;
         let walk = measured.unwrap_or_else(|| {
             self.drift.estimator().estimate().map_or(0.0, |(r, se)| {
