@@ -607,6 +607,12 @@ impl DriftEstimator {
         self.sender.envelope_ns(rtp_ts_ext)
     }
 
+    /// How many times either clock's fit has restarted (a new timeline, a path step):
+    /// a measure spanning one of them straddles two lines.
+    pub fn restarts(&self) -> u64 {
+        self.sender.restarts + self.device.restarts
+    }
+
     /// `r` alone (see [`Self::estimate`]).
     pub fn ratio(&self) -> Option<f64> {
         self.estimate().map(|(r, _)| r)
