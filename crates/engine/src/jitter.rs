@@ -123,6 +123,9 @@ const PHASE_JUMP_HOLD_NS: u64 = 50_000_000;
 /// The phase's walk is measured over this long (ns): at 20 ppm a walk of 0.96 frames,
 /// against a low-passed phase that callbacks waking late shake by a tenth of a frame.
 const PHASE_WALK_SPAN_NS: u64 = 1_000_000_000;
+/// The two halves of a walk's span may disagree by this much (ppm) or half the span's
+/// reading, whichever is more; beyond that the span held a step, not a walk.
+const WALK_HALVES_PPM: f64 = 25.0;
 /// A step of latency is given back once the phase has allowed it this long, ns.
 const PHASE_DOWN_HOLD_NS: u64 = 2_000_000_000;
 /// Time constant of the callback phase's low-pass, ns: device callbacks that wake with
@@ -178,19 +181,95 @@ struct Phase {
     jump_run: f64,
     /// The low-passed phase unwrapped (frames): neither lifted by steps nor slid.
     track: f64,
-    /// Where the walk is measured from: a time and the track then.
-    walk_ref: (u64, f64),
-    /// The phase's walk, s per s: what the last two spans of [`PHASE_WALK_SPAN_NS`] agree on
-    /// (`None` until two have ended).
-    walk: Option<f64>,
-    /// The walk over the last span, once one has ended since the start or the last jump.
-    span_walk: Option<f64>,
-    /// The span since `walk_ref` holds something that is no walk (device time lost, a
-    /// growth, a restart of a clock's fit): it is not measured.
-    spoiled: bool,
+    /// How fast the track walks: the clocks' rate difference, measured on it.
+    walk: Walk,
+}
+
+/// The phase's walk, read over spans of [`PHASE_WALK_SPAN_NS`] (see
+/// [`JitterBuffer::playout_delay_ns`]).
+#[derive(Debug, Clone, Copy)]
+struct Walk {
+    /// Where the span began: a time and the track then.
+    from: (u64, f64),
+    /// The track halfway through the span, once it got there.
+    mid: Option<(u64, f64)>,
     /// The clock fits' restart count ([`crate::drift::DriftEstimator::restarts`]) when the
     /// span began.
     restarts: u64,
+    /// The span holds something that is no walk (device time lost, a growth of the target,
+    /// a restart of a clock's fit): it is not measured.
+    spoiled: bool,
+    /// The walk over the last span that was measured, unless one was dropped since.
+    last: Option<f64>,
+    /// The walk, s per s: what the last two spans agree on (`None` until two have).
+    agreed: Option<f64>,
+}
+
+impl Walk {
+    fn new(now_ns: u64, track: f64, restarts: u64) -> Self {
+        Walk {
+            from: (now_ns, track),
+            mid: None,
+            restarts,
+            spoiled: false,
+            last: None,
+            agreed: None,
+        }
+    }
+
+    /// Measure afresh from here (the phase jumped): what was measured before is gone.
+    fn restart(&mut self, now_ns: u64, track: f64, restarts: u64) {
+        *self = Walk::new(now_ns, track, restarts);
+    }
+
+    /// The track is at `track` frames at `now_ns`, with the clock fits restarted
+    /// `restarts` times so far.
+    ///
+    /// A span counts once two in a row agree on the direction, at the smaller of the two:
+    /// the first span after the start (the low-pass and the arrival line still settling)
+    /// read up to 174 ppm between two clocks that agree. A span is dropped, and breaks the
+    /// chain, when it held device time lost, a growth or a restart of a fit, or when its
+    /// two halves disagree by more than [`WALK_HALVES_PPM`] and half the span's reading:
+    /// a step of the phase (a JACK server back from an xrun a fraction of a period off
+    /// its grid, on either side of the link) is no walk, and on the JACK bench such spans
+    /// read 165–327 ppm between two clocks that agree, and slid playout a period up.
+    /// (The far side's lost time reaches the track through the arrival line, which
+    /// smooths it: on average it is the far clock running slow, and it is read as a walk.)
+    fn update(&mut self, now_ns: u64, track: f64, restarts: u64, ns_per_frame: f64) {
+        self.spoiled |= restarts != self.restarts;
+        let (t0, x0) = self.from;
+        let span = now_ns.saturating_sub(t0);
+        if self.mid.is_none() && span >= PHASE_WALK_SPAN_NS / 2 {
+            self.mid = Some((now_ns, track));
+        }
+        if span < PHASE_WALK_SPAN_NS {
+            return;
+        }
+        let slope = |(ta, xa): (u64, f64), (tb, xb): (u64, f64)| {
+            (xb - xa) * ns_per_frame / tb.saturating_sub(ta).max(1) as f64
+        };
+        let w = slope(self.from, (now_ns, track));
+        let halves_agree = self.mid.is_some_and(|mid| {
+            let (a, b) = (slope((t0, x0), mid), slope(mid, (now_ns, track)));
+            (a - b).abs() <= (WALK_HALVES_PPM * 1e-6).max(w.abs() / 2.0)
+        });
+        if self.spoiled || !halves_agree {
+            self.last = None;
+        } else {
+            self.agreed = self.last.map(|prev| {
+                if prev * w > 0.0 {
+                    w.signum() * w.abs().min(prev.abs())
+                } else {
+                    0.0
+                }
+            });
+            self.last = Some(w);
+        }
+        self.from = (now_ns, track);
+        self.mid = None;
+        self.restarts = restarts;
+        self.spoiled = false;
+    }
 }
 
 /// The share of a slide of `offset` frames that a period of `frames` frames at
@@ -617,7 +696,7 @@ impl JitterBuffer {
         let frame_ms = 1e3 / self.rate.max(1) as f64;
         s.phase_wait_ms = self.phase.map(|ph| ph.delta * frame_ms);
         s.phase_slide_ms = self.phase.map(|ph| ph.offset * frame_ms);
-        s.phase_walk_ppm = self.phase.and_then(|ph| ph.walk).map(|w| w * 1e6);
+        s.phase_walk_ppm = self.phase.and_then(|ph| ph.walk.agreed).map(|w| w * 1e6);
         s.pdv_ms = self.delay.last_pdv_ns() as f64 / 1e6;
         s.pdv_p99_ms = self.delay.pdv_quantile_ns(0.99) as f64 / 1e6;
         // A compressed stream's decoder conceals losses; the buffer's own concealer only
@@ -879,7 +958,7 @@ impl JitterBuffer {
             // Device time lost moves the periods against the arrivals by what was lost,
             // and what the low-pass takes of it is no walk: the span is not measured.
             if let Some(ph) = &mut self.phase {
-                ph.spoiled = true;
+                ph.walk.spoiled = true;
             }
             let frames = frames.saturating_mul(self.rate as u64) / self.device_rate() as u64;
             self.device_lost = self.device_lost.saturating_add(frames);
@@ -974,8 +1053,8 @@ impl JitterBuffer {
     /// The phase is low-passed and unwrapped, so the delay follows clock drift continuously,
     /// and the resampler is told how fast it moves (a feed-forward) so the loop does not lag.
     /// How fast it walks is measured on the phase over one-second spans (two in a row must
-    /// agree; a span holding device time lost, a growth or a restart of a clock's fit is
-    /// dropped); until then the clock estimator's ratio stands in, beyond twice its standard
+    /// agree; a span holding device time lost, a growth, a restart of a clock's fit or a
+    /// step is dropped: see [`Walk::update`]); until then the clock estimator's ratio stands in, beyond twice its standard
     /// error. A phase more than [`PHASE_JUMP_NS`] off for [`PHASE_JUMP_HOLD_NS`] has jumped:
     /// it is taken at once, a step it frees is given back at once, and a catch-up measures
     /// its excess from there.
@@ -1011,17 +1090,9 @@ impl JitterBuffer {
         // fit a few seconds old, can read 50 ppm between two clocks that agree, and a
         // walk taken from it slides playout a whole period to meet a step that never comes.
         let restarts = self.drift.estimator().restarts();
-        let (mut track, mut walk_ref, mut walk, mut span_walk, mut spoiled, span_restarts) = match self.phase
-        {
-            Some(ph) if ph.step == g => (
-                ph.track,
-                ph.walk_ref,
-                ph.walk,
-                ph.span_walk,
-                ph.spoiled,
-                ph.restarts,
-            ),
-            _ => (raw, (now_ns, raw), None, None, false, restarts),
+        let (mut track, mut walk) = match self.phase {
+            Some(ph) if ph.step == g => (ph.track, ph.walk),
+            _ => (raw, Walk::new(now_ns, raw, restarts)),
         };
         let (mut delta, mut offset) = match self.phase {
             Some(ph) if ph.step == g => {
@@ -1046,10 +1117,7 @@ impl JitterBuffer {
                     self.last_shrink_ns = 0;
                     // A jump is no walk: the walk is measured afresh from here.
                     track += e;
-                    walk_ref = (now_ns, track);
-                    span_walk = None;
-                    walk = None;
-                    spoiled = false;
+                    walk.restart(now_ns, track, restarts);
                     (ph.delta + e, ph.offset)
                 } else {
                     let alpha = (frames as f64 * ns_per_frame / PHASE_TAU_NS).min(1.0);
@@ -1059,42 +1127,12 @@ impl JitterBuffer {
             }
             _ => (raw, 0.0),
         };
-        // The walk counts once two spans in a row agree on its direction, at the smaller
-        // of the two: the first span after the start (the low-pass and the arrival line
-        // still settling) read up to 174 ppm between two clocks that agree.
-        // A span that held device time lost, a growth or a restart of a clock's fit is
-        // dropped, and breaks the chain: on the JACK bench such spans read 165–327 ppm
-        // between two clocks that agree, and one slid playout a period up. The walk
-        // measured before it stands until two clean spans agree again.
-        let span = now_ns.saturating_sub(walk_ref.0);
-        spoiled |= restarts != span_restarts;
-        if span >= PHASE_WALK_SPAN_NS {
-            if spoiled {
-                span_walk = None;
-            } else {
-                let w = (track - walk_ref.1) * ns_per_frame / span as f64;
-                walk = span_walk.map(|prev| {
-                    if prev * w > 0.0 {
-                        w.signum() * w.abs().min(prev.abs())
-                    } else {
-                        0.0
-                    }
-                });
-                span_walk = Some(w);
-            }
-            walk_ref = (now_ns, track);
-            spoiled = false;
-        }
-        let span_restarts = if walk_ref.0 == now_ns {
-            restarts
-        } else {
-            span_restarts
-        };
+        walk.update(now_ns, track, restarts, ns_per_frame);
         // Until the phase has shown its walk, the clock estimator's ratio stands in, only
         // the part of it beyond twice its standard error: a fit a second or two old can
         // read 50–80 ppm between two clocks that agree.
-        let measured = walk;
-        let walk = measured.unwrap_or_else(|| {
+        let mut measured = walk;
+        let walk = measured.agreed.unwrap_or_else(|| {
             self.drift.estimator().estimate().map_or(0.0, |(r, se)| {
                 (r - 1.0).signum() * ((r - 1.0).abs() - 2.0 * se).max(0.0)
             })
@@ -1109,7 +1147,9 @@ impl JitterBuffer {
         // fast enough to matter would bend it.
         while delta < floor {
             delta += step;
-            spoiled |= self.phase.is_some_and(|ph| ph.step == g);
+            if self.phase.is_some_and(|ph| ph.step == g) {
+                measured.spoiled = true;
+            }
         }
         if delta < floor + anticipate {
             delta += step;
@@ -1157,11 +1197,7 @@ impl JitterBuffer {
             dropped_at,
             jump_run,
             track,
-            walk_ref,
             walk: measured,
-            span_walk,
-            spoiled,
-            restarts: span_restarts,
         });
         // The delay follows the phase's walk and the slide; the resampler is told both, so
         // the loop does not lag behind a delay that moves on purpose.
@@ -1893,11 +1929,13 @@ mod tests {
         }
     }
 
-    /// A device that loses a period every second and comes back 0.08 ms later on its grid
-    /// (as a JACK dummy server does after an xrun): below a phase jump, so the low-pass
-    /// takes the shift, but it is no walk of the clocks, which agree.
-    #[test]
-    fn time_the_device_lost_is_not_read_as_a_walk() {
+    /// The walk the phase reads (worst |ppm| throughout, and in how many periods of the
+    /// last 4 s it was read) when for 12 s the device comes back 0.08 ms later than its
+    /// grid every second, as a JACK dummy server does after an xrun: having lost a period,
+    /// and told so (`told`), or with no period lost and nothing said (a late wake-up of
+    /// the server's own). Below a phase jump, so the low-pass takes the shift, but it is no
+    /// walk of the clocks, which agree. Then 4 s without.
+    fn walk_read_across_device_steps(told: bool) -> (f64, u64) {
         let pkt_ns = frames_to_ns(F as u64, RATE);
         let per_s = RATE as u64 / F as u64;
         let mut s = sim(
@@ -1912,39 +1950,50 @@ mod tests {
         let mut shift = 0;
         let mut worst: f64 = 0.0;
         let mut measured = 0;
-        // Lost periods for 12 s, then 4 s without, in which the walk is read again.
-        let losing = 12 * per_s;
+        let stepping = 12 * per_s;
         for k in 0..16 * per_s {
-            let lose = k > per_s && k < losing;
+            let step = k > per_s && k < stepping && k % per_s == per_s / 2;
+            if step {
+                shift += 80_000;
+            }
             s.link
                 .send((k + 1) * pkt_ns, (k * F as u64, block(k * F as u64, F)), 256);
             let t = (k + 1) * pkt_ns + 400_000 + shift;
             while let Some((at, (ts, d))) = s.link.poll(t) {
                 s.jb.insert(at, ts, &d, true);
             }
-            if lose && k % per_s == per_s / 2 {
-                // This period is lost; the next starts 0.08 ms later than the grid.
-                shift += 80_000;
+            if step && told {
+                // This period is lost, and the server says so at the next.
                 continue;
             }
-            if lose && k % per_s == per_s / 2 + 1 {
+            if told && k > per_s && k < stepping && k % per_s == per_s / 2 + 1 {
                 s.jb.device_skipped(F as u64);
             }
             s.jb.play(t, &mut buf);
             if let Some(w) = s.jb.stats().phase_walk_ppm {
                 worst = worst.max(w.abs());
-                measured += u64::from(k >= losing);
+                measured += u64::from(k >= stepping);
             }
         }
-        eprintln!(
-            "lost a period every second: worst walk {worst:.1} ppm; read in {measured} periods of the 4 s without"
-        );
-        // Each second's shift read as a walk would be 80 ppm.
-        assert!(worst < 20.0, "the walk read {worst:.1} ppm");
-        assert!(
-            measured > 0,
-            "the walk was not read again once the device kept its time"
-        );
+        (worst, measured)
+    }
+
+    #[test]
+    fn a_device_back_off_its_grid_is_not_read_as_a_walk() {
+        for told in [true, false] {
+            let (worst, measured) = walk_read_across_device_steps(told);
+            let how = if told { "lost a period, told," } else { "woke late" };
+            eprintln!(
+                "the device {how} and came back 0.08 ms late every second: worst walk \
+                 {worst:.1} ppm; read in {measured} periods of the 4 s without"
+            );
+            // Each second's shift read as a walk would be 80 ppm.
+            assert!(worst < 20.0, "{how}: the walk read {worst:.1} ppm");
+            assert!(
+                measured > 0,
+                "{how}: the walk was not read again once the device kept its time"
+            );
+        }
     }
 
     /// What a packet waits, resampled, from its arrival to its first frame leaving: packets
