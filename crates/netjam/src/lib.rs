@@ -20,7 +20,6 @@ pub mod opus;
 pub mod port_map;
 pub mod probe;
 pub mod record;
-pub mod reflexive;
 pub mod resample;
 pub mod ring;
 pub mod room_client;

@@ -59,9 +59,8 @@ use netjam_engine::room::{
 use crate::clock;
 use crate::ensemble::SeatInbox;
 use crate::keys::KnownServers;
-use crate::reflexive::ReflexiveQuery;
 use crate::transport::UdpTransport;
-use netjam_engine::player::{Command, Mixes, RoomMove, Roster};
+use netjam_engine::player::{Command, Mixes, ReflexiveQuery, RoomMove, Roster};
 
 /// A datagram from the server's address that starts with `/` (or a probe from anyone):
 /// when it arrived, where from, its bytes.
@@ -124,14 +123,60 @@ pub struct Seated {
     pub known: KnownServers,
 }
 
-fn nonce_seed() -> [u8; 16] {
-    let mut seed = [0u8; 16];
-    if getrandom::fill(&mut seed).is_err() {
-        // Nonces need to be unique, not secret: the clock and the process id will do.
+/// Bytes that must not repeat (nonce seeds, STUN transaction ids): random, or where the
+/// system has no randomness to give, the clock and the process id, which are unique enough.
+fn unique_bytes<const N: usize>() -> [u8; N] {
+    let mut b = [0u8; N];
+    if getrandom::fill(&mut b).is_err() {
         let t = clock::now_ns() ^ (u64::from(std::process::id()) << 32);
-        seed[..8].copy_from_slice(&t.to_le_bytes());
+        let t = t.to_le_bytes();
+        let n = N.min(t.len());
+        b[..n].copy_from_slice(&t[..n]);
     }
-    seed
+    b
+}
+
+fn nonce_seed() -> [u8; 16] {
+    unique_bytes()
+}
+
+/// Asks the rooms server where it sees this socket, and `stun` too if given, from now.
+pub fn ask_reflexive(room_server: SocketAddr, stun: Option<SocketAddr>) -> ReflexiveQuery {
+    ReflexiveQuery::new(
+        room_server,
+        stun,
+        clock::now_ns(),
+        [unique_bytes(), unique_bytes()],
+    )
+}
+
+/// Sends what `ask` has due and waits on `socket` for the answers still missing, for at
+/// most `bound`; datagrams that are not answers are dropped (the audio has not started).
+pub fn finish_reflexive(ask: &mut ReflexiveQuery, socket: &UdpTransport, bound: Duration) {
+    let deadline = Instant::now() + bound;
+    let mut buf = [0u8; 2048];
+    loop {
+        let now = clock::now_ns();
+        while let Some((to, n)) = ask.poll_transmit(now, &mut buf) {
+            if let Err(e) = socket.send_to(&buf[..n], to) {
+                tracing::debug!("STUN request to {to}: {e}");
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if ask.done(now) || left.is_zero() {
+            return;
+        }
+        let wait = ask
+            .poll_timeout(now)
+            .map_or(left, |t| Duration::from_nanos(t.saturating_sub(now)))
+            .clamp(Duration::from_millis(1), left.max(Duration::from_millis(1)));
+        if socket.set_read_timeout(Some(wait)).is_err() {
+            return;
+        }
+        if let Ok(Some(got)) = socket.recv(&mut buf) {
+            ask.handle_datagram(got.at_ns, got.from, &buf[..got.len]);
+        }
+    }
 }
 
 fn refusal_text(code: Option<RefuseCode>, reason: &str, r: &JoinRequest) -> String {
@@ -277,7 +322,7 @@ pub fn join(socket: &UdpTransport, r: &JoinRequest) -> anyhow::Result<Seated> {
 
 /// [`join`], asking `ask`'s STUN questions on the same socket meanwhile (their answers
 /// are taken out of the join's traffic; those still missing when seated are left to
-/// [`ReflexiveQuery::finish`]).
+/// [`finish_reflexive`]).
 pub fn join_asking(
     socket: &UdpTransport,
     r: &JoinRequest,
@@ -950,7 +995,7 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                             }
                             roster.me = Some((member_id, new_ssrc));
                             paths.set_me(clock::now_ns(), member_id);
-                            stun = Some(ReflexiveQuery::new(server, None, clock::now_ns()));
+                            stun = Some(ask_reflexive(server, None));
                         }
                         RoomEvent::Lost => {
                             roster.lost = true;

@@ -5,7 +5,8 @@
 //! Every control surface (OSC, a web page, the settings file, the keyboard, the roster)
 //! says what it wants as a [`Command`]; every view reads [`MediaReport`] and its
 //! [`MemberReport`]s. The [`Roster`] turns who is in the room into commands and keeps each
-//! member's seat and mix under its name. Like the rest of the engine it never reads a clock or touches a
+//! member's seat and mix under its name. The [`ReflexiveQuery`] asks the rooms server (and a
+//! STUN server) where the internet sees the player's socket. Like the rest of the engine it never reads a clock or touches a
 //! socket, a thread or a device: the caller hands it the time, the datagrams and the
 //! device's buffers, and takes what it transmits.
 //!
@@ -42,10 +43,12 @@
 
 mod command;
 mod media;
+pub mod reflexive;
 pub mod roster;
 
 pub use command::Command;
 pub use media::{Media, MediaConfig, MediaReport, MemberReport};
+pub use reflexive::ReflexiveQuery;
 pub use roster::{parse_mix, MemberMix, Mixes, RoomMove, Roster, RosterMember, SEATS};
 
 /// Where the player's datagrams go: the caller's socket, a ring to its network thread, or

@@ -35,7 +35,6 @@ use crate::endpoint::PeriodStats;
 use crate::lifecycle::{any_for, cname, fresh_seed, Running};
 use crate::member_ports::{self, MemberPorts};
 use crate::record::{self, RecordConfig, RecordSummary};
-use crate::reflexive::{Mapping, Reflexive, ReflexiveQuery};
 use crate::room_client::{self, JoinRequest, PrivateKeys, RoomWires, CONTROL_QUEUE};
 use crate::series::BoundedSeries;
 use crate::server::DEFAULT_PORT;
@@ -43,6 +42,7 @@ use crate::session::{interrupt_flag, NetIo, Peer, RoomProcess, Snapshot, MAX_ROO
 use crate::status::StatusLine;
 use crate::web::room_page::{FixedStages, RoomPage};
 use netjam_engine::nat::direct::{PathInfo, PathState};
+use netjam_engine::player::reflexive::{Mapping, Reflexive};
 use netjam_engine::player::{Command, MediaConfig, MediaReport};
 use netjam_engine::player::{Roster, SEATS};
 use netjam_engine::privacy::MediaSeal;
@@ -536,11 +536,11 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         None
     };
     hosts.extend(port_mapping.iter().flat_map(|m| m.candidates()));
-    let mut ask = ReflexiveQuery::new(server, stun, crate::clock::now_ns());
+    let mut ask = room_client::ask_reflexive(server, stun);
     if stun.is_some() {
         // Both answers before the join, so that the ports a router handing them out in
         // sequence will give the next destinations go with the join as candidates.
-        ask.finish(&socket, STUN_WAIT);
+        room_client::finish_reflexive(&mut ask, &socket, STUN_WAIT);
         hosts.extend(predicted_candidates(&ask.report(), hosts.len()));
     }
     let seated = room_client::join_asking(
@@ -566,7 +566,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         Some(&mut ask),
     )?;
     if !ask.done(crate::clock::now_ns()) {
-        ask.finish(&socket, STUN_WAIT);
+        room_client::finish_reflexive(&mut ask, &socket, STUN_WAIT);
     }
     let reflexive = ask.report();
     // STUN went to the first server named; when that one never answered and another front

@@ -1,24 +1,22 @@
 //! Where the internet sees this player: STUN Binding requests (RFC 8489) to the rooms
 //! server, and optionally to another STUN server, from the socket the audio uses.
 //!
-//! [`ReflexiveQuery`] is a small state machine over [`netjam_engine::nat::stun`]: it says
-//! what to send and when (a request, retransmitted at 250, 750 and 1750 ms after the
-//! first, as RFC 8489's doubling timer with a shorter first step because a musician is
-//! waiting), takes the answers, and reports the public address each server saw and what
-//! that says about the router: one public port per socket whatever the destination
+//! [`ReflexiveQuery`] is a small state machine over [`crate::nat::stun`]: it says what to
+//! send and when (a request, retransmitted at 250, 750 and 1750 ms after the first, as
+//! RFC 8489's doubling timer with a shorter first step because a musician is waiting),
+//! takes the answers, and reports the public address each server saw and what that says
+//! about the router: one public port per socket whatever the destination
 //! (endpoint-independent mapping: direct paths between players can work), or a port per
 //! destination (a port-randomising or symmetric NAT: they need the relay or prediction).
 //!
-//! It runs during the join, on the join's thread, before the audio starts; never on the
-//! audio thread, never waiting longer than the join or the short bound its caller gives.
+//! Like the rest of the player's core it reads no clock and touches no socket: the caller
+//! gives the time, fresh transaction ids (the core has no source of randomness), sends
+//! what [`ReflexiveQuery::poll_transmit`] returns and hands back what arrives. It runs
+//! during the join, before the audio starts; never on the audio thread.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
 
-use netjam_engine::nat::stun::{self, TransactionId, REQUEST_LEN};
-
-use crate::clock;
-use crate::transport::UdpTransport;
+use crate::nat::stun::{self, TransactionId, REQUEST_LEN};
 
 /// Delays between the sends of one request (the last one waits for its answer as long).
 const RETRANSMIT_NS: [u64; 4] = [250_000_000, 500_000_000, 1_000_000_000, 1_000_000_000];
@@ -76,30 +74,27 @@ pub struct ReflexiveQuery {
     asks: Vec<Ask>,
 }
 
-fn fresh_txid() -> TransactionId {
-    let mut t = [0u8; 12];
-    if getrandom::fill(&mut t).is_err() {
-        // Transaction ids must not repeat; the clock and process id are enough for that.
-        let n = clock::now_ns() ^ (u64::from(std::process::id()) << 40);
-        t[..8].copy_from_slice(&n.to_le_bytes());
-    }
-    t
-}
-
 impl ReflexiveQuery {
-    /// Asks the rooms server, and `stun` too if given, starting at `now_ns`.
-    pub fn new(room_server: SocketAddr, stun: Option<SocketAddr>, now_ns: u64) -> Self {
-        let ask = |who, server| Ask {
+    /// Asks the rooms server, and `stun` too if given, starting at `now_ns`, with the
+    /// transaction ids `ids` (the first for the rooms server): random, and never used
+    /// before (RFC 8489 section 5).
+    pub fn new(
+        room_server: SocketAddr,
+        stun: Option<SocketAddr>,
+        now_ns: u64,
+        ids: [TransactionId; 2],
+    ) -> Self {
+        let ask = |who, server, txid| Ask {
             who,
             server,
-            txid: fresh_txid(),
+            txid,
             sends: 0,
             next_at: now_ns,
             first_sent: None,
             answer: None,
         };
-        let mut asks = vec![ask(Asked::RoomServer, room_server)];
-        asks.extend(stun.map(|s| ask(Asked::Stun, s)));
+        let mut asks = vec![ask(Asked::RoomServer, room_server, ids[0])];
+        asks.extend(stun.map(|s| ask(Asked::Stun, s, ids[1])));
         Self { asks }
     }
 
@@ -136,18 +131,14 @@ impl ReflexiveQuery {
         let Some(a) = self.asks.iter_mut().find(|a| a.txid == txid && a.server == from) else {
             return false;
         };
-        match stun::parse_binding_success(bytes, &txid) {
-            Ok(mapped) => {
-                if a.answer.is_none() {
-                    a.answer = Some((mapped, at_ns));
-                }
-                true
-            }
-            Err(e) => {
-                tracing::debug!("STUN answer from {from}: {e}");
-                false
-            }
+        // An answer that does not parse answers nothing: the request is sent again.
+        let Ok(mapped) = stun::parse_binding_success(bytes, &txid) else {
+            return false;
+        };
+        if a.answer.is_none() {
+            a.answer = Some((mapped, at_ns));
         }
+        true
     }
 
     /// Every question answered, or asked for the last time and waited for.
@@ -181,35 +172,6 @@ impl ReflexiveQuery {
             mapping,
         }
     }
-
-    /// Sends what is due and waits on `socket` for the answers still missing, for at most
-    /// `bound`; datagrams that are not answers are dropped (the audio has not started).
-    pub fn finish(&mut self, socket: &UdpTransport, bound: Duration) {
-        let deadline = Instant::now() + bound;
-        let mut buf = [0u8; 2048];
-        loop {
-            let now = clock::now_ns();
-            while let Some((to, n)) = self.poll_transmit(now, &mut buf) {
-                if let Err(e) = socket.send_to(&buf[..n], to) {
-                    tracing::debug!("STUN request to {to}: {e}");
-                }
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if self.done(now) || left.is_zero() {
-                return;
-            }
-            let wait = self
-                .poll_timeout(now)
-                .map_or(left, |t| Duration::from_nanos(t.saturating_sub(now)))
-                .clamp(Duration::from_millis(1), left.max(Duration::from_millis(1)));
-            if socket.set_read_timeout(Some(wait)).is_err() {
-                return;
-            }
-            if let Ok(Some(got)) = socket.recv(&mut buf) {
-                self.handle_datagram(got.at_ns, got.from, &buf[..got.len]);
-            }
-        }
-    }
 }
 
 /// A request is this long; a buffer for [`ReflexiveQuery::poll_transmit`] needs as much.
@@ -231,7 +193,7 @@ mod tests {
     fn retransmits_then_gives_up_and_tells_the_mapping() {
         let server: SocketAddr = "10.99.0.1:4464".parse().unwrap();
         let other: SocketAddr = "10.99.0.2:3478".parse().unwrap();
-        let mut q = ReflexiveQuery::new(server, Some(other), 0);
+        let mut q = ReflexiveQuery::new(server, Some(other), 0, [[1; 12], [2; 12]]);
         let mut buf = [0u8; REQUEST_BYTES];
         let sent: Vec<SocketAddr> =
             std::iter::from_fn(|| q.poll_transmit(0, &mut buf).map(|x| x.0)).collect();
@@ -275,7 +237,7 @@ mod tests {
             ("10.99.0.11:40000", Mapping::EndpointIndependent),
             ("10.99.0.11:51234", Mapping::EndpointDependent),
         ] {
-            let mut q = ReflexiveQuery::new(server, Some(other), 0);
+            let mut q = ReflexiveQuery::new(server, Some(other), 0, [[1; 12], [2; 12]]);
             let mut buf = [0u8; REQUEST_BYTES];
             while q.poll_transmit(0, &mut buf).is_some() {}
             let a = answer(&q, 0, "10.99.0.11:40000".parse().unwrap());
