@@ -1,43 +1,25 @@
 //! Joining a room and staying in it: the I/O shell around the sans-IO
-//! [`netjam_engine::room::RoomClient`].
+//! [`netjam_engine::room::RoomClient`] (the join) and [`netjam_engine::player::Session`]
+//! (everything after the seat).
 //!
 //! ```text
 //!   join(): hello -> challenge -> join -> welcome, on the stream's own socket, before any audio
-//!   control thread:  OSC from the server (handed over by the receive thread)
-//!                      -> RoomClient -> replies to the server, roster events
-//!                      -> Command::Assign/Seat/Release on the audio thread's ring
-//!                    peer events, probes from the other members
-//!                      -> DirectPaths -> probes, acks, route lists; the send thread's route table
-//!                    OSC control surface commands -> the same ring (one producer)
+//!   control thread:  OSC from the server and the other members' probes (handed over by
+//!                    the receive thread) -> Session -> datagrams to send, commands for the
+//!                    audio thread's ring, events: the send thread's server and route table,
+//!                    a redirect to resolve, a server key to pin
+//!                    OSC control surface commands -> Session -> the same ring (one producer)
 //! ```
 //!
 //! The seat is taken before the audio starts, so the sender uses the SSRC the server
-//! assigned from its first packet on. Afterwards one thread owns the client: it answers
-//! the server, sends keep-alives, takes the seat back after an address change and turns
-//! the roster into commands for the audio thread, which hears exactly the members the
-//! roster names. That thread is also the single producer of the audio thread's command
-//! ring, forwarding what the OSC surface asks for.
-//!
-//! Direct paths (see [`netjam_engine::nat::direct`]): the same thread punches towards every
-//! other member the server paired it with, answers their probes, and keeps the send
-//! thread's [`RouteTable`] current; a route list for the server is sent before the table
-//! changes, so the server hears of a dead path before media goes back through it.
-//!
-//! Rooms across servers: a join redirected to the room's server follows at once
-//! ([`join`] says where the seat was taken). Once seated, the control thread follows the
-//! room if its server stops answering: it goes back to the server the player named (which
-//! redirects it, or claims the room itself), moves the stream's route there, forgets the
-//! members (they come again with new ids) and keeps their control seats by name. A server
-//! a redirect named that stays silent for [`REDIRECT_PATIENCE`] is given up for the named
-//! one; when the named server is the one that went silent, the next server the player
-//! named is asked ([`FrontDoors`]).
-//!
-//! Control with the server travels in the Noise channel ([`netjam_engine::room::secure`]):
-//! the client core seals it, this shell pins each server's key in the player's known
-//! servers ([`KnownServers`]) the first time, tells the core the key it pinned before
-//! talking to a server (the one named, or one a redirect names), and stops with what to do
-//! when a server shows another key. Route lists go through the core, sealed, like its own
-//! messages.
+//! assigned from its first packet on. Afterwards one thread runs the session: it decides
+//! (what the server's messages mean for the roster, when a silent server is given up for
+//! the next front door, which direct paths carry media; see its docs) and this shell does
+//! what needs the world: the socket, the clock, resolving a redirect's name, pinning a
+//! server's key in the player's known servers ([`KnownServers`]) the first time and
+//! stopping with what to do when a server shows another, deriving a new password's keys
+//! (Argon2id, slow on purpose), and publishing the roster for the views. That thread is
+//! also the single producer of the audio thread's command ring.
 //!
 //! Never here: audio, blocking the audio thread, or trusting a datagram that did not come
 //! from the server (probes from elsewhere are authenticated by the pair's token).
@@ -50,17 +32,15 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use netjam_engine::nat::direct::{DirectConfig, DirectPaths, RouteTable, Target};
 use netjam_engine::room::msg::MAX_CONTROL_LEN;
-use netjam_engine::room::{
-    ClientConfig, PeerEntry, RefuseCode, RoomClient, RoomEvent, RosterEntry, RosterKind,
-};
+use netjam_engine::room::{ClientConfig, PeerEntry, RefuseCode, RoomClient, RoomEvent, RosterEntry};
 
 use crate::clock;
 use crate::ensemble::SeatInbox;
 use crate::keys::KnownServers;
 use crate::transport::UdpTransport;
-use netjam_engine::player::{Command, Mixes, ReflexiveQuery, RoomMove, Roster};
+pub use netjam_engine::player::FrontDoors;
+use netjam_engine::player::{Command, Mixes, ReflexiveQuery, Roster, Session, SessionEvent, SessionStart};
 
 /// A datagram from the server's address that starts with `/` (or a probe from anyone):
 /// when it arrived, where from, its bytes.
@@ -223,45 +203,10 @@ fn refusal_text(code: Option<RefuseCode>, reason: &str, r: &JoinRequest) -> Stri
     format!("{what} (server said: {reason})")
 }
 
-/// How long a server a redirect named may stay silent before the client goes back to the
-/// server it was told to use and asks again (a dead server's rooms stay in the directory
-/// until their leases run out; the server asked then claims the room itself).
-pub const REDIRECT_PATIENCE: Duration = Duration::from_millis(1_000);
-
-/// The rooms servers the player named (`--server A,B`), in order, and the one it asks now:
-/// the front doors of a service whose servers share a room directory. When the one asked
-/// stays silent for [`REDIRECT_PATIENCE`] (before a seat) or stops answering (after one),
-/// the player asks the next, so a band still plays when the server it named is gone.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FrontDoors {
-    doors: Vec<SocketAddr>,
-    at: usize,
-}
-
-impl FrontDoors {
-    /// `first`, then `others` in order.
-    pub fn new(first: SocketAddr, others: &[SocketAddr]) -> Self {
-        let mut doors = vec![first];
-        doors.extend(others.iter().copied().filter(|a| *a != first));
-        Self { doors, at: 0 }
-    }
-
-    /// The front door asked now.
-    pub fn current(&self) -> SocketAddr {
-        self.doors[self.at]
-    }
-
-    /// Whether there is another door to try.
-    pub fn several(&self) -> bool {
-        self.doors.len() > 1
-    }
-
-    /// Moves on to the next door (after the last, the first again) and returns it.
-    pub fn advance(&mut self) -> SocketAddr {
-        self.at = (self.at + 1) % self.doors.len();
-        self.current()
-    }
-}
+/// How long a server a redirect named may stay silent before the client asks the front
+/// door again (see [`netjam_engine::player::session::REDIRECT_PATIENCE_NS`]).
+pub const REDIRECT_PATIENCE: Duration =
+    Duration::from_nanos(netjam_engine::player::session::REDIRECT_PATIENCE_NS);
 
 /// What the shell does with a control channel's key event: a first key is pinned for
 /// `server` and said; another key than pinned is the error to stop with.
@@ -636,10 +581,6 @@ impl<A: CommandSource, B: CommandSource> CommandSource for (A, B) {
     }
 }
 
-/// How often the shared roster's path figures (round trips) are refreshed when nothing
-/// else changed.
-const PATHS_REFRESH: Duration = Duration::from_millis(250);
-
 /// Where the control thread sends and what it steers.
 pub struct RoomWires<S> {
     /// The rooms server's address (where the seat is).
@@ -679,70 +620,6 @@ impl std::fmt::Debug for PrivateKeys {
     }
 }
 
-/// Keys of passwords asked for and not yet answered: (join proof, media key), the newest last.
-type Pending = Vec<([u8; 32], netjam_engine::privacy::MediaKey)>;
-
-/// Most passwords asked for at once (the oldest is forgotten beyond).
-const PENDING_PASSWORDS: usize = 4;
-
-/// The room thread's part in a password change: derives a new password's keys and asks
-/// the server, and when the server answers with an epoch, gives the audio thread the keys
-/// to seal and open in it. Returns what to tell the player.
-fn password_event(
-    e: &RoomEvent,
-    keys: &mut PrivateKeys,
-    pending: &mut Pending,
-    behind: &mut bool,
-    roster: &Roster,
-    commands: &mut rtrb::Producer<Command>,
-) -> Option<String> {
-    match e {
-        RoomEvent::Epoch { epoch, key } => {
-            let took = *key != keys.proof;
-            let media = if took {
-                pending.iter().rev().find(|(k, _)| k == key).map(|(_, m)| *m)?
-            } else {
-                keys.media
-            };
-            keys.proof = *key;
-            keys.media = media;
-            pending.clear();
-            if commands
-                .push(Command::Rekey {
-                    epoch: *epoch,
-                    key: media,
-                })
-                .is_err()
-            {
-                return Some(format!(
-                    "the audio thread was too busy to take the keys of epoch {epoch}: set the password again"
-                ));
-            }
-            let was_behind = std::mem::take(behind);
-            took.then(|| {
-                if was_behind {
-                    format!("you took room {:?}'s new password (epoch {epoch}): you hear the members who have it, and they hear you", roster.room)
-                } else {
-                    format!("you changed room {:?}'s password (epoch {epoch}): members hear you again as they take it; tell it to the band, and whoever does not have it hears nothing from now on", roster.room)
-                }
-            })
-        }
-        RoomEvent::PasswordChanged { by, .. } => {
-            *behind = true;
-            let who = roster
-                .members
-                .get(by)
-                .map_or_else(|| format!("member {by}"), |m| m.name.clone());
-            Some(format!(
-                "{who} changed room {:?}'s password: until you take the new one (OSC /password ,s NEW) you hear nobody who has it and they do not hear you",
-                roster.room
-            ))
-        }
-        RoomEvent::RekeyRefused { reason, .. } => Some(format!("the password was not changed: {reason}")),
-        _ => None,
-    }
-}
-
 impl<S> std::fmt::Debug for RoomWires<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RoomWires")
@@ -766,7 +643,7 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
     mut extra: impl CommandSource,
 ) -> anyhow::Result<RoomLink> {
     let Seated {
-        mut client,
+        client,
         member_id,
         ssrc,
         early,
@@ -776,351 +653,145 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
     } = seated;
     let RoomWires {
         server,
-        mut front,
+        front,
         send,
         route,
         direct,
         public,
         mix,
         ensemble,
-        mut private,
+        private,
     } = wires;
-    let mut server = server;
-    if public {
-        client.set_public();
-    }
-    let mut paths = DirectPaths::new(DirectConfig::default(), member_id);
-    if let Some(rtt) = client.server_rtt_ns() {
-        paths.set_server_rtt(rtt);
-    }
-    // Without direct paths no peer is known to them: nothing is punched, all goes through
-    // the server.
-    for p in early_peers.iter().filter(|_| direct) {
-        paths.set_peer(clock::now_ns(), p);
-    }
-    let mut roster = Roster {
-        room: room.to_owned(),
-        me: Some((member_id, ssrc)),
-        server: Some(server),
-        server_key: client
-            .server_key()
-            .map(|k| netjam_engine::room::secure::fingerprint(&k)),
-        mixes: mix,
-        ..Roster::default()
+    let pinned = front
+        .all()
+        .iter()
+        .chain([&server])
+        .filter_map(|&a| known.get(a).map(|k| (a, k)))
+        .collect();
+    let (private, passwords) = match private {
+        Some(k) => (Some((k.proof, k.media)), Some(k.passwords)),
+        None => (None, None),
     };
-    for e in &early {
-        for c in roster.commands_for(e) {
-            if commands.push(c).is_err() {
-                roster.commands_dropped += 1;
-            }
-        }
-    }
-    if let Some(keys) = &private {
-        if client.epoch() != 0 {
-            // The room's password changed before this player sat down: its seat's epoch.
-            let _ = commands.push(Command::Rekey {
-                epoch: client.epoch(),
-                key: keys.media,
-            });
-        }
-    }
-    let shared = Arc::new(Mutex::new(roster.clone()));
+    let mut session = Session::new(SessionStart {
+        client,
+        server,
+        front,
+        room: room.to_owned(),
+        member_id,
+        ssrc,
+        early,
+        early_peers,
+        direct,
+        public,
+        mixes: mix,
+        private,
+        pinned,
+        stun_seed: unique_bytes(),
+        now_ns: clock::now_ns(),
+    });
+    let shared = Arc::new(Mutex::new(session.roster().clone()));
     let stop = Arc::new(AtomicBool::new(false));
     let thread = {
         let (shared, stop) = (shared.clone(), stop.clone());
         std::thread::Builder::new().name("netjam-room".into()).spawn(move || {
             let mut buf = vec![0u8; MAX_CONTROL_LEN.max(2048)];
-            let mut changed;
-            let mut table = RouteTable::default();
-            let mut refreshed = clock::now_ns();
-            // Asked again after a rejoin: where the server sees us now.
-            let mut stun: Option<ReflexiveQuery> = None;
-            // When the server was last heard from, and when it was switched to.
-            let mut heard_at = clock::now_ns();
-            let mut switched_at = heard_at;
-            // Silence began here (the old server's last word) when the room is moving.
-            let mut moving_since: Option<u64> = None;
-            // The move under way was a redirect from the room's server, not its silence.
-            let mut handed_over = false;
-            let mut pending: Pending = Vec::new();
-            let mut behind = false;
-            let take = |paths: &mut DirectPaths,
-                        client: &mut RoomClient,
-                        stun: &mut Option<ReflexiveQuery>,
-                        server: SocketAddr,
-                        heard_at: &mut u64,
-                        at: u64,
-                        from: SocketAddr,
-                        bytes: &[u8]| {
-                if from != server {
-                    paths.handle_probe(at, from, bytes);
-                } else if let Some(e) = ensemble.as_ref().filter(|_| SeatInbox::wants(bytes)) {
-                    *heard_at = at;
-                    e.deliver(at, from, bytes);
-                } else if bytes.first() == Some(&b'/') {
-                    *heard_at = at;
-                    client.handle_datagram(at, bytes);
-                } else if let Some(q) = stun {
-                    q.handle_datagram(at, from, bytes);
+            let take = |session: &mut Session, (at, from, bytes): ControlDatagram| {
+                match ensemble.as_ref() {
+                    Some(e) if from == session.server() && SeatInbox::wants(&bytes) => {
+                        session.heard_server(at);
+                        e.deliver(at, from, &bytes);
+                    }
+                    _ => session.handle_datagram(at, from, &bytes),
                 }
             };
             while !stop.load(Ordering::Relaxed) {
-                changed = false;
                 let now = clock::now_ns();
-                // Wake for the client's and the paths' timers, and often enough that an
-                // OSC fader moves within a few milliseconds.
-                let wait = client
-                    .poll_timeout()
-                    .into_iter()
-                    .chain(paths.poll_timeout())
-                    .chain(stun.as_ref().and_then(|q| q.poll_timeout(now)))
-                    .min()
+                // Wake for the session's timers, and often enough that an OSC fader moves
+                // within a few milliseconds.
+                let wait = session
+                    .poll_timeout(now)
                     .map_or(5_000_000, |t| t.saturating_sub(now))
                     .min(5_000_000);
                 match control.recv_timeout(Duration::from_nanos(wait)) {
-                    Ok((at, from, bytes)) => {
-                        take(&mut paths, &mut client, &mut stun, server, &mut heard_at, at, from, &bytes);
-                        while let Ok((at, from, bytes)) = control.try_recv() {
-                            take(&mut paths, &mut client, &mut stun, server, &mut heard_at, at, from, &bytes);
+                    Ok(d) => {
+                        take(&mut session, d);
+                        while let Ok(d) = control.try_recv() {
+                            take(&mut session, d);
                         }
                     }
                     Err(mpsc::RecvTimeoutError::Timeout) => {}
                     Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 }
-                let now = clock::now_ns();
-                if (server != front.current() || front.several())
-                    && client.seat().is_none()
-                    && heard_at < switched_at
-                    && now.saturating_sub(switched_at) >= REDIRECT_PATIENCE.as_nanos() as u64
-                {
-                    // Sent to a server that does not answer: ask the front door again, or
-                    // the next one when the front door is the silent one.
-                    server = if server == front.current() {
-                        front.advance()
-                    } else {
-                        front.current()
-                    };
-                    switched_at = now;
-                    route.set_peer(server);
-                    if let Some(e) = &ensemble {
-                        e.server_is(server);
-                    }
-                    switch_server(&mut client, server, &known, now);
-                }
-                if let Some(keys) = &mut private {
-                    while let Ok(password) = keys.passwords.try_recv() {
-                        // Argon2id: tens of milliseconds of this thread, on purpose.
-                        match netjam_engine::privacy::RoomSecret::derive(&roster.room, &password) {
-                            Ok(s) => {
-                                let proof = s.join_proof();
-                                if pending.len() >= PENDING_PASSWORDS {
-                                    pending.remove(0);
-                                }
-                                pending.push((proof, s.media_key()));
-                                client.rekey(clock::now_ns(), proof);
-                            }
-                            Err(e) => roster
-                                .password_notes
-                                .push(format!("the password was not changed: its keys cannot be derived ({e}): try another")),
-                        }
-                        changed = true;
+                while let Some(password) = passwords.as_ref().and_then(|p| p.try_recv().ok()) {
+                    // Argon2id: tens of milliseconds of this thread, on purpose.
+                    match netjam_engine::privacy::RoomSecret::derive(&session.roster().room, &password) {
+                        Ok(s) => session.change_password(clock::now_ns(), s.join_proof(), s.media_key()),
+                        Err(e) => session.password_note(format!(
+                            "the password was not changed: its keys cannot be derived ({e}): try another"
+                        )),
                     }
                 }
-                if client.poll_timeout().is_some_and(|t| t <= now) {
-                    client.handle_timeout(now);
-                }
-                while let Some(n) = client.poll_transmit(&mut buf) {
-                    send(&buf[..n], server);
-                }
-                while let Some(e) = client.poll_event() {
-                    changed = true;
-                    if let Some(keys) = &mut private {
-                        if let Some(note) = password_event(&e, keys, &mut pending, &mut behind, &roster, &mut commands) {
-                            roster.password_notes.push(note);
-                        }
-                    }
+                session.handle_timeout(clock::now_ns());
+                let mut changed = false;
+                while let Some(e) = session.poll_event() {
                     match e {
-                        RoomEvent::Peer(p) if direct => paths.set_peer(clock::now_ns(), &p),
-                        RoomEvent::Peer(_) => {}
-                        RoomEvent::Routed { seq } => paths.routed(seq),
-                        RoomEvent::Roster(entry) => {
-                            if matches!(entry.kind, RosterKind::Left | RosterKind::Timeout) {
-                                paths.remove_peer(clock::now_ns(), entry.member_id);
-                                roster.paths.remove(&entry.member_id);
-                            }
-                            for c in roster.commands_for(&entry) {
-                                if commands.push(c).is_err() {
-                                    roster.commands_dropped += 1;
-                                }
-                            }
-                            roster.lost = false;
-                        }
-                        RoomEvent::Joined {
-                            member_id,
-                            ssrc: new_ssrc,
-                            rejoined,
-                        } => {
-                            roster.lost = false;
-                            if rejoined {
-                                roster.rejoins += 1;
-                            } else {
-                                // A fresh seat (on another server, or this one restarted):
-                                // the members come again with new ids.
-                                for m in roster.members.keys().copied().collect::<Vec<_>>() {
-                                    paths.remove_peer(clock::now_ns(), m);
-                                }
-                                for c in roster.forget_members() {
-                                    if commands.push(c).is_err() {
-                                        roster.commands_dropped += 1;
-                                    }
-                                }
-                            }
-                            if let Some(since) = moving_since.take() {
-                                roster.moves += 1;
-                                roster.last_move = Some(RoomMove {
-                                    to: server,
-                                    silence_s: clock::now_ns().saturating_sub(since) as f64 / 1e9,
-                                    handed_over: std::mem::take(&mut handed_over),
-                                });
-                            }
-                            roster.server = Some(server);
-                            roster.server_key =
-                                client.server_key().map(|k| netjam_engine::room::secure::fingerprint(&k));
-                            if new_ssrc != ssrc {
-                                // A fresh seat after the server forgot us: its SSRC is in
-                                // the welcome, but the sender cannot change mid-stream.
-                                tracing::warn!(
-                                    "the server seated this player again with SSRC {new_ssrc:08x} instead of {ssrc:08x}; restart to be heard"
-                                );
-                            }
-                            roster.me = Some((member_id, new_ssrc));
-                            paths.set_me(clock::now_ns(), member_id);
-                            stun = Some(ask_reflexive(server, None));
-                        }
-                        RoomEvent::Lost => {
-                            roster.lost = true;
-                            if moving_since.is_none() {
-                                moving_since = Some(heard_at);
-                            }
-                            if server != front.current() || front.several() {
-                                // The room's server went silent: the front door knows (or
-                                // decides) where the room lives now; when the front door
-                                // itself went silent, the next one named does.
-                                server = if server == front.current() {
-                                    front.advance()
-                                } else {
-                                    front.current()
-                                };
-                                switched_at = clock::now_ns();
-                                route.set_peer(server);
-                                if let Some(e) = &ensemble {
-                                    e.server_is(server);
-                                }
-                                switch_server(&mut client, server, &known, switched_at);
+                        SessionEvent::ServerIs(a) => {
+                            route.set_peer(a);
+                            if let Some(e) = &ensemble {
+                                e.server_is(a);
                             }
                         }
-                        RoomEvent::Redirected { server: to } => match resolve_redirect(&to, front.current()) {
-                            Ok(a) => {
-                                if roster.me.is_some() && moving_since.is_none() {
-                                    // Seated: the room's server hands the room over to
-                                    // another (it lost the room's claim to it).
-                                    moving_since = Some(clock::now_ns());
-                                    handed_over = true;
-                                }
-                                server = a;
-                                switched_at = clock::now_ns();
-                                route.set_peer(server);
-                                if let Some(e) = &ensemble {
-                                    e.server_is(server);
-                                }
-                                switch_server(&mut client, server, &known, switched_at);
-                            }
+                        SessionEvent::Routes => route.set_table(session.route_table()),
+                        SessionEvent::Redirect(to) => match resolve_redirect(&to, session.server()) {
+                            Ok(a) => session.redirect_to(clock::now_ns(), a, known.get(a)),
                             Err(e) => tracing::warn!("{e:#}"),
                         },
-                        RoomEvent::Epoch { .. } | RoomEvent::PasswordChanged { .. } | RoomEvent::RekeyRefused { .. } => {}
-                        e @ (RoomEvent::ServerKey { .. } | RoomEvent::ServerKeyChanged { .. }) => {
+                        SessionEvent::Key(server, e) => {
                             if let Err(msg) = server_key_event(&e, server, &known) {
                                 eprintln!("netjam: {msg}");
-                                roster.refused = Some(msg);
-                                roster.lost = true;
+                                session.refuse(msg);
                             }
                         }
-                        RoomEvent::Refused { code, reason } => {
-                            tracing::warn!("the rooms server refused to seat this player again: {reason}");
-                            roster.replaced = code == Some(RefuseCode::Replaced);
-                            roster.refused = Some(reason);
-                            roster.lost = true;
+                        SessionEvent::SsrcChanged { was, now } => tracing::warn!(
+                            "the server seated this player again with SSRC {now:08x} instead of {was:08x}; restart to be heard"
+                        ),
+                        SessionEvent::Changed => changed = true,
+                    }
+                }
+                while let Some((to, n)) = session.poll_transmit(clock::now_ns(), &mut buf) {
+                    send(&buf[..n], to);
+                }
+                while let Some(c) = extra.next(session.roster()) {
+                    session.command(c);
+                }
+                while let Some(c) = session.poll_command() {
+                    if let Err(rtrb::PushError::Full(c)) = commands.push(c) {
+                        session.roster_mut().commands_dropped += 1;
+                        if let Command::Rekey { epoch, .. } = c {
+                            session.password_note(format!(
+                                "the audio thread was too busy to take the keys of epoch {epoch}: set the password again"
+                            ));
                         }
-                    }
-                }
-                let now = clock::now_ns();
-                if let Some(q) = &mut stun {
-                    while let Some((to, n)) = q.poll_transmit(now, &mut buf) {
-                        send(&buf[..n], to);
-                    }
-                    if q.done(now) {
-                        if let Some(a) = q.report().server_sees {
-                            roster.server_sees = Some(a);
-                            changed = true;
-                        }
-                        stun = None;
-                    }
-                }
-                if let Some(rtt) = client.server_rtt_ns() {
-                    paths.set_server_rtt(rtt);
-                }
-                if paths.poll_timeout().is_some_and(|t| t <= now) {
-                    paths.handle_timeout(now);
-                }
-                // Route lists and probes first: the server hears of a dead path before
-                // the send thread's next packet goes back through it.
-                while let Some((to, n)) = paths.poll_transmit(clock::now_ns(), &mut buf) {
-                    match to {
-                        // Sealed like the client's own control.
-                        Target::Server => {
-                            client.send_control(&buf[..n]);
-                            let mut out = [0u8; netjam_engine::room::msg::MAX_WIRE_LEN];
-                            while let Some(m) = client.poll_transmit(&mut out) {
-                                send(&out[..m], server);
-                            }
-                        }
-                        Target::Addr(a) => send(&buf[..n], a),
-                    }
-                }
-                while paths.poll_event().is_some() {
-                    changed = true;
-                }
-                let t = paths.route_table();
-                if t != table {
-                    table = t;
-                    route.set_table(t);
-                }
-                if changed || now.saturating_sub(refreshed) >= PATHS_REFRESH.as_nanos() as u64 {
-                    refreshed = now;
-                    changed = true;
-                    roster.paths = paths.paths().map(|p| (p.member_id, p)).collect();
-                    roster.server_rtt_ms = client.server_rtt_ns().map(|r| r as f64 / 1e6);
-                    roster.direct = paths.stats();
-                }
-                while let Some(c) = extra.next(&roster) {
-                    roster.remember(&c);
-                    if commands.push(c).is_err() {
-                        roster.commands_dropped += 1;
+                        changed = true;
                     }
                 }
                 if changed {
                     if let Ok(mut s) = shared.lock() {
                         let dropped = s.control_dropped;
-                        *s = roster.clone();
+                        *s = session.roster().clone();
                         s.control_dropped = dropped;
                     }
                 }
             }
             // Media goes only to the server from here on (and stops soon).
-            route.set_table(RouteTable::default());
-            client.leave(clock::now_ns());
-            while let Some(n) = client.poll_transmit(&mut buf) {
-                send(&buf[..n], server);
+            session.leave(clock::now_ns());
+            while let Some(e) = session.poll_event() {
+                if e == SessionEvent::Routes {
+                    route.set_table(session.route_table());
+                }
+            }
+            while let Some((to, n)) = session.poll_transmit(clock::now_ns(), &mut buf) {
+                send(&buf[..n], to);
             }
         })?
     };

@@ -6,7 +6,9 @@
 //! says what it wants as a [`Command`]; every view reads [`MediaReport`] and its
 //! [`MemberReport`]s. The [`Roster`] turns who is in the room into commands and keeps each
 //! member's seat and mix under its name. The [`ReflexiveQuery`] asks the rooms server (and a
-//! STUN server) where the internet sees the player's socket. Like the rest of the engine it never reads a clock or touches a
+//! STUN server) where the internet sees the player's socket. [`Session`] is the control half
+//! once seated: the room client, the direct paths, the roster and the front doors the room
+//! may move between (its docs show its run loop). Like the rest of the engine it never reads a clock or touches a
 //! socket, a thread or a device: the caller hands it the time, the datagrams and the
 //! device's buffers, and takes what it transmits.
 //!
@@ -45,11 +47,13 @@ mod command;
 mod media;
 pub mod reflexive;
 pub mod roster;
+pub mod session;
 
 pub use command::Command;
 pub use media::{Media, MediaConfig, MediaReport, MemberReport};
 pub use reflexive::ReflexiveQuery;
 pub use roster::{parse_mix, MemberMix, Mixes, RoomMove, Roster, RosterMember, SEATS};
+pub use session::{FrontDoors, Session, SessionEvent, SessionStart};
 
 /// Where the player's datagrams go: the caller's socket, a ring to its network thread, or
 /// a simulated link. Called on the audio thread: it must not block or allocate.

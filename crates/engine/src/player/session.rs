@@ -1,0 +1,630 @@
+//! The player's control half, once seated in a room: the room client, the direct paths to
+//! the other members, the question of where the server sees this player after a rejoin,
+//! the roster and the servers the room may move between.
+//!
+//! [`Session`] decides everything the room thread used to decide inline: which datagram
+//! goes where, when a silent server is given up for the next front door, what a rejoin or
+//! a move does to the roster, which commands the audio half gets, and when the send
+//! thread's route table changes. Like the rest of the player's core it reads no clock and
+//! touches no socket, thread or file: the shell hands it the time and the datagrams,
+//! sends what [`Session::poll_transmit`] returns, and does what [`Session::poll_event`]
+//! asks for that needs the outside world (resolving a redirect's name, pinning a server's
+//! key in a file, deriving a password's keys).
+//!
+//! The run loop, on a control thread:
+//!
+//! ```text
+//! loop {
+//!     wait for a datagram until session.poll_timeout(now) (or a few ms, for faders)
+//!     session.handle_datagram(at, from, bytes)      // each that arrived
+//!     session.handle_timeout(now)
+//!     while let Some((to, n)) = session.poll_transmit(now, &mut buf) { send }
+//!     while let Some(e) = session.poll_event() { route, ensemble, redirect, key, … }
+//!     while let Some(c) = session.poll_command() { the audio thread's ring }
+//! }
+//! ```
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+
+use crate::nat::direct::{DirectConfig, DirectPaths, RouteTable, Target};
+use crate::privacy::MediaKey;
+use crate::room::msg::MAX_WIRE_LEN;
+use crate::room::{PeerEntry, RefuseCode, RoomClient, RoomEvent, RosterEntry, RosterKind};
+
+use super::{Command, ReflexiveQuery, RoomMove, Roster};
+
+/// How long a server a redirect named may stay silent before the player goes back to the
+/// server it was told to use and asks again (a dead server's rooms stay in the directory
+/// until their leases run out; the server asked then claims the room itself), ns.
+pub const REDIRECT_PATIENCE_NS: u64 = 1_000_000_000;
+
+/// How often the roster's path figures (round trips) are refreshed when nothing else
+/// changed, ns.
+const PATHS_REFRESH_NS: u64 = 250_000_000;
+
+/// Most passwords asked for at once (the oldest is forgotten beyond).
+const PENDING_PASSWORDS: usize = 4;
+
+/// A server key (the public half of its static key).
+pub type ServerKey = [u8; 32];
+
+/// The rooms servers the player named (`--server A,B`), in order, and the one it asks now:
+/// the front doors of a service whose servers share a room directory. When the one asked
+/// stays silent for [`REDIRECT_PATIENCE_NS`] (before a seat) or stops answering (after
+/// one), the player asks the next, so a band still plays when the server it named is gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrontDoors {
+    doors: Vec<SocketAddr>,
+    at: usize,
+}
+
+impl FrontDoors {
+    /// `first`, then `others` in order.
+    pub fn new(first: SocketAddr, others: &[SocketAddr]) -> Self {
+        let mut doors = vec![first];
+        doors.extend(others.iter().copied().filter(|a| *a != first));
+        Self { doors, at: 0 }
+    }
+
+    /// The front door asked now.
+    pub fn current(&self) -> SocketAddr {
+        self.doors[self.at]
+    }
+
+    /// Whether there is another door to try.
+    pub fn several(&self) -> bool {
+        self.doors.len() > 1
+    }
+
+    /// Moves on to the next door (after the last, the first again) and returns it.
+    pub fn advance(&mut self) -> SocketAddr {
+        self.at = (self.at + 1) % self.doors.len();
+        self.current()
+    }
+
+    /// Every door, in order.
+    pub fn all(&self) -> &[SocketAddr] {
+        &self.doors
+    }
+}
+
+/// How a seated session starts: what the join left behind.
+#[derive(Debug)]
+pub struct SessionStart {
+    /// The seated client.
+    pub client: RoomClient,
+    /// The server the seat is on.
+    pub server: SocketAddr,
+    /// The servers named, to fall back on.
+    pub front: FrontDoors,
+    /// The room's name as given.
+    pub room: String,
+    /// This player's member id and SSRC.
+    pub member_id: u32,
+    pub ssrc: u32,
+    /// Roster entries and peers that came with the seat.
+    pub early: Vec<RosterEntry>,
+    pub early_peers: Vec<PeerEntry>,
+    /// Whether to punch direct paths to other members (`jam --via-server` says no).
+    pub direct: bool,
+    /// List the room publicly (`jam --public`).
+    pub public: bool,
+    /// Mix settings by member name to apply as members are seated (`jam --mix`).
+    pub mixes: super::Mixes,
+    /// A private room's join proof and media key in force.
+    pub private: Option<([u8; 32], MediaKey)>,
+    /// Keys pinned for servers the session may switch to (the front doors): a switch uses
+    /// the one pinned for where it goes.
+    pub pinned: BTreeMap<SocketAddr, ServerKey>,
+    /// Random bytes from which the STUN questions' transaction ids are derived (the core
+    /// has no source of randomness of its own).
+    pub stun_seed: [u8; 32],
+    pub now_ns: u64,
+}
+
+/// What the shell does for the session.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SessionEvent {
+    /// Talk to this server from now on: the send thread's peer, and an ensemble on the seat.
+    ServerIs(SocketAddr),
+    /// The send thread's route table changed: [`Session::route_table`].
+    Routes,
+    /// The room lives on another server, by this name: resolve it and call
+    /// [`Session::redirect_to`] (with the key pinned for the address), or say why not.
+    Redirect(String),
+    /// The server at this address showed its key for the first time (pin it, say it), or
+    /// another key than the one pinned (stop: say it, and call [`Session::refuse`]).
+    Key(SocketAddr, RoomEvent),
+    /// The seat was taken again with another SSRC than the sender's: the player must
+    /// restart to be heard.
+    SsrcChanged { was: u32, now: u32 },
+    /// The roster changed: copy it for the views.
+    Changed,
+}
+
+/// The player's control half (see the module docs).
+#[derive(Debug)]
+pub struct Session {
+    client: RoomClient,
+    paths: DirectPaths,
+    roster: Roster,
+    front: FrontDoors,
+    server: SocketAddr,
+    ssrc: u32,
+    direct: bool,
+    pinned: BTreeMap<SocketAddr, ServerKey>,
+    /// Asked again after a rejoin: where the server sees us now.
+    stun: Option<ReflexiveQuery>,
+    /// Their transaction ids: SHA-256 of the seed and a count, so none repeats and none
+    /// can be guessed without the seed (RFC 8489 section 5).
+    stun_seed: [u8; 32],
+    stun_asked: u64,
+    /// When the server was last heard from, and when it was switched to.
+    heard_at: u64,
+    switched_at: u64,
+    /// Silence began here (the old server's last word) while the room is moving.
+    moving_since: Option<u64>,
+    /// The move under way was a redirect from the room's server, not its silence.
+    handed_over: bool,
+    table: RouteTable,
+    refreshed: u64,
+    /// A private room's keys in force, and those of passwords asked for, newest last.
+    private: Option<([u8; 32], MediaKey)>,
+    pending: Vec<([u8; 32], MediaKey)>,
+    /// Another member changed the password and this player has not taken it yet.
+    behind: bool,
+    commands: VecDeque<Command>,
+    events: VecDeque<SessionEvent>,
+    changed: bool,
+}
+
+impl Session {
+    pub fn new(s: SessionStart) -> Self {
+        let SessionStart {
+            mut client,
+            server,
+            front,
+            room,
+            member_id,
+            ssrc,
+            early,
+            early_peers,
+            direct,
+            public,
+            mixes,
+            private,
+            pinned,
+            stun_seed,
+            now_ns,
+        } = s;
+        if public {
+            client.set_public();
+        }
+        let mut paths = DirectPaths::new(DirectConfig::default(), member_id);
+        if let Some(rtt) = client.server_rtt_ns() {
+            paths.set_server_rtt(rtt);
+        }
+        // Without direct paths no peer is known to them: nothing is punched, all goes
+        // through the server.
+        for p in early_peers.iter().filter(|_| direct) {
+            paths.set_peer(now_ns, p);
+        }
+        let mut roster = Roster {
+            room,
+            me: Some((member_id, ssrc)),
+            server: Some(server),
+            server_key: client.server_key().map(|k| crate::room::secure::fingerprint(&k)),
+            mixes,
+            ..Roster::default()
+        };
+        let mut commands = VecDeque::new();
+        for e in &early {
+            commands.extend(roster.commands_for(e));
+        }
+        if let Some((_, media)) = private {
+            if client.epoch() != 0 {
+                // The room's password changed before this player sat down: its seat's epoch.
+                commands.push_back(Command::Rekey {
+                    epoch: client.epoch(),
+                    key: media,
+                });
+            }
+        }
+        Session {
+            client,
+            paths,
+            roster,
+            front,
+            server,
+            ssrc,
+            direct,
+            pinned,
+            stun: None,
+            stun_seed,
+            stun_asked: 0,
+            heard_at: now_ns,
+            switched_at: now_ns,
+            moving_since: None,
+            handed_over: false,
+            table: RouteTable::default(),
+            refreshed: now_ns,
+            private,
+            pending: Vec::new(),
+            behind: false,
+            commands,
+            events: VecDeque::new(),
+            changed: true,
+        }
+    }
+
+    /// The server talked to now.
+    pub fn server(&self) -> SocketAddr {
+        self.server
+    }
+
+    /// Where media goes: straight to members with a working direct path, the rest through
+    /// the server.
+    pub fn route_table(&self) -> RouteTable {
+        self.table
+    }
+
+    /// The roster as it stands.
+    pub fn roster(&self) -> &Roster {
+        &self.roster
+    }
+
+    /// Counters the shell keeps in the roster (commands its ring refused, control
+    /// datagrams it dropped).
+    pub fn roster_mut(&mut self) -> &mut Roster {
+        &mut self.roster
+    }
+
+    /// Something from the room's server arrived at `at_ns` that another part of the player
+    /// took (an ensemble's relayed message): the server is alive.
+    pub fn heard_server(&mut self, at_ns: u64) {
+        self.heard_at = self.heard_at.max(at_ns);
+    }
+
+    /// A datagram from `from`: a member's probe, the server's control, or a STUN answer.
+    pub fn handle_datagram(&mut self, at_ns: u64, from: SocketAddr, bytes: &[u8]) {
+        if from != self.server {
+            self.paths.handle_probe(at_ns, from, bytes);
+        } else if bytes.first() == Some(&b'/') {
+            self.heard_at = at_ns;
+            self.client.handle_datagram(at_ns, bytes);
+        } else if let Some(q) = &mut self.stun {
+            q.handle_datagram(at_ns, from, bytes);
+        }
+    }
+
+    /// A new password's keys, derived by the shell (slow on purpose): asked of the server.
+    pub fn change_password(&mut self, now_ns: u64, proof: [u8; 32], media: MediaKey) {
+        if self.pending.len() >= PENDING_PASSWORDS {
+            self.pending.remove(0);
+        }
+        self.pending.push((proof, media));
+        self.client.rekey(now_ns, proof);
+        self.changed = true;
+    }
+
+    /// Says a password could not be used (its keys could not be derived).
+    pub fn password_note(&mut self, note: String) {
+        self.roster.password_notes.push(note);
+        self.changed = true;
+    }
+
+    /// The redirect's name resolved to `server` (with the key pinned for it, if any).
+    pub fn redirect_to(&mut self, now_ns: u64, server: SocketAddr, key: Option<ServerKey>) {
+        if let Some(k) = key {
+            self.pinned.insert(server, k);
+        }
+        if self.roster.me.is_some() && self.moving_since.is_none() {
+            // Seated: the room's server hands the room over to another (it lost the
+            // room's claim to it).
+            self.moving_since = Some(now_ns);
+            self.handed_over = true;
+        }
+        self.switch(now_ns, server);
+    }
+
+    /// The shell refused what the server showed (another key than pinned): stop.
+    pub fn refuse(&mut self, why: String) {
+        self.roster.refused = Some(why);
+        self.roster.lost = true;
+        self.changed = true;
+    }
+
+    /// The next deadline for [`Session::handle_timeout`].
+    pub fn poll_timeout(&self, now_ns: u64) -> Option<u64> {
+        let patience = self
+            .waiting_on_silence()
+            .then_some(self.switched_at + REDIRECT_PATIENCE_NS);
+        self.client
+            .poll_timeout()
+            .into_iter()
+            .chain(self.paths.poll_timeout())
+            .chain(self.stun.as_ref().and_then(|q| q.poll_timeout(now_ns)))
+            .chain(patience)
+            .chain(Some(self.refreshed + PATHS_REFRESH_NS))
+            .min()
+    }
+
+    /// A server the session switched to and that has not answered, with somewhere else
+    /// to ask.
+    fn waiting_on_silence(&self) -> bool {
+        (self.server != self.front.current() || self.front.several())
+            && self.client.seat().is_none()
+            && self.heard_at < self.switched_at
+    }
+
+    /// Everything due at `now_ns`: timers, the client's events, the paths' events.
+    pub fn handle_timeout(&mut self, now_ns: u64) {
+        if self.waiting_on_silence() && now_ns.saturating_sub(self.switched_at) >= REDIRECT_PATIENCE_NS {
+            // Sent to a server that does not answer: ask the front door again, or the
+            // next one when the front door is the silent one.
+            let next = if self.server == self.front.current() {
+                self.front.advance()
+            } else {
+                self.front.current()
+            };
+            self.switch(now_ns, next);
+        }
+        if self.client.poll_timeout().is_some_and(|t| t <= now_ns) {
+            self.client.handle_timeout(now_ns);
+        }
+        while let Some(e) = self.client.poll_event() {
+            self.changed = true;
+            self.on_room_event(now_ns, e);
+        }
+        if let Some(q) = &self.stun {
+            if q.done(now_ns) {
+                if let Some(a) = q.report().server_sees {
+                    self.roster.server_sees = Some(a);
+                    self.changed = true;
+                }
+                self.stun = None;
+            }
+        }
+        if let Some(rtt) = self.client.server_rtt_ns() {
+            self.paths.set_server_rtt(rtt);
+        }
+        if self.paths.poll_timeout().is_some_and(|t| t <= now_ns) {
+            self.paths.handle_timeout(now_ns);
+        }
+        while self.paths.poll_event().is_some() {
+            self.changed = true;
+        }
+        let t = self.paths.route_table();
+        if t != self.table {
+            self.table = t;
+            self.events.push_back(SessionEvent::Routes);
+        }
+        if self.changed || now_ns.saturating_sub(self.refreshed) >= PATHS_REFRESH_NS {
+            self.refreshed = now_ns;
+            self.changed = true;
+            self.roster.paths = self.paths.paths().map(|p| (p.member_id, p)).collect();
+            self.roster.server_rtt_ms = self.client.server_rtt_ns().map(|r| r as f64 / 1e6);
+            self.roster.direct = self.paths.stats();
+        }
+        if std::mem::take(&mut self.changed) {
+            self.events.push_back(SessionEvent::Changed);
+        }
+    }
+
+    /// The next datagram to send and where: the client's control first, then the STUN
+    /// question, then route lists and probes (the server hears of a dead path before the
+    /// send thread's next packet goes back through it).
+    pub fn poll_transmit(&mut self, now_ns: u64, buf: &mut [u8]) -> Option<(SocketAddr, usize)> {
+        if let Some(n) = self.client.poll_transmit(buf) {
+            return Some((self.server, n));
+        }
+        if let Some(x) = self.stun.as_mut().and_then(|q| q.poll_transmit(now_ns, buf)) {
+            return Some(x);
+        }
+        loop {
+            match self.paths.poll_transmit(now_ns, buf)? {
+                // Sealed like the client's own control.
+                (Target::Server, n) => {
+                    self.client.send_control(&buf[..n]);
+                    let mut out = [0u8; MAX_WIRE_LEN];
+                    if let Some(m) = self.client.poll_transmit(&mut out) {
+                        let m = m.min(buf.len());
+                        buf[..m].copy_from_slice(&out[..m]);
+                        return Some((self.server, m));
+                    }
+                }
+                (Target::Addr(a), n) => return Some((a, n)),
+            }
+        }
+    }
+
+    /// The next thing for the shell to do.
+    pub fn poll_event(&mut self) -> Option<SessionEvent> {
+        self.events.pop_front()
+    }
+
+    /// The next command for the audio half.
+    pub fn poll_command(&mut self) -> Option<Command> {
+        self.commands.pop_front()
+    }
+
+    /// A command from a control surface (OSC, the page): kept in the roster's mixes, and
+    /// passed to the audio half in order.
+    pub fn command(&mut self, c: Command) {
+        self.roster.remember(&c);
+        self.commands.push_back(c);
+    }
+
+    /// Leave the room: one `/netjam/leave` (then send what [`Session::poll_transmit`]
+    /// gives). Media goes only to the server from here on.
+    pub fn leave(&mut self, now_ns: u64) {
+        self.table = RouteTable::default();
+        self.events.push_back(SessionEvent::Routes);
+        self.client.leave(now_ns);
+    }
+
+    /// A transaction id never used before.
+    fn stun_id(&mut self) -> [u8; 12] {
+        use sha2::{Digest, Sha256};
+        self.stun_asked += 1;
+        let d = Sha256::new()
+            .chain_update(self.stun_seed)
+            .chain_update(self.stun_asked.to_le_bytes())
+            .finalize();
+        let mut id = [0u8; 12];
+        id.copy_from_slice(&d[..12]);
+        id
+    }
+
+    /// Talk to `server` from now on, with the key pinned for it.
+    fn switch(&mut self, now_ns: u64, server: SocketAddr) {
+        self.server = server;
+        self.switched_at = now_ns;
+        self.events.push_back(SessionEvent::ServerIs(server));
+        self.client.set_server_key(self.pinned.get(&server).copied());
+        self.client.server_changed(now_ns);
+    }
+
+    fn on_room_event(&mut self, now_ns: u64, e: RoomEvent) {
+        if self.private.is_some() {
+            if let Some(note) = self.password_event(&e) {
+                self.roster.password_notes.push(note);
+            }
+        }
+        match e {
+            RoomEvent::Peer(p) if self.direct => self.paths.set_peer(now_ns, &p),
+            RoomEvent::Peer(_) => {}
+            RoomEvent::Routed { seq } => self.paths.routed(seq),
+            RoomEvent::Roster(entry) => {
+                if matches!(entry.kind, RosterKind::Left | RosterKind::Timeout) {
+                    self.paths.remove_peer(now_ns, entry.member_id);
+                    self.roster.paths.remove(&entry.member_id);
+                }
+                self.commands.extend(self.roster.commands_for(&entry));
+                self.roster.lost = false;
+            }
+            RoomEvent::Joined {
+                member_id,
+                ssrc,
+                rejoined,
+            } => {
+                self.roster.lost = false;
+                if rejoined {
+                    self.roster.rejoins += 1;
+                } else {
+                    // A fresh seat (on another server, or this one restarted): the members
+                    // come again with new ids.
+                    for m in self.roster.members.keys().copied().collect::<Vec<_>>() {
+                        self.paths.remove_peer(now_ns, m);
+                    }
+                    self.commands.extend(self.roster.forget_members());
+                }
+                if let Some(since) = self.moving_since.take() {
+                    self.roster.moves += 1;
+                    self.roster.last_move = Some(RoomMove {
+                        to: self.server,
+                        silence_s: now_ns.saturating_sub(since) as f64 / 1e9,
+                        handed_over: std::mem::take(&mut self.handed_over),
+                    });
+                }
+                self.roster.server = Some(self.server);
+                self.roster.server_key = self
+                    .client
+                    .server_key()
+                    .map(|k| crate::room::secure::fingerprint(&k));
+                if ssrc != self.ssrc {
+                    // A fresh seat after the server forgot us: its SSRC is in the welcome,
+                    // but the sender cannot change mid-stream.
+                    self.events.push_back(SessionEvent::SsrcChanged {
+                        was: self.ssrc,
+                        now: ssrc,
+                    });
+                }
+                self.roster.me = Some((member_id, ssrc));
+                self.paths.set_me(now_ns, member_id);
+                let id = self.stun_id();
+                self.stun = Some(ReflexiveQuery::new(self.server, None, now_ns, [id, id]));
+            }
+            RoomEvent::Lost => {
+                self.roster.lost = true;
+                if self.moving_since.is_none() {
+                    self.moving_since = Some(self.heard_at);
+                }
+                if self.server != self.front.current() || self.front.several() {
+                    // The room's server went silent: the front door knows (or decides)
+                    // where the room lives now; when the front door itself went silent,
+                    // the next one named does.
+                    let next = if self.server == self.front.current() {
+                        self.front.advance()
+                    } else {
+                        self.front.current()
+                    };
+                    self.switch(now_ns, next);
+                }
+            }
+            RoomEvent::Redirected { server } => self.events.push_back(SessionEvent::Redirect(server)),
+            RoomEvent::Epoch { .. } | RoomEvent::PasswordChanged { .. } | RoomEvent::RekeyRefused { .. } => {}
+            e @ (RoomEvent::ServerKey { .. } | RoomEvent::ServerKeyChanged { .. }) => {
+                if let RoomEvent::ServerKey { key } = &e {
+                    self.pinned.insert(self.server, *key);
+                }
+                self.events.push_back(SessionEvent::Key(self.server, e));
+            }
+            RoomEvent::Refused { code, reason } => {
+                self.roster.replaced = code == Some(RefuseCode::Replaced);
+                self.roster.refused = Some(reason);
+                self.roster.lost = true;
+            }
+        }
+    }
+
+    /// A private room's part in a password change: when the server answers with an epoch,
+    /// the audio half gets the keys to seal and open in it. Returns what to tell the player.
+    fn password_event(&mut self, e: &RoomEvent) -> Option<String> {
+        let (proof, media) = self.private.as_mut()?;
+        match e {
+            RoomEvent::Epoch { epoch, key } => {
+                let took = key != proof;
+                let m = if took {
+                    self.pending
+                        .iter()
+                        .rev()
+                        .find(|(k, _)| k == key)
+                        .map(|(_, m)| *m)?
+                } else {
+                    *media
+                };
+                (*proof, *media) = (*key, m);
+                self.pending.clear();
+                self.commands.push_back(Command::Rekey {
+                    epoch: *epoch,
+                    key: m,
+                });
+                let was_behind = std::mem::take(&mut self.behind);
+                let room = &self.roster.room;
+                took.then(|| {
+                    if was_behind {
+                        format!("you took room {room:?}'s new password (epoch {epoch}): you hear the members who have it, and they hear you")
+                    } else {
+                        format!("you changed room {room:?}'s password (epoch {epoch}): members hear you again as they take it; tell it to the band, and whoever does not have it hears nothing from now on")
+                    }
+                })
+            }
+            RoomEvent::PasswordChanged { by, .. } => {
+                self.behind = true;
+                let who = self
+                    .roster
+                    .members
+                    .get(by)
+                    .map_or_else(|| format!("member {by}"), |m| m.name.clone());
+                Some(format!(
+                    "{who} changed room {:?}'s password: until you take the new one (OSC /password ,s NEW) you hear nobody who has it and they do not hear you",
+                    self.roster.room
+                ))
+            }
+            RoomEvent::RekeyRefused { reason, .. } => Some(format!("the password was not changed: {reason}")),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! The player's control half ([`Session`]) in virtual time, against two rooms-server cores
+//! named as front doors: two players seated on the first, which then goes silent (the
+//! process died). Datagrams are delivered at once; time moves 1 ms a step.
+//!
+//! * each player's session gives up the silent server for the next front door on its own,
+//!   is seated there anew and counts one move, with the silence it cost;
+//! * the other member is heard again there under its new id, at the seat it sat at
+//!   before, with the mix this player set for its name (a mix follows the name);
+//! * while both servers answer, nothing moves; a probe from a member's address goes to
+//!   the direct paths, never to the room client.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use netjam_engine::player::{Command, FrontDoors, Session, SessionEvent, SessionStart};
+use netjam_engine::room::msg::MAX_ENS_LEN;
+use netjam_engine::room::{ClientConfig, RoomClient, RoomEvent, Server, ServerConfig};
+
+const MS: u64 = 1_000_000;
+
+fn server_addr(i: usize) -> SocketAddr {
+    SocketAddr::from(([10, 9, 0, i as u8 + 1], 4464))
+}
+
+struct Player {
+    addr: SocketAddr,
+    session: Session,
+    commands: Vec<Command>,
+    events: Vec<SessionEvent>,
+}
+
+struct World {
+    now: u64,
+    servers: Vec<Server>,
+    alive: Vec<bool>,
+    players: Vec<Player>,
+}
+
+impl World {
+    fn new() -> Self {
+        World {
+            now: 1_000 * MS,
+            servers: (0..2)
+                .map(|i| Server::new(ServerConfig::default(), [i as u8 + 1; 32]))
+                .collect(),
+            alive: vec![true, true],
+            players: Vec::new(),
+        }
+    }
+
+    fn server_at(&self, a: SocketAddr) -> Option<usize> {
+        (0..self.servers.len()).find(|&i| server_addr(i) == a && self.alive[i])
+    }
+
+    /// Seats a player named `name` on server 0 with a plain client, then hands the seat
+    /// to a session, as the join does.
+    fn seat(&mut self, name: &str) -> usize {
+        let i = self.players.len();
+        let addr = SocketAddr::from(([10, 1, 0, i as u8 + 1], 5000));
+        let ssrc = 100 + i as u32;
+        let mut cfg = ClientConfig::new("band", name, "", ssrc);
+        cfg.nonce_seed = [i as u8 + 1; 16];
+        let mut client = RoomClient::new(cfg, self.now);
+        let mut buf = [0u8; MAX_ENS_LEN];
+        let mut early = Vec::new();
+        let mut early_peers = Vec::new();
+        let mut seat = None;
+        for _ in 0..2_000 {
+            self.now += MS;
+            let now = self.now;
+            if client.poll_timeout().is_some_and(|t| t <= now) {
+                client.handle_timeout(now);
+            }
+            while let Some(n) = client.poll_transmit(&mut buf) {
+                let _ = self.servers[0].handle_datagram(now, addr, &buf[..n]);
+            }
+            self.step_servers();
+            while let Some((to, n)) = self.servers[0].poll_transmit(&mut buf) {
+                if to == addr {
+                    client.handle_datagram(now, &buf[..n]);
+                } else {
+                    self.deliver(to, server_addr(0), &buf[..n]);
+                }
+            }
+            while let Some(e) = client.poll_event() {
+                match e {
+                    RoomEvent::Joined { member_id, ssrc, .. } => seat = Some((member_id, ssrc)),
+                    RoomEvent::Roster(r) => early.push(r),
+                    RoomEvent::Peer(p) => early_peers.push(p),
+                    _ => {}
+                }
+            }
+            if seat.is_some() {
+                break;
+            }
+        }
+        let (member_id, ssrc) = seat.expect("seated on the first server");
+        let session = Session::new(SessionStart {
+            client,
+            server: server_addr(0),
+            front: FrontDoors::new(server_addr(0), &[server_addr(1)]),
+            room: "band".into(),
+            member_id,
+            ssrc,
+            early,
+            early_peers,
+            direct: true,
+            public: false,
+            mixes: Default::default(),
+            private: None,
+            pinned: BTreeMap::new(),
+            stun_seed: [i as u8 + 7; 32],
+            now_ns: self.now,
+        });
+        self.players.push(Player {
+            addr,
+            session,
+            commands: Vec::new(),
+            events: Vec::new(),
+        });
+        i
+    }
+
+    fn deliver(&mut self, to: SocketAddr, from: SocketAddr, bytes: &[u8]) {
+        let now = self.now;
+        if let Some(p) = self.players.iter_mut().find(|p| p.addr == to) {
+            p.session.handle_datagram(now, from, bytes);
+        }
+    }
+
+    fn step_servers(&mut self) {
+        let now = self.now;
+        for s in &mut self.servers {
+            if s.poll_timeout().is_some_and(|t| t <= now) {
+                s.handle_timeout(now);
+            }
+        }
+    }
+
+    fn step(&mut self) {
+        self.now += MS;
+        let now = self.now;
+        let mut buf = [0u8; MAX_ENS_LEN];
+        let mut out = Vec::new();
+        for p in &mut self.players {
+            p.session.handle_timeout(now);
+            while let Some(e) = p.session.poll_event() {
+                p.events.push(e);
+            }
+            while let Some((to, n)) = p.session.poll_transmit(now, &mut buf) {
+                out.push((p.addr, to, buf[..n].to_vec()));
+            }
+            while let Some(c) = p.session.poll_command() {
+                p.commands.push(c);
+            }
+        }
+        for (from, to, bytes) in out {
+            match self.server_at(to) {
+                Some(s) => {
+                    let _ = self.servers[s].handle_datagram(now, from, &bytes);
+                }
+                None => self.deliver(to, from, &bytes),
+            }
+        }
+        self.step_servers();
+        for s in 0..self.servers.len() {
+            while let Some((to, n)) = self.servers[s].poll_transmit(&mut buf) {
+                if self.alive[s] {
+                    let bytes = buf[..n].to_vec();
+                    self.deliver(to, server_addr(s), &bytes);
+                }
+            }
+        }
+    }
+
+    fn run(&mut self, ms: u64) {
+        for _ in 0..ms {
+            self.step();
+        }
+    }
+}
+
+#[test]
+fn a_silent_server_is_left_for_the_next_front_door_and_the_mix_follows_the_name() {
+    let mut w = World::new();
+    let ana = w.seat("ana");
+    let bo = w.seat("bo");
+    w.run(2_000);
+    for p in [ana, bo] {
+        let r = w.players[p].session.roster();
+        assert_eq!(r.members.len(), 1, "{}: the other member is in the roster", p);
+        assert_eq!(r.server, Some(server_addr(0)));
+        assert_eq!(r.moves, 0, "nothing moves while the server answers");
+    }
+    // Ana turns Bo down, through her seat, as an OSC fader would.
+    let (bo_id, bo_seat) = {
+        let r = w.players[ana].session.roster();
+        let id = r.member_named("bo").expect("bo");
+        (id, r.seat_of(id).expect("a seat"))
+    };
+    w.players[ana].session.command(Command::Gain {
+        member: bo_id,
+        db: -9.0,
+    });
+    w.run(10);
+    w.players[ana].commands.clear();
+
+    // The first server dies.
+    w.alive[0] = false;
+    let died = w.now;
+    let seated_again = |w: &World| {
+        [ana, bo].iter().all(|&p| {
+            let r = w.players[p].session.roster();
+            r.server == Some(server_addr(1)) && r.members.len() == 1
+        })
+    };
+    while !seated_again(&w) && w.now - died < 15_000 * MS {
+        w.step();
+    }
+    let took = (w.now - died) as f64 / 1e9;
+    w.run(500);
+    for p in [ana, bo] {
+        let pl = &w.players[p];
+        let r = pl.session.roster();
+        assert_eq!(
+            r.server,
+            Some(server_addr(1)),
+            "{p}: seated on the second front door"
+        );
+        assert!(
+            pl.events.contains(&SessionEvent::ServerIs(server_addr(1))),
+            "{p}: the shell was told to talk to the second server: {:?}",
+            pl.events
+        );
+        assert_eq!(r.moves, 1, "{p}: one move");
+        let m = r.last_move.as_ref().expect("the move");
+        // The client calls the server lost after 5 s of silence; the last word was
+        // heard at most a keep-alive before it died.
+        eprintln!("{p}: moved after {:.2} s of silence", m.silence_s);
+        assert!((4.0..12.0).contains(&m.silence_s) && !m.handed_over, "{p}: {m:?}");
+        assert!(!r.lost, "{p}: seated again");
+    }
+    eprintln!("both seated again, each hearing the other, {took:.2} s after the server died");
+    assert!(took < 7.0, "{took:.2} s");
+    // Bo is back in Ana's roster under his new id, at the seat he had, at −9 dB.
+    let r = w.players[ana].session.roster();
+    let new_id = r.member_named("bo").expect("bo is heard again");
+    assert_eq!(r.seat_of(new_id), Some(bo_seat), "the same seat");
+    let cmds = &w.players[ana].commands;
+    assert!(
+        cmds.contains(&Command::Gain {
+            member: new_id,
+            db: -9.0
+        }),
+        "the mix set for bo is applied to his new id: {cmds:?}"
+    );
+    assert!(
+        cmds.iter().any(|c| matches!(c, Command::Release { .. })),
+        "the old seat's member was released: {cmds:?}"
+    );
+    assert!(
+        !cmds.contains(&Command::Gain {
+            member: bo_id,
+            db: -9.0
+        }) || new_id == bo_id,
+        "nothing is set on the old id after the move"
+    );
+}
+
+#[test]
+fn a_probe_goes_to_the_direct_paths_and_never_to_the_room_client() {
+    let mut w = World::new();
+    let ana = w.seat("ana");
+    w.run(500);
+    let before = w.players[ana].session.roster().clone();
+    // Junk and a probe-looking datagram from an address that is not the server.
+    let stranger = SocketAddr::from(([10, 7, 7, 7], 6000));
+    let now = w.now;
+    w.players[ana]
+        .session
+        .handle_datagram(now, stranger, b"/netjam/leave\0\0\0,\0\0\0");
+    w.players[ana]
+        .session
+        .handle_datagram(now, stranger, b"/netjam/probe junk");
+    w.run(100);
+    let after = w.players[ana].session.roster();
+    assert_eq!(after.members.len(), before.members.len());
+    assert_eq!(
+        after.me, before.me,
+        "a control message from elsewhere is not the server's"
+    );
+    assert!(!after.lost && after.refused.is_none());
+}
