@@ -6,8 +6,9 @@
 //!   is seated there anew and counts one move, with the silence it cost;
 //! * the other member is heard again there under its new id, at the seat it sat at
 //!   before, with the mix this player set for its name (a mix follows the name);
-//! * while both servers answer, nothing moves; a probe from a member's address goes to
-//!   the direct paths, never to the room client.
+//! * while both servers answer, nothing moves, and the two punch a direct path to each
+//!   other; a datagram from an address other than the server's goes to the direct paths,
+//!   never to the room client.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -191,6 +192,11 @@ fn a_silent_server_is_left_for_the_next_front_door_and_the_mix_follows_the_name(
         assert_eq!(r.members.len(), 1, "{}: the other member is in the roster", p);
         assert_eq!(r.server, Some(server_addr(0)));
         assert_eq!(r.moves, 0, "nothing moves while the server answers");
+        // The two punched a direct path to each other through the session's probes, and
+        // the shell was told to route media over it.
+        let direct = w.players[p].session.route_table().direct().count();
+        assert_eq!(direct, 1, "{p}: a direct path to the other member");
+        assert!(w.players[p].events.contains(&SessionEvent::Routes));
     }
     // Ana turns Bo down, through her seat, as an OSC fader would.
     let (bo_id, bo_seat) = {

@@ -704,6 +704,33 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                     _ => session.handle_datagram(at, from, &bytes),
                 }
             };
+            // What the session asks of the world; true when the roster changed.
+            let do_event = |session: &mut Session, e: SessionEvent| {
+                match e {
+                    SessionEvent::ServerIs(a) => {
+                        route.set_peer(a);
+                        if let Some(e) = &ensemble {
+                            e.server_is(a);
+                        }
+                    }
+                    SessionEvent::Routes => route.set_table(session.route_table()),
+                    SessionEvent::Redirect(to) => match resolve_redirect(&to, session.server()) {
+                        Ok(a) => session.redirect_to(clock::now_ns(), a, known.get(a)),
+                        Err(e) => tracing::warn!("{e:#}"),
+                    },
+                    SessionEvent::Key(server, e) => {
+                        if let Err(msg) = server_key_event(&e, server, &known) {
+                            eprintln!("netjam: {msg}");
+                            session.refuse(msg);
+                        }
+                    }
+                    SessionEvent::SsrcChanged { was, now } => tracing::warn!(
+                        "the server seated this player again with SSRC {now:08x} instead of {was:08x}; restart to be heard"
+                    ),
+                    SessionEvent::Changed => return true,
+                }
+                false
+            };
             while !stop.load(Ordering::Relaxed) {
                 let now = clock::now_ns();
                 // Wake for the session's timers, and often enough that an OSC fader moves
@@ -733,33 +760,16 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                 }
                 session.handle_timeout(clock::now_ns());
                 let mut changed = false;
+                // Events before sending (a new server, a redirect followed), and again after:
+                // a changed route table takes effect once the route lists have gone.
                 while let Some(e) = session.poll_event() {
-                    match e {
-                        SessionEvent::ServerIs(a) => {
-                            route.set_peer(a);
-                            if let Some(e) = &ensemble {
-                                e.server_is(a);
-                            }
-                        }
-                        SessionEvent::Routes => route.set_table(session.route_table()),
-                        SessionEvent::Redirect(to) => match resolve_redirect(&to, session.server()) {
-                            Ok(a) => session.redirect_to(clock::now_ns(), a, known.get(a)),
-                            Err(e) => tracing::warn!("{e:#}"),
-                        },
-                        SessionEvent::Key(server, e) => {
-                            if let Err(msg) = server_key_event(&e, server, &known) {
-                                eprintln!("netjam: {msg}");
-                                session.refuse(msg);
-                            }
-                        }
-                        SessionEvent::SsrcChanged { was, now } => tracing::warn!(
-                            "the server seated this player again with SSRC {now:08x} instead of {was:08x}; restart to be heard"
-                        ),
-                        SessionEvent::Changed => changed = true,
-                    }
+                    changed |= do_event(&mut session, e);
                 }
                 while let Some((to, n)) = session.poll_transmit(clock::now_ns(), &mut buf) {
                     send(&buf[..n], to);
+                }
+                while let Some(e) = session.poll_event() {
+                    changed |= do_event(&mut session, e);
                 }
                 while let Some(c) = extra.next(session.roster()) {
                     session.command(c);

@@ -18,8 +18,9 @@
 //!     wait for a datagram until session.poll_timeout(now) (or a few ms, for faders)
 //!     session.handle_datagram(at, from, bytes)      // each that arrived
 //!     session.handle_timeout(now)
+//!     while let Some(e) = session.poll_event() { server, redirect, key, … }
 //!     while let Some((to, n)) = session.poll_transmit(now, &mut buf) { send }
-//!     while let Some(e) = session.poll_event() { route, ensemble, redirect, key, … }
+//!     while let Some(e) = session.poll_event() { the route table, … }
 //!     while let Some(c) = session.poll_command() { the audio thread's ring }
 //! }
 //! ```
@@ -395,11 +396,6 @@ impl Session {
         while self.paths.poll_event().is_some() {
             self.changed = true;
         }
-        let t = self.paths.route_table();
-        if t != self.table {
-            self.table = t;
-            self.events.push_back(SessionEvent::Routes);
-        }
         if self.changed || now_ns.saturating_sub(self.refreshed) >= PATHS_REFRESH_NS {
             self.refreshed = now_ns;
             self.changed = true;
@@ -413,9 +409,22 @@ impl Session {
     }
 
     /// The next datagram to send and where: the client's control first, then the STUN
-    /// question, then route lists and probes (the server hears of a dead path before the
-    /// send thread's next packet goes back through it).
+    /// question, then route lists and probes. Once there is nothing left to send, a changed
+    /// route table is an event ([`SessionEvent::Routes`]): the server hears of a dead path
+    /// before the send thread's next packet goes back through it.
     pub fn poll_transmit(&mut self, now_ns: u64, buf: &mut [u8]) -> Option<(SocketAddr, usize)> {
+        let next = self.next_transmit(now_ns, buf);
+        if next.is_none() {
+            let t = self.paths.route_table();
+            if t != self.table {
+                self.table = t;
+                self.events.push_back(SessionEvent::Routes);
+            }
+        }
+        next
+    }
+
+    fn next_transmit(&mut self, now_ns: u64, buf: &mut [u8]) -> Option<(SocketAddr, usize)> {
         if let Some(n) = self.client.poll_transmit(buf) {
             return Some((self.server, n));
         }
