@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use netjam_engine::player::{Command, FrontDoors, Session, SessionEvent, SessionStart};
+use netjam_engine::player::{Command, FrontDoors, Notice, Session, SessionEvent, SessionStart};
 use netjam_engine::room::msg::MAX_ENS_LEN;
 use netjam_engine::room::{ClientConfig, RoomClient, RoomEvent, Server, ServerConfig};
 
@@ -56,6 +56,11 @@ impl World {
     /// Seats a player named `name` on server 0 with a plain client, then hands the seat
     /// to a session, as the join does.
     fn seat(&mut self, name: &str) -> usize {
+        self.seat_with(name, &[server_addr(1)])
+    }
+
+    /// [`World::seat`], with `others` as the front doors after the first server.
+    fn seat_with(&mut self, name: &str, others: &[SocketAddr]) -> usize {
         let i = self.players.len();
         let addr = SocketAddr::from(([10, 1, 0, i as u8 + 1], 5000));
         let ssrc = 100 + i as u32;
@@ -99,7 +104,7 @@ impl World {
         let session = Session::new(SessionStart {
             client,
             server: server_addr(0),
-            front: FrontDoors::new(server_addr(0), &[server_addr(1)]),
+            front: FrontDoors::new(server_addr(0), others),
             room: "band".into(),
             member_id,
             ssrc,
@@ -111,6 +116,8 @@ impl World {
             private: None,
             pinned: BTreeMap::new(),
             stun_seed: [i as u8 + 7; 32],
+            // As the join's STUN answer said.
+            server_sees: Some(addr),
             now_ns: self.now,
         });
         self.players.push(Player {
@@ -245,6 +252,21 @@ fn a_silent_server_is_left_for_the_next_front_door_and_the_mix_follows_the_name(
         eprintln!("{p}: moved after {:.2} s of silence", m.silence_s);
         assert!((4.0..12.0).contains(&m.silence_s) && !m.handed_over, "{p}: {m:?}");
         assert!(!r.lost, "{p}: seated again");
+        // What the player was told, in order.
+        assert_eq!(
+            r.notices.first(),
+            Some(&Notice::ServerLost {
+                server: server_addr(0)
+            }),
+            "{p}: {:?}",
+            r.notices
+        );
+        assert!(
+            matches!(r.notices.last(), Some(Notice::Moved(m)) if m.to == server_addr(1)),
+            "{p}: {:?}",
+            r.notices
+        );
+        assert_eq!(r.notices.len(), 2, "{p}: said once each: {:?}", r.notices);
     }
     eprintln!("both seated again, each hearing the other, {took:.2} s after the server died");
     assert!(took < 7.0, "{took:.2} s");
@@ -296,4 +318,43 @@ fn a_probe_goes_to_the_direct_paths_and_never_to_the_room_client() {
         "a control message from elsewhere is not the server's"
     );
     assert!(!after.lost && after.refused.is_none());
+}
+
+#[test]
+fn a_server_that_comes_back_is_said_to_be_back_not_a_move() {
+    let mut w = World::new();
+    let ana = w.seat_with("ana", &[]);
+    let bo = w.seat_with("bo", &[]);
+    w.run(2_000);
+    // The only server goes silent for 8 s (a restart that kept nothing, or a cable), then
+    // answers again.
+    w.alive[0] = false;
+    w.run(8_000);
+    for p in [ana, bo] {
+        let r = w.players[p].session.roster();
+        assert!(r.lost, "{p}: lost while silent");
+        assert_eq!(
+            r.notices,
+            vec![Notice::ServerLost {
+                server: server_addr(0)
+            }],
+            "{p}"
+        );
+    }
+    w.alive[0] = true;
+    w.run(5_000);
+    for p in [ana, bo] {
+        let r = w.players[p].session.roster();
+        assert!(!r.lost, "{p}: seated again");
+        assert_eq!(r.members.len(), 1, "{p}: hears the other again");
+        assert_eq!(r.notices.len(), 2, "{p}: {:?}", r.notices);
+        match &r.notices[1] {
+            Notice::ServerBack { server, silence_s } => {
+                eprintln!("{p}: back after {silence_s:.2} s");
+                assert_eq!(*server, server_addr(0));
+                assert!((8.0..15.0).contains(silence_s), "{p}: {silence_s}");
+            }
+            n => panic!("{p}: told {n} instead of the server being back"),
+        }
+    }
 }

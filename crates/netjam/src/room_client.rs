@@ -585,6 +585,8 @@ impl<A: CommandSource, B: CommandSource> CommandSource for (A, B) {
 pub struct RoomWires<S> {
     /// The rooms server's address (where the seat is).
     pub server: SocketAddr,
+    /// Where that server saw this player when it joined (its STUN answer), if it said.
+    pub server_sees: Option<SocketAddr>,
     /// The servers the player was told to use: when the one it is on stops answering, it
     /// asks the front door again where the room lives now, and the next front door when
     /// that one is silent too.
@@ -653,6 +655,7 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
     } = seated;
     let RoomWires {
         server,
+        server_sees,
         front,
         send,
         route,
@@ -687,6 +690,7 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
         private,
         pinned,
         stun_seed: unique_bytes(),
+        server_sees,
         now_ns: clock::now_ns(),
     });
     let shared = Arc::new(Mutex::new(session.roster().clone()));

@@ -53,7 +53,7 @@ pub use command::Command;
 pub use media::{Media, MediaConfig, MediaReport, MemberReport};
 pub use reflexive::ReflexiveQuery;
 pub use roster::{parse_mix, MemberMix, Mixes, RoomMove, Roster, RosterMember, SEATS};
-pub use session::{FrontDoors, Session, SessionEvent, SessionStart};
+pub use session::{FrontDoors, Notice, Session, SessionEvent, SessionStart};
 
 /// Where the player's datagrams go: the caller's socket, a ring to its network thread, or
 /// a simulated link. Called on the audio thread: it must not block or allocate.

@@ -61,6 +61,9 @@ pub struct Roster {
     pub server: Option<SocketAddr>,
     /// The fingerprint of that server's key, as the control channel checked it.
     pub server_key: Option<String>,
+    /// What the player was told happened to the server (lost, back, moved, where it sees
+    /// the player), in order: the shell says each once.
+    pub notices: Vec<super::session::Notice>,
     /// Times the room was found on another server after the one it was on stopped
     /// answering (failover), and the last such move.
     pub moves: u64,

@@ -121,7 +121,50 @@ pub struct SessionStart {
     /// Random bytes from which the STUN questions' transaction ids are derived (the core
     /// has no source of randomness of its own).
     pub stun_seed: [u8; 32],
+    /// Where the server saw this player when it joined (its STUN answer), if it said.
+    pub server_sees: Option<SocketAddr>,
     pub now_ns: u64,
+}
+
+/// Something the player is told, once, as it happens (the status line's event lines).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Notice {
+    /// The server stopped answering; the session keeps asking (and members on a direct
+    /// path are still heard).
+    ServerLost { server: SocketAddr },
+    /// The same server answers again, after this long without a word from it.
+    ServerBack { server: SocketAddr, silence_s: f64 },
+    /// The room is on another server now.
+    Moved(RoomMove),
+    /// After a rejoin the server sees this player at another public address.
+    SeenAt { addr: SocketAddr },
+}
+
+impl std::fmt::Display for Notice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Notice::ServerLost { server } => write!(
+                f,
+                "the rooms server at {server} stopped answering; asking again (members on a direct path are still heard)"
+            ),
+            Notice::ServerBack { server, silence_s } => write!(
+                f,
+                "the rooms server at {server} answers again after {silence_s:.1} s; playing on"
+            ),
+            Notice::Moved(m) if m.handed_over => write!(
+                f,
+                "the room moved to {} (its server handed it over: another server holds it now) after {:.1} s of silence; playing on",
+                m.to, m.silence_s
+            ),
+            Notice::Moved(m) => write!(
+                f,
+                "the room moved to {} after {:.1} s of silence (its server stopped answering); playing on",
+                m.to, m.silence_s
+            ),
+            Notice::SeenAt { addr } => write!(f, "the server now sees you at {addr}"),
+        }
+    }
 }
 
 /// What the shell does for the session.
@@ -168,6 +211,8 @@ pub struct Session {
     moving_since: Option<u64>,
     /// The move under way was a redirect from the room's server, not its silence.
     handed_over: bool,
+    /// Since when (its last word), and which server has been silent, while one is.
+    lost: Option<(u64, SocketAddr)>,
     table: RouteTable,
     refreshed: u64,
     /// A private room's keys in force, and those of passwords asked for, newest last.
@@ -197,6 +242,7 @@ impl Session {
             private,
             pinned,
             stun_seed,
+            server_sees,
             now_ns,
         } = s;
         if public {
@@ -217,6 +263,7 @@ impl Session {
             server: Some(server),
             server_key: client.server_key().map(|k| crate::room::secure::fingerprint(&k)),
             mixes,
+            server_sees,
             ..Roster::default()
         };
         let mut commands = VecDeque::new();
@@ -248,6 +295,7 @@ impl Session {
             switched_at: now_ns,
             moving_since: None,
             handed_over: false,
+            lost: None,
             table: RouteTable::default(),
             refreshed: now_ns,
             private,
@@ -381,6 +429,9 @@ impl Session {
         if let Some(q) = &self.stun {
             if q.done(now_ns) {
                 if let Some(a) = q.report().server_sees {
+                    if self.roster.server_sees != Some(a) {
+                        self.roster.notices.push(Notice::SeenAt { addr: a });
+                    }
                     self.roster.server_sees = Some(a);
                     self.changed = true;
                 }
@@ -511,14 +562,13 @@ impl Session {
                     self.roster.paths.remove(&entry.member_id);
                 }
                 self.commands.extend(self.roster.commands_for(&entry));
-                self.roster.lost = false;
+                self.found(now_ns);
             }
             RoomEvent::Joined {
                 member_id,
                 ssrc,
                 rejoined,
             } => {
-                self.roster.lost = false;
                 if rejoined {
                     self.roster.rejoins += 1;
                 } else {
@@ -530,13 +580,24 @@ impl Session {
                     self.commands.extend(self.roster.forget_members());
                 }
                 if let Some(since) = self.moving_since.take() {
-                    self.roster.moves += 1;
-                    self.roster.last_move = Some(RoomMove {
+                    let m = RoomMove {
                         to: self.server,
                         silence_s: now_ns.saturating_sub(since) as f64 / 1e9,
                         handed_over: std::mem::take(&mut self.handed_over),
-                    });
+                    };
+                    self.roster.moves += 1;
+                    self.roster.last_move = Some(m.clone());
+                    // Seated again where it was: the server came back, the room did not move.
+                    if self.lost.take().is_some_and(|(_, s)| s == m.to) {
+                        self.roster.notices.push(Notice::ServerBack {
+                            server: m.to,
+                            silence_s: m.silence_s,
+                        });
+                    } else {
+                        self.roster.notices.push(Notice::Moved(m));
+                    }
                 }
+                self.found(now_ns);
                 self.roster.server = Some(self.server);
                 self.roster.server_key = self
                     .client
@@ -557,6 +618,12 @@ impl Session {
             }
             RoomEvent::Lost => {
                 self.roster.lost = true;
+                if self.lost.is_none() {
+                    self.lost = Some((self.heard_at, self.server));
+                    self.roster
+                        .notices
+                        .push(Notice::ServerLost { server: self.server });
+                }
                 if self.moving_since.is_none() {
                     self.moving_since = Some(self.heard_at);
                 }
@@ -585,6 +652,20 @@ impl Session {
                 self.roster.refused = Some(reason);
                 self.roster.lost = true;
             }
+        }
+    }
+
+    /// The server answered (a roster entry, a seat): a silence that did not end in a move
+    /// ends here.
+    fn found(&mut self, now_ns: u64) {
+        self.roster.lost = false;
+        if let Some((since, server)) = self.lost.take() {
+            // It kept the seat: nothing moved.
+            self.moving_since = None;
+            self.roster.notices.push(Notice::ServerBack {
+                server,
+                silence_s: now_ns.saturating_sub(since) as f64 / 1e9,
+            });
         }
     }
 

@@ -691,6 +691,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     };
     let wires = RoomWires {
         server,
+        server_sees: reflexive.server_sees,
         front,
         send: {
             let socket = io.socket.clone();
@@ -814,12 +815,9 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let mut everyone: Everyone = Default::default();
     let mut series = BoundedSeries::default();
     let mut path_states: std::collections::BTreeMap<u32, PathState> = Default::default();
-    let mut sees = reflexive.server_sees;
-    let mut moves_told = 0;
     let mut refusal_told = false;
     let mut password_notes_told = 0;
-    // When the server was found silent and which one it was, while it is.
-    let mut lost_since: Option<(f64, Option<SocketAddr>)> = None;
+    let mut notices_told = 0;
     let mut rates_told: std::collections::BTreeMap<u32, super::jam::HeardRate> = Default::default();
     // The page takes every snapshot; the rest one per tenth of a second, with the peaks of
     // those in between.
@@ -869,54 +867,11 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             eprintln!("netjam: {note}");
         }
         password_notes_told = roster.password_notes.len();
-        if roster.lost && lost_since.is_none() {
-            lost_since = Some((s.t_s, roster.server));
+        for n in roster.notices.iter().skip(notices_told) {
             status.finish();
-            eprintln!(
-                "netjam: the rooms server at {} stopped answering; asking again (members on a direct path are still heard)",
-                roster.server.map_or("-".into(), |a| a.to_string())
-            );
+            eprintln!("netjam: {n}");
         }
-        if roster.moves != moves_told {
-            moves_told = roster.moves;
-            if let Some(m) = &roster.last_move {
-                status.finish();
-                if lost_since.is_some_and(|(_, from)| from == Some(m.to)) {
-                    eprintln!(
-                        "netjam: the rooms server at {} answers again after {:.1} s; playing on",
-                        m.to, m.silence_s
-                    );
-                } else if m.handed_over {
-                    eprintln!(
-                        "netjam: room {room:?} moved to {} (its server handed it over: another server holds it now) after {:.1} s of silence; playing on",
-                        m.to, m.silence_s
-                    );
-                } else {
-                    eprintln!(
-                        "netjam: room {room:?} moved to {} after {:.1} s of silence (its server stopped answering); playing on",
-                        m.to, m.silence_s
-                    );
-                }
-            }
-            lost_since = None;
-        } else if !roster.lost {
-            if let Some((since, from)) = lost_since.take() {
-                status.finish();
-                eprintln!(
-                    "netjam: the rooms server at {} answers again after {:.1} s",
-                    from.map_or("-".into(), |a| a.to_string()),
-                    s.t_s - since
-                );
-            }
-        }
-        if roster.server_sees.is_some() && roster.server_sees != sees {
-            sees = roster.server_sees;
-            status.finish();
-            eprintln!(
-                "netjam: the server now sees you at {}",
-                sees.map_or("-".into(), |a| a.to_string())
-            );
-        }
+        notices_told = roster.notices.len();
         for (id, p) in &roster.paths {
             if path_states.get(id) == Some(&p.state) {
                 continue;
