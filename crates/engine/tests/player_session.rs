@@ -188,6 +188,14 @@ impl World {
     }
 }
 
+/// What a player was told about its server (not about paths), in order.
+fn server_notices(r: &netjam_engine::player::Roster) -> Vec<&Notice> {
+    r.notices
+        .iter()
+        .filter(|n| !matches!(n, Notice::Path { .. }))
+        .collect()
+}
+
 #[test]
 fn a_silent_server_is_left_for_the_next_front_door_and_the_mix_follows_the_name() {
     let mut w = World::new();
@@ -204,6 +212,18 @@ fn a_silent_server_is_left_for_the_next_front_door_and_the_mix_follows_the_name(
         let direct = w.players[p].session.route_table().direct().count();
         assert_eq!(direct, 1, "{p}: a direct path to the other member");
         assert!(w.players[p].events.contains(&SessionEvent::Routes));
+        // ... and the player was told, once, by the other's name.
+        let other = if p == ana { "bo" } else { "ana" };
+        let told: Vec<String> = r
+            .notices
+            .iter()
+            .filter(|n| matches!(n, Notice::Path { .. }))
+            .map(|n| n.to_string())
+            .collect();
+        assert!(
+            told.len() == 1 && told[0].starts_with(&format!("direct path to {other} at 10.1.0.")),
+            "{p}: {told:?}"
+        );
     }
     // Ana turns Bo down, through her seat, as an OSC fader would.
     let (bo_id, bo_seat) = {
@@ -252,9 +272,10 @@ fn a_silent_server_is_left_for_the_next_front_door_and_the_mix_follows_the_name(
         eprintln!("{p}: moved after {:.2} s of silence", m.silence_s);
         assert!((4.0..12.0).contains(&m.silence_s) && !m.handed_over, "{p}: {m:?}");
         assert!(!r.lost, "{p}: seated again");
-        // What the player was told, in order.
+        // What the player was told about the server, in order.
+        let server = server_notices(r);
         assert_eq!(
-            r.notices.first(),
+            server.first().copied(),
             Some(&Notice::ServerLost {
                 server: server_addr(0)
             }),
@@ -262,11 +283,11 @@ fn a_silent_server_is_left_for_the_next_front_door_and_the_mix_follows_the_name(
             r.notices
         );
         assert!(
-            matches!(r.notices.last(), Some(Notice::Moved(m)) if m.to == server_addr(1)),
+            matches!(server.last(), Some(Notice::Moved(m)) if m.to == server_addr(1)),
             "{p}: {:?}",
             r.notices
         );
-        assert_eq!(r.notices.len(), 2, "{p}: said once each: {:?}", r.notices);
+        assert_eq!(server.len(), 2, "{p}: said once each: {:?}", r.notices);
     }
     eprintln!("both seated again, each hearing the other, {took:.2} s after the server died");
     assert!(took < 7.0, "{took:.2} s");
@@ -334,8 +355,8 @@ fn a_server_that_comes_back_is_said_to_be_back_not_a_move() {
         let r = w.players[p].session.roster();
         assert!(r.lost, "{p}: lost while silent");
         assert_eq!(
-            r.notices,
-            vec![Notice::ServerLost {
+            server_notices(r),
+            vec![&Notice::ServerLost {
                 server: server_addr(0)
             }],
             "{p}"
@@ -347,8 +368,9 @@ fn a_server_that_comes_back_is_said_to_be_back_not_a_move() {
         let r = w.players[p].session.roster();
         assert!(!r.lost, "{p}: seated again");
         assert_eq!(r.members.len(), 1, "{p}: hears the other again");
-        assert_eq!(r.notices.len(), 2, "{p}: {:?}", r.notices);
-        match &r.notices[1] {
+        let told = server_notices(r);
+        assert_eq!(told.len(), 2, "{p}: {:?}", r.notices);
+        match told[1] {
             Notice::ServerBack { server, silence_s } => {
                 eprintln!("{p}: back after {silence_s:.2} s");
                 assert_eq!(*server, server_addr(0));

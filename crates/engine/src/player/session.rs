@@ -28,7 +28,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 
-use crate::nat::direct::{DirectConfig, DirectPaths, RouteTable, Target};
+use crate::nat::direct::{DirectConfig, DirectPaths, PathEvent, PathInfo, PathState, RouteTable, Target};
 use crate::privacy::MediaKey;
 use crate::room::msg::MAX_WIRE_LEN;
 use crate::room::{PeerEntry, RefuseCode, RoomClient, RoomEvent, RosterEntry, RosterKind};
@@ -139,6 +139,12 @@ pub enum Notice {
     Moved(RoomMove),
     /// After a rejoin the server sees this player at another public address.
     SeenAt { addr: SocketAddr },
+    /// Media to a member now goes straight to it, or through the server (and why).
+    Path {
+        member: String,
+        was: Option<PathState>,
+        path: PathInfo,
+    },
 }
 
 impl std::fmt::Display for Notice {
@@ -163,6 +169,35 @@ impl std::fmt::Display for Notice {
                 m.to, m.silence_s
             ),
             Notice::SeenAt { addr } => write!(f, "the server now sees you at {addr}"),
+            Notice::Path { member, was, path } => {
+                let ms = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.2}"));
+                let (direct, relay) = (ms(path.direct_rtt_ms), ms(path.relay_rtt_ms));
+                match path.state {
+                    PathState::Direct => write!(
+                        f,
+                        "direct path to {member} at {}: RTT {direct} ms, through the server {relay} ms",
+                        path.addr.map_or("-".into(), |a| a.to_string()),
+                    ),
+                    PathState::Relayed if path.slower => write!(
+                        f,
+                        "the direct path to {member} answers but is slower (RTT {direct} ms, through the server {relay} ms): through the server{}",
+                        if *was == Some(PathState::Direct) { " again" } else { "" }
+                    ),
+                    PathState::Relayed if *was == Some(PathState::Direct) => write!(
+                        f,
+                        "the direct path to {member} stopped answering: through the server again, RTT {relay} ms"
+                    ),
+                    PathState::Relayed if path.direct_rtt_ms.is_some() => write!(
+                        f,
+                        "no direct path to {member}: its probes were answered (RTT {direct} ms) but the path did not hold: through the server, RTT {relay} ms"
+                    ),
+                    PathState::Relayed => write!(
+                        f,
+                        "no direct path to {member}: its addresses did not answer the probes (a router or firewall between you drops them): through the server, RTT {relay} ms"
+                    ),
+                    PathState::Punching => write!(f, "looking for a direct path to {member}"),
+                }
+            }
         }
     }
 }
@@ -213,6 +248,8 @@ pub struct Session {
     handed_over: bool,
     /// Since when (its last word), and which server has been silent, while one is.
     lost: Option<(u64, SocketAddr)>,
+    /// Each member's path as last told.
+    paths_told: BTreeMap<u32, PathState>,
     table: RouteTable,
     refreshed: u64,
     /// A private room's keys in force, and those of passwords asked for, newest last.
@@ -296,6 +333,7 @@ impl Session {
             moving_since: None,
             handed_over: false,
             lost: None,
+            paths_told: BTreeMap::new(),
             table: RouteTable::default(),
             refreshed: now_ns,
             private,
@@ -444,8 +482,10 @@ impl Session {
         if self.paths.poll_timeout().is_some_and(|t| t <= now_ns) {
             self.paths.handle_timeout(now_ns);
         }
-        while self.paths.poll_event().is_some() {
+        while let Some(e) = self.paths.poll_event() {
             self.changed = true;
+            let (PathEvent::Direct { member_id, .. } | PathEvent::Relayed { member_id, .. }) = e;
+            self.tell_path(member_id);
         }
         if self.changed || now_ns.saturating_sub(self.refreshed) >= PATHS_REFRESH_NS {
             self.refreshed = now_ns;
@@ -560,6 +600,7 @@ impl Session {
                 if matches!(entry.kind, RosterKind::Left | RosterKind::Timeout) {
                     self.paths.remove_peer(now_ns, entry.member_id);
                     self.roster.paths.remove(&entry.member_id);
+                    self.paths_told.remove(&entry.member_id);
                 }
                 self.commands.extend(self.roster.commands_for(&entry));
                 self.found(now_ns);
@@ -655,6 +696,26 @@ impl Session {
         }
     }
 
+    /// Says where media to `member_id` goes, if that changed since it was last said.
+    fn tell_path(&mut self, member_id: u32) {
+        let Some(path) = self.paths.path(member_id) else {
+            return;
+        };
+        if path.state == PathState::Punching {
+            return;
+        }
+        let was = self.paths_told.insert(member_id, path.state);
+        if was == Some(path.state) {
+            return;
+        }
+        let member = self
+            .roster
+            .members
+            .get(&member_id)
+            .map_or_else(|| format!("member {member_id}"), |m| m.name.clone());
+        self.roster.notices.push(Notice::Path { member, was, path });
+    }
+
     /// The server answered (a roster entry, a seat): a silence that did not end in a move
     /// ends here.
     fn found(&mut self, now_ns: u64) {
@@ -716,5 +777,60 @@ impl Session {
             RoomEvent::RekeyRefused { reason, .. } => Some(format!("the password was not changed: {reason}")),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(state: PathState, direct: Option<f64>, relay: Option<f64>, slower: bool) -> PathInfo {
+        PathInfo {
+            member_id: 1,
+            state,
+            addr: None,
+            direct_rtt_ms: direct,
+            relay_rtt_ms: relay,
+            direct_count: 0,
+            died: 0,
+            slower,
+            failures: 0,
+        }
+    }
+
+    fn line(was: Option<PathState>, path: PathInfo) -> String {
+        Notice::Path {
+            member: "bo".into(),
+            was,
+            path,
+        }
+        .to_string()
+    }
+
+    #[test]
+    fn each_path_reason_is_said_only_when_it_is_the_reason() {
+        let relayed = |d, s| {
+            line(
+                Some(PathState::Punching),
+                info(PathState::Relayed, d, Some(1.5), s),
+            )
+        };
+        // Answered, faster than the server, but not held: not called slower.
+        let l = relayed(Some(0.09), false);
+        assert!(!l.contains("slower") && l.contains("did not hold"), "{l}");
+        // Slower: said with both figures.
+        let l = relayed(Some(3.0), true);
+        assert!(
+            l.contains("slower") && l.contains("3.00") && l.contains("1.50"),
+            "{l}"
+        );
+        // Never answered.
+        let l = relayed(None, false);
+        assert!(l.contains("did not answer") && !l.contains("slower"), "{l}");
+        let died = line(
+            Some(PathState::Direct),
+            info(PathState::Relayed, Some(0.1), Some(1.5), false),
+        );
+        assert!(died.contains("stopped answering"), "{died}");
     }
 }

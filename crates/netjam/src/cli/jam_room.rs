@@ -814,7 +814,6 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     // Everyone heard during the session, as last seen (members who left stay in the summary).
     let mut everyone: Everyone = Default::default();
     let mut series = BoundedSeries::default();
-    let mut path_states: std::collections::BTreeMap<u32, PathState> = Default::default();
     let mut refusal_told = false;
     let mut password_notes_told = 0;
     let mut notices_told = 0;
@@ -872,18 +871,6 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             eprintln!("netjam: {n}");
         }
         notices_told = roster.notices.len();
-        for (id, p) in &roster.paths {
-            if path_states.get(id) == Some(&p.state) {
-                continue;
-            }
-            let was = path_states.insert(*id, p.state);
-            let who = roster.members.get(id).map_or_else(|| format!("member {id}"), |m| m.name.clone());
-            let line = path_line(&who, was, p);
-            if let Some(line) = line {
-                status.finish();
-                eprintln!("{line}");
-            }
-        }
         for m in s.stats.active_members() {
             let who = roster
                 .members
@@ -1041,92 +1028,6 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         c.shutdown();
     }
     Ok(())
-}
-
-/// The line that says how media now reaches `who`, when its path changed from `was` to
-/// `p.state` (`None`: nothing to say yet). Each reason is said only when it is the reason:
-/// a direct path that answers but is slower, one that answered and did not hold, and
-/// addresses that never answered.
-fn path_line(who: &str, was: Option<PathState>, p: &PathInfo) -> Option<String> {
-    let ms = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.2}"));
-    let (direct, relay) = (ms(p.direct_rtt_ms), ms(p.relay_rtt_ms));
-    Some(match p.state {
-        PathState::Direct => format!(
-            "netjam: direct path to {who} at {}: RTT {direct} ms, through the server {relay} ms",
-            p.addr.map_or("-".into(), |a| a.to_string()),
-        ),
-        PathState::Relayed if p.slower => format!(
-            "netjam: the direct path to {who} answers but is slower (RTT {direct} ms, through the server {relay} ms): through the server{}",
-            if was == Some(PathState::Direct) { " again" } else { "" }
-        ),
-        PathState::Relayed if was == Some(PathState::Direct) => {
-            format!("netjam: the direct path to {who} stopped answering: through the server again, RTT {relay} ms")
-        }
-        PathState::Relayed if p.direct_rtt_ms.is_some() => format!(
-            "netjam: no direct path to {who}: its probes were answered (RTT {direct} ms) but the path did not hold: through the server, RTT {relay} ms"
-        ),
-        PathState::Relayed => format!(
-            "netjam: no direct path to {who}: its addresses did not answer the probes (a router or firewall between you drops them): through the server, RTT {relay} ms"
-        ),
-        PathState::Punching => return None,
-    })
-}
-
-#[cfg(test)]
-mod path_line_tests {
-    use super::*;
-
-    fn info(state: PathState, direct: Option<f64>, relay: Option<f64>, slower: bool) -> PathInfo {
-        PathInfo {
-            member_id: 1,
-            state,
-            addr: None,
-            direct_rtt_ms: direct,
-            relay_rtt_ms: relay,
-            direct_count: 0,
-            died: 0,
-            slower,
-            failures: 0,
-        }
-    }
-
-    #[test]
-    fn each_reason_is_said_only_when_it_is_the_reason() {
-        let relayed = |d, s| {
-            path_line(
-                "bo",
-                Some(PathState::Punching),
-                &info(PathState::Relayed, d, Some(1.5), s),
-            )
-            .unwrap()
-        };
-        // Answered, faster than the server, but not held: not called slower.
-        let line = relayed(Some(0.09), false);
-        assert!(
-            !line.contains("slower") && line.contains("did not hold"),
-            "{line}"
-        );
-        // Slower: said with both figures.
-        let line = relayed(Some(3.0), true);
-        assert!(
-            line.contains("slower") && line.contains("3.00") && line.contains("1.50"),
-            "{line}"
-        );
-        // Never answered.
-        let line = relayed(None, false);
-        assert!(
-            line.contains("did not answer") && !line.contains("slower"),
-            "{line}"
-        );
-        let died = path_line(
-            "bo",
-            Some(PathState::Direct),
-            &info(PathState::Relayed, Some(0.1), Some(1.5), false),
-        )
-        .unwrap();
-        assert!(died.contains("stopped answering"), "{died}");
-        assert!(path_line("bo", None, &info(PathState::Punching, None, None, false)).is_none());
-    }
 }
 
 #[cfg(test)]
