@@ -1054,8 +1054,8 @@ impl JitterBuffer {
     /// and the resampler is told how fast it moves (a feed-forward) so the loop does not lag.
     /// How fast it walks is measured on the phase over one-second spans (two in a row must
     /// agree; a span holding device time lost, a growth, a restart of a clock's fit or a
-    /// step is dropped: see [`Walk::update`]); until then the clock estimator's ratio stands in, beyond twice its standard
-    /// error. A phase more than [`PHASE_JUMP_NS`] off for [`PHASE_JUMP_HOLD_NS`] has jumped:
+    /// step is dropped: see [`Walk::update`]); until then the clock estimator's ratio
+    /// stands in, beyond twice its standard error. A phase more than [`PHASE_JUMP_NS`] off for [`PHASE_JUMP_HOLD_NS`] has jumped:
     /// it is taken at once, a step it frees is given back at once, and a catch-up measures
     /// its excess from there.
     /// At the edge of a step the delay slides a whole step: later at [`PHASE_SLIDE`] (or

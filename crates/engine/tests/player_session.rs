@@ -307,12 +307,20 @@ fn a_silent_server_is_left_for_the_next_front_door_and_the_mix_follows_the_name(
         cmds.iter().any(|c| matches!(c, Command::Release { .. })),
         "the old seat's member was released: {cmds:?}"
     );
+    // In that order: the old seat released, then bo assigned again, then his mix.
+    let last_release = cmds.iter().rposition(|c| matches!(c, Command::Release { .. }));
+    let assigned = cmds
+        .iter()
+        .position(|c| matches!(c, Command::Assign { member, .. } if *member == new_id));
+    let mixed = cmds.iter().position(|c| {
+        *c == Command::Gain {
+            member: new_id,
+            db: -9.0,
+        }
+    });
     assert!(
-        !cmds.contains(&Command::Gain {
-            member: bo_id,
-            db: -9.0
-        }) || new_id == bo_id,
-        "nothing is set on the old id after the move"
+        last_release < assigned && assigned < mixed,
+        "release, assign, mix, in order: {cmds:?}"
     );
 }
 

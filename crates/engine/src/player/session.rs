@@ -30,7 +30,6 @@ use std::net::SocketAddr;
 
 use crate::nat::direct::{DirectConfig, DirectPaths, PathEvent, PathInfo, PathState, RouteTable, Target};
 use crate::privacy::MediaKey;
-use crate::room::msg::MAX_WIRE_LEN;
 use crate::room::{PeerEntry, RefuseCode, RoomClient, RoomEvent, RosterEntry, RosterKind};
 
 use super::{Command, ReflexiveQuery, RoomMove, Roster};
@@ -499,7 +498,8 @@ impl Session {
         }
     }
 
-    /// The next datagram to send and where: the client's control first, then the STUN
+    /// The next datagram to send and where, written into `buf` (at least
+    /// [`crate::room::msg::MAX_WIRE_LEN`] bytes): the client's control first, then the STUN
     /// question, then route lists and probes. Once there is nothing left to send, a changed
     /// route table is an event ([`SessionEvent::Routes`]): the server hears of a dead path
     /// before the send thread's next packet goes back through it.
@@ -527,10 +527,7 @@ impl Session {
                 // Sealed like the client's own control.
                 (Target::Server, n) => {
                     self.client.send_control(&buf[..n]);
-                    let mut out = [0u8; MAX_WIRE_LEN];
-                    if let Some(m) = self.client.poll_transmit(&mut out) {
-                        let m = m.min(buf.len());
-                        buf[..m].copy_from_slice(&out[..m]);
+                    if let Some(m) = self.client.poll_transmit(buf) {
                         return Some((self.server, m));
                     }
                 }
