@@ -6,6 +6,9 @@
 //!   is seated there anew and counts one move, with the silence it cost;
 //! * the other member is heard again there under its new id, at the seat it sat at
 //!   before, with the mix this player set for its name (a mix follows the name);
+//! * the join is the session's first phase: a first front door that never answers is
+//!   given up for the next after the redirect patience, and a refusal is said with its
+//!   code, never as a seat;
 //! * while both servers answer, nothing moves, and the two punch a direct path to each
 //!   other; a datagram from an address other than the server's goes to the direct paths,
 //!   never to the room client.
@@ -13,9 +16,10 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
+use netjam_engine::player::session::REDIRECT_PATIENCE_NS;
 use netjam_engine::player::{Command, FrontDoors, Notice, Session, SessionEvent, SessionStart};
 use netjam_engine::room::msg::MAX_ENS_LEN;
-use netjam_engine::room::{ClientConfig, RoomClient, RoomEvent, Server, ServerConfig};
+use netjam_engine::room::{ClientConfig, RefuseCode, RoomClient, Server, ServerConfig};
 
 const MS: u64 = 1_000_000;
 
@@ -53,71 +57,40 @@ impl World {
         (0..self.servers.len()).find(|&i| server_addr(i) == a && self.alive[i])
     }
 
-    /// Seats a player named `name` on server 0 with a plain client, then hands the seat
-    /// to a session, as the join does.
+    /// Seats a player named `name` on server 0: its session joins from the first hello.
     fn seat(&mut self, name: &str) -> usize {
         self.seat_with(name, &[server_addr(1)])
     }
 
     /// [`World::seat`], with `others` as the front doors after the first server.
     fn seat_with(&mut self, name: &str, others: &[SocketAddr]) -> usize {
+        let i = self.join(name, "", others);
+        for _ in 0..2_000 {
+            if self.players[i].session.seated() {
+                return i;
+            }
+            self.step();
+        }
+        panic!("{name} was not seated: {:?}", self.players[i].events);
+    }
+
+    /// A player whose session starts joining room "band" with `password`; not stepped.
+    fn join(&mut self, name: &str, password: &str, others: &[SocketAddr]) -> usize {
         let i = self.players.len();
         let addr = SocketAddr::from(([10, 1, 0, i as u8 + 1], 5000));
-        let ssrc = 100 + i as u32;
-        let mut cfg = ClientConfig::new("band", name, "", ssrc);
+        let mut cfg = ClientConfig::new("band", name, password, 100 + i as u32);
         cfg.nonce_seed = [i as u8 + 1; 16];
-        let mut client = RoomClient::new(cfg, self.now);
-        let mut buf = [0u8; MAX_ENS_LEN];
-        let mut early = Vec::new();
-        let mut early_peers = Vec::new();
-        let mut seat = None;
-        for _ in 0..2_000 {
-            self.now += MS;
-            let now = self.now;
-            if client.poll_timeout().is_some_and(|t| t <= now) {
-                client.handle_timeout(now);
-            }
-            while let Some(n) = client.poll_transmit(&mut buf) {
-                let _ = self.servers[0].handle_datagram(now, addr, &buf[..n]);
-            }
-            self.step_servers();
-            while let Some((to, n)) = self.servers[0].poll_transmit(&mut buf) {
-                if to == addr {
-                    client.handle_datagram(now, &buf[..n]);
-                } else {
-                    self.deliver(to, server_addr(0), &buf[..n]);
-                }
-            }
-            while let Some(e) = client.poll_event() {
-                match e {
-                    RoomEvent::Joined { member_id, ssrc, .. } => seat = Some((member_id, ssrc)),
-                    RoomEvent::Roster(r) => early.push(r),
-                    RoomEvent::Peer(p) => early_peers.push(p),
-                    _ => {}
-                }
-            }
-            if seat.is_some() {
-                break;
-            }
-        }
-        let (member_id, ssrc) = seat.expect("seated on the first server");
         let session = Session::new(SessionStart {
-            client,
-            server: server_addr(0),
+            client: RoomClient::new(cfg, self.now),
             front: FrontDoors::new(server_addr(0), others),
             room: "band".into(),
-            member_id,
-            ssrc,
-            early,
-            early_peers,
+            ssrc: 100 + i as u32,
             direct: true,
             public: false,
             mixes: Default::default(),
             private: None,
             pinned: BTreeMap::new(),
             stun_seed: [i as u8 + 7; 32],
-            // As the join's STUN answer said.
-            server_sees: Some(addr),
             now_ns: self.now,
         });
         self.players.push(Player {
@@ -387,4 +360,70 @@ fn a_server_that_comes_back_is_said_to_be_back_not_a_move() {
             n => panic!("{p}: told {n} instead of the server being back"),
         }
     }
+}
+
+#[test]
+fn a_join_to_a_silent_first_door_is_seated_at_the_next() {
+    let mut w = World::new();
+    w.alive[0] = false;
+    let start = w.now;
+    let ana = w.seat("ana");
+    let took = w.now - start;
+    let p = &w.players[ana];
+    eprintln!(
+        "seated at the second front door {:.2} s after the first hello",
+        took as f64 / 1e9
+    );
+    assert!(
+        (REDIRECT_PATIENCE_NS..REDIRECT_PATIENCE_NS + 500 * MS).contains(&took),
+        "given up after its patience, seated at once: {took} ns"
+    );
+    assert_eq!(p.session.server(), server_addr(1));
+    assert_eq!(p.session.roster().server, Some(server_addr(1)));
+    let seated: Vec<_> = p
+        .events
+        .iter()
+        .filter(|e| matches!(e, SessionEvent::Seated { .. }))
+        .collect();
+    assert!(
+        matches!(seated[..], [SessionEvent::Seated { ssrc, redirected: None, .. }] if Some(*ssrc) == p.session.roster().me.map(|m| m.1)),
+        "seated once, not by a redirect: {:?}",
+        p.events
+    );
+    assert!(
+        p.events.contains(&SessionEvent::ServerIs(server_addr(1))),
+        "{:?}",
+        p.events
+    );
+    // No move, no loss: a join that found its server is not a room that moved.
+    let r = p.session.roster();
+    assert_eq!(r.moves, 0);
+    assert!(server_notices(r).is_empty(), "{:?}", r.notices);
+}
+
+#[test]
+fn a_join_with_another_password_is_refused_with_its_code() {
+    let mut w = World::new();
+    let ana = w.join("ana", "first", &[]);
+    w.run(500);
+    assert!(w.players[ana].session.seated());
+    let bo = w.join("bo", "second", &[]);
+    w.run(2_000);
+    let p = &w.players[bo];
+    assert!(!p.session.seated(), "{:?}", p.events);
+    let refused: Vec<_> = p
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            SessionEvent::Refused { code, .. } => Some(*code),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refused, vec![Some(RefuseCode::WrongPassword)], "{:?}", p.events);
+    assert!(!p.events.iter().any(|e| matches!(e, SessionEvent::Seated { .. })));
+    assert_eq!(
+        w.players[ana].session.roster().members.len(),
+        0,
+        "ana plays alone"
+    );
 }

@@ -1,9 +1,9 @@
 //! Joining a room and staying in it: the I/O shell around the sans-IO
-//! [`netjam_engine::room::RoomClient`] (the join) and [`netjam_engine::player::Session`]
-//! (everything after the seat).
+//! [`netjam_engine::player::Session`], which decides from the first hello on.
 //!
 //! ```text
-//!   join(): hello -> challenge -> join -> welcome, on the stream's own socket, before any audio
+//!   join(): the session's hello -> challenge -> join -> welcome (redirects, silent front
+//!           doors), on the stream's own socket, before any audio
 //!   control thread:  OSC from the server and the other members' probes (handed over by
 //!                    the receive thread) -> Session -> datagrams to send, commands for the
 //!                    audio thread's ring, events: the send thread's server and route table,
@@ -12,9 +12,9 @@
 //! ```
 //!
 //! The seat is taken before the audio starts, so the sender uses the SSRC the server
-//! assigned from its first packet on. Afterwards one thread runs the session: it decides
-//! (what the server's messages mean for the roster, when a silent server is given up for
-//! the next front door, which direct paths carry media; see its docs) and this shell does
+//! assigned from its first packet on. Afterwards one thread runs the same session: it
+//! decides (what the server's messages mean for the roster, when a silent server is given
+//! up for the next front door, which direct paths carry media; see its docs) and this shell does
 //! what needs the world: the socket, the clock, resolving a redirect's name, pinning a
 //! server's key in the player's known servers ([`KnownServers`]) the first time and
 //! stopping with what to do when a server shows another, deriving a new password's keys
@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use netjam_engine::room::msg::MAX_CONTROL_LEN;
-use netjam_engine::room::{ClientConfig, PeerEntry, RefuseCode, RoomClient, RoomEvent, RosterEntry};
+use netjam_engine::room::{ClientConfig, RefuseCode, RoomClient, RoomEvent};
 
 use crate::clock;
 use crate::ensemble::SeatInbox;
@@ -41,6 +41,7 @@ use crate::keys::KnownServers;
 use crate::transport::UdpTransport;
 pub use netjam_engine::player::FrontDoors;
 use netjam_engine::player::{Command, Mixes, ReflexiveQuery, Roster, Session, SessionEvent, SessionStart};
+use netjam_engine::privacy::MediaKey;
 
 /// A datagram from the server's address that starts with `/` (or a probe from anyone):
 /// when it arrived, where from, its bytes.
@@ -78,27 +79,46 @@ pub struct JoinRequest {
     pub also: Vec<SocketAddr>,
     /// The servers' keys this player pinned ([`KnownServers::from_env`]).
     pub known: KnownServers,
+    /// What the seat does once taken.
+    pub setup: SeatSetup,
 }
 
-/// A seat taken: the client that holds it and what the roster said so far.
+/// What a seat does once taken (the session's part of a join).
+#[derive(Debug, Clone)]
+pub struct SeatSetup {
+    /// Punch direct paths to other members (`jam --via-server` says no).
+    pub direct: bool,
+    /// List the room publicly (`jam --public`), on whichever server it is.
+    pub public: bool,
+    /// Mix settings by member name to apply as members are seated (`jam --mix`).
+    pub mixes: Mixes,
+    /// A private room's media key (its join proof is [`JoinRequest::room_key`]).
+    pub media_key: Option<MediaKey>,
+}
+
+impl Default for SeatSetup {
+    fn default() -> Self {
+        Self {
+            direct: true,
+            public: false,
+            mixes: Mixes::default(),
+            media_key: None,
+        }
+    }
+}
+
+/// A seat taken: the session that holds it.
 #[derive(Debug)]
 pub struct Seated {
-    pub client: RoomClient,
-    /// The server the seat is on: the one asked, or the one it redirected to.
-    pub server: SocketAddr,
-    /// The server that redirected the join here, if one did (as it named this one).
+    /// Seated on [`Session::server`], its roster holding what came with the welcome.
+    pub session: Session,
+    /// The server that redirected the join there, if one did (as it named it).
     pub redirected: Option<String>,
-    /// The front doors, at the one that answered.
-    pub front: FrontDoors,
     /// From the first hello to the welcome (redirects followed included).
     pub took: Duration,
     pub member_id: u32,
     /// Send with this SSRC.
     pub ssrc: u32,
-    /// Roster events that came with the welcome (the members already there).
-    pub early: Vec<RosterEntry>,
-    /// How to reach those members directly, as the server said.
-    pub early_peers: Vec<PeerEntry>,
     /// The servers' keys this player pinned.
     pub known: KnownServers,
 }
@@ -281,97 +301,93 @@ pub fn join_asking(
     config.hosts.clone_from(&r.hosts);
     config.sample_rate = r.sample_rate;
     config.secure = true;
-    config.server_key = r.known.get(r.server);
     let began = Instant::now();
-    let mut client = RoomClient::new(config, clock::now_ns());
+    let front = FrontDoors::new(r.server, &r.also);
+    let pinned = front
+        .all()
+        .iter()
+        .filter_map(|&a| r.known.get(a).map(|k| (a, k)))
+        .collect();
+    let mut session = Session::new(SessionStart {
+        client: RoomClient::new(config, clock::now_ns()),
+        front,
+        room: r.room.clone(),
+        ssrc: r.ssrc,
+        direct: r.setup.direct,
+        public: r.setup.public,
+        mixes: r.setup.mixes.clone(),
+        private: r.room_key.zip(r.setup.media_key),
+        pinned,
+        stun_seed: unique_bytes(),
+        now_ns: clock::now_ns(),
+    });
     let deadline = Instant::now() + r.timeout;
     let mut buf = vec![0u8; MAX_CONTROL_LEN.max(2048)];
-    let mut early = Vec::new();
-    let mut early_peers = Vec::new();
     let mut others = 0u64;
-    // The server sent to now, and since when nothing has come from it.
-    let mut front = FrontDoors::new(r.server, &r.also);
-    let mut server = r.server;
-    let mut redirected: Option<String> = None;
-    let mut quiet_since = Instant::now();
+    // The server asked now, and whether the next switch is a redirect being followed.
+    let mut asking = r.server;
+    let mut following = false;
+    let mut seat: Option<(u32, u32, Option<String>, Duration)> = None;
+    let mut early_until = None;
     loop {
+        let now_ns = clock::now_ns();
         if let Some(q) = ask.as_deref_mut() {
-            while let Some((to, n)) = q.poll_transmit(clock::now_ns(), &mut buf) {
+            while let Some((to, n)) = q.poll_transmit(now_ns, &mut buf) {
                 if let Err(e) = socket.send_to(&buf[..n], to) {
                     tracing::debug!("join: STUN request to {to}: {e}");
                 }
             }
         }
-        while let Some(n) = client.poll_transmit(&mut buf) {
-            if let Err(e) = socket.send_to(&buf[..n], server) {
-                tracing::debug!("join: send to {server}: {e}");
-            }
-        }
-        while let Some(e) = client.poll_event() {
+        session.handle_timeout(now_ns);
+        while let Some(e) = session.poll_event() {
             match e {
-                RoomEvent::Joined { member_id, ssrc, .. } => {
-                    let took = began.elapsed();
+                SessionEvent::Seated {
+                    member_id,
+                    ssrc,
+                    redirected,
+                } => {
+                    seat = Some((member_id, ssrc, redirected, began.elapsed()));
                     // Roster events sent together with the welcome may already be queued.
-                    drain_early(socket, server, &mut client, &mut early, &mut early_peers, ask);
-                    return Ok(Seated {
-                        client,
-                        server,
-                        redirected,
-                        front,
-                        took,
-                        member_id,
-                        ssrc,
-                        early,
-                        early_peers,
-                        known: r.known.clone(),
-                    });
+                    early_until = Some(Instant::now() + EARLY_ROSTER);
                 }
-                RoomEvent::Roster(entry) => early.push(entry),
-                RoomEvent::Peer(p) => early_peers.push(p),
-                RoomEvent::Refused { code, reason } => bail!(refusal_text(code, &reason, r)),
-                e @ (RoomEvent::ServerKey { .. } | RoomEvent::ServerKeyChanged { .. }) => {
+                SessionEvent::Refused { code, reason } => bail!(refusal_text(code, &reason, r)),
+                SessionEvent::Key(server, e) => {
                     if let Err(msg) = server_key_event(&e, server, &r.known) {
                         bail!(msg)
                     }
                 }
-                RoomEvent::Redirected { server: to } => {
-                    server = resolve_redirect(&to, front.current())?;
-                    redirected = Some(to);
-                    quiet_since = Instant::now();
-                    switch_server(&mut client, server, &r.known, clock::now_ns());
-                    // The hello to the room's server goes now, not after the next wait.
-                    while let Some(n) = client.poll_transmit(&mut buf) {
-                        if let Err(e) = socket.send_to(&buf[..n], server) {
-                            tracing::debug!("join: send to {server}: {e}");
-                        }
-                    }
+                SessionEvent::Redirect(to) => {
+                    let a = resolve_redirect(&to, session.front().current())?;
+                    following = true;
+                    session.redirect_to(clock::now_ns(), a, r.known.get(a));
                 }
-                // The seat's epoch stays in the client (`RoomClient::epoch`); no
-                // password can change before the player plays.
-                RoomEvent::Lost
-                | RoomEvent::Routed { .. }
-                | RoomEvent::Epoch { .. }
-                | RoomEvent::PasswordChanged { .. }
-                | RoomEvent::RekeyRefused { .. } => {}
+                SessionEvent::ServerIs(a) => {
+                    if !std::mem::take(&mut following) {
+                        eprintln!("netjam: no answer from the rooms server at {asking}: asking {a}");
+                    }
+                    asking = a;
+                }
+                SessionEvent::Routes | SessionEvent::SsrcChanged { .. } | SessionEvent::Changed => {}
             }
         }
-        if quiet_since.elapsed() >= REDIRECT_PATIENCE && (server != front.current() || front.several()) {
-            // Sent to a server that does not answer: ask the front door again, or, when the
-            // front door itself is silent, the next one named.
-            let silent = server;
-            server = if server == front.current() {
-                front.advance()
-            } else {
-                front.current()
-            };
-            eprintln!("netjam: no answer from the rooms server at {silent}: asking {server}");
-            redirected = None;
-            quiet_since = Instant::now();
-            switch_server(&mut client, server, &r.known, clock::now_ns());
-            continue;
+        while let Some((to, n)) = session.poll_transmit(clock::now_ns(), &mut buf) {
+            if let Err(e) = socket.send_to(&buf[..n], to) {
+                tracing::debug!("join: send to {to}: {e}");
+            }
         }
         let now = Instant::now();
-        if now >= deadline {
+        if let (Some(until), Some((member_id, ssrc, redirected, took))) = (early_until, &seat) {
+            if now >= until {
+                return Ok(Seated {
+                    took: *took,
+                    member_id: *member_id,
+                    ssrc: *ssrc,
+                    redirected: redirected.clone(),
+                    session,
+                    known: r.known.clone(),
+                });
+            }
+        } else if now >= deadline {
             bail!(
                 "no answer from the rooms server at {} after {:.0} s{}: is `netjam server` running there, and does its firewall let UDP port {} in?",
                 r.server,
@@ -380,33 +396,33 @@ pub fn join_asking(
                 r.server.port()
             );
         }
+        // Once seated, only the few roster events that came with the welcome are waited
+        // for: the other members' audio already flows to the seat, so a quiet socket
+        // would never come.
+        let until = early_until.unwrap_or(deadline);
         let now_ns = clock::now_ns();
         let stun_at = ask.as_deref().and_then(|q| q.poll_timeout(now_ns));
-        let wait_ns = client
-            .poll_timeout()
+        let wait_ns = session
+            .poll_timeout(now_ns)
             .into_iter()
             .chain(stun_at)
             .min()
             .map_or(50_000_000, |t| t.saturating_sub(now_ns))
             .clamp(1_000_000, 50_000_000);
-        let wait = Duration::from_nanos(wait_ns).min(deadline - now);
+        let wait = Duration::from_nanos(wait_ns).min(until.saturating_duration_since(now));
         socket.set_read_timeout(Some(wait.max(Duration::from_millis(1))))?;
         match socket.recv(&mut buf) {
-            Ok(Some(got)) if got.from == server && buf.first() == Some(&b'/') => {
-                quiet_since = Instant::now();
-                client.handle_datagram(got.at_ns, &buf[..got.len]);
-            }
             Ok(Some(got))
                 if ask
                     .as_deref_mut()
                     .is_some_and(|q| q.handle_datagram(got.at_ns, got.from, &buf[..got.len])) => {}
+            Ok(Some(got)) if got.from == session.server() => {
+                session.handle_datagram(got.at_ns, got.from, &buf[..got.len]);
+            }
+            Ok(Some(_)) if seat.is_some() => {}
             Ok(Some(_)) => others += 1,
             Ok(None) => {}
             Err(e) => tracing::debug!("join: receive: {e}"),
-        }
-        let now_ns = clock::now_ns();
-        if client.poll_timeout().is_some_and(|t| t <= now_ns) {
-            client.handle_timeout(now_ns);
         }
     }
 }
@@ -484,48 +500,6 @@ pub fn list_rooms(
 /// (the rest arrive through the control thread).
 const EARLY_ROSTER: Duration = Duration::from_millis(20);
 
-/// Takes what the server sent right after the welcome, for at most [`EARLY_ROSTER`]: the
-/// other members' audio already flows to the new seat, so waiting for a quiet socket
-/// would wait for ever (and the seat, sending no keep-alive, would time out).
-fn drain_early(
-    socket: &UdpTransport,
-    server: SocketAddr,
-    client: &mut RoomClient,
-    early: &mut Vec<RosterEntry>,
-    early_peers: &mut Vec<PeerEntry>,
-    mut ask: Option<&mut ReflexiveQuery>,
-) {
-    let mut buf = vec![0u8; MAX_CONTROL_LEN.max(2048)];
-    let deadline = Instant::now() + EARLY_ROSTER;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || socket.set_read_timeout(Some(left)).is_err() {
-            break;
-        }
-        match socket.recv(&mut buf) {
-            Ok(Some(got)) if got.from == server && buf.first() == Some(&b'/') => {
-                client.handle_datagram(got.at_ns, &buf[..got.len]);
-            }
-            Ok(Some(got)) => {
-                if let Some(q) = ask.as_deref_mut() {
-                    q.handle_datagram(got.at_ns, got.from, &buf[..got.len]);
-                }
-            }
-            Ok(None) | Err(_) => break,
-        }
-    }
-    while let Some(n) = client.poll_transmit(&mut buf) {
-        let _ = socket.send_to(&buf[..n], server);
-    }
-    while let Some(e) = client.poll_event() {
-        match e {
-            RoomEvent::Roster(entry) => early.push(entry),
-            RoomEvent::Peer(p) => early_peers.push(p),
-            _ => {}
-        }
-    }
-}
-
 /// The control thread of a seated client.
 #[derive(Debug)]
 pub struct RoomLink {
@@ -583,49 +557,21 @@ impl<A: CommandSource, B: CommandSource> CommandSource for (A, B) {
 
 /// Where the control thread sends and what it steers.
 pub struct RoomWires<S> {
-    /// The rooms server's address (where the seat is).
-    pub server: SocketAddr,
-    /// Where that server saw this player when it joined (its STUN answer), if it said.
-    pub server_sees: Option<SocketAddr>,
-    /// The servers the player was told to use: when the one it is on stops answering, it
-    /// asks the front door again where the room lives now, and the next front door when
-    /// that one is silent too.
-    pub front: FrontDoors,
     /// Sends one datagram to an address on the stream's socket.
     pub send: S,
     /// The send thread's route table ([`crate::session::NetIo::route`]).
     pub route: Arc<crate::session::SendRoute>,
-    /// Whether to punch direct paths to other members (`jam --via-server` says no).
-    pub direct: bool,
-    /// List the room publicly (`jam --public`), on whichever server it is.
-    pub public: bool,
-    /// Mix settings by member name to apply as members are seated (`jam --mix`).
-    pub mix: Mixes,
     /// An ensemble member riding on this seat (`jam --room R --ensemble`): what the server
     /// relays for it goes there, and it hears where the room's server is.
     pub ensemble: Option<crate::ensemble::SeatInbox>,
-    /// A private room's keys in force, and where new passwords come from.
-    pub private: Option<PrivateKeys>,
-}
-
-/// A private room's password in force (its join proof and media key) and the channel new
-/// passwords arrive on (OSC's `/password`).
-pub struct PrivateKeys {
-    pub proof: [u8; 32],
-    pub media: netjam_engine::privacy::MediaKey,
-    pub passwords: mpsc::Receiver<String>,
-}
-
-impl std::fmt::Debug for PrivateKeys {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("PrivateKeys(..)")
-    }
+    /// A private room's new passwords (OSC's `/password`, the page).
+    pub passwords: Option<mpsc::Receiver<String>>,
 }
 
 impl<S> std::fmt::Debug for RoomWires<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RoomWires")
-            .field("server", &self.server)
+            .field("ensemble", &self.ensemble.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -638,61 +584,20 @@ impl<S> std::fmt::Debug for RoomWires<S> {
 /// `extra` are commands from elsewhere (the OSC surface) passed on in order.
 pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
     seated: Seated,
-    room: &str,
     wires: RoomWires<S>,
     control: mpsc::Receiver<ControlDatagram>,
     mut commands: rtrb::Producer<Command>,
     mut extra: impl CommandSource,
 ) -> anyhow::Result<RoomLink> {
     let Seated {
-        client,
-        member_id,
-        ssrc,
-        early,
-        early_peers,
-        known,
-        ..
+        mut session, known, ..
     } = seated;
     let RoomWires {
-        server,
-        server_sees,
-        front,
         send,
         route,
-        direct,
-        public,
-        mix,
         ensemble,
-        private,
+        passwords,
     } = wires;
-    let pinned = front
-        .all()
-        .iter()
-        .chain([&server])
-        .filter_map(|&a| known.get(a).map(|k| (a, k)))
-        .collect();
-    let (private, passwords) = match private {
-        Some(k) => (Some((k.proof, k.media)), Some(k.passwords)),
-        None => (None, None),
-    };
-    let mut session = Session::new(SessionStart {
-        client,
-        server,
-        front,
-        room: room.to_owned(),
-        member_id,
-        ssrc,
-        early,
-        early_peers,
-        direct,
-        public,
-        mixes: mix,
-        private,
-        pinned,
-        stun_seed: unique_bytes(),
-        server_sees,
-        now_ns: clock::now_ns(),
-    });
     let shared = Arc::new(Mutex::new(session.roster().clone()));
     let stop = Arc::new(AtomicBool::new(false));
     let thread = {
@@ -732,6 +637,8 @@ pub fn spawn<S: Fn(&[u8], SocketAddr) + Send + 'static>(
                         "the server seated this player again with SSRC {now:08x} instead of {was:08x}; restart to be heard"
                     ),
                     SessionEvent::Changed => return true,
+                    // The join's own: the seat is taken before this thread starts.
+                    SessionEvent::Seated { .. } | SessionEvent::Refused { .. } => {}
                 }
                 false
             };

@@ -646,6 +646,7 @@ mod tests {
                         sample_rate: 0,
                         also: Vec::new(),
                         known: crate::keys::KnownServers::from_env(),
+                        setup: Default::default(),
                     },
                 )
                 .unwrap();

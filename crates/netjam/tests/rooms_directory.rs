@@ -825,15 +825,16 @@ fn join_once(server: SocketAddr, room: &str, name: &str) -> (f64, SocketAddr) {
             sample_rate: 0,
             also: Vec::new(),
             known: netjam::keys::KnownServers::from_env(),
+            setup: Default::default(),
         },
     )
     .expect("seated");
-    let (took, on) = (seated.took.as_secs_f64() * 1e3, seated.server);
-    let mut client = seated.client;
-    client.leave(0);
+    let (took, on) = (seated.took.as_secs_f64() * 1e3, seated.session.server());
+    let mut session = seated.session;
+    session.leave(0);
     let mut buf = [0u8; MAX_WIRE_LEN];
-    while let Some(n) = client.poll_transmit(&mut buf) {
-        let _ = socket.send_to(&buf[..n], on);
+    while let Some((to, n)) = session.poll_transmit(0, &mut buf) {
+        let _ = socket.send_to(&buf[..n], to);
     }
     (took, on)
 }

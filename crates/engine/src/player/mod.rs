@@ -7,8 +7,8 @@
 //! [`MemberReport`]s. The [`Roster`] turns who is in the room into commands and keeps each
 //! member's seat and mix under its name. The [`ReflexiveQuery`] asks the rooms server (and a
 //! STUN server) where the internet sees the player's socket. [`Session`] is the control half
-//! once seated: the room client, the direct paths, the roster and the front doors the room
-//! may move between (its docs show its run loop). Like the rest of the engine it never reads a clock or touches a
+//! from the first hello: the join, the room client, the direct paths, the roster and the
+//! front doors the room may move between (its docs show its run loop). Like the rest of the engine it never reads a clock or touches a
 //! socket, a thread or a device: the caller hands it the time, the datagrams and the
 //! device's buffers, and takes what it transmits.
 //!

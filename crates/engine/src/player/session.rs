@@ -1,24 +1,27 @@
-//! The player's control half, once seated in a room: the room client, the direct paths to
-//! the other members, the question of where the server sees this player after a rejoin,
-//! the roster and the servers the room may move between.
+//! The player's control half in a room, from its first hello: the room client, the direct
+//! paths to the other members, the question of where the server sees this player after a
+//! rejoin, the roster and the servers the room may move between.
 //!
-//! [`Session`] decides everything the room thread used to decide inline: which datagram
-//! goes where, when a silent server is given up for the next front door, what a rejoin or
-//! a move does to the roster, which commands the audio half gets, and when the send
-//! thread's route table changes. Like the rest of the player's core it reads no clock and
+//! [`Session`] decides everything about the seat: which datagram goes where, when a silent
+//! server is given up for the next front door (before the seat as after it), where a
+//! redirect leads, what a rejoin or a move does to the roster, which commands the audio
+//! half gets, and when the send thread's route table changes. It starts unseated: the join
+//! (hello, challenge, join, redirects) is its first phase, ended by
+//! [`SessionEvent::Seated`] or [`SessionEvent::Refused`]. Like the rest of the player's core it reads no clock and
 //! touches no socket, thread or file: the shell hands it the time and the datagrams,
 //! sends what [`Session::poll_transmit`] returns, and does what [`Session::poll_event`]
 //! asks for that needs the outside world (resolving a redirect's name, pinning a server's
 //! key in a file, deriving a password's keys).
 //!
-//! The run loop, on a control thread:
+//! The run loop, on a control thread (the join runs the same loop until seated, then the
+//! shell starts the audio and goes on with the same session):
 //!
 //! ```text
 //! loop {
 //!     wait for a datagram until session.poll_timeout(now) (or a few ms, for faders)
 //!     session.handle_datagram(at, from, bytes)      // each that arrived
 //!     session.handle_timeout(now)
-//!     while let Some(e) = session.poll_event() { server, redirect, key, … }
+//!     while let Some(e) = session.poll_event() { seated, refused, server, redirect, key, … }
 //!     while let Some((to, n)) = session.poll_transmit(now, &mut buf) { send }
 //!     while let Some(e) = session.poll_event() { the route table, … }
 //!     while let Some(c) = session.poll_command() { the audio thread's ring }
@@ -30,7 +33,7 @@ use std::net::SocketAddr;
 
 use crate::nat::direct::{DirectConfig, DirectPaths, PathEvent, PathInfo, PathState, RouteTable, Target};
 use crate::privacy::MediaKey;
-use crate::room::{PeerEntry, RefuseCode, RoomClient, RoomEvent, RosterEntry, RosterKind};
+use crate::room::{RefuseCode, RoomClient, RoomEvent, RosterKind};
 
 use super::{Command, ReflexiveQuery, RoomMove, Roster};
 
@@ -89,23 +92,18 @@ impl FrontDoors {
     }
 }
 
-/// How a seated session starts: what the join left behind.
+/// How a session starts: an unseated client and what to do once seated.
 #[derive(Debug)]
 pub struct SessionStart {
-    /// The seated client.
+    /// The client, as made: it says hello to `front.current()` first.
     pub client: RoomClient,
-    /// The server the seat is on.
-    pub server: SocketAddr,
-    /// The servers named, to fall back on.
+    /// The servers named, the first of them asked first.
     pub front: FrontDoors,
     /// The room's name as given.
     pub room: String,
-    /// This player's member id and SSRC.
-    pub member_id: u32,
+    /// The SSRC the sender uses (the seat may come with another: see
+    /// [`SessionEvent::Seated`]).
     pub ssrc: u32,
-    /// Roster entries and peers that came with the seat.
-    pub early: Vec<RosterEntry>,
-    pub early_peers: Vec<PeerEntry>,
     /// Whether to punch direct paths to other members (`jam --via-server` says no).
     pub direct: bool,
     /// List the room publicly (`jam --public`).
@@ -120,8 +118,6 @@ pub struct SessionStart {
     /// Random bytes from which the STUN questions' transaction ids are derived (the core
     /// has no source of randomness of its own).
     pub stun_seed: [u8; 32],
-    /// Where the server saw this player when it joined (its STUN answer), if it said.
-    pub server_sees: Option<SocketAddr>,
     pub now_ns: u64,
 }
 
@@ -204,6 +200,19 @@ impl std::fmt::Display for Notice {
 /// What the shell does for the session.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SessionEvent {
+    /// The first seat is taken, on [`Session::server`]: start the audio, sending with
+    /// `ssrc`. `redirected` is the name of the server the room's redirect led to, if one did.
+    Seated {
+        member_id: u32,
+        ssrc: u32,
+        redirected: Option<String>,
+    },
+    /// The join was refused before a seat was taken: say why and stop. (A seat refused
+    /// later is in the roster: [`Roster::refused`].)
+    Refused {
+        code: Option<RefuseCode>,
+        reason: String,
+    },
     /// Talk to this server from now on: the send thread's peer, and an ensemble on the seat.
     ServerIs(SocketAddr),
     /// The send thread's route table changed: [`Session::route_table`].
@@ -245,6 +254,8 @@ pub struct Session {
     moving_since: Option<u64>,
     /// The move under way was a redirect from the room's server, not its silence.
     handed_over: bool,
+    /// Before the first seat: the name the last redirect gave (said when seated there).
+    redirected: Option<String>,
     /// Since when (its last word), and which server has been silent, while one is.
     lost: Option<(u64, SocketAddr)>,
     /// Each member's path as last told.
@@ -262,63 +273,34 @@ pub struct Session {
 }
 
 impl Session {
+    /// An unseated session: its client's hello goes to the first front door.
     pub fn new(s: SessionStart) -> Self {
         let SessionStart {
             mut client,
-            server,
             front,
             room,
-            member_id,
             ssrc,
-            early,
-            early_peers,
             direct,
             public,
             mixes,
             private,
             pinned,
             stun_seed,
-            server_sees,
             now_ns,
         } = s;
         if public {
             client.set_public();
         }
-        let mut paths = DirectPaths::new(DirectConfig::default(), member_id);
-        if let Some(rtt) = client.server_rtt_ns() {
-            paths.set_server_rtt(rtt);
-        }
-        // Without direct paths no peer is known to them: nothing is punched, all goes
-        // through the server.
-        for p in early_peers.iter().filter(|_| direct) {
-            paths.set_peer(now_ns, p);
-        }
-        let mut roster = Roster {
-            room,
-            me: Some((member_id, ssrc)),
-            server: Some(server),
-            server_key: client.server_key().map(|k| crate::room::secure::fingerprint(&k)),
-            mixes,
-            server_sees,
-            ..Roster::default()
-        };
-        let mut commands = VecDeque::new();
-        for e in &early {
-            commands.extend(roster.commands_for(e));
-        }
-        if let Some((_, media)) = private {
-            if client.epoch() != 0 {
-                // The room's password changed before this player sat down: its seat's epoch.
-                commands.push_back(Command::Rekey {
-                    epoch: client.epoch(),
-                    key: media,
-                });
-            }
-        }
+        let server = front.current();
+        client.set_server_key(pinned.get(&server).copied());
         Session {
             client,
-            paths,
-            roster,
+            paths: DirectPaths::new(DirectConfig::default(), 0),
+            roster: Roster {
+                room,
+                mixes,
+                ..Roster::default()
+            },
             front,
             server,
             ssrc,
@@ -327,10 +309,13 @@ impl Session {
             stun: None,
             stun_seed,
             stun_asked: 0,
-            heard_at: now_ns,
+            // Nothing heard yet: a first server that never answers is given up for the
+            // next front door as a redirect's silent server is.
+            heard_at: 0,
             switched_at: now_ns,
             moving_since: None,
             handed_over: false,
+            redirected: None,
             lost: None,
             paths_told: BTreeMap::new(),
             table: RouteTable::default(),
@@ -338,10 +323,20 @@ impl Session {
             private,
             pending: Vec::new(),
             behind: false,
-            commands,
+            commands: VecDeque::new(),
             events: VecDeque::new(),
             changed: true,
         }
+    }
+
+    /// Whether the first seat has been taken.
+    pub fn seated(&self) -> bool {
+        self.roster.me.is_some()
+    }
+
+    /// The front doors, at the one asked now.
+    pub fn front(&self) -> &FrontDoors {
+        &self.front
     }
 
     /// The server talked to now.
@@ -454,6 +449,7 @@ impl Session {
             } else {
                 self.front.current()
             };
+            self.redirected = None;
             self.switch(now_ns, next);
         }
         if self.client.poll_timeout().is_some_and(|t| t <= now_ns) {
@@ -466,7 +462,8 @@ impl Session {
         if let Some(q) = &self.stun {
             if q.done(now_ns) {
                 if let Some(a) = q.report().server_sees {
-                    if self.roster.server_sees != Some(a) {
+                    // Said when it changed; a first answer is no news.
+                    if self.roster.server_sees.is_some_and(|was| was != a) {
                         self.roster.notices.push(Notice::SeenAt { addr: a });
                     }
                     self.roster.server_sees = Some(a);
@@ -602,6 +599,9 @@ impl Session {
                 self.commands.extend(self.roster.commands_for(&entry));
                 self.found(now_ns);
             }
+            RoomEvent::Joined { member_id, ssrc, .. } if !self.seated() => {
+                self.first_seat(now_ns, member_id, ssrc)
+            }
             RoomEvent::Joined {
                 member_id,
                 ssrc,
@@ -654,6 +654,8 @@ impl Session {
                 let id = self.stun_id();
                 self.stun = Some(ReflexiveQuery::new(self.server, None, now_ns, [id, id]));
             }
+            // Before a seat the silence is the session's own patience (above).
+            RoomEvent::Lost if !self.seated() => {}
             RoomEvent::Lost => {
                 self.roster.lost = true;
                 if self.lost.is_none() {
@@ -677,7 +679,12 @@ impl Session {
                     self.switch(now_ns, next);
                 }
             }
-            RoomEvent::Redirected { server } => self.events.push_back(SessionEvent::Redirect(server)),
+            RoomEvent::Redirected { server } => {
+                if !self.seated() {
+                    self.redirected = Some(server.clone());
+                }
+                self.events.push_back(SessionEvent::Redirect(server));
+            }
             RoomEvent::Epoch { .. } | RoomEvent::PasswordChanged { .. } | RoomEvent::RekeyRefused { .. } => {}
             e @ (RoomEvent::ServerKey { .. } | RoomEvent::ServerKeyChanged { .. }) => {
                 if let RoomEvent::ServerKey { key } = &e {
@@ -685,12 +692,42 @@ impl Session {
                 }
                 self.events.push_back(SessionEvent::Key(self.server, e));
             }
+            RoomEvent::Refused { code, reason } if !self.seated() => {
+                self.roster.refused = Some(reason.clone());
+                self.events.push_back(SessionEvent::Refused { code, reason });
+            }
             RoomEvent::Refused { code, reason } => {
                 self.roster.replaced = code == Some(RefuseCode::Replaced);
                 self.roster.refused = Some(reason);
                 self.roster.lost = true;
             }
         }
+    }
+
+    /// The join ends: the roster, the paths and a private room's keys start from this seat.
+    fn first_seat(&mut self, now_ns: u64, member_id: u32, ssrc: u32) {
+        self.ssrc = ssrc;
+        self.roster.me = Some((member_id, ssrc));
+        self.roster.server = Some(self.server);
+        self.roster.server_key = self
+            .client
+            .server_key()
+            .map(|k| crate::room::secure::fingerprint(&k));
+        self.paths.set_me(now_ns, member_id);
+        if let Some((_, media)) = self.private {
+            if self.client.epoch() != 0 {
+                // The room's password changed before this player sat down: its seat's epoch.
+                self.commands.push_back(Command::Rekey {
+                    epoch: self.client.epoch(),
+                    key: media,
+                });
+            }
+        }
+        self.events.push_back(SessionEvent::Seated {
+            member_id,
+            ssrc,
+            redirected: self.redirected.take(),
+        });
     }
 
     /// Says where media to `member_id` goes, if that changed since it was last said.

@@ -35,7 +35,7 @@ use crate::endpoint::PeriodStats;
 use crate::lifecycle::{any_for, cname, fresh_seed, Running};
 use crate::member_ports::{self, MemberPorts};
 use crate::record::{self, RecordConfig, RecordSummary};
-use crate::room_client::{self, JoinRequest, PrivateKeys, RoomWires, CONTROL_QUEUE};
+use crate::room_client::{self, JoinRequest, RoomWires, SeatSetup, CONTROL_QUEUE};
 use crate::series::BoundedSeries;
 use crate::server::DEFAULT_PORT;
 use crate::session::{interrupt_flag, NetIo, Peer, RoomProcess, Snapshot, MAX_ROOM_MEMBERS};
@@ -543,7 +543,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         room_client::finish_reflexive(&mut ask, &socket, STUN_WAIT);
         hosts.extend(predicted_candidates(&ask.report(), hosts.len()));
     }
-    let seated = room_client::join_asking(
+    let mut seated = room_client::join_asking(
         &socket,
         &JoinRequest {
             server,
@@ -562,6 +562,12 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             sample_rate: format.rate,
             also,
             known: crate::keys::KnownServers::from_env(),
+            setup: SeatSetup {
+                direct: !a.via_server,
+                public: a.public,
+                mixes: a.mix.clone().unwrap_or_default(),
+                media_key: private.as_ref().map(|p| p.0),
+            },
         },
         Some(&mut ask),
     )?;
@@ -571,15 +577,15 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let reflexive = ask.report();
     // STUN went to the first server named; when that one never answered and another front
     // door seated the player, its silence is already said.
-    if reflexive.server_sees.is_some() || seated.front.current() == server {
+    if reflexive.server_sees.is_some() || seated.session.front().current() == server {
         say_reflexive(&reflexive, server);
     }
     // The server named is the front door (the first that answered, of several named);
     // the seat may be on another one.
-    let front = seated.front.clone();
-    let front_doors = front.clone();
-    let named = front.current();
-    let server = seated.server;
+    let front_doors = seated.session.front().clone();
+    let named = front_doors.current();
+    let server = seated.session.server();
+    seated.session.roster_mut().server_sees = reflexive.server_sees;
     if let Some(to) = &seated.redirected {
         let at = if to == &server.to_string() {
             String::new()
@@ -690,9 +696,6 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         None
     };
     let wires = RoomWires {
-        server,
-        server_sees: reflexive.server_sees,
-        front,
         send: {
             let socket = io.socket.clone();
             move |bytes: &[u8], to: SocketAddr| {
@@ -702,19 +705,12 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             }
         },
         route: io.route.clone(),
-        direct: !a.via_server,
-        public: a.public,
-        mix: a.mix.clone().unwrap_or_default(),
         ensemble: ens_seat.as_ref().map(crate::ensemble::SharedSeat::inbox),
-        private: private.as_ref().map(|(media, proof, _)| PrivateKeys {
-            proof: *proof,
-            media: *media,
-            passwords: password_rx,
-        }),
+        passwords: private.is_some().then_some(password_rx),
     };
     // The control thread stays the command ring's one producer: OSC's and the page's
     // commands reach the audio thread through it.
-    let room_link = room_client::spawn(seated, &room, wires, control_rx, commands, (extra, page_commands))?;
+    let room_link = room_client::spawn(seated, wires, control_rx, commands, (extra, page_commands))?;
     let recorder = match &a.record {
         Some(dir) => {
             let roster = room_link.roster.clone();
