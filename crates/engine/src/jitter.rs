@@ -19,7 +19,10 @@
 //!   - *growth*: when playout reaches the end of what has arrived while the error says it
 //!     is early (the target grew), it waits — one inserted stretch, as long as the error
 //!     rounded up to a whole number of the signal's periods ([`crate::splice`]), concealed
-//!     — so growth is immediate, costs one discontinuity and keeps a steady tone's phase;
+//!     — so growth is immediate, costs one discontinuity and keeps a steady tone's phase.
+//!     Under the tight policy that wait is the only way a grown target is paid: playout
+//!     does not slow down ahead of it, which at the pitch limit takes seconds, too late for
+//!     the burst that grew it and long enough to hold its latency well after the burst;
 //!   - *shrink*: when the error stayed above 0.5 ms for a whole 100 ms window with drift
 //!     correction (without, above one period plus 0.5 ms, or 5 ms: a splice in a
 //!     bit-exact stream must be worth it, unless the stream was moved by late audio, a
@@ -183,6 +186,10 @@ struct Phase {
     track: f64,
     /// How fast the track walks: the clocks' rate difference, measured on it.
     walk: Walk,
+    /// Steps the target grew that playout has not paid yet (frames): under the tight
+    /// policy a grown target is met by waiting where audio is missing, not by slowing
+    /// playout ahead of it (see [`JitterBuffer::playout_delay_ns`]).
+    unpaid: f64,
 }
 
 /// The phase's walk, read over spans of [`PHASE_WALK_SPAN_NS`] (see
@@ -1145,10 +1152,22 @@ impl JitterBuffer {
         // Below the floor already: the target grew. Later at once, as for any growth
         // (waiting for what has not arrived, by a stretch that keeps the pitch); a slide
         // fast enough to matter would bend it.
+        let mut unpaid = match self.phase {
+            Some(ph) if ph.step == g => ph.unpaid,
+            _ => 0.0,
+        };
+        // Under the tight policy a step the target grew is paid only when audio is missing
+        // (the wait of a growth, at once, by a stretch that keeps the pitch): slowing
+        // playout ahead of it at the pitch limit takes seconds, too late to cover the burst
+        // of jitter that grew it and long enough to hold its latency well after the burst.
+        let lazy = self.delay.policy() == LatencyPolicy::Tight;
         while delta < floor {
             delta += step;
             if self.phase.is_some_and(|ph| ph.step == g) {
                 measured.spoiled = true;
+                if lazy {
+                    unpaid += step;
+                }
             }
         }
         if delta < floor + anticipate {
@@ -1166,19 +1185,23 @@ impl JitterBuffer {
         let mut dropped_at = self.phase.and_then(|ph| ph.dropped_at);
         // A target still falling after it gave steps back gives the rest back the same way.
         let falling = dropped_at.is_some_and(|at| now_ns.saturating_sub(at) < PHASE_DOWN_HOLD_NS);
+        // A step given back that was never paid costs nothing: playout stayed where it was.
         if spare >= 2.0 || (spare >= 1.0 && (falling || snapped)) {
             delta -= spare * step;
+            unpaid = (unpaid - spare * step).max(0.0);
             high_since = None;
             dropped_at = Some(now_ns);
         } else if spare >= 1.0 {
             let since = *high_since.get_or_insert(now_ns);
             if now_ns.saturating_sub(since) >= PHASE_DOWN_HOLD_NS {
                 delta -= step;
+                let free = unpaid.min(step);
+                unpaid -= free;
                 // The clocks walked the phase up a step: slide down with it, at a pace that
                 // keeps the pitch. Otherwise the target fell a step: give it back at once,
                 // by a cut that keeps the pitch (the catch-up's).
                 if walk.abs() > PHASE_WALK_SLIDES {
-                    offset += step;
+                    offset += step - free;
                 }
                 high_since = None;
             }
@@ -1198,6 +1221,7 @@ impl JitterBuffer {
             jump_run,
             track,
             walk: measured,
+            unpaid,
         });
         // The delay follows the phase's walk and the slide; the resampler is told both, so
         // the loop does not lag behind a delay that moves on purpose.
@@ -1257,7 +1281,10 @@ impl JitterBuffer {
             let ahead = (frames + frames / 8 + 4) as u64;
             let quiet = (0..ahead).all(|i| self.mono_at(play_ts + i).is_some_and(|v| v.abs() < QUIET_LEVEL));
             self.drift.set_quiet(quiet);
-            self.drift.begin_period(now_ns, frames, err)
+            // A grown target not paid yet is no error to steer out (see `Phase::unpaid`).
+            let unpaid = self.phase.map_or(0.0, |ph| ph.unpaid);
+            let steer = err + (unpaid * 1e9 / self.rate as f64) as i64;
+            self.drift.begin_period(now_ns, frames, steer)
         } else {
             frames
         };
@@ -1433,6 +1460,10 @@ impl JitterBuffer {
             let early = ns_to_frames(self.early_ns(now_ns, ts + i, err).max(0) as u64, self.rate);
             let early = self.pitch_aligned_wait(ts + i, early);
             self.hold_frames = early.saturating_sub(frames - i);
+            if let Some(ph) = &mut self.phase {
+                // The wait pays what the target grew.
+                ph.unpaid = 0.0;
+            }
             self.wait(ts + i, wait);
             return i;
         }
@@ -1994,6 +2025,83 @@ mod tests {
                 "{how}: the walk was not read again once the device kept its time"
             );
         }
+    }
+
+    /// Resampled playout on a clean path at phase `phase_ns`, with a short burst of arrival
+    /// jitter (every third packet 0.9 ms late for 0.3 s, 5 s in) that grows the target:
+    /// the added latency before the burst, the most of it 1 to 4 s after the burst (the
+    /// seconds a slowed playout takes to meet a grown target, and to give it back), and
+    /// the waits (inserted stretches) from the burst on.
+    fn after_a_short_burst(phase_ns: u64, policy: LatencyPolicy) -> (f64, f64, u64) {
+        let pkt_ns = frames_to_ns(F as u64, RATE);
+        let mut jb = JitterBuffer::new(auto(), RATE, 2, 8);
+        jb.set_drift_correction(true);
+        jb.set_latency_policy(policy);
+        let mut buf = vec![0.0; F * 2];
+        let mut in_flight: Vec<(u64, u64)> = Vec::new();
+        let (burst_from, burst_to) = (5_000_000_000u64, 5_300_000_000u64);
+        let mut next_play = phase_ns;
+        let (mut before, mut after, mut events_before) = (0.0, 0.0f64, 0);
+        for k in 0..7_500u64 {
+            let send_at = (k + 1) * pkt_ns;
+            while next_play <= send_at {
+                in_flight.sort_unstable();
+                while in_flight.first().is_some_and(|&(at, _)| at <= next_play) {
+                    let (at, ts) = in_flight.remove(0);
+                    jb.insert(at, ts, &block(ts, F), true);
+                }
+                jb.play(next_play, &mut buf);
+                let st = jb.stats();
+                if next_play < burst_from {
+                    before = st.added_latency_recent_ms;
+                    events_before = st.discontinuities.inserted_events;
+                } else if (burst_to + 1_000_000_000..burst_to + 4_000_000_000).contains(&next_play) {
+                    after = after.max(st.added_latency_recent_ms);
+                }
+                next_play += pkt_ns;
+            }
+            let late = (burst_from..burst_to).contains(&send_at) && k % 3 == 0;
+            let at = send_at + 19_000_000 + if late { 900_000 } else { 0 };
+            in_flight.push((at, 10_000 + k * F as u64));
+        }
+        (
+            before,
+            after,
+            jb.stats().discontinuities.inserted_events - events_before,
+        )
+    }
+
+    /// Under the tight policy a target grown by a short burst of jitter is paid only where
+    /// audio is missing (a wait, at once): playout does not slow down ahead of it for the
+    /// seconds that takes, to hold that latency for seconds after the burst. Latency held
+    /// after the burst comes with a wait, or not at all. The safe policy pays it ahead, as
+    /// it says.
+    #[test]
+    fn a_grown_target_is_paid_where_audio_is_missing_under_the_tight_policy() {
+        let period_ms = F as f64 * 1e3 / RATE as f64;
+        let mut held = Vec::new();
+        let mut safe_ahead = 0;
+        for k in 0..8u64 {
+            let phase_ns = k * 1_333_333 / 8 + 20_000;
+            let (before, after, waits) = after_a_short_burst(phase_ns, LatencyPolicy::Tight);
+            eprintln!(
+                "tight, phase {phase_ns} ns: {before:.2} ms before, at most {after:.2} ms 1-4 s after; {waits} waits"
+            );
+            if after > before + 0.5 * period_ms && waits == 0 {
+                held.push(phase_ns);
+            }
+            let (before, after, waits) = after_a_short_burst(phase_ns, LatencyPolicy::Safe);
+            eprintln!(
+                "safe,  phase {phase_ns} ns: {before:.2} ms before, at most {after:.2} ms 1-4 s after; {waits} waits"
+            );
+            safe_ahead += usize::from(after > before + 0.5 * period_ms && waits == 0);
+        }
+        assert!(
+            held.is_empty(),
+            "latency held after the burst without a wait at phases {held:?}"
+        );
+        // The burst grows the target: the safe policy pays it ahead where nothing is missing.
+        assert!(safe_ahead > 0, "the burst never grew the target");
     }
 
     /// What a packet waits, resampled, from its arrival to its first frame leaving: packets
