@@ -165,7 +165,7 @@ impl World {
 fn server_notices(r: &netjam_engine::player::Roster) -> Vec<&Notice> {
     r.notices
         .iter()
-        .filter(|n| !matches!(n, Notice::Path { .. }))
+        .filter(|n| !matches!(n, Notice::Path { .. } | Notice::Members { .. }))
         .collect()
 }
 
@@ -263,6 +263,26 @@ fn a_silent_server_is_left_for_the_next_front_door_and_the_mix_follows_the_name(
         assert_eq!(server.len(), 2, "{p}: said once each: {:?}", r.notices);
     }
     eprintln!("both seated again, each hearing the other, {took:.2} s after the server died");
+    // Who is in the room is said when it changes: bo arrived, and after the move (with
+    // whoever was seated first told "nobody" until the other came) bo is there again.
+    for (p, other) in [(ana, "bo"), (bo, "ana")] {
+        let told: Vec<&Vec<String>> = w.players[p]
+            .session
+            .roster()
+            .notices
+            .iter()
+            .filter_map(|n| match n {
+                Notice::Members { names, .. } => Some(names),
+                _ => None,
+            })
+            .collect();
+        eprintln!("{p}: told of members {told:?}");
+        let other = vec![other.to_string()];
+        assert_eq!(told.first(), Some(&&other), "{p}: {told:?}");
+        assert_eq!(told.last(), Some(&&other), "{p}: {told:?}");
+        assert!(told.windows(2).all(|w| w[0] != w[1]), "{p}: told twice: {told:?}");
+        assert!(told.len() <= 3, "{p}: {told:?}");
+    }
     assert!(took < 7.0, "{took:.2} s");
     // Bo is back in Ana's roster under his new id, at the seat he had, at −9 dB.
     let r = w.players[ana].session.roster();

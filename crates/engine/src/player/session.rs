@@ -134,6 +134,8 @@ pub enum Notice {
     Moved(RoomMove),
     /// After a rejoin the server sees this player at another public address.
     SeenAt { addr: SocketAddr },
+    /// Who else is in the room now, by name, in seat order (empty: nobody).
+    Members { room: String, names: Vec<String> },
     /// Media to a member now goes straight to it, or through the server (and why).
     Path {
         member: String,
@@ -164,6 +166,10 @@ impl std::fmt::Display for Notice {
                 m.to, m.silence_s
             ),
             Notice::SeenAt { addr } => write!(f, "the server now sees you at {addr}"),
+            Notice::Members { room, names } if names.is_empty() => {
+                write!(f, "room {room}: nobody else is here yet")
+            }
+            Notice::Members { room, names } => write!(f, "room {room}: {}", names.join(", ")),
             Notice::Path { member, was, path } => {
                 let ms = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.2}"));
                 let (direct, relay) = (ms(path.direct_rtt_ms), ms(path.relay_rtt_ms));
@@ -260,6 +266,8 @@ pub struct Session {
     lost: Option<(u64, SocketAddr)>,
     /// Each member's path as last told.
     paths_told: BTreeMap<u32, PathState>,
+    /// Who else is in the room, as last told.
+    members_told: Vec<String>,
     table: RouteTable,
     refreshed: u64,
     /// A private room's keys in force, and those of passwords asked for, newest last.
@@ -318,6 +326,7 @@ impl Session {
             redirected: None,
             lost: None,
             paths_told: BTreeMap::new(),
+            members_told: Vec::new(),
             table: RouteTable::default(),
             refreshed: now_ns,
             private,
@@ -491,7 +500,25 @@ impl Session {
             self.roster.direct = self.paths.stats();
         }
         if std::mem::take(&mut self.changed) {
+            self.tell_members();
             self.events.push_back(SessionEvent::Changed);
+        }
+    }
+
+    /// Says who else is in the room, if that changed since it was last said (all of one
+    /// batch of roster events at once: a move's fresh seat and the members that come
+    /// with it are one line, not "nobody" and then everyone).
+    fn tell_members(&mut self) {
+        if self.roster.me.is_none() {
+            return;
+        }
+        let names: Vec<String> = self.roster.members.values().map(|m| m.name.clone()).collect();
+        if names != self.members_told {
+            self.members_told.clone_from(&names);
+            self.roster.notices.push(Notice::Members {
+                room: self.roster.room.clone(),
+                names,
+            });
         }
     }
 

@@ -806,7 +806,6 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let running = Running::start("netjam-audio", io, endpoint, process, stop.clone())?;
     let mut status = StatusLine::new();
     let mut realtime_told = false;
-    let mut names = String::new();
     // Everyone heard during the session, as last seen (members who left stay in the summary).
     let mut everyone: Everyone = Default::default();
     let mut series = BoundedSeries::default();
@@ -878,24 +877,6 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
                 status.finish();
                 eprintln!("{line}");
             }
-        }
-        let now_names = roster
-            .members
-            .values()
-            .map(|m| m.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ");
-        if now_names != names {
-            status.finish();
-            eprintln!(
-                "netjam: room {room}: {}",
-                if now_names.is_empty() {
-                    "nobody else is here yet"
-                } else {
-                    &now_names
-                }
-            );
-            names = now_names;
         }
         if let Some(ports) = &mut member_ports {
             if ports.update(&roster) {
