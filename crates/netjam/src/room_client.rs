@@ -301,6 +301,7 @@ pub fn join_asking(
     config.hosts.clone_from(&r.hosts);
     config.sample_rate = r.sample_rate;
     config.secure = true;
+    config.server_key = r.known.get(r.server);
     let began = Instant::now();
     let front = FrontDoors::new(r.server, &r.also);
     let pinned = front

@@ -95,7 +95,8 @@ impl FrontDoors {
 /// How a session starts: an unseated client and what to do once seated.
 #[derive(Debug)]
 pub struct SessionStart {
-    /// The client, as made: it says hello to `front.current()` first.
+    /// The client, as made: it says hello to `front.current()` first, with the key pinned
+    /// for that server in its config.
     pub client: RoomClient,
     /// The servers named, the first of them asked first.
     pub front: FrontDoors,
@@ -300,7 +301,6 @@ impl Session {
             client.set_public();
         }
         let server = front.current();
-        client.set_server_key(pinned.get(&server).copied());
         Session {
             client,
             paths: DirectPaths::new(DirectConfig::default(), 0),
