@@ -20,6 +20,9 @@ pub type GarbageSource = Box<dyn FnMut(u64) -> Option<Vec<u8>>>;
 
 /// Fills one packet's interleaved frames with what the sender captures.
 pub type CaptureSource = Box<dyn FnMut(&mut [f32])>;
+/// How late the sender's device wakes for the capture period due at a time (ns): its
+/// timeline stays whole, the packet leaves that much later.
+pub type CaptureLate = Box<dyn FnMut(u64) -> u64>;
 
 pub struct Session {
     pub sender: Sender,
@@ -48,6 +51,9 @@ pub struct Session {
     pub device_rate: Option<u32>,
     /// What the sender captures, if not `synth`: fills one packet's interleaved frames.
     pub source: Option<CaptureSource>,
+    /// The sender's device waking late (a JACK server that misses its deadlines): each
+    /// capture period runs this much after it is due, and none before the one before it.
+    pub capture_late: Option<CaptureLate>,
     /// When set, every RTP datagram the receiver is handed: its arrival and sequence number.
     pub arrivals: Option<Vec<(u64, u16)>>,
 }
@@ -113,6 +119,7 @@ impl Session {
             sender_ppm: 0.0,
             device_rate: None,
             source: None,
+            capture_late: None,
         }
     }
 
@@ -129,13 +136,18 @@ impl Session {
             vec![0.0; self.period * self.receiver.output_format().map_or(ch, |f| f.channels as usize)];
         let mut rtcp = [0u8; 1500];
         let mut step = 0u64;
+        // When the capture due at `next_capture` really runs.
+        let mut late = self.capture_late.take();
+        let mut wake =
+            |due: u64, after: u64| due.saturating_add(late.as_mut().map_or(0, |l| l(due))).max(after);
+        let mut capture_at = wake(self.next_capture, self.now);
         while self.now < end {
             let next_link = self
                 .up
                 .next_delivery()
                 .unwrap_or(u64::MAX)
                 .min(self.down.next_delivery().unwrap_or(u64::MAX));
-            self.now = self.next_capture.min(self.next_play).min(next_link).max(self.now);
+            self.now = capture_at.min(self.next_play).min(next_link).max(self.now);
             if self.now >= end {
                 break;
             }
@@ -159,7 +171,7 @@ impl Session {
             while let Some(ev) = self.receiver.poll_event() {
                 self.events.push(ev);
             }
-            if self.now >= self.next_capture {
+            if self.now >= capture_at {
                 // The period that just ended was captured; packetize and send it.
                 match self.source.as_mut() {
                     Some(fill) => fill(&mut cap),
@@ -175,6 +187,7 @@ impl Session {
                     self.up.send(now, rtcp[..n].to_vec(), n);
                 }
                 self.next_capture += capture_ns;
+                capture_at = wake(self.next_capture, self.now);
             }
             if self.now >= self.next_play {
                 match self.receiver.output_format() {
@@ -201,6 +214,7 @@ impl Session {
                 self.next_play += play_ns;
             }
         }
+        self.capture_late = late;
     }
 
     /// Start the device's first period `ns` after the sender's first capture (before
