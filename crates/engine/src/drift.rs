@@ -25,9 +25,13 @@
 //!   their lower convex hull under the mean media time): a burst of queueing lifts a few
 //!   windows far above it, and left in a least-squares fit they would tilt it for the whole
 //!   32 s memory. A fit beyond ±0.1 % is discarded as a transient, not a clock.
-//!   A jump of the timeline (a new stream) restarts a clock's fit; a step of the path delay
-//!   up by more than 2 ms, or down by more than 0.5 ms, restarts it too, keeping the last
-//!   slope until the new fit has 1.5 s.
+//!   A jump of the timeline (a new stream) restarts a clock's fit, keeping the last slope
+//!   until the new fit has 1.5 s. A step of the path delay (up by more than 2 ms for two
+//!   windows, or by more than 1 ms for two seconds; down by more than 0.5 ms for two
+//!   windows) changes the line, not the clock: the windows before it are moved by the step
+//!   and the fit goes on with its slope and its 32 s of memory. (Fitting again from the
+//!   step on left a slope from 1.5 s of windows, which one more small step tilted by
+//!   hundreds of ppm; a far JACK server that drops a period unseen makes such steps.)
 //!   The sender's lower envelope is also offered as a base transit
 //!   ([`DriftEstimator::earliest_arrival_ns`]): unlike a windowed minimum of transit it
 //!   does not lag a drifting sender, so a buffer measuring its depth against it holds the
@@ -113,6 +117,13 @@ const POINTS: usize = 128;
 const MIN_POINTS: usize = 6;
 /// A window minimum this far off the fitted line, twice in a row, is a step of the path.
 const STEP_NS: f64 = 2_000_000.0;
+/// A window minimum this far above the fitted line, and [`STEP_DOWN_SPREADS`] times the
+/// minimums' spread about it, for [`SMALL_STEP_WINDOWS`] windows in a row, is a step of the
+/// path too: a far device that loses one period without its guard seeing it, a route a
+/// millisecond longer. Left alone, the trim keeps such windows out of the fits until they
+/// are half the memory, then the fit tilts toward them (60 ppm for 1.3 ms) for seconds.
+const SMALL_STEP_NS: f64 = 1_000_000.0;
+const SMALL_STEP_WINDOWS: usize = 8;
 /// A window minimum this far below the fitted line, and [`STEP_DOWN_SPREADS`] times the
 /// minimums' spread about it, twice in a row, is a step of the path too: delay only ever
 /// adds, so arrivals earlier than the envelope mean the path got shorter (a route change),
@@ -182,6 +193,9 @@ struct ClockFit {
     held: Option<Slope>,
     /// A window off the fitted line, held back until the next one says step or outlier.
     off_line: Option<WindowPoint>,
+    /// Windows in a row above the line by more than [`SMALL_STEP_NS`], and the least of
+    /// their excesses.
+    rise: Option<(usize, f64)>,
     outliers: u64,
     restarts: u64,
     windows: u64,
@@ -208,6 +222,7 @@ impl ClockFit {
             envelope: None,
             held: None,
             off_line: None,
+            rise: None,
             outliers: 0,
             restarts: 0,
             windows: 0,
@@ -231,6 +246,7 @@ impl ClockFit {
         self.fitted = None;
         self.envelope = None;
         self.off_line = None;
+        self.rise = None;
         self.win_n = 0;
         self.restarts += 1;
     }
@@ -301,31 +317,52 @@ impl ClockFit {
             let down = STEP_DOWN_NS.max(STEP_DOWN_SPREADS * line.2);
             if p.min_x - predicted > STEP_NS || predicted - p.min_x > down {
                 match self.off_line.take() {
-                    // Twice off the line: the path changed. Fit again from the two
-                    // windows after the step.
+                    // Twice off the line: the path changed, the clock did not. Move the
+                    // windows before the step by it (the nearer of the two to the line:
+                    // delay only ever adds, so the lower is the nearer to the new floor)
+                    // and go on fitting one slope through all of them.
                     Some(first) => {
-                        self.restart_keep_origin();
+                        let off = |q: &WindowPoint| q.min_x - (line.0 + line.1 * q.min_m);
+                        self.shift(off(&first).min(off(&p)), 0);
                         self.push(first);
                         self.push(p);
                     }
                     // Once: hold it back, so that one congested window never tilts the fit.
                     None => self.off_line = Some(p),
                 }
+                self.rise = None;
                 return;
             }
             if self.off_line.take().is_some() {
                 self.outliers += 1;
             }
+            // A smaller rise that stands: the windows stay above the line for seconds.
+            let small = SMALL_STEP_NS.max(STEP_DOWN_SPREADS * line.2);
+            let excess = p.min_x - predicted;
+            self.rise = (excess > small).then(|| match self.rise {
+                Some((n, least)) => (n + 1, least.min(excess)),
+                None => (1, excess),
+            });
+            if let Some((n, least)) = self.rise.filter(|&(n, _)| n >= SMALL_STEP_WINDOWS) {
+                self.shift(least, n - 1);
+                self.rise = None;
+            }
         }
         self.push(p);
     }
 
-    fn restart_keep_origin(&mut self) {
-        let origin = self.origin;
-        let last = (self.last_m, self.last_x);
-        self.restart();
-        self.origin = origin;
-        (self.last_m, self.last_x) = last;
+    /// The path's delay stepped by `by_ns`: move every stored window by it (all but the
+    /// `but_newest` newest, which are past the step already), so the fit
+    /// keeps its slope and its memory and only the line's intercept follows the path. A
+    /// measure spanning the step straddles two lines, so it counts as a restart.
+    fn shift(&mut self, by_ns: f64, but_newest: usize) {
+        let start = (self.head + POINTS - self.len) % POINTS;
+        for i in 0..self.len.saturating_sub(but_newest) {
+            let p = &mut self.points[(start + i) % POINTS];
+            p.min_x += by_ns;
+            p.mean_x += by_ns;
+        }
+        self.restarts += 1;
     }
 
     fn push(&mut self, p: WindowPoint) {
@@ -335,9 +372,13 @@ impl ClockFit {
         self.trim();
         // A clock more than 0.1 % off is not a clock but a fit through a transient (the
         // windows of a delay burst after a re-lock): keep what was held, or nothing.
+        let previous = self.fitted;
         self.fitted = self
             .fit()
             .filter(|s| (s.ns_per_frame / self.ns_per_frame).abs() < MAX_CLOCK_DEVIATION);
+        if self.fitted.is_none() {
+            self.held = self.held.or(previous);
+        }
         // Until a new fit exists, the slope held from before a restart places the envelope
         // through the windows seen since: a path step is followed within two windows.
         //
@@ -534,7 +575,7 @@ pub struct DriftStats {
     /// `r - 1` in ppm, and its standard error.
     pub ratio_ppm: Option<f64>,
     pub ratio_se_ppm: Option<f64>,
-    /// Times a timeline jump or a path step restarted a fit.
+    /// Times a timeline jump restarted a fit or a path step moved its line.
     pub sender_restarts: u64,
     pub device_restarts: u64,
     /// Single windows left out of the sender's fit as off the line by more than 2 ms.
@@ -607,8 +648,8 @@ impl DriftEstimator {
         self.sender.envelope_ns(rtp_ts_ext)
     }
 
-    /// How many times either clock's fit has restarted (a new timeline, a path step):
-    /// a measure spanning one of them straddles two lines.
+    /// How many times either clock's fit has restarted or its line moved (a new timeline, a
+    /// path step): a measure spanning one of them straddles two lines.
     pub fn restarts(&self) -> u64 {
         self.sender.restarts + self.device.restarts
     }
@@ -1614,6 +1655,58 @@ mod tests {
             }
         }
         assert!(est.stats().sender_restarts >= 1);
+    }
+
+    /// The path steps up by 3 ms, and a second later by another 1.3 ms, too little to read
+    /// as a step (a far device that loses one period without its guard seeing it): the
+    /// slope stays the sender's clock, and the envelope follows the path to its new floor.
+    #[test]
+    fn a_path_step_moves_the_line_not_its_slope() {
+        for seed in 1..=4 {
+            let mut rng = SimRng::new(seed);
+            let mut est = DriftEstimator::new(RATE);
+            let pkt_ns = 64.0 * 1e9 / (RATE as f64 * (1.0 + 30e-6));
+            let mut worst = 0.0f64;
+            // The envelope's furthest from the path's floor once the smaller step has stood
+            // for its 2 s (before that, it is a millisecond early: a rise may be congestion).
+            let mut env_off = 0.0f64;
+            for k in 0..(60 * RATE / 64) as u64 {
+                let t_s = k as f64 * pkt_ns * 1e-9;
+                let step = if t_s >= 21.0 {
+                    4.3e6
+                } else if t_s >= 20.0 {
+                    3e6
+                } else {
+                    0.0
+                };
+                let floor = 1e9 + k as f64 * pkt_ns + 20e6 + step;
+                let t = floor + rng.uniform(0.0, 0.3e6);
+                est.on_packet(t as u64, k * 64);
+                if k % 375 == 0 && t_s > 10.0 {
+                    // No estimate at all counts as the worst.
+                    let e = est.stats().sender_ppm.map_or(f64::INFINITY, |p| p - 30.0);
+                    worst = worst.max(e.abs());
+                }
+                if t_s > 23.5 && k % 75 == 0 {
+                    let off = est
+                        .earliest_arrival_ns(k * 64)
+                        .map_or(f64::INFINITY, |e| e as f64 - floor);
+                    env_off = env_off.max(off.abs());
+                }
+            }
+            let st = est.stats();
+            println!(
+                "seed {seed}: {worst:.1} ppm off at worst, envelope {:.3} ms {st:?}",
+                env_off / 1e6
+            );
+            assert!(worst < 15.0, "seed {seed}: {worst:.1} ppm off {st:?}");
+            assert!(
+                env_off < 0.3e6,
+                "seed {seed}: envelope {:.3} ms off",
+                env_off / 1e6
+            );
+            assert!(st.sender_restarts >= 1);
+        }
     }
 
     /// Packets from a sender `sender_ppm` fast, 20 ms away with up to 0.3 ms of jitter,
