@@ -117,20 +117,20 @@ const POINTS: usize = 128;
 const MIN_POINTS: usize = 6;
 /// A window minimum this far off the fitted line, twice in a row, is a step of the path.
 const STEP_NS: f64 = 2_000_000.0;
-/// A window minimum this far above the fitted line, and [`STEP_DOWN_SPREADS`] times the
+/// A window minimum this far above the fitted line, and [`STEP_SPREADS`] times the
 /// minimums' spread about it, for [`SMALL_STEP_WINDOWS`] windows in a row, is a step of the
 /// path too: a far device that loses one period without its guard seeing it, a route a
 /// millisecond longer. Left alone, the trim keeps such windows out of the fits until they
 /// are half the memory, then the fit tilts toward them (60 ppm for 1.3 ms) for seconds.
 const SMALL_STEP_NS: f64 = 1_000_000.0;
 const SMALL_STEP_WINDOWS: usize = 8;
-/// A window minimum this far below the fitted line, and [`STEP_DOWN_SPREADS`] times the
+/// A window minimum this far below the fitted line, and [`STEP_SPREADS`] times the
 /// minimums' spread about it, twice in a row, is a step of the path too: delay only ever
 /// adds, so arrivals earlier than the envelope mean the path got shorter (a route change),
 /// not congestion, and the latency is there to give back. The spread keeps a path whose
 /// minimums scatter widely (normal jitter has no floor) from being read as steps.
 const STEP_DOWN_NS: f64 = 500_000.0;
-const STEP_DOWN_SPREADS: f64 = 5.0;
+const STEP_SPREADS: f64 = 5.0;
 /// The largest rate error a fit may report: sound cards run within ±200 ppm of nominal, so
 /// a slope beyond ±0.1 % comes from a transient, not a clock.
 const MAX_CLOCK_DEVIATION: f64 = 0.001;
@@ -314,7 +314,7 @@ impl ClockFit {
         self.windows += 1;
         if let Some(line) = self.line_min() {
             let predicted = line.0 + line.1 * p.min_m;
-            let down = STEP_DOWN_NS.max(STEP_DOWN_SPREADS * line.2);
+            let down = STEP_DOWN_NS.max(STEP_SPREADS * line.2);
             if p.min_x - predicted > STEP_NS || predicted - p.min_x > down {
                 match self.off_line.take() {
                     // Twice off the line: the path changed, the clock did not. Move the
@@ -337,7 +337,7 @@ impl ClockFit {
                 self.outliers += 1;
             }
             // A smaller rise that stands: the windows stay above the line for seconds.
-            let small = SMALL_STEP_NS.max(STEP_DOWN_SPREADS * line.2);
+            let small = SMALL_STEP_NS.max(STEP_SPREADS * line.2);
             let excess = p.min_x - predicted;
             self.rise = (excess > small).then(|| match self.rise {
                 Some((n, least)) => (n + 1, least.min(excess)),

@@ -488,7 +488,7 @@ fn a_loss_burst_costs_no_lasting_latency_bit_exact() {
 /// behind it) up to 1.2 s later; `jitter_burst_recovery_over_many_seeds` counts both.
 #[test]
 fn recovers_from_a_jitter_burst_within_a_second_under_the_tight_policy() {
-    tight_jitter_bursts(|r, line| {
+    tight_runs(JITTER, |r, line| {
         let target = if line.contains("drift on") {
             RESAMPLED_BURST_TARGET_NS
         } else {
@@ -499,14 +499,14 @@ fn recovers_from_a_jitter_burst_within_a_second_under_the_tight_policy() {
     });
 }
 
-/// The jitter burst under the tight policy in four seeds, bit-exact and resampled; `fails`
-/// says what is wrong with a run (given its report line), and every run is printed first.
-fn tight_jitter_bursts(fails: impl Fn(&Recovery, &str) -> Option<String>) {
+/// An event under the tight policy in four seeds, bit-exact and resampled; `fails` says
+/// what is wrong with a run (given its report line), and every run is printed first.
+fn tight_runs(ev: Event, fails: impl Fn(&Recovery, &str) -> Option<String>) {
     let mut failures = Vec::new();
     for seed in [14, 24, 34, 44] {
         for drift in [false, true] {
-            let r = run(JITTER, drift, LatencyPolicy::Tight, seed);
-            let line = report(JITTER, drift, LatencyPolicy::Tight, &r);
+            let r = run(ev, drift, LatencyPolicy::Tight, seed);
+            let line = report(ev, drift, LatencyPolicy::Tight, &r);
             eprintln!("seed {seed}: {line}");
             failures.extend(fails(&r, &line));
         }
@@ -528,7 +528,7 @@ fn a_jitter_burst_leaves_no_lasting_excess_bit_exact() {
 /// the burst used to play ahead of the audio, concealing a few frames 250 times a second).
 #[test]
 fn a_jitter_burst_costs_no_lasting_latency_under_the_tight_policy() {
-    tight_jitter_bursts(|r, line| {
+    tight_runs(JITTER, |r, line| {
         let after = ((EVENT_AT_NS + 3_000_000_000) / 1_000_000_000) * RATE as u64;
         let late_conceals = r
             .discontinuities
@@ -599,24 +599,14 @@ fn jitter_burst_recovery_over_many_seeds() {
 /// The far side's device waking late (up to 2.5 ms, every period for a second): its
 /// packets leave late and in clusters, its timeline whole. Under the tight policy,
 /// resampled, playout waits where audio is missing and is back within a second; bit-exact,
-/// the 8 ms floor covers it with no splice at all. (On the JACK bench a burst of the far side's
-/// missed deadlines and xruns once tilted the arrival line's fit and held 1.35 ms for
-/// seconds; late wake-ups alone, as modelled here, do not.)
+/// the 8 ms floor covers it with no splice at all. (Time the far device loses, rather than
+/// only wakes late for, reaches the receiver as a step of the path: see `netjam_engine::slip`
+/// and the drift estimator's path steps.)
 #[test]
 fn the_far_side_waking_late_costs_no_lasting_latency_under_the_tight_policy() {
-    let mut failures = Vec::new();
-    for seed in [14, 24, 34, 44] {
-        for drift in [true, false] {
-            let r = run(LATE_WAKES, drift, LatencyPolicy::Tight, seed);
-            let line = report(LATE_WAKES, drift, LatencyPolicy::Tight, &r);
-            eprintln!("seed {seed}: {line}");
-            let late =
-                r.recovery_ns.map_or(true, |ns| ns > RECOVERY_TARGET_NS) || r.reversals > MAX_REVERSALS;
-            let spliced = !drift && !r.discontinuities.is_empty();
-            if late || spliced {
-                failures.push(line);
-            }
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    tight_runs(LATE_WAKES, |r, line| {
+        let late = r.recovery_ns.map_or(true, |ns| ns > RECOVERY_TARGET_NS) || r.reversals > MAX_REVERSALS;
+        let spliced = line.contains("drift off") && !r.discontinuities.is_empty();
+        (late || spliced).then(|| line.to_string())
+    });
 }
