@@ -96,7 +96,15 @@ struct World {
     wire: Vec<Vec<u8>>,
     /// Keys the clients reported to pin, per peer.
     pinned: Vec<(usize, [u8; 32])>,
+    /// The path's one-way delay, either way.
+    one_way: u64,
+    /// While the server's process does not run: what reached its socket since (the
+    /// first [`HELD_MAX`], as a full receive buffer), with when it came.
+    held: Option<Vec<(u64, SocketAddr, Vec<u8>)>>,
 }
+
+/// Datagrams a stopped server's socket holds.
+const HELD_MAX: usize = 64;
 
 impl World {
     fn new(cfg: ServerConfig, loss: f64, seed: u64) -> Self {
@@ -111,6 +119,8 @@ impl World {
             sealed,
             wire: Vec::new(),
             pinned: Vec::new(),
+            one_way: MS,
+            held: None,
             peers: Vec::new(),
             queue: BinaryHeap::new(),
             serial: 0,
@@ -164,7 +174,7 @@ impl World {
         self.serial += 1;
         self.wire.push(bytes.clone());
         self.queue.push(InFlight {
-            at: std::cmp::Reverse((self.now + MS, self.serial)),
+            at: std::cmp::Reverse((self.now + self.one_way, self.serial)),
             to_server,
             src,
             dst,
@@ -199,7 +209,7 @@ impl World {
         self.flush();
         loop {
             let mut next = self.queue.peek().map_or(u64::MAX, |p| p.at.0 .0);
-            if let Some(t) = self.server.poll_timeout() {
+            if let Some(t) = self.server.poll_timeout().filter(|_| self.held.is_none()) {
                 next = next.min(t);
             }
             for p in self.peers.iter().filter(|p| p.alive) {
@@ -214,7 +224,11 @@ impl World {
             self.now = self.now.max(next);
             while self.queue.peek().is_some_and(|p| p.at.0 .0 <= self.now) {
                 let Some(p) = self.queue.pop() else { break };
-                if p.to_server {
+                if let (true, Some(held)) = (p.to_server, self.held.as_mut()) {
+                    if held.len() < HELD_MAX {
+                        held.push((self.now, p.src, p.bytes));
+                    }
+                } else if p.to_server {
                     let _ = self.server.handle_datagram(self.now, p.src, &p.bytes);
                 } else if p.bytes.starts_with(b"/netjam/ens") {
                     self.ens_heard.push((p.dst, p.bytes));
@@ -222,12 +236,32 @@ impl World {
                     peer.client.handle_datagram(self.now, &p.bytes);
                 }
             }
-            self.server.handle_timeout(self.now);
+            if self.held.is_none() {
+                self.server.handle_timeout(self.now);
+            }
             for p in self.peers.iter_mut().filter(|p| p.alive) {
                 p.client.handle_timeout(self.now);
             }
             self.flush();
         }
+    }
+
+    /// The server's process stops: nothing it does until [`World::cont`].
+    fn stop_server(&mut self) {
+        self.held = Some(Vec::new());
+    }
+
+    /// The server's process runs again after `stalled` without running: it reads what
+    /// its socket held (stamped when it came), is told of its stall, then runs its timers.
+    fn cont_server(&mut self, stalled: Option<u64>) {
+        for (at, src, bytes) in self.held.take().unwrap_or_default() {
+            let _ = self.server.handle_datagram(at, src, &bytes);
+        }
+        if let Some(d) = stalled {
+            self.server.stalled(self.now, d);
+        }
+        self.server.handle_timeout(self.now);
+        self.flush();
     }
 
     fn run_for(&mut self, d: u64) {
@@ -1350,6 +1384,10 @@ fn an_altered_or_replayed_control_message_is_refused_and_the_seat_plays_on() {
     );
     // From another address it has no session: a rebind hint, nothing opened.
     let hints = w.server.stats().rebind_hints;
+    eprintln!(
+        "{hints} hints, {} suppressed",
+        w.server.stats().unproven_suppressed
+    );
     let _ = w.server.handle_datagram(w.now, addr(7), &sealed_from_a);
     assert_eq!(w.server.stats().rebind_hints, hints + 1);
     assert_eq!(
@@ -1499,4 +1537,143 @@ sealed!(
 sealed!(
     sealed_room_names_match_whatever_the_case,
     room_names_match_whatever_the_case_and_keep_the_first_spelling
+);
+
+/// Every live peer that had a seat sends `ms` milliseconds of media (750 packets a second, as
+/// 64-frame packets at 48 kHz) while the world runs, seated or not (a player plays on
+/// while its server is away). Returns when each peer last became seated, if it did.
+fn stream_for(w: &mut World, ms: u64, seq: &mut u16) -> Vec<Option<u64>> {
+    let mut seated_at: Vec<Option<u64>> = vec![None; w.peers.len()];
+    let mut was: Vec<bool> = w.peers.iter().map(|p| p.client.seat().is_some()).collect();
+    let ssrcs: Vec<u32> = (0..w.peers.len())
+        .map(|i| w.peers[i].client.seat().map_or(0, |s| s.1))
+        .collect();
+    // Three packets every 4 ms.
+    for _ in 0..ms / 4 {
+        for _ in 0..3 {
+            *seq = seq.wrapping_add(1);
+            for (i, &ssrc) in ssrcs.iter().enumerate() {
+                if !w.peers[i].alive {
+                    continue;
+                }
+                let src = w.peers[i].addr;
+                w.send(true, src, addr(0), rtp(ssrc, *seq, 160));
+            }
+        }
+        w.run_for(4 * MS);
+        for (i, p) in w.peers.iter().enumerate() {
+            let now = p.client.seat().is_some();
+            if now && !was[i] {
+                seated_at[i] = Some(w.now);
+            }
+            was[i] = now;
+        }
+    }
+    seated_at
+}
+
+/// A server restarted under a room of four that keep streaming: every packet from them is
+/// from an address it does not know, so each would earn a rebind hint. The hints must
+/// not eat the replies that seat the players again: all four are back within seconds.
+#[test]
+fn a_restarted_server_under_four_streaming_players_seats_them_all_again_within_seconds() {
+    let mut w = World::new(ServerConfig::default(), 0.0, 61);
+    // Players across a continent: a handshake takes more than the time a stream of
+    // unknown packets needs to spend the whole budget for unproven addresses.
+    w.one_way = 20 * MS;
+    let names = ["Ana", "Bo", "Cy", "Dee"];
+    for (i, name) in names.iter().enumerate() {
+        w.add(i as u16 + 1, "band", name, "", 0x100 + i as u32);
+    }
+    let mut seq = 0u16;
+    stream_for(&mut w, 500, &mut seq);
+    assert!(
+        w.peers.iter().all(|p| p.client.seat().is_some()),
+        "all seated first"
+    );
+    let mut server = Server::new(ServerConfig::default(), [7; 32]);
+    if w.sealed {
+        server.set_static_key(StaticKey::from_private(SERVER_KEY));
+    }
+    w.server = server;
+    let restarted = w.now;
+    // The players lose the server after its silence (5 s) and ask again: each must be
+    // seated again within a few of its retries after that.
+    let back = stream_for(&mut w, 10_000, &mut seq);
+    for (i, b) in back.iter().enumerate() {
+        let b = b.unwrap_or_else(|| panic!("{} never seated again: {:?}", names[i], w.peers[i].events));
+        let after_s = (b - restarted) as f64 / 1e9;
+        eprintln!("{} seated again after {after_s:.3} s", names[i]);
+        assert!(
+            after_s < 1.0,
+            "{} seated again only after {after_s:.2} s",
+            names[i]
+        );
+    }
+    // The hints: a bounded few per address, not one per packet.
+    let hints = w.server.stats().rebind_hints;
+    eprintln!(
+        "{hints} hints, {} suppressed",
+        w.server.stats().unproven_suppressed
+    );
+    assert!(hints <= 4 * 50, "{hints} rebind hints for four addresses in 10 s");
+}
+
+/// A server whose own process did not run for seven seconds (stopped, a machine that
+/// hung) finds every member's last packet seven seconds old. That silence was its own:
+/// told so (`stall`), it keeps the room, and drops only a member that stays silent after.
+fn a_server_stalls_for_seven_seconds(stall: Option<u64>) -> (World, u32, u32) {
+    let mut w = World::new(ServerConfig::default(), 0.0, 62);
+    let a = w.add(1, "band", "Ana", "", 0x100);
+    let b = w.add(2, "band", "Bo", "", 0x101);
+    let mut seq = 0;
+    stream_for(&mut w, 500, &mut seq);
+    let (id_a, _) = w.seat(a);
+    let (id_b, _) = w.seat(b);
+    // Bo's machine goes away during the stall; Ana's stays, plays on (her media fills
+    // the server's socket within a tenth of a second), and asks again once she has not
+    // heard the server for its timeout.
+    w.peers[b].alive = false;
+    w.stop_server();
+    stream_for(&mut w, 7_000, &mut seq);
+    w.cont_server(stall);
+    w.run_for(2_000 * MS);
+    let ana = &w.peers[a].events;
+    assert!(ana.iter().any(|e| matches!(e, RoomEvent::Lost)), "{ana:?}");
+    (w, id_a, id_b)
+}
+
+#[test]
+fn a_server_that_did_not_run_for_seconds_keeps_its_members() {
+    let (mut w, id_a, id_b) = a_server_stalls_for_seven_seconds(Some(7_000 * MS));
+    assert_eq!(
+        w.server.stats().timeouts,
+        0,
+        "a member dropped for the server's own stall"
+    );
+    // Ana's seat is hers still: taken back, not a fresh join.
+    let j = joined(&w.peers[0].events);
+    assert_eq!(j.len(), 2, "{:?}", w.peers[0].events);
+    assert_eq!(j[1].0, id_a);
+    assert!(j[1].2, "her seat, taken back");
+    // Bo says nothing after the stall: dropped once the timeout has passed from it.
+    w.run_for(4_000 * MS);
+    assert_eq!(w.server.stats().timeouts, 1);
+    assert!(w.server.member_stats().iter().all(|m| m.member_id != id_b));
+    assert!(w.server.member_stats().iter().any(|m| m.member_id == id_a));
+}
+
+/// The same stall, the server not told: every member is dropped (what the scenario
+/// above guards against).
+#[test]
+fn a_server_not_told_of_its_stall_drops_every_member() {
+    let (w, _, _) = a_server_stalls_for_seven_seconds(None);
+    assert_eq!(w.server.stats().timeouts, 2);
+    let j = joined(&w.peers[0].events);
+    assert!(j.len() == 2 && !j[1].2, "a fresh seat: {:?}", w.peers[0].events);
+}
+
+sealed!(
+    sealed_a_restarted_server_under_four_streaming_players_seats_them_all_again,
+    a_restarted_server_under_four_streaming_players_seats_them_all_again_within_seconds
 );

@@ -61,6 +61,10 @@ const MAX_DATAGRAM: usize = 9_000;
 const IDLE_WAKE: Duration = Duration::from_millis(10);
 /// How often the published snapshot is refreshed.
 const PUBLISH_NS: u64 = 250_000_000;
+/// A gap between two passes of the loop longer than this (they come at least every
+/// [`IDLE_WAKE`]) is time the process did not run: stopped, a machine that hung or was
+/// suspended. The core is told, so that its members are not dropped for its own silence.
+const STALL_NS: u64 = 1_000_000_000;
 
 /// The shell's own counters.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
@@ -86,6 +90,11 @@ pub struct ShellStats {
     /// Empty datagrams taken as a wake-up (the directory thread's, after an answer) and
     /// not handed to the core.
     pub wakes: u64,
+    /// Times the forwarding thread did not run for more than a second (stopped, or a
+    /// machine that hung).
+    pub stalls: u64,
+    /// How long those stalls lasted in all, in seconds.
+    pub stalled_s: f64,
     /// CPU time the forwarding thread has used, in seconds (0 where the system does not say).
     pub cpu_s: f64,
     /// The CPU the forwarding thread is pinned to, if it asked and the system allowed it.
@@ -505,6 +514,7 @@ fn forward(
             channel: core.secure_stats(),
         }
     };
+    let mut last_pass = clock::now_ns();
     while !stop.load(Ordering::Relaxed) {
         if restart.load(Ordering::Relaxed) {
             restart.store(false, Ordering::Relaxed);
@@ -568,6 +578,17 @@ fn forward(
         }
         pending.flush(&socket, &mut sender, &batch, &mut core, &mut shell, &mut delays);
         let now = clock::now_ns();
+        let gap = now.saturating_sub(last_pass);
+        last_pass = now;
+        if gap > STALL_NS {
+            shell.stalls += 1;
+            shell.stalled_s += gap as f64 / 1e9;
+            tracing::warn!(
+                "the server did not run for {:.1} s (stopped, or its machine hung): its players keep their seats",
+                gap as f64 / 1e9
+            );
+            core.stalled(now, gap);
+        }
         if core.poll_timeout().is_some_and(|t| t <= now) {
             core.handle_timeout(now);
         }

@@ -1229,7 +1229,8 @@ fn a_player_whose_first_server_is_silent_asks_the_next_one_named() {
 }
 
 /// A server that stops answering (SIGSTOP, as a machine that hangs) and comes back: each
-/// player says so once when it goes, and once when it answers again, with how long it was.
+/// player says so once when it goes, and once when it answers again, with how long it was;
+/// the server keeps every seat through its own silence.
 #[test]
 fn a_server_that_stops_answering_and_comes_back_is_said_both_times() {
     const HELD_S: u64 = 7;
@@ -1285,5 +1286,8 @@ fn a_server_that_stops_answering_and_comes_back_is_said_both_times() {
             .count();
         assert_eq!(lost, 1, "{}: said the server was lost {lost} times", f.name);
     }
-    server.stop();
+    // The server knew it had not run, and dropped nobody for its own silence.
+    let report = server.stop();
+    assert!(report["shell"]["stalls"].as_u64() >= Some(1), "{report}");
+    assert_eq!(report["server"]["timeouts"].as_u64(), Some(0), "{report}");
 }

@@ -70,7 +70,7 @@
 //! which netjam's clients send).
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::net::SocketAddr;
 
 use super::msg::{
@@ -315,8 +315,9 @@ pub struct ServerStats {
     pub bad_cookies: u64,
     /// Rebind hints sent.
     pub rebind_hints: u64,
-    /// Replies to unproven addresses not sent because the budget was spent or the reply
-    /// would have been longer than its cause.
+    /// Replies to unproven addresses not sent because the budget was spent, the reply
+    /// would have been longer than its cause, or (a rebind hint) the address was sent one
+    /// a moment ago.
     pub unproven_suppressed: u64,
     /// Control replies dropped because the transmit queue was full.
     pub transmit_drops: u64,
@@ -425,6 +426,48 @@ impl Hasher for AddrHasher {
 }
 
 type AddrMap<V> = HashMap<SocketAddr, V, BuildHasherDefault<AddrHasher>>;
+
+/// Rebind hints remembered (by address hash), so that an address streaming media at a
+/// server that no longer knows it (restarted, or it stalled past the timeout) gets one
+/// hint per [`HINT_GAP_NS`], not one per packet: a room of players at 750 packets a second
+/// would otherwise spend the whole budget for unproven addresses on hints, and leave none
+/// for the handshakes that seat them again. A fixed table: a collision costs one more
+/// hint, never memory.
+const HINT_SLOTS: usize = 256;
+/// The least time between two rebind hints to one address (a client asks again within
+/// its first retry, 250 ms).
+const HINT_GAP_NS: u64 = 200_000_000;
+
+/// When each recent rebind hint went, and where.
+#[derive(Debug)]
+struct HintTable {
+    slots: Box<[(Option<SocketAddr>, u64)]>,
+}
+
+impl HintTable {
+    fn new() -> Self {
+        Self {
+            slots: vec![(None, 0); HINT_SLOTS].into_boxed_slice(),
+        }
+    }
+
+    fn slot(&mut self, dst: SocketAddr) -> &mut (Option<SocketAddr>, u64) {
+        let mut h = AddrHasher::default();
+        dst.hash(&mut h);
+        &mut self.slots[(h.finish() >> 32) as usize % HINT_SLOTS]
+    }
+
+    /// Whether `dst` may be sent a hint at `now`.
+    fn due(&mut self, now: u64, dst: SocketAddr) -> bool {
+        let slot = self.slot(dst);
+        slot.0 != Some(dst) || now >= slot.1.saturating_add(HINT_GAP_NS)
+    }
+
+    /// A hint went to `dst` at `now`.
+    fn sent(&mut self, now: u64, dst: SocketAddr) {
+        *self.slot(dst) = (Some(dst), now);
+    }
+}
 
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
@@ -592,6 +635,7 @@ pub struct Server {
     next_wake: u64,
     unproven_tokens: f64,
     unproven_last: u64,
+    hints: HintTable,
     stats: ServerStats,
     /// The control channel, once the server has a static key.
     secure: Option<SecureServer>,
@@ -678,6 +722,7 @@ impl Server {
             next_wake: u64::MAX,
             unproven_tokens: burst,
             unproven_last: 0,
+            hints: HintTable::new(),
             stats: ServerStats::default(),
             secure: None,
         }
@@ -1812,6 +1857,16 @@ impl Server {
         }
     }
 
+    /// The server's own process did not run for `for_ns` up to `now_ns` (stopped, a
+    /// machine that hung or was suspended): that time is not its members' silence. Each
+    /// member is given the time back, so none is dropped for it; one that stays silent
+    /// after is dropped a whole timeout later.
+    pub fn stalled(&mut self, now_ns: u64, for_ns: u64) {
+        for m in self.slots.iter_mut().flatten() {
+            m.last_heard = m.last_heard.saturating_add(for_ns).min(now_ns);
+        }
+    }
+
     /// Runs the timers due at `now_ns`: roster retransmissions and member timeouts.
     pub fn handle_timeout(&mut self, now_ns: u64) {
         if now_ns < self.next_wake {
@@ -2197,11 +2252,17 @@ impl Server {
 
     /// Takes one reply from the global budget for unproven addresses, if one is left.
     fn unproven_budget(&mut self, now: u64) -> bool {
+        self.unproven_budget_above(now, 0.0)
+    }
+
+    /// Takes one reply from the global budget if more than `reserve` of it would be left:
+    /// rebind hints leave half the budget to the handshakes and refusals they lead to.
+    fn unproven_budget_above(&mut self, now: u64, reserve: f64) -> bool {
         let rate = f64::from(self.cfg.unproven_replies_per_s);
         let dt = now.saturating_sub(self.unproven_last) as f64 / 1e9;
         self.unproven_last = self.unproven_last.max(now);
         self.unproven_tokens = (self.unproven_tokens + dt * rate).min(rate);
-        if self.unproven_tokens < 1.0 {
+        if self.unproven_tokens < 1.0 + reserve {
             return false;
         }
         self.unproven_tokens -= 1.0;
@@ -2217,9 +2278,11 @@ impl Server {
         let Ok(n) = Control::Rebind.encode(&mut buf) else {
             return;
         };
-        if n > cause_len || !self.unproven_budget(now) {
+        let reserve = f64::from(self.cfg.unproven_replies_per_s) / 2.0;
+        if n > cause_len || !self.hints.due(now, dst) || !self.unproven_budget_above(now, reserve) {
             self.stats.unproven_suppressed += 1;
         } else {
+            self.hints.sent(now, dst);
             self.queue_clear(dst, buf[..n].to_vec());
         }
         if self.transmit.len() > before {
