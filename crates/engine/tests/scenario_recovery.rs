@@ -16,7 +16,7 @@ mod common;
 
 use common::{timecode, Session};
 use netjam_engine::delay::LatencyPolicy;
-use netjam_engine::discontinuity::{Discontinuity, DiscontinuityKind};
+use netjam_engine::discontinuity::{Discontinuity, DiscontinuityCause, DiscontinuityKind};
 use netjam_engine::link::{JitterDist, LinkConfig, LinkSchedule};
 use netjam_engine::time::frames_to_ns;
 use netjam_engine::wire::{AudioFormat, Codec};
@@ -53,6 +53,13 @@ struct Event {
     /// The sender's device wakes up to this late for every capture period during the
     /// event (0: it keeps time).
     late_ns: u64,
+    /// The sender's device loses this much time (no frames for it) at the event's start
+    /// and every `lose_every_ns` during it (0: it never loses time).
+    lose_ns: u64,
+    lose_every_ns: u64,
+    /// The sender runs no slip guard (the JACK shell always runs one): to show what the
+    /// guard is for.
+    unguarded: bool,
 }
 
 const STALL: Event = Event {
@@ -61,6 +68,9 @@ const STALL: Event = Event {
     duration_ns: 200_000_000,
     step_ns: 0,
     late_ns: 0,
+    lose_ns: 0,
+    lose_every_ns: 0,
+    unguarded: false,
 };
 const DELAY_DOWN: Event = Event {
     name: "delay -10 ms",
@@ -68,6 +78,9 @@ const DELAY_DOWN: Event = Event {
     duration_ns: 0,
     step_ns: -10_000_000,
     late_ns: 0,
+    lose_ns: 0,
+    lose_every_ns: 0,
+    unguarded: false,
 };
 const DELAY_UP: Event = Event {
     name: "delay +10 ms",
@@ -75,6 +88,9 @@ const DELAY_UP: Event = Event {
     duration_ns: 0,
     step_ns: 10_000_000,
     late_ns: 0,
+    lose_ns: 0,
+    lose_every_ns: 0,
+    unguarded: false,
 };
 const JITTER: Event = Event {
     name: "jitter 10 ms/1 s",
@@ -82,6 +98,9 @@ const JITTER: Event = Event {
     duration_ns: 1_000_000_000,
     step_ns: 0,
     late_ns: 0,
+    lose_ns: 0,
+    lose_every_ns: 0,
+    unguarded: false,
 };
 const RATE_COLLAPSE: Event = Event {
     name: "rate 1 Mbit/500 ms",
@@ -89,6 +108,9 @@ const RATE_COLLAPSE: Event = Event {
     duration_ns: 500_000_000,
     step_ns: 0,
     late_ns: 0,
+    lose_ns: 0,
+    lose_every_ns: 0,
+    unguarded: false,
 };
 const LOSS: Event = Event {
     name: "loss 20 %/500 ms",
@@ -96,6 +118,9 @@ const LOSS: Event = Event {
     duration_ns: 500_000_000,
     step_ns: 0,
     late_ns: 0,
+    lose_ns: 0,
+    lose_every_ns: 0,
+    unguarded: false,
 };
 
 #[derive(Debug, Default)]
@@ -124,6 +149,8 @@ struct Recovery {
     target_end_ms: f64,
     peak_events: u64,
     relocks: u64,
+    /// The sender's clock against the receiver's as fitted at the end of the run, ppm.
+    sender_ppm: Option<f64>,
 }
 
 impl Recovery {
@@ -148,6 +175,9 @@ const LATE_WAKES: Event = Event {
     duration_ns: 1_000_000_000,
     step_ns: 0,
     late_ns: 2_500_000,
+    lose_ns: 0,
+    lose_every_ns: 0,
+    unguarded: false,
 };
 
 /// No event at all: the level a receiver settles at on a path.
@@ -157,6 +187,34 @@ const QUIET: Event = Event {
     duration_ns: 0,
     step_ns: 0,
     late_ns: 0,
+    lose_ns: 0,
+    lose_every_ns: 0,
+    unguarded: false,
+};
+
+/// The far side's JACK server drops a cycle and counts on, four times 1.5 s apart (as
+/// the bench's servers did on a busy machine), its wake-ups late by up to 0.6 ms for the
+/// [`LATE_AFTER_LOSS_NS`] after each: each loss is a period of device time the stream never
+/// had.
+const LOST_PERIODS: Event = Event {
+    name: "far loses a period x4",
+    spec: "",
+    duration_ns: 4_500_000_000,
+    step_ns: 0,
+    late_ns: 600_000,
+    lose_ns: 1_333_333,
+    lose_every_ns: 1_500_000_000,
+    unguarded: false,
+};
+
+/// How long a device that lost time wakes late after it (30 periods).
+const LATE_AFTER_LOSS_NS: u64 = 40_000_000;
+
+/// The same with no slip guard at the far side.
+const LOST_PERIODS_UNGUARDED: Event = Event {
+    name: "far loses, no guard",
+    unguarded: true,
+    ..LOST_PERIODS
 };
 
 /// A packet later than the path's delay (after a step, the new one) by more than this was
@@ -230,13 +288,33 @@ fn run_on(
     if ev.late_ns > 0 {
         let mut rng = netjam_engine::rng::SimRng::new(seed ^ 0x1a7e);
         let during = EVENT_AT_NS..EVENT_AT_NS + ev.duration_ns;
+        // Where the device loses time, it wakes late only in the cycles after each loss.
+        let late_here = move |due: u64| {
+            during.contains(&due)
+                && (ev.lose_ns == 0 || (due - EVENT_AT_NS) % ev.lose_every_ns.max(1) < LATE_AFTER_LOSS_NS)
+        };
         s.capture_late = Some(Box::new(move |due| {
-            if during.contains(&due) {
+            if late_here(due) {
                 rng.uniform(0.0, ev.late_ns as f64) as u64
             } else {
                 0
             }
         }));
+    }
+    if ev.lose_ns > 0 {
+        let mut at = EVENT_AT_NS;
+        let end = EVENT_AT_NS + ev.duration_ns;
+        s.capture_lost = Some(Box::new(move |due| {
+            if due >= at && at <= end {
+                at += ev.lose_every_ns.max(1);
+                ev.lose_ns
+            } else {
+                0
+            }
+        }));
+    }
+    if !ev.unguarded {
+        s.slip = Some(netjam_engine::slip::SlipGuard::new(RATE));
     }
     let mut next = 0u64;
     s.source = Some(Box::new(move |out: &mut [f32]| next = timecode::fill(next, out)));
@@ -262,7 +340,14 @@ fn run_on(
             let sent_ns = (pos.max(0.0) as u64 / FRAMES as u64) * packet_ns;
             let step = if sent_ns >= EVENT_AT_NS { ev.step_ns } else { 0 };
             let base = base_ns as f64 + step as f64;
-            t as f64 - pos * frame_ns - base
+            // Frames captured after the device lost time were captured that much later.
+            let lost: u64 = s
+                .lost
+                .iter()
+                .filter(|&&(frame, _)| pos >= frame as f64)
+                .map(|&(_, ns)| ns)
+                .sum();
+            t as f64 - pos * frame_ns - lost as f64 - base
         });
         series.push((t, added));
     }
@@ -336,6 +421,7 @@ fn run_on(
         target_end_ms: jb.target_ms,
         peak_events: jb.peak_events,
         relocks: jb.relocks,
+        sender_ppm: jb.drift.estimator.sender_ppm,
         before_ms: level / 1e6,
         peak_ms: peak / 1e6,
         recovery_ns: recovered_at.map(|t| t.saturating_sub(end_ns)),
@@ -609,4 +695,74 @@ fn the_far_side_waking_late_costs_no_lasting_latency_under_the_tight_policy() {
         let spliced = line.contains("drift off") && !r.discontinuities.is_empty();
         (late || spliced).then(|| line.to_string())
     });
+}
+
+/// The far side's device losing a period four times (see [`LOST_PERIODS`]). With the slip
+/// guard each loss is one gap the receiver conceals, and the sender's clock still reads
+/// true (the bench's sender fits read -100 to -530 ppm when such losses went unseen).
+/// Bit-exact, that is all: back at its level at once. Without the guard the same losses
+/// cost no concealment but eat the buffer's margin (9.1 ms of added latency down to 3.8 ms
+/// after four losses: four more and it underruns), printed beside.
+///
+/// Resampled under the tight policy, the packets between a loss and the guard finding it
+/// (its 20 ms hold) come a period late: playout conceals twice and waits, its target grows
+/// by the wait, and the gap is concealed as well when it comes, so the latency paid for the
+/// first loss is given back only 3.0-3.1 s after the last (seeds 17, 27). Over the 1 s
+/// target: the bound keeps it from getting worse. Jumping the gap by what playout is late
+/// does not help (it is not late: the growth sits in the target), so the lead is to take
+/// the packets before a gap out of the delay estimate once the gap says they were late
+/// for the sender's own reason. The safe policy holds what it grew (6.2 s here) by design.
+const LOST_PERIOD_RESAMPLED_TARGET_NS: u64 = 3_500_000_000;
+
+#[test]
+fn the_far_side_losing_periods_costs_a_concealment_each_and_no_lasting_latency() {
+    let mut failures = Vec::new();
+    for seed in [17, 27] {
+        for drift in [false, true] {
+            for policy in BOTH {
+                for ev in [LOST_PERIODS, LOST_PERIODS_UNGUARDED] {
+                    let r = run(ev, drift, policy, seed);
+                    let line = format!(
+                        "seed {seed}: {}; sender clock {}",
+                        report(ev, drift, policy, &r),
+                        r.sender_ppm
+                            .map_or("not fitted".into(), |p| format!("{p:+.1} ppm"))
+                    );
+                    eprintln!("{line}");
+                    if ev.unguarded {
+                        continue;
+                    }
+                    // Four gaps of a period each (a gap concealed across two reads is
+                    // logged in two parts), give or take the wake-ups' lateness.
+                    let gap_frames: u64 = r
+                        .discontinuities
+                        .iter()
+                        .filter(|d| {
+                            d.kind == DiscontinuityKind::Concealed && d.cause == DiscontinuityCause::Loss
+                        })
+                        .map(|d| d.frames)
+                        .sum();
+                    let target = match (drift, policy) {
+                        (false, _) => Some(RECOVERY_TARGET_NS),
+                        (true, LatencyPolicy::Tight) => Some(LOST_PERIOD_RESAMPLED_TARGET_NS),
+                        (true, LatencyPolicy::Safe) => None,
+                    };
+                    let late = target.is_some_and(|t| r.recovery_ns.map_or(true, |ns| ns > t));
+                    let clock_off = drift && r.sender_ppm.map_or(true, |p| p.abs() > 20.0);
+                    // Bit-exact, the gaps are all there is; resampled, a wait and two late
+                    // periods come with the first.
+                    let too_many = if drift {
+                        r.discontinuities.len() > 10
+                    } else {
+                        r.discontinuities.len() > 4
+                    };
+                    let gaps_wrong = !(4 * 56..=4 * 72).contains(&gap_frames);
+                    if late || r.reversals > MAX_REVERSALS || gaps_wrong || too_many || clock_off {
+                        failures.push(line);
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -10,6 +10,7 @@ use netjam_engine::codec::{DecoderFactory, FrameEncoder};
 use netjam_engine::link::{LinkConfig, LinkModel};
 use netjam_engine::receiver::{Receiver, ReceiverConfig, ReceiverEvent};
 use netjam_engine::sender::{Sender, SenderConfig};
+use netjam_engine::slip::SlipGuard;
 use netjam_engine::synth::{Synth, SynthKind};
 use netjam_engine::time::frames_to_ns;
 use netjam_engine::wire::rtp::{classify, parse_rtp, PacketKind};
@@ -23,6 +24,9 @@ pub type CaptureSource = Box<dyn FnMut(&mut [f32])>;
 /// How late the sender's device wakes for the capture period due at a time (ns): its
 /// timeline stays whole, the packet leaves that much later.
 pub type CaptureLate = Box<dyn FnMut(u64) -> u64>;
+/// How much device time the sender's device loses before the capture period due at a
+/// time (ns), with no frames for it.
+pub type CaptureLost = Box<dyn FnMut(u64) -> u64>;
 
 pub struct Session {
     pub sender: Sender,
@@ -54,6 +58,16 @@ pub struct Session {
     /// The sender's device waking late (a JACK server that misses its deadlines): each
     /// capture period runs this much after it is due, and none before the one before it.
     pub capture_late: Option<CaptureLate>,
+    /// The sender's device losing time (a JACK server that drops a cycle and counts on
+    /// from where it stopped): before the capture period due at a time, this much passes
+    /// with no frames for it, so that period and every later one come that much later.
+    pub capture_lost: Option<CaptureLost>,
+    /// Device time lost so far: the frames captured before each loss, and its length (ns).
+    pub lost: Vec<(u64, u64)>,
+    /// The sender's slip guard, run as the JACK shell runs it: each capture period's
+    /// wake-up is checked against the frames accounted for, and time found lost is skipped
+    /// in the stream's timeline.
+    pub slip: Option<SlipGuard>,
     /// When set, every RTP datagram the receiver is handed: its arrival and sequence number.
     pub arrivals: Option<Vec<(u64, u16)>>,
 }
@@ -120,6 +134,9 @@ impl Session {
             device_rate: None,
             source: None,
             capture_late: None,
+            capture_lost: None,
+            lost: Vec::new(),
+            slip: None,
         }
     }
 
@@ -140,6 +157,7 @@ impl Session {
         let mut late = self.capture_late.take();
         let mut wake =
             |due: u64, after: u64| due.saturating_add(late.as_mut().map_or(0, |l| l(due))).max(after);
+        let mut lose = self.capture_lost.take();
         let mut capture_at = wake(self.next_capture, self.now);
         while self.now < end {
             let next_link = self
@@ -179,6 +197,12 @@ impl Session {
                 }
                 self.sent.extend_from_slice(&cap);
                 let now = self.now;
+                if let Some(g) = self.slip.as_mut() {
+                    let skip = g.on_period(now, u64::from(self.frames));
+                    if skip > 0 {
+                        self.sender.skip_frames(skip);
+                    }
+                }
                 let up = &mut self.up;
                 self.sender.push_frames(now, &cap, |p| {
                     up.send(now, p.to_vec(), p.len());
@@ -187,6 +211,11 @@ impl Session {
                     self.up.send(now, rtcp[..n].to_vec(), n);
                 }
                 self.next_capture += capture_ns;
+                let lost = lose.as_mut().map_or(0, |l| l(self.next_capture));
+                if lost > 0 {
+                    self.lost.push(((self.sent.len() / ch) as u64, lost));
+                    self.next_capture += lost;
+                }
                 capture_at = wake(self.next_capture, self.now);
             }
             if self.now >= self.next_play {
@@ -215,6 +244,7 @@ impl Session {
             }
         }
         self.capture_late = late;
+        self.capture_lost = lose;
     }
 
     /// Start the device's first period `ns` after the sender's first capture (before
