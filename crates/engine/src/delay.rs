@@ -182,6 +182,17 @@ struct DecayingHistogram {
     scale: f64,
     total: f64,
     keep: f64,
+    /// Times the stored weights were renormalised (a weight stored before cannot be taken
+    /// back after).
+    epoch: u32,
+}
+
+/// Where one packet's weight went in a [`DecayingHistogram`], to take it back.
+#[derive(Debug, Clone, Copy, Default)]
+struct Added {
+    bin: usize,
+    stored: f64,
+    epoch: u32,
 }
 
 impl DecayingHistogram {
@@ -192,6 +203,7 @@ impl DecayingHistogram {
             scale: 1.0,
             total: 0.0,
             keep: 1.0,
+            epoch: 0,
         }
     }
 
@@ -208,7 +220,7 @@ impl DecayingHistogram {
         self.keep = 1.0 - 1.0 / packets.max(8.0);
     }
 
-    fn add(&mut self, pdv_ns: u64) {
+    fn add(&mut self, pdv_ns: u64) -> Added {
         let bin = ((pdv_ns / BIN_NS) as usize).min(BINS - 1);
         let inc = 1.0 - self.keep;
         self.scale *= self.keep;
@@ -218,9 +230,27 @@ impl DecayingHistogram {
                 *w *= self.scale;
             }
             self.scale = 1.0;
+            self.epoch = self.epoch.wrapping_add(1);
         }
-        self.bins[bin] += inc / self.scale;
-        self.groups[bin / GROUP] += inc / self.scale;
+        let stored = inc / self.scale;
+        self.bins[bin] += stored;
+        self.groups[bin / GROUP] += stored;
+        Added {
+            bin,
+            stored,
+            epoch: self.epoch,
+        }
+    }
+
+    /// Takes back what [`Self::add`] added, as much of it as has not decayed yet.
+    fn take_back(&mut self, a: Added) {
+        if a.epoch != self.epoch || a.stored <= 0.0 {
+            return;
+        }
+        let stored = a.stored.min(self.bins[a.bin]);
+        self.bins[a.bin] -= stored;
+        self.groups[a.bin / GROUP] = (self.groups[a.bin / GROUP] - stored).max(0.0);
+        self.total = (self.total - stored * self.scale).max(0.0);
     }
 
     /// Upper edge of the bin holding the `q` quantile, in ns (0 when empty).
@@ -279,7 +309,28 @@ pub struct DelayEstimator {
     /// The `Tight` cap's memory, newest (current) block first.
     recent: [RecentBlock; RECENT_BLOCKS],
     recent_block_start_ns: u64,
+    /// The newest packets, newest at `undo_next - 1`: what each added, to take back those
+    /// a sender's lost time made late (see [`DelayEstimator::sender_skipped`]).
+    undo: [Undo; UNDO_PACKETS],
+    undo_next: usize,
 }
+
+/// One packet's mark on the histograms and the target.
+#[derive(Debug, Clone, Copy, Default)]
+struct Undo {
+    arrival_ns: u64,
+    pdv_ns: u64,
+    /// Where it went in the histograms (`None`: a peak, kept out of them).
+    added: Option<(Added, Added)>,
+    /// The target before it.
+    target_before_ns: u64,
+}
+
+/// Packets remembered to be taken back: more than a sender's slip guard holds a loss
+/// before declaring it (20 ms) at any packet rate up to 1,500 a second.
+const UNDO_PACKETS: usize = 64;
+/// Only packets this recent are taken back.
+const UNDO_WINDOW_NS: u64 = 100_000_000;
 
 impl DelayEstimator {
     /// `packets_per_second` sets the memory of the histogram (about four seconds of packets).
@@ -305,6 +356,8 @@ impl DelayEstimator {
             packets: 0,
             recent: [RecentBlock::default(); RECENT_BLOCKS],
             recent_block_start_ns: 0,
+            undo: [Undo::default(); UNDO_PACKETS],
+            undo_next: 0,
         };
         s.set_policy(LatencyPolicy::default());
         s.set_packet_rate(packets_per_second);
@@ -376,6 +429,7 @@ impl DelayEstimator {
         self.packets = 0;
         self.recent = [RecentBlock::default(); RECENT_BLOCKS];
         self.recent_block_start_ns = 0;
+        self.undo = [Undo::default(); UNDO_PACKETS];
         self.target_ns = self.floor_ns();
     }
 
@@ -459,13 +513,51 @@ impl DelayEstimator {
         }
         let b = &mut self.recent[0];
         b.packets = b.packets.saturating_add(1);
-        if !peak {
+        let added = (!peak).then(|| {
             b.cap_ns = b.cap_ns.max(pdv);
-            self.long.add(pdv);
-            self.short.add(pdv);
-        }
+            (self.long.add(pdv), self.short.add(pdv))
+        });
+        self.undo[self.undo_next] = Undo {
+            arrival_ns,
+            pdv_ns: pdv,
+            added,
+            target_before_ns: self.target_ns,
+        };
+        self.undo_next = (self.undo_next + 1) % UNDO_PACKETS;
         self.update_target(arrival_ns);
         pdv
+    }
+
+    /// The sender's stream skipped `lost_ns` of media time (its device lost that time),
+    /// found at `now_ns`: the newest packets that came at least half that late, back to the
+    /// first that did not, were late for the sender's own reason, not the path's. They are
+    /// taken out of the histograms, and the target falls back to what it was before them
+    /// if they raised it (it grows again at once if what is left wants more). Returns how
+    /// many were taken back. Realtime-safe.
+    pub fn sender_skipped(&mut self, now_ns: u64, lost_ns: u64) -> usize {
+        let mut taken = 0;
+        let mut target_before = None;
+        for k in 1..=UNDO_PACKETS {
+            let i = (self.undo_next + UNDO_PACKETS - k) % UNDO_PACKETS;
+            let u = self.undo[i];
+            if u.arrival_ns == 0 || u.arrival_ns + UNDO_WINDOW_NS < now_ns || u.pdv_ns < lost_ns / 2 {
+                break;
+            }
+            if let Some((long, short)) = u.added {
+                self.long.take_back(long);
+                self.short.take_back(short);
+            }
+            self.undo[i] = Undo::default();
+            target_before = Some(u.target_before_ns);
+            taken += 1;
+        }
+        if let Some(before) = target_before {
+            if before < self.target_ns {
+                self.target_ns = before;
+            }
+            self.update_target(now_ns);
+        }
+        taken
     }
 
     /// Start a new block of the cap's memory when the current one is over (empty blocks for
@@ -738,6 +830,39 @@ mod tests {
         assert!(d.target_ns() <= before + 200_000, "{} vs {before}", d.target_ns());
         calm(&mut d, t, 750, &mut r);
         assert!(d.target_ns() <= before + 200_000, "{} vs {before}", d.target_ns());
+    }
+
+    /// Packets a far device's lost time made late (a period, 1.33 ms, for the 20 ms its
+    /// slip guard holds a loss) grow the target; the gap that follows takes them back, and
+    /// the target and the quantile are what they were. Packets late for the path's own
+    /// reasons before them stay.
+    #[test]
+    fn a_senders_lost_time_is_taken_back_out_of_the_estimate() {
+        for policy in [LatencyPolicy::Tight, LatencyPolicy::Safe] {
+            let mut d = DelayEstimator::new(auto(), 750.0);
+            d.set_policy(policy);
+            let mut r = SimRng::new(12);
+            let mut t = calm(&mut d, 0, 3000, &mut r);
+            let (before, q_before) = (d.target_ns(), d.pdv_quantile_ns(0.99));
+            for _ in 0..15 {
+                t += 1_333_333;
+                d.on_packet(
+                    t,
+                    10 * MS as i64 + 1_333_333 + (r.unit() * 0.2 * MS as f64) as i64,
+                );
+            }
+            let grown = d.target_ns();
+            assert!(grown > before + 1_000_000, "{policy:?}: {grown} vs {before}");
+            assert_eq!(d.sender_skipped(t, 1_333_333), 15, "{policy:?}");
+            assert!(
+                d.target_ns() <= before + 100_000,
+                "{policy:?}: {} vs {before}",
+                d.target_ns()
+            );
+            assert!(d.pdv_quantile_ns(0.99) <= q_before + 100_000, "{policy:?}");
+            // Nothing late left to take back: a second gap takes nothing.
+            assert_eq!(d.sender_skipped(t, 1_333_333), 0, "{policy:?}");
+        }
     }
 
     #[test]

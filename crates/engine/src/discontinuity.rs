@@ -48,6 +48,10 @@ pub enum DiscontinuityCause {
     /// cycles, or its server stood still): the far audio due meanwhile was dropped, so
     /// playout stays on time.
     DeviceLost,
+    /// The far side's device lost time and its stream skipped it (consecutive packets a
+    /// gap apart in media time): playout had waited for the packets it made late already,
+    /// so it jumped over as much of the gap as it was late, instead of playing it too.
+    SenderLost,
 }
 
 /// One discontinuity.
@@ -80,6 +84,8 @@ pub struct DiscontinuityTotals {
     pub device_lost: u64,
     /// Frames skipped because the device lost that time (the events are `device_lost`).
     pub device_lost_frames: u64,
+    /// Gaps the far side's lost time left in its stream, jumped over.
+    pub sender_lost: u64,
 }
 
 /// The recent entries and the totals.
@@ -165,6 +171,7 @@ impl DiscontinuityLog {
                 t.device_lost += 1;
                 t.device_lost_frames += frames;
             }
+            DiscontinuityCause::SenderLost => t.sender_lost += 1,
         }
     }
 
@@ -227,6 +234,7 @@ impl DiscontinuityLog {
                 t.device_lost -= 1;
                 t.device_lost_frames -= e.frames;
             }
+            DiscontinuityCause::SenderLost => t.sender_lost -= 1,
         }
     }
 

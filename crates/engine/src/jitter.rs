@@ -84,6 +84,9 @@ const RESAMPLED_SHRINK_NS: i64 = 500_000;
 const SHRINK_WINDOW_NS: u64 = 100_000_000;
 /// What a catch-up leaves of the excess.
 const SHRINK_KEEP_NS: i64 = 100_000;
+/// Gaps of the far side's stream remembered until playout reaches them (one is usual: a
+/// far device loses time a few times a minute at most).
+const SENDER_GAPS: usize = 4;
 /// Without drift correction a catch-up is a splice in an otherwise bit-exact stream: only
 /// an excess this large is worth one.
 const BIT_EXACT_SHRINK_NS: i64 = 5_000_000;
@@ -351,6 +354,9 @@ pub struct JitterStats {
     pub inserted_frames: u64,
     /// Frames skipped to shrink the buffer (playout caught up).
     pub skipped_frames: u64,
+    /// Gaps the far side's stream skipped (its device lost time), and their frames.
+    pub sender_gaps: u64,
+    pub sender_gap_frames: u64,
     /// Every concealed, inserted and skipped stretch, by kind and cause.
     pub discontinuities: DiscontinuityTotals,
     /// Delay peaks kept out of the jitter estimate (see [`LatencyPolicy`]).
@@ -437,6 +443,12 @@ pub struct JitterBuffer {
     /// Frames of time this side's device lost since the last period (see
     /// [`JitterBuffer::device_skipped`]).
     device_lost: u64,
+    /// Gaps the far side's stream skipped, not yet played: media time from, to (see
+    /// [`JitterBuffer::sender_skipped`]).
+    sender_gaps: [Option<(u64, u64)>; SENDER_GAPS],
+    /// A far side's gap took back a target its late packets grew: the phase gives its
+    /// spare steps back at once, not after a hold.
+    sender_gave_back: bool,
     /// The output frame being written (counted from the first `play`), to locate
     /// discontinuities.
     cursor: u64,
@@ -514,6 +526,8 @@ impl JitterBuffer {
             min_excess_ns: i64::MAX,
             hold_frames: 0,
             device_lost: 0,
+            sender_gaps: [None; SENDER_GAPS],
+            sender_gave_back: false,
             cursor: 0,
             relock_gap: false,
             reading_ts: 0,
@@ -972,6 +986,65 @@ impl JitterBuffer {
         }
     }
 
+    /// The far side's stream skipped `frames` of media time from `from_ts`, as a packet
+    /// arriving at `now_ns` shows (consecutive packets that far apart: its device lost that
+    /// time, as this side's own can, see [`Self::device_skipped`]). The packets before it
+    /// came late by up to the time lost (the far side finds a loss only after a while):
+    /// they are taken out of the delay estimate, whose target falls back to where it was
+    /// before them, and when playout reaches the gap it jumps over as much of it as it is
+    /// late, so a loss costs the wait it caused and no lasting latency, and no audio is
+    /// dropped (the gap holds none). What playout is not late for is concealed as any
+    /// missing audio is. Realtime-safe.
+    pub fn sender_skipped(&mut self, now_ns: u64, from_ts: u64, frames: u64) {
+        if frames == 0 {
+            return;
+        }
+        self.stats.sender_gaps += 1;
+        self.stats.sender_gap_frames += frames;
+        let target = self.delay.target_ns();
+        self.delay.sender_skipped(now_ns, frames_to_ns(frames, self.rate));
+        // Following the phase, the steps the target grew for them are given back at once.
+        self.sender_gave_back |= self.delay.target_ns() < target;
+        let gap = Some((from_ts, from_ts.saturating_add(frames)));
+        let slot = self
+            .sender_gaps
+            .iter_mut()
+            .min_by_key(|g| g.map_or(0, |(start, _)| start.saturating_add(1)));
+        if let Some(slot) = slot {
+            *slot = gap;
+        }
+    }
+
+    /// Where in the `frames` from `ts` playout jumps over a gap the far side skipped, and
+    /// how far: as far as playout is late (`err`, less what a catch-up keeps), no further
+    /// than the gap, and only when that is more than half of it. A gap reached is
+    /// forgotten, jumped or not.
+    fn sender_gap_jump(&mut self, ts: u64, frames: u64, err: i64) -> Option<(u64, u64)> {
+        let late = ns_to_frames((err - SHRINK_KEEP_NS).max(0) as u64, self.rate);
+        let mut jump = None;
+        for k in 0..SENDER_GAPS {
+            let Some((start, end)) = self.sender_gaps[k] else {
+                continue;
+            };
+            if end <= ts {
+                self.sender_gaps[k] = None;
+                continue;
+            }
+            let from = start.max(ts);
+            if from >= ts + frames || jump.is_some() {
+                continue;
+            }
+            self.sender_gaps[k] = None;
+            // Audio inside the gap (none should be): not a gap to jump. Less than half
+            // the gap late: playout did not wait for it (a little late is the jitter).
+            let n = (end - from).min(late);
+            if n > (end - start) / 2 && (from..from + n).all(|t| !self.has(t)) {
+                jump = Some((from - ts, n));
+            }
+        }
+        jump
+    }
+
     /// Fill `out` (interleaved) with the frames due at `now_ns`.
     pub fn play(&mut self, now_ns: u64, out: &mut [f32]) {
         let ch = self.channels;
@@ -1184,7 +1257,8 @@ impl JitterBuffer {
         let mut high_since = self.phase.and_then(|ph| ph.high_since);
         let mut dropped_at = self.phase.and_then(|ph| ph.dropped_at);
         // A target still falling after it gave steps back gives the rest back the same way.
-        let falling = dropped_at.is_some_and(|at| now_ns.saturating_sub(at) < PHASE_DOWN_HOLD_NS);
+        let falling = dropped_at.is_some_and(|at| now_ns.saturating_sub(at) < PHASE_DOWN_HOLD_NS)
+            || std::mem::take(&mut self.sender_gave_back);
         // A step given back that was never paid costs nothing: playout stayed where it was.
         if spare >= 2.0 || (spare >= 1.0 && (falling || snapped)) {
             delta -= spare * step;
@@ -1441,6 +1515,26 @@ impl JitterBuffer {
     fn read_from(&mut self, now_ns: u64, ts: u64, err: i64, out: &mut [f32], delay_frames: u64) -> u64 {
         let ch = self.channels;
         let frames = (out.len() / ch) as u64;
+        if let Some((i, n)) = self.sender_gap_jump(ts, frames, err) {
+            // Up to the far side's gap, then on from where the jump lands.
+            let (before, rest) = out.split_at_mut(i as usize * ch);
+            self.note_latency(now_ns, ts, i as usize, delay_frames);
+            self.read(ts, before);
+            let at = ts + i;
+            self.stats.skipped_frames += n;
+            if self.drift_enabled {
+                self.drift.playout_jumped();
+            }
+            self.log.record(
+                DiscontinuityKind::Skipped,
+                DiscontinuityCause::SenderLost,
+                n,
+                at,
+                self.cursor,
+            );
+            let err = err - frames_to_ns(n, self.rate) as i64;
+            return i + n + self.read_from(now_ns, at + n, err, rest, delay_frames);
+        }
         // A frame not there yet, while playout is early, is waited for when nothing after it
         // has arrived (late, or the target grew), or when the stream reorders (it may be on
         // its way); a gap in a stream that does not reorder is a loss.

@@ -131,7 +131,15 @@ struct Source {
     /// Middle 32 bits of the last SR's NTP time and when it arrived.
     last_sr: Option<(u32, u64)>,
     last_arrival_ns: u64,
+    /// The newest packet in sequence: its extended sequence number and the media time
+    /// just after its frames (to find the gaps a sender skips, see
+    /// [`JitterBuffer::sender_skipped`]).
+    newest: Option<(u64, u64)>,
 }
+
+/// The longest gap between consecutive packets taken for time the far side's device lost
+/// (longer: a paused or restarted stream, which the buffer handles as such).
+const MAX_SENDER_GAP_NS: u64 = 100_000_000;
 
 /// See the module docs.
 #[derive(Debug)]
@@ -371,6 +379,7 @@ impl Receiver {
                 reception: ReceptionStats::new(format.rate),
                 last_sr: None,
                 last_arrival_ns: now_ns,
+                newest: None,
             });
             self.candidate = None;
             if self.output.is_none() || self.output_rate.is_some() {
@@ -424,6 +433,7 @@ impl Receiver {
             let primary = red.primary();
             let n = decode(format.codec, primary.data, &mut self.decoded);
             let n = n - n % ch;
+            self.note_sender_gap(now_ns, ext_seq, ext_ts, (n / ch) as u64, format.rate);
             // Wait for the redundant copies: N blocks cover a burst of N lost packets. A
             // stream's first packets carry fewer blocks than it will, so RED means at least one.
             let packet_ns = frames_to_ns((n / ch) as u64, format.rate);
@@ -439,8 +449,26 @@ impl Receiver {
         } else {
             let n = decode(format.codec, pkt.payload, &mut self.decoded);
             let n = n - n % ch;
+            self.note_sender_gap(now_ns, ext_seq, ext_ts, (n / ch) as u64, format.rate);
             self.jb.insert(now_ns, ext_ts, &self.decoded[..n], true);
         }
+    }
+
+    /// A packet of `frames` frames at `ext_ts` with sequence number `ext_seq`: when it
+    /// follows the newest one in sequence but not in media time, the sender skipped the
+    /// frames between (its device lost that time), and the buffer is told.
+    fn note_sender_gap(&mut self, now_ns: u64, ext_seq: u64, ext_ts: u64, frames: u64, rate: u32) {
+        let Some(src) = self.source.as_mut() else { return };
+        if let Some((seq, end)) = src.newest {
+            if ext_seq <= seq {
+                return;
+            }
+            let max = crate::time::ns_to_frames(MAX_SENDER_GAP_NS, rate);
+            if ext_seq == seq + 1 && ext_ts > end && ext_ts - end <= max {
+                self.jb.sender_skipped(now_ns, end, ext_ts - end);
+            }
+        }
+        src.newest = Some((ext_seq, ext_ts + frames));
     }
 
     /// A decoder for a stream that starts in a compressed `format` (made once per stream

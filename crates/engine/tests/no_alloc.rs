@@ -1,6 +1,7 @@
 //! Zero heap allocations per packet and per playout period in steady state, proven with a
 //! counting allocator: sender packetizing with redundancy and RTCP, receiver taking RTP
-//! (with loss, reordering and duplicates) and RTCP and playing out with concealment; and
+//! (with loss, reordering, duplicates and gaps the sender skipped) and RTCP and playing
+//! out with concealment; and
 //! the link model applying a schedule of events once its queue has its working size.
 
 use netjam_engine::link::{JitterDist, LinkConfig, LinkModel, LinkSchedule};
@@ -58,6 +59,10 @@ fn sender_and_receiver_do_not_allocate_in_steady_state() {
                 measured += 1;
             }
             synth.fill(&mut cap);
+            if k % 997 == 500 {
+                // The sender's device lost a period: a gap in its stream.
+                sender.skip_frames(64);
+            }
             let mut n = 0;
             sender.push_frames(now, &cap, |p| {
                 packets[n].clear();
@@ -114,6 +119,8 @@ fn sender_and_receiver_do_not_allocate_in_steady_state() {
             "{st:?}"
         );
         assert!(sender.stats().rtt_ms.is_some());
+        // The sender's gaps were found (those whose packet arrived next in sequence).
+        assert!(st.jitter_buffer.sender_gaps >= 10, "{st:?}");
         if redundancy > 0 {
             assert!(st.jitter_buffer.recovered_frames > 0, "{st:?}");
         }

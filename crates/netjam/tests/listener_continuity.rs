@@ -189,7 +189,7 @@ fn stream_runs(tag: &str) -> Vec<Run> {
 }
 
 /// What the statistics say caused each discontinuity, by cause.
-fn causes(run: &Run) -> [(&'static str, u64); 7] {
+fn causes(run: &Run) -> [(&'static str, u64); 8] {
     let d = &run.stats["jitter_buffer"]["discontinuities"];
     [
         "loss",
@@ -199,6 +199,7 @@ fn causes(run: &Run) -> [(&'static str, u64); 7] {
         "relock",
         "pause",
         "device_lost",
+        "sender_lost",
     ]
     .map(|c| (c, d[c].as_u64().expect("cause")))
 }
