@@ -61,6 +61,10 @@ use crate::room::auth;
 use crate::room::client::PeerEntry;
 use crate::room::msg::{Control, Probe, ProbeKind, MAX_HOSTS, PAIR_TOKEN_LEN};
 
+/// How long after a direct path was declared dead a late answer to a probe sent before
+/// revives it (see [`DirectPaths::handle_probe`]).
+const REVIVE_NS: u64 = 1_000_000_000;
+
 /// Most members a [`RouteTable`] names directly.
 pub const MAX_DIRECT: usize = 16;
 /// Candidate addresses kept per member: where the server sees it, its host addresses, and
@@ -246,6 +250,8 @@ pub struct DirectStats {
     pub transmit_drops: u64,
     /// Peers not tracked because [`DirectConfig::max_peers`] were.
     pub peers_refused: u64,
+    /// Direct paths declared dead and revived by a late answer (see [`REVIVE_NS`]).
+    pub revived: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -274,6 +280,11 @@ struct PeerPath {
     peer_server_rtt_ns: Option<u64>,
     direct_count: u32,
     died: u32,
+    /// When the direct path was last declared dead (0: never, or revived since).
+    died_at: u64,
+    /// Probes sent since the last ack: a path is dead only once this many went unanswered
+    /// (a thread that did not run for a while sent none, and heard nothing for it).
+    unanswered: u32,
 }
 
 impl PeerPath {
@@ -469,6 +480,8 @@ impl DirectPaths {
                     peer_server_rtt_ns: None,
                     direct_count: 0,
                     died: 0,
+                    died_at: 0,
+                    unanswered: 0,
                 });
                 // A new member is not direct: the server must carry media to it.
                 self.route_changed(now_ns);
@@ -573,6 +586,7 @@ impl DirectPaths {
             PathState::Relayed => {
                 if died {
                     p.died += 1;
+                    p.died_at = now.max(1);
                     p.standby = false;
                 }
                 if p.standby {
@@ -621,6 +635,7 @@ impl DirectPaths {
         let p = &mut self.peers[i];
         let seq = p.next_seq;
         p.next_seq = p.next_seq.wrapping_add(1).max(1);
+        p.unanswered = p.unanswered.saturating_add(1);
         p.sent[seq as usize % SENT_RING] = (seq, now);
         let member_id = p.member_id;
         self.push_out(Out::Probe {
@@ -719,6 +734,7 @@ impl DirectPaths {
         let best_before = p.direct_rtt();
         p.rtt_ns = Some(rtt);
         p.last_ack_at = now;
+        p.unanswered = 0;
         p.rtts[p.rtt_next] = rtt;
         p.rtt_next = (p.rtt_next + 1) % RTT_WINDOW;
         let direct = p.direct_rtt().unwrap_or(rtt);
@@ -728,6 +744,22 @@ impl DirectPaths {
         match p.state {
             PathState::Punching if fast_enough => {
                 p.addr = Some(from);
+                self.set_state(now, i, PathState::Direct, false);
+            }
+            PathState::Relayed
+                if !p.standby
+                    && p.died_at > 0
+                    && at < p.died_at
+                    && now < p.died_at + REVIVE_NS
+                    && fast_enough =>
+            {
+                // The answer to a probe sent before the path was declared dead, and quick
+                // but for the other side's own delay in answering: the path was alive, its
+                // acks late because a thread at one end was held up (a busy machine), not
+                // lost. Direct again at once, not after the retry's wait.
+                p.addr = Some(from);
+                p.died_at = 0;
+                self.stats.revived += 1;
                 self.set_state(now, i, PathState::Direct, false);
             }
             PathState::Punching => {
@@ -755,8 +787,12 @@ impl DirectPaths {
         }
     }
 
-    /// When a path that carries (or could carry) media is dead without a further ack.
+    /// When a path that carries (or could carry) media is dead without a further ack, if
+    /// [`DirectConfig::missed_limit`] probes were sent since the last one.
     fn dead_at(&self, p: &PeerPath) -> u64 {
+        if p.unanswered < self.cfg.missed_limit {
+            return u64::MAX;
+        }
         let grace = p.rtt_ns.unwrap_or(0) + u64::from(self.cfg.missed_limit) * self.cfg.keep_interval_ns;
         p.last_ack_at.saturating_add(grace)
     }
@@ -992,6 +1028,10 @@ mod tests {
         delay: Box<dyn FnMut(u64) -> u64>,
         /// (when, a's event)
         events: Vec<(u64, PathEvent)>,
+        /// b's thread does not run before this (a busy machine): what reaches it waits,
+        /// with when it came.
+        b_stalled_until: u64,
+        b_held: Vec<(u64, SocketAddr, Vec<u8>)>,
     }
 
     impl Pair {
@@ -1012,12 +1052,17 @@ mod tests {
                 blocked: false,
                 delay: Box::new(delay),
                 events: Vec::new(),
+                b_stalled_until: 0,
+                b_held: Vec::new(),
             }
         }
 
         fn flush(&mut self) {
             let mut buf = [0u8; 256];
             for to_b in [true, false] {
+                if !to_b && self.now < self.b_stalled_until {
+                    continue;
+                }
                 let (me, other) = if to_b { (0, 1) } else { (1, 0) };
                 let p = if to_b { &mut self.a } else { &mut self.b };
                 while let Some((t, n)) = p.poll_transmit(self.now, &mut buf) {
@@ -1039,7 +1084,13 @@ mod tests {
         fn run_until(&mut self, until: u64) {
             loop {
                 self.flush();
-                let next = [self.a.poll_timeout(), self.b.poll_timeout()]
+                let stalled = self.now < self.b_stalled_until;
+                let b_next = if stalled {
+                    Some(self.b_stalled_until)
+                } else {
+                    self.b.poll_timeout()
+                };
+                let next = [self.a.poll_timeout(), b_next]
                     .into_iter()
                     .flatten()
                     .chain(self.flying.iter().map(|f| f.0))
@@ -1053,12 +1104,22 @@ mod tests {
                 let now = self.now;
                 let (due, later): (Vec<_>, Vec<_>) = self.flying.drain(..).partition(|f| f.0 <= now);
                 self.flying = later;
+                let stalled = now < self.b_stalled_until;
+                if !stalled {
+                    for (at, from, bytes) in std::mem::take(&mut self.b_held) {
+                        self.b.handle_probe(at, from, &bytes);
+                    }
+                }
                 for (_, to_b, from, bytes) in due {
+                    if to_b && stalled {
+                        self.b_held.push((now, from, bytes));
+                        continue;
+                    }
                     let p = if to_b { &mut self.b } else { &mut self.a };
                     p.handle_probe(now, from, &bytes);
                 }
-                for p in [&mut self.a, &mut self.b] {
-                    if p.poll_timeout().is_some_and(|t| t <= now) {
+                for (p, runs) in [(&mut self.a, true), (&mut self.b, !stalled)] {
+                    if runs && p.poll_timeout().is_some_and(|t| t <= now) {
                         p.handle_timeout(now);
                     }
                 }
@@ -1121,6 +1182,58 @@ mod tests {
             c[2].1 && (20 * S..20 * S + 10 * MS).contains(&(c[2].0 - c[1].0)),
             "{c:?}"
         );
+    }
+
+    /// The other side's thread held up for 150 ms (a busy machine): no acks for twice the
+    /// dead limit, so the path is declared dead and media goes through the server; then its
+    /// answers come, late only by its own delay in answering, and the path is direct again
+    /// at once instead of after the 10 s retry.
+    #[test]
+    fn a_direct_path_whose_other_end_was_held_up_comes_back_at_once() {
+        let mut pair = Pair::new(10 * MS, |_| MS);
+        pair.run_until(S);
+        assert_eq!(pair.state(), PathState::Direct);
+        let stall = pair.now;
+        pair.b_stalled_until = stall + 150 * MS;
+        pair.run_until(stall + 140 * MS);
+        assert_eq!(
+            pair.state(),
+            PathState::Relayed,
+            "declared dead while b said nothing"
+        );
+        pair.run_until(stall + 160 * MS);
+        assert_eq!(pair.state(), PathState::Direct, "{:?}", pair.changes(stall));
+        assert_eq!(pair.a.stats().revived, 1);
+        // And it holds.
+        pair.run_until(stall + 2 * S);
+        assert_eq!(pair.changes(stall).len(), 2, "{:?}", pair.changes(stall));
+    }
+
+    /// This side's own thread held up for 150 ms (with the other's: a machine that
+    /// stalled): it sent no probe meanwhile and heard no answer for none, so on waking it
+    /// probes, and the path holds.
+    #[test]
+    fn a_direct_path_outlives_a_stall_of_this_side() {
+        let mut pair = Pair::new(10 * MS, |_| MS);
+        pair.run_until(S);
+        assert_eq!(pair.state(), PathState::Direct);
+        let stall = pair.now;
+        pair.now += 150 * MS;
+        pair.run_until(stall + 2 * S);
+        assert_eq!(pair.state(), PathState::Direct);
+        assert!(pair.changes(stall).is_empty(), "{:?}", pair.changes(stall));
+    }
+
+    /// A path that is really gone stays gone: no answer comes to revive it.
+    #[test]
+    fn a_direct_path_that_is_cut_is_not_revived() {
+        let mut pair = Pair::new(10 * MS, |_| MS);
+        pair.run_until(S);
+        let cut = pair.now;
+        pair.blocked = true;
+        pair.run_until(cut + 2 * S);
+        assert_eq!(pair.state(), PathState::Relayed);
+        assert_eq!(pair.a.stats().revived, 0);
     }
 
     #[test]
