@@ -1153,6 +1153,8 @@ impl JitterBuffer {
         });
         let Some((origin, packet)) = grid else {
             self.phase = None;
+            // No phase to give a step back: a far gap's give-back is for the phase only.
+            self.sender_gave_back = false;
             self.drift.set_feed_forward(None);
             return base;
         };
