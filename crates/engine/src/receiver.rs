@@ -421,7 +421,7 @@ impl Receiver {
         }
         self.stats.received += 1;
         if !format.codec.is_pcm() {
-            self.on_coded(now_ns, ext_ts, red, pkt.payload, format.rate);
+            self.on_coded(now_ns, ext_seq, ext_ts, red, pkt.payload, format.rate);
             return;
         }
         let ch = format.channels as usize;
@@ -483,7 +483,7 @@ impl Receiver {
 
     /// A compressed packet (or an RFC 2198 packet of them): account its timing now, decode
     /// it in order through the queue.
-    fn on_coded(&mut self, now_ns: u64, ext_ts: u64, red: bool, payload: &[u8], rate: u32) {
+    fn on_coded(&mut self, now_ns: u64, ext_seq: u64, ext_ts: u64, red: bool, payload: &[u8], rate: u32) {
         if !self.jb.has_decoder() {
             self.stats.undecodable += 1;
             return;
@@ -506,6 +506,9 @@ impl Receiver {
             let n = red.redundant().len().max(1).min(self.config.max_redundancy_wait);
             self.jb.set_redundancy_wait_ns(packet_ns * n as u64);
         }
+        // The packet's length is in its TOC byte: a gap before it in media time is found
+        // as for linear PCM, before decoding.
+        self.note_sender_gap(now_ns, ext_seq, ext_ts, u64::from(frames), rate);
         // A re-lock here also resets the decoding queue.
         self.jb.observe(now_ns, ext_ts, u64::from(frames));
         // Older copies first, so that the primary finds the stream decoded up to itself.

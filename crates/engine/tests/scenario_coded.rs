@@ -212,3 +212,70 @@ fn redundancy_rebuilds_isolated_losses_before_the_decoder_needs_them() {
     assert!(jb.discontinuities.inserted_events <= 2, "{st:?}");
     assert_in_order(&log.lock().expect("log"), &s.sent);
 }
+
+/// The far side's device losing a packet's time four times, 1.5 s apart, with its slip
+/// guard on: each loss leaves a gap in the coded stream's media time. The receiver finds
+/// it from the packets' TOC bytes before decoding, as it does for linear PCM: the late
+/// packets before it leave the delay estimate and playout jumps as far as it waited for
+/// them, and the latency is where it was before the losses, bit-exact and resampled.
+/// Resampled, before the gaps were found: no jump, and the target grown for the late
+/// packets held (2.02 ms of added latency after, against 1.85 before; now 1.90).
+#[test]
+fn a_far_device_losing_time_leaves_gaps_a_coded_stream_finds_and_pays_once() {
+    let mut failures = Vec::new();
+    for drift in [false, true] {
+        let (mut s, log) = session(link(0, 0.0, LossModel::None), 0, 45);
+        s.receiver.set_drift_correction(drift);
+        let mut at = 2_000_000_000u64;
+        s.capture_lost = Some(Box::new(move |due| {
+            if due >= at && at <= 6_500_000_000 {
+                at += 1_500_000_000;
+                2_500_000
+            } else {
+                0
+            }
+        }));
+        s.slip = Some(netjam_engine::slip::SlipGuard::new(48_000));
+        s.run(1_900_000_000);
+        let before = s.receiver.stats().jitter_buffer.added_latency_recent_ms;
+        s.run(7_100_000_000);
+        let st = s.receiver.stats();
+        let jb = &st.jitter_buffer;
+        let skipped = s.sender.stats().skipped_frames;
+        assert_eq!(s.lost.len(), 4, "the device lost time four times");
+        assert!(
+            (4 * 110..=4 * 240).contains(&skipped),
+            "the guard skipped {skipped} frames"
+        );
+        let line = format!(
+            "drift {drift}: the sender skipped {skipped} frames; the receiver found {} gaps of {} frames; \
+             added latency {before:.2} ms before, {:.2} ms after; {} concealments, {} waits, {} jumps; \
+             the decoder concealed {} frames, {} packets came after it had",
+            jb.sender_gaps,
+            jb.sender_gap_frames,
+            jb.added_latency_recent_ms,
+            jb.concealment_events,
+            jb.discontinuities.inserted_events,
+            jb.discontinuities.sender_lost,
+            st.decoder.concealed_frames,
+            st.decoder.late_packets,
+        );
+        eprintln!("{line}");
+        // Resampled, each gap is jumped as far as playout waited for the late packets
+        // before it (two of them, come too late for the decoder, which concealed them).
+        let jumps_wrong = if drift {
+            jb.discontinuities.sender_lost != 4 || st.decoder.late_packets > 12
+        } else {
+            jb.discontinuities.sender_lost != 0 || st.decoder.late_packets != 0
+        };
+        if jb.sender_gaps != 4
+            || jb.sender_gap_frames != skipped
+            || jb.added_latency_recent_ms > before + 0.5
+            || jumps_wrong
+        {
+            failures.push(line);
+        }
+        assert_in_order(&log.lock().expect("log"), &s.sent);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
