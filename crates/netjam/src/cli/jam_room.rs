@@ -24,7 +24,7 @@ use netjam_engine::receiver::ReceiverConfig;
 
 use super::jam::{
     bind, device_edges, device_status, finish_recording, heard_format, heard_sink, open_endpoint,
-    recording_status, Audio, JamArgs, Opened,
+    recording_status, Audio, HeardRate, JamArgs, Opened,
 };
 use super::stream::{packets_text, write_json};
 use crate::control::{
@@ -468,6 +468,301 @@ fn publish(control: &ControlHandle, s: &Snapshot<MediaReport>, roster: &Roster, 
     });
 }
 
+/// A seat taken in a room, with what was learned on the way.
+struct Taken {
+    socket: crate::transport::UdpTransport,
+    seated: room_client::Seated,
+    /// Where the rooms server (and `--stun`) saw this player.
+    reflexive: Reflexive,
+    /// `--port-map`'s mapping, removed from the router on the way out.
+    port_mapping: Option<crate::port_map::PortMapping>,
+}
+
+/// Takes a seat for `sender`'s stream in the room `(room, name)` on the first of `servers`
+/// (`--server`'s first, the others asked in turn, and `--stun`) that answers, with the
+/// private room's media key and join proof if it has a password: the addresses the other
+/// members may reach this player at go with the join (its own, a router's mapping, the
+/// ports a router that hands them out in sequence will give), and what the servers saw
+/// of it is said.
+fn take_seat(
+    a: &JamArgs,
+    servers: (SocketAddr, Vec<SocketAddr>, Option<SocketAddr>),
+    (room, name): (&str, &str),
+    private: Option<(netjam_engine::privacy::MediaKey, [u8; 32])>,
+    sender: &netjam_engine::sender::Sender,
+) -> anyhow::Result<Taken> {
+    let (server, also, stun) = servers;
+    let format = sender.format();
+    let socket = bind(a.listen.unwrap_or(any_for(server)))?;
+    let packets_per_s = format.rate.div_ceil(sender.frames_per_packet().max(1));
+    let sealing = if private.is_some() {
+        sframe::MAX_HEADER_LEN + sframe::TAG_LEN
+    } else {
+        0
+    };
+    let bytes_per_s = (packets_per_s as usize * (sender.max_packet_bytes() + sealing + 28)) as u32
+        + RTCP_PACKETS_PER_S * 1500;
+    eprintln!("netjam: joining room {room:?} on {server} as {name:?}");
+    let mut hosts = host_addresses(socket.local_addr()?, server);
+    let port_mapping = if a.port_map {
+        // Ctrl-C or SIGTERM from now on ends the stream (at once if it has not started)
+        // instead of the process, so the mapping is removed on the way out.
+        let _ = interrupt_flag();
+        ask_router(&hosts, socket.local_addr()?)
+    } else {
+        None
+    };
+    hosts.extend(port_mapping.iter().flat_map(|m| m.candidates()));
+    let mut ask = room_client::ask_reflexive(server, stun);
+    if stun.is_some() {
+        // Both answers before the join, so that the ports a router handing them out in
+        // sequence will give the next destinations go with the join as candidates.
+        room_client::finish_reflexive(&mut ask, &socket, STUN_WAIT);
+        hosts.extend(predicted_candidates(&ask.report(), hosts.len()));
+    }
+    let mut seated = room_client::join_asking(
+        &socket,
+        &JoinRequest {
+            server,
+            room: room.to_string(),
+            name: name.to_string(),
+            password: a.password.clone().unwrap_or_default(),
+            // The join proof is the room key: derived once above, not again for the join.
+            room_key: private.map(|p| p.1),
+            ssrc: sender.ssrc(),
+            packets_per_s: packets_per_s + RTCP_PACKETS_PER_S,
+            bytes_per_s,
+            timeout: JOIN_TIMEOUT,
+            hosts,
+            // What the room's streams are sent and mixed at (Opus runs at 48 kHz whatever
+            // the device's rate).
+            sample_rate: format.rate,
+            also,
+            known: crate::keys::KnownServers::from_env(),
+            setup: SeatSetup {
+                direct: !a.via_server,
+                public: a.public,
+                mixes: a.mix.clone().unwrap_or_default(),
+                media_key: private.map(|p| p.0),
+            },
+        },
+        Some(&mut ask),
+    )?;
+    if !ask.done(crate::clock::now_ns()) {
+        room_client::finish_reflexive(&mut ask, &socket, STUN_WAIT);
+    }
+    let reflexive = ask.report();
+    // STUN went to the first server named; when that one never answered and another front
+    // door seated the player, its silence is already said.
+    if reflexive.server_sees.is_some() || seated.session.front().current() == server {
+        say_reflexive(&reflexive, server);
+    }
+    // The server named is the front door (the first that answered, of several named);
+    // the seat may be on another one.
+    let named = seated.session.front().current();
+    let server = seated.session.server();
+    seated.session.roster_mut().server_sees = reflexive.server_sees;
+    if let Some(to) = &seated.redirected {
+        let at = if to == &server.to_string() {
+            String::new()
+        } else {
+            format!(" ({server})")
+        };
+        eprintln!("netjam: room {room:?} lives on {to}{at}, not {named}: joined there");
+    }
+    Ok(Taken {
+        socket,
+        seated,
+        reflexive,
+        port_mapping,
+    })
+}
+
+/// `--osc PORT`: every mix parameter of the room as an OSC address, its commands for the
+/// room client's control thread to pass on.
+fn start_osc(
+    a: &JamArgs,
+    port: u16,
+    private: bool,
+    passwords: mpsc::Sender<String>,
+) -> anyhow::Result<(ControlHandle, crate::control::room::OscCommands)> {
+    let bind = SocketAddr::new(a.osc_bind, port);
+    // Redundancy cannot change while a room's stream runs: its address is left out, so a
+    // set is answered with an error instead of being taken and ignored.
+    let surface = Surface {
+        redundancy: false,
+        record: a.record.is_some(),
+        password: private,
+        ..Surface::room()
+    };
+    let mut state = ControlState::new(&surface);
+    state.latency = a.latency;
+    state.monitor.mute = !a.monitor;
+    state.master_gain_db = a.master_gain;
+    state.record = a.record.is_some();
+    let (tx, rx) = command_ring(DEFAULT_RING);
+    let handle = ControlServer::spawn_with_passwords(bind, surface, state, tx, passwords)?;
+    eprintln!(
+        "netjam: OSC control on {} (/memberN/gain, /memberN/pan, /memberN/mute, /memberN/solo, /send/gain, /monitor/mute, /master/gain, /roster; '/_meta ,s PATH' describes an address)",
+        handle.local_addr()
+    );
+    Ok((
+        handle,
+        crate::control::room::OscCommands::new(rx, a.record.is_some()),
+    ))
+}
+
+/// `--web`: the player's page of the room on `listener`, said with who may use it.
+fn start_page(
+    listener: crate::web::WebListener,
+    a: &JamArgs,
+    room: &str,
+    passwords: Option<mpsc::Sender<String>>,
+) -> anyhow::Result<(RoomPage, crate::web::room_page::PageCommands)> {
+    let url = listener.url();
+    let note = if listener.access().token().is_none() {
+        "this machine only"
+    } else {
+        "anyone with this URL can change your mix: share it only with yourself"
+    };
+    let record_dir = a.record.as_ref().map(|d| d.display().to_string());
+    let started =
+        RoomPage::start(listener, record_dir, passwords).map_err(|e| anyhow::anyhow!("--web: {e}"))?;
+    eprintln!("netjam: your page of room {room:?}: {url} ({note})");
+    Ok(started)
+}
+
+/// `--member-ports`: JACK output ports of `per_seat` channels for every seat, filled by the
+/// room's `process`.
+fn start_member_ports(
+    jack: &mut crate::endpoint::jack::JackEndpoint,
+    per_seat: usize,
+    process: &mut RoomProcess,
+) -> anyhow::Result<MemberPorts> {
+    jack.register_extra_outputs(&member_ports::registered_names(per_seat))
+        .context("cannot register the per-member JACK ports (--member-ports): the JACK server may be out of ports (jackd -p sets its limit)")?;
+    process.set_member_ports(per_seat);
+    let renamer = jack.port_renamer();
+    let ports = MemberPorts::new(jack.client_name(), per_seat, renamer);
+    eprintln!(
+        "netjam: member ports {name}:from_1_1 .. {name}:from_{SEATS}_{per_seat}, one set per seat (/memberN){}",
+        if ports.renaming() {
+            ", renamed from_<member>_N while a member sits there"
+        } else {
+            "; this libjack cannot rename ports (JACK >= 0.125 or jack2 >= 1.9.11 can), so they keep their seat numbers"
+        },
+        name = jack.client_name(),
+    );
+    Ok(ports)
+}
+
+/// The lines that end a session in `room`: what was sent, the limiter's work on a mix at
+/// `rate`, each member heard, the in-band round trips and the sealing of a private room.
+fn summary(
+    stats: &MediaReport,
+    heard: &[HeardMember],
+    rate: u32,
+    room: &str,
+    round_trips: Option<&RoundTrips>,
+) -> Vec<String> {
+    let mut lines = vec![format!(
+        "netjam: sent {} packets to room {room}; heard {} member(s)",
+        stats.sent.packets,
+        heard.len()
+    )];
+    if stats.limiter.limited_frames > 0 {
+        lines.push(format!(
+            "netjam: the mix was over -3 dBFS: its limiter turned {:.1} s of it down to stay under full scale (lower the members' gains or --master-gain to hear it untouched)",
+            stats.limiter.limited_frames as f64 / f64::from(rate.max(1))
+        ));
+    }
+    lines.extend(heard.iter().map(|m| {
+        format!(
+            "netjam:   {}: {} packets, lost {}, {} concealed, {} waits, {} catch-ups; buffer {:.2} ms; {}; round trip {}; mouth to ear about {}",
+            m.name,
+            m.received,
+            m.lost,
+            m.concealment_events,
+            m.inserted,
+            m.skipped,
+            m.added_latency_ms,
+            m.path,
+            m.rtt_ms.map_or("not measured".into(), |r| format!("{r:.2} ms")),
+            m.mouth_to_ear_ms.map_or("-".into(), |r| format!("{r:.1} ms"))
+        )
+    }));
+    if let Some(rt) = round_trips {
+        lines.push(format!("netjam: {}", rt.summary()));
+    }
+    if let Some(f) = &stats.sframe {
+        lines.push(format!(
+            "netjam: private room: sealed {} packets, opened {}, dropped {} that did not open ({} altered or under another password, {} replayed, {} without a key, {} not sealed)",
+            f.sealed, f.opened, f.rejected, f.forged, f.replayed, f.no_key, f.malformed
+        ));
+    }
+    lines
+}
+
+/// What the session has said of the room already, so that each thing that happens is one
+/// line, said once, however many snapshots show it.
+#[derive(Debug, Default)]
+struct Told {
+    /// This player's seat was taken by its rejoin, or the server refused to seat it again.
+    refusal: bool,
+    /// The roster's password notes and notices said so far.
+    password_notes: usize,
+    notices: usize,
+    /// What was said of each stream's rate, by SSRC.
+    rates: std::collections::BTreeMap<u32, HeardRate>,
+}
+
+impl Told {
+    /// The lines to print for what is new in `roster` and in the members heard (`stats`) on
+    /// a device at `device_rate`, and whether this player must stop: the same player
+    /// joined again from this computer and took its seat.
+    fn news(
+        &mut self,
+        roster: &Roster,
+        stats: &MediaReport,
+        room: &str,
+        device_rate: u32,
+    ) -> (Vec<String>, bool) {
+        let mut lines = Vec::new();
+        let mut stop = false;
+        if roster.replaced && !self.refusal {
+            self.refusal = true;
+            stop = true;
+            lines.push(format!(
+                "netjam: netjam joined room {room:?} again under this name from this computer and took the seat; this one stops"
+            ));
+        }
+        if roster.refused.is_some() && !self.refusal {
+            self.refusal = true;
+            lines.push(format!(
+                "netjam: the rooms server at {} refused to seat this player again ({}): restart to try again",
+                roster.server.map_or("-".into(), |a| a.to_string()),
+                roster.refused.as_deref().unwrap_or_default()
+            ));
+        }
+        let notes = roster.password_notes.iter().skip(self.password_notes);
+        lines.extend(notes.map(|n| format!("netjam: {n}")));
+        let notices = roster.notices.iter().skip(self.notices);
+        lines.extend(notices.map(|n| format!("netjam: {n}")));
+        self.password_notes = roster.password_notes.len();
+        self.notices = roster.notices.len();
+        for m in stats.active_members() {
+            let who = roster
+                .members
+                .get(&m.member)
+                .map_or_else(|| format!("member {}", m.member), |r| r.name.clone());
+            let heard_rate = m.heard.format.map(|f| f.rate);
+            let told = self.rates.entry(m.ssrc).or_default();
+            lines.extend(told.tell(&who, heard_rate, m.heard.rate_mismatch, device_rate));
+        }
+        (lines, stop)
+    }
+}
+
 pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let server_text = a.server.clone().unwrap_or_default();
     let (server, also) = resolve_servers(&server_text)?;
@@ -516,84 +811,20 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         .as_deref()
         .map(|s| resolve_host(s, Some(STUN_PORT), "--stun"))
         .transpose()?;
-    let socket = bind(a.listen.unwrap_or(any_for(server)))?;
-    let packets_per_s = format.rate.div_ceil(sender.frames_per_packet().max(1));
-    let sealing = if private.is_some() {
-        sframe::MAX_HEADER_LEN + sframe::TAG_LEN
-    } else {
-        0
-    };
-    let bytes_per_s = (packets_per_s as usize * (sender.max_packet_bytes() + sealing + 28)) as u32
-        + RTCP_PACKETS_PER_S * 1500;
-    eprintln!("netjam: joining room {room:?} on {server} as {name:?}");
-    let mut hosts = host_addresses(socket.local_addr()?, server);
-    let port_mapping = if a.port_map {
-        // Ctrl-C or SIGTERM from now on ends the stream (at once if it has not started)
-        // instead of the process, so the mapping is removed on the way out.
-        let _ = interrupt_flag();
-        ask_router(&hosts, socket.local_addr()?)
-    } else {
-        None
-    };
-    hosts.extend(port_mapping.iter().flat_map(|m| m.candidates()));
-    let mut ask = room_client::ask_reflexive(server, stun);
-    if stun.is_some() {
-        // Both answers before the join, so that the ports a router handing them out in
-        // sequence will give the next destinations go with the join as candidates.
-        room_client::finish_reflexive(&mut ask, &socket, STUN_WAIT);
-        hosts.extend(predicted_candidates(&ask.report(), hosts.len()));
-    }
-    let mut seated = room_client::join_asking(
-        &socket,
-        &JoinRequest {
-            server,
-            room: room.clone(),
-            name: name.clone(),
-            password: a.password.clone().unwrap_or_default(),
-            // The join proof is the room key: derived once above, not again for the join.
-            room_key: private.as_ref().map(|p| p.1),
-            ssrc: sender.ssrc(),
-            packets_per_s: packets_per_s + RTCP_PACKETS_PER_S,
-            bytes_per_s,
-            timeout: JOIN_TIMEOUT,
-            hosts,
-            // What the room's streams are sent and mixed at (Opus runs at 48 kHz whatever
-            // the device's rate).
-            sample_rate: format.rate,
-            also,
-            known: crate::keys::KnownServers::from_env(),
-            setup: SeatSetup {
-                direct: !a.via_server,
-                public: a.public,
-                mixes: a.mix.clone().unwrap_or_default(),
-                media_key: private.as_ref().map(|p| p.0),
-            },
-        },
-        Some(&mut ask),
+    let Taken {
+        socket,
+        seated,
+        reflexive,
+        port_mapping,
+    } = take_seat(
+        &a,
+        (server, also, stun),
+        (&room, &name),
+        private.as_ref().map(|p| (p.0, p.1)),
+        &sender,
     )?;
-    if !ask.done(crate::clock::now_ns()) {
-        room_client::finish_reflexive(&mut ask, &socket, STUN_WAIT);
-    }
-    let reflexive = ask.report();
-    // STUN went to the first server named; when that one never answered and another front
-    // door seated the player, its silence is already said.
-    if reflexive.server_sees.is_some() || seated.session.front().current() == server {
-        say_reflexive(&reflexive, server);
-    }
-    // The server named is the front door (the first that answered, of several named);
-    // the seat may be on another one.
     let front_doors = seated.session.front().clone();
-    let named = front_doors.current();
     let server = seated.session.server();
-    seated.session.roster_mut().server_sees = reflexive.server_sees;
-    if let Some(to) = &seated.redirected {
-        let at = if to == &server.to_string() {
-            String::new()
-        } else {
-            format!(" ({server})")
-        };
-        eprintln!("netjam: room {room:?} lives on {to}{at}, not {named}: joined there");
-    }
     sender.set_ssrc(seated.ssrc);
     let (member_id, ssrc) = (seated.member_id, seated.ssrc);
     let join_ms = seated.took.as_secs_f64() * 1e3;
@@ -637,54 +868,17 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     }
     // A private room's password can change while it plays (OSC's `/password`).
     let (password_tx, password_rx) = mpsc::channel();
-    let osc = match a.osc {
+    let (osc, extra) = match a.osc {
         Some(port) => {
-            let bind = SocketAddr::new(a.osc_bind, port);
-            // Redundancy cannot change while a room's stream runs: its address is left out,
-            // so a set is answered with an error instead of being taken and ignored.
-            let surface = Surface {
-                redundancy: false,
-                record: a.record.is_some(),
-                password: private.is_some(),
-                ..Surface::room()
-            };
-            let mut state = ControlState::new(&surface);
-            state.latency = a.latency;
-            state.monitor.mute = !a.monitor;
-            state.master_gain_db = a.master_gain;
-            state.record = a.record.is_some();
-            let (tx, rx) = command_ring(DEFAULT_RING);
-            let handle = ControlServer::spawn_with_passwords(bind, surface, state, tx, password_tx.clone())?;
-            eprintln!(
-                "netjam: OSC control on {} (/memberN/gain, /memberN/pan, /memberN/mute, /memberN/solo, /send/gain, /monitor/mute, /master/gain, /roster; '/_meta ,s PATH' describes an address)",
-                handle.local_addr()
-            );
-            Some((handle, rx))
+            let (handle, commands) = start_osc(&a, port, private.is_some(), password_tx.clone())?;
+            (Some(handle), Some(commands))
         }
-        None => None,
-    };
-    let (osc, extra) = match osc {
-        Some((handle, rx)) => (
-            Some(handle),
-            Some(crate::control::room::OscCommands::new(rx, a.record.is_some())),
-        ),
         None => (None, None),
     };
     let (mut page, page_commands) = match web {
         Some(listener) => {
-            let url = listener.url();
-            let note = if listener.access().token().is_none() {
-                "this machine only"
-            } else {
-                "anyone with this URL can change your mix: share it only with yourself"
-            };
-            let (page, commands) = RoomPage::start(
-                listener,
-                a.record.as_ref().map(|d| d.display().to_string()),
-                private.is_some().then(|| password_tx.clone()),
-            )
-            .map_err(|e| anyhow::anyhow!("--web: {e}"))?;
-            eprintln!("netjam: your page of room {room:?}: {url} ({note})");
+            let passwords = private.is_some().then(|| password_tx.clone());
+            let (page, commands) = start_page(listener, &a, &room, passwords)?;
             (Some(page), Some(commands))
         }
         None => (None, None),
@@ -738,24 +932,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let mut member_ports = match (a.member_ports, jack.as_mut()) {
         (false, _) => None,
         (true, None) => bail!("--member-ports gives each member JACK ports of its own: add --jack"),
-        (true, Some(j)) => {
-            let per_seat = usize::from(heard.channels);
-            j.register_extra_outputs(&member_ports::registered_names(per_seat))
-                .context("cannot register the per-member JACK ports (--member-ports): the JACK server may be out of ports (jackd -p sets its limit)")?;
-            process.set_member_ports(per_seat);
-            let renamer = j.port_renamer();
-            let ports = MemberPorts::new(j.client_name(), per_seat, renamer);
-            eprintln!(
-                "netjam: member ports {name}:from_1_1 .. {name}:from_{SEATS}_{per_seat}, one set per seat (/memberN){}",
-                if ports.renaming() {
-                    ", renamed from_<member>_N while a member sits there"
-                } else {
-                    "; this libjack cannot rename ports (JACK >= 0.125 or jack2 >= 1.9.11 can), so they keep their seat numbers"
-                },
-                name = j.client_name(),
-            );
-            Some(ports)
-        }
+        (true, Some(j)) => Some(start_member_ports(j, usize::from(heard.channels), &mut process)?),
     };
     let mut counted = String::from("(counted in the latency to each member)");
     if a.record.is_some() {
@@ -809,10 +986,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     // Everyone heard during the session, as last seen (members who left stay in the summary).
     let mut everyone: Everyone = Default::default();
     let mut series = BoundedSeries::default();
-    let mut refusal_told = false;
-    let mut password_notes_told = 0;
-    let mut notices_told = 0;
-    let mut rates_told: std::collections::BTreeMap<u32, super::jam::HeardRate> = Default::default();
+    let mut told = Told::default();
     // The page takes every snapshot; the rest one per tenth of a second, with the peaks of
     // those in between.
     let mut tenth = -1i64;
@@ -839,44 +1013,13 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         }
         tenth = now_tenth;
         between = None;
-        if roster.replaced && !refusal_told {
-            refusal_told = true;
+        let (lines, replaced) = told.news(&roster, &s.stats, &room, device_rate);
+        for line in lines {
             status.finish();
-            eprintln!(
-                "netjam: netjam joined room {room:?} again under this name from this computer and took the seat; this one stops"
-            );
+            eprintln!("{line}");
+        }
+        if replaced {
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        if roster.refused.is_some() && !refusal_told {
-            refusal_told = true;
-            status.finish();
-            eprintln!(
-                "netjam: the rooms server at {} refused to seat this player again ({}): restart to try again",
-                roster.server.map_or("-".into(), |a| a.to_string()),
-                roster.refused.as_deref().unwrap_or_default()
-            );
-        }
-        for note in roster.password_notes.iter().skip(password_notes_told) {
-            status.finish();
-            eprintln!("netjam: {note}");
-        }
-        password_notes_told = roster.password_notes.len();
-        for n in roster.notices.iter().skip(notices_told) {
-            status.finish();
-            eprintln!("netjam: {n}");
-        }
-        notices_told = roster.notices.len();
-        for m in s.stats.active_members() {
-            let who = roster
-                .members
-                .get(&m.member)
-                .map_or_else(|| format!("member {}", m.member), |r| r.name.clone());
-            let heard_rate = m.heard.format.map(|f| f.rate);
-            let told = rates_told.entry(m.ssrc).or_default();
-            if let Some(line) = told.tell(&who, heard_rate, m.heard.rate_mismatch, device_rate) {
-                status.finish();
-                eprintln!("{line}");
-            }
         }
         if let Some(ports) = &mut member_ports {
             if ports.update(&roster) {
@@ -945,40 +1088,8 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     // The audio thread has stopped: what it queued is written, then the files are closed.
     drop(process.take_recorder());
     let recorded = finish_recording(recorder)?;
-    eprintln!(
-        "netjam: sent {} packets to room {room}; heard {} member(s)",
-        stats.sent.packets,
-        heard_final.len()
-    );
-    if stats.limiter.limited_frames > 0 {
-        eprintln!(
-            "netjam: the mix was over -3 dBFS: its limiter turned {:.1} s of it down to stay under full scale (lower the members' gains or --master-gain to hear it untouched)",
-            stats.limiter.limited_frames as f64 / f64::from(format.rate)
-        );
-    }
-    for m in &heard_final {
-        eprintln!(
-            "netjam:   {}: {} packets, lost {}, {} concealed, {} waits, {} catch-ups; buffer {:.2} ms; {}; round trip {}; mouth to ear about {}",
-            m.name,
-            m.received,
-            m.lost,
-            m.concealment_events,
-            m.inserted,
-            m.skipped,
-            m.added_latency_ms,
-            m.path,
-            m.rtt_ms.map_or("not measured".into(), |r| format!("{r:.2} ms")),
-            m.mouth_to_ear_ms.map_or("-".into(), |r| format!("{r:.1} ms"))
-        );
-    }
-    if let Some(rt) = &round_trips {
-        eprintln!("netjam: {}", rt.summary());
-    }
-    if let Some(f) = &stats.sframe {
-        eprintln!(
-            "netjam: private room: sealed {} packets, opened {}, dropped {} that did not open ({} altered or under another password, {} replayed, {} without a key, {} not sealed)",
-            f.sealed, f.opened, f.rejected, f.forged, f.replayed, f.no_key, f.malformed
-        );
+    for line in summary(&stats, &heard_final, format.rate, &room, round_trips.as_ref()) {
+        eprintln!("{line}");
     }
     if let Some(path) = &a.stats_json {
         write_json(
@@ -1060,5 +1171,80 @@ mod room_line_tests {
         assert!(after_colon.trim_start().starts_with("bo 30"), "{shown}");
         assert!(shown.contains("cy 12▇ mute"), "{shown}");
         assert!(shown.contains("-6dB"), "{shown}");
+    }
+}
+
+#[cfg(test)]
+mod told_tests {
+    use super::*;
+    use netjam_engine::player::session::Notice;
+    use netjam_engine::player::RosterMember;
+    use netjam_engine::wire::{AudioFormat, Codec};
+
+    /// Everything the room says is said once, in the order it happened, however many
+    /// snapshots show it; only the seat taken by this player's own rejoin stops it.
+    #[test]
+    fn each_thing_that_happens_in_a_room_is_said_once() {
+        let server: SocketAddr = "192.0.2.1:4464".parse().expect("address");
+        let mut roster = Roster {
+            room: "friday".into(),
+            server: Some(server),
+            ..Roster::default()
+        };
+        roster.members.insert(
+            7,
+            RosterMember {
+                member_id: 7,
+                name: "ana".into(),
+                ssrc: 0x77,
+            },
+        );
+        let mut stats = MediaReport::default();
+        let m = &mut stats.members[0];
+        m.active = true;
+        m.member = 7;
+        m.ssrc = 0x77;
+        m.heard.format = Some(AudioFormat::new(Codec::L16, 44_100, 1).expect("format"));
+        let mut told = Told::default();
+
+        let (lines, stop) = told.news(&roster, &stats, "friday", 48_000);
+        assert_eq!(
+            lines,
+            ["netjam: ana sends at 44100 Hz: converted to your 48000 Hz"]
+        );
+        assert!(!stop);
+        assert_eq!(told.news(&roster, &stats, "friday", 48_000), (vec![], false));
+
+        roster.notices.push(Notice::ServerLost { server });
+        roster.password_notes.push("the room's password changed".into());
+        roster.refused = Some("room full".into());
+        let (lines, stop) = told.news(&roster, &stats, "friday", 48_000);
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(
+            lines[0].contains("refused to seat this player again (room full)"),
+            "{lines:?}"
+        );
+        assert_eq!(lines[1], "netjam: the room's password changed");
+        assert!(lines[2].contains("stopped answering"), "{lines:?}");
+        assert!(!stop, "a refusal is said, and the player goes on");
+        assert_eq!(told.news(&roster, &stats, "friday", 48_000), (vec![], false));
+
+        roster.notices.push(Notice::ServerBack {
+            server,
+            silence_s: 3.0,
+        });
+        let (lines, _) = told.news(&roster, &stats, "friday", 48_000);
+        assert_eq!(lines.len(), 1, "only the new notice: {lines:?}");
+
+        let mut told = Told::default();
+        roster.replaced = true;
+        let (lines, stop) = told.news(&roster, &stats, "friday", 48_000);
+        assert!(stop, "{lines:?}");
+        assert!(lines[0].contains("took the seat; this one stops"), "{lines:?}");
+        assert!(
+            !lines.iter().any(|l| l.contains("refused")),
+            "one of the two: {lines:?}"
+        );
+        assert!(!told.news(&roster, &stats, "friday", 48_000).1, "stopped once");
     }
 }
