@@ -50,7 +50,8 @@ pub enum DiscontinuityCause {
     DeviceLost,
     /// The far side's device lost time and its stream skipped it (consecutive packets a
     /// gap apart in media time): playout had waited for the packets it made late already,
-    /// so it jumped over as much of the gap as it was late, instead of playing it too.
+    /// so it jumped over as much of the gap as it was late, instead of playing it too
+    /// (skipped); what it did not jump over is concealed (concealed).
     SenderLost,
 }
 
@@ -86,6 +87,9 @@ pub struct DiscontinuityTotals {
     pub device_lost_frames: u64,
     /// Gaps the far side's lost time left in its stream, jumped over.
     pub sender_lost: u64,
+    /// Gaps the far side's lost time left in its stream, concealed where playout did not
+    /// jump over them (on a clean path, what would otherwise read as a loss).
+    pub sender_gap_concealed: u64,
 }
 
 /// The recent entries and the totals.
@@ -171,6 +175,9 @@ impl DiscontinuityLog {
                 t.device_lost += 1;
                 t.device_lost_frames += frames;
             }
+            DiscontinuityCause::SenderLost if kind == DiscontinuityKind::Concealed => {
+                t.sender_gap_concealed += 1
+            }
             DiscontinuityCause::SenderLost => t.sender_lost += 1,
         }
     }
@@ -233,6 +240,9 @@ impl DiscontinuityLog {
             DiscontinuityCause::DeviceLost => {
                 t.device_lost -= 1;
                 t.device_lost_frames -= e.frames;
+            }
+            DiscontinuityCause::SenderLost if e.kind == DiscontinuityKind::Concealed => {
+                t.sender_gap_concealed -= 1
             }
             DiscontinuityCause::SenderLost => t.sender_lost -= 1,
         }

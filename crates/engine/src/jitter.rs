@@ -446,6 +446,9 @@ pub struct JitterBuffer {
     /// Gaps the far side's stream skipped, not yet played: media time from, to (see
     /// [`JitterBuffer::sender_skipped`]).
     sender_gaps: [Option<(u64, u64)>; SENDER_GAPS],
+    /// The part of a far side's gap playout reached and did not jump over, media time from,
+    /// to: what is concealed there is the far device's loss, not the network's.
+    sender_gap_here: Option<(u64, u64)>,
     /// A far side's gap took back a target its late packets grew: the phase gives its
     /// spare steps back at once, not after a hold.
     sender_gave_back: bool,
@@ -527,6 +530,7 @@ impl JitterBuffer {
             hold_frames: 0,
             device_lost: 0,
             sender_gaps: [None; SENDER_GAPS],
+            sender_gap_here: None,
             sender_gave_back: false,
             cursor: 0,
             relock_gap: false,
@@ -626,6 +630,10 @@ impl JitterBuffer {
         self.last_shrink_ns = 0;
         self.hold_frames = 0;
         self.device_lost = 0;
+        // The far side's gaps were in the timeline left.
+        self.sender_gaps = [None; SENDER_GAPS];
+        self.sender_gap_here = None;
+        self.sender_gave_back = false;
         self.grid = None;
         self.phase = None;
         self.drift.relock();
@@ -820,11 +828,7 @@ impl JitterBuffer {
         if arrival_ns.is_none() && self.paused(ts) {
             self.log.mark_pause(self.highest_end);
         } else if arrival_ns.is_none() {
-            let cause = if ts >= self.highest_end {
-                DiscontinuityCause::Late
-            } else {
-                DiscontinuityCause::Loss
-            };
+            let cause = self.missing_cause(ts);
             let frames = (data.len() / self.channels) as u64;
             let at = self.cursor + ts.saturating_sub(self.reading_ts);
             self.log
@@ -1040,9 +1044,27 @@ impl JitterBuffer {
             let n = (end - from).min(late);
             if n > (end - start) / 2 && (from..from + n).all(|t| !self.has(t)) {
                 jump = Some((from - ts, n));
+                self.sender_gap_here = Some((from + n, end));
+            } else {
+                self.sender_gap_here = Some((from, end));
             }
         }
         jump
+    }
+
+    /// Why frame `ts` is missing when it is due: in a gap the far side's stream skipped, its
+    /// device lost the time; after the newest audio, it is late; before it, lost.
+    fn missing_cause(&self, ts: u64) -> DiscontinuityCause {
+        if self
+            .sender_gap_here
+            .is_some_and(|(from, to)| (from..to).contains(&ts))
+        {
+            DiscontinuityCause::SenderLost
+        } else if ts >= self.highest_end {
+            DiscontinuityCause::Late
+        } else {
+            DiscontinuityCause::Loss
+        }
     }
 
     /// Fill `out` (interleaved) with the frames due at `now_ns`.
@@ -1681,11 +1703,7 @@ impl JitterBuffer {
                 self.concealer.conceal(run);
                 concealed_any = true;
                 let t = ts + i as u64;
-                let cause = if t >= self.highest_end {
-                    DiscontinuityCause::Late
-                } else {
-                    DiscontinuityCause::Loss
-                };
+                let cause = self.missing_cause(t);
                 self.log
                     .record(DiscontinuityKind::Concealed, cause, (j - i) as u64, t, at);
             }

@@ -99,17 +99,18 @@ pub fn recv_line(s: &Snapshot<ReceiverStats>) -> String {
 }
 
 /// Every discontinuity a listener can find, for the final lines: "2 discontinuities:
-/// concealed 128 frames in 2 (loss 2, late 0), inserted 0 frames in 0 (growth 0, relock 0),
-/// skipped 0 frames in 0 (shrink 0, device lost 0, far device lost 0); 0 pauses".
+/// concealed 128 frames in 2 (loss 2, late 0, far gap 0), inserted 0 frames in 0 (growth 0,
+/// relock 0), skipped 0 frames in 0 (shrink 0, device lost 0, far device lost 0); 0 pauses".
 pub fn discontinuity_text(jb: &JitterStats) -> String {
     let d = &jb.discontinuities;
     format!(
-        "{} discontinuities: concealed {} frames in {} (loss {}, late {}), inserted {} frames in {} (growth {}, relock {}), skipped {} frames in {} (shrink {}, device lost {}, far device lost {}); {} pauses",
+        "{} discontinuities: concealed {} frames in {} (loss {}, late {}, far gap {}), inserted {} frames in {} (growth {}, relock {}), skipped {} frames in {} (shrink {}, device lost {}, far device lost {}); {} pauses",
         d.events,
         jb.concealed_frames.saturating_sub(jb.inserted_frames),
         d.concealed_events,
         d.loss,
         d.late,
+        d.sender_gap_concealed,
         jb.inserted_frames,
         d.inserted_events,
         d.growth,

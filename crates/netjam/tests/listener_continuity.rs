@@ -189,7 +189,7 @@ fn stream_runs(tag: &str) -> Vec<Run> {
 }
 
 /// What the statistics say caused each discontinuity, by cause.
-fn causes(run: &Run) -> [(&'static str, u64); 8] {
+fn causes(run: &Run) -> [(&'static str, u64); 9] {
     let d = &run.stats["jitter_buffer"]["discontinuities"];
     [
         "loss",
@@ -200,6 +200,7 @@ fn causes(run: &Run) -> [(&'static str, u64); 8] {
         "pause",
         "device_lost",
         "sender_lost",
+        "sender_gap_concealed",
     ]
     .map(|c| (c, d[c].as_u64().expect("cause")))
 }
