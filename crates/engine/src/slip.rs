@@ -21,6 +21,14 @@
 //! many frames ([`crate::sender::Sender::skip_frames`]), and the far side conceals a gap
 //! instead of stretching its latency.
 //!
+//! The same baseline says when each period started: the system time where the frames
+//! accounted so far place it, moved by the baseline ([`SlipGuard::cycle_start_ns`]). It is
+//! the lower envelope of the wake-ups, so a late wake-up does not move it and a device's
+//! drift does. An audio server's own estimate of its cycle start is no better: JACK's
+//! delay-locked loop, freshly started, walks a millisecond away from the wake-ups over its
+//! first two seconds (0.5 ‰ of the time), and a player whose device time walks so sees
+//! its playout's phase and its device's clock move where nothing moved.
+//!
 //! Written here rather than taken from a crate because it runs in the device callback
 //! (a few integers, no allocation) and is specific to how this project stamps its media.
 
@@ -51,6 +59,8 @@ pub struct SlipGuard {
     last_ns: u64,
     /// Since when the residual stands above the baseline, and its smallest value since.
     above: Option<(u64, i64)>,
+    /// The start of the last period passed to [`Self::on_period`] on the system clock.
+    cycle_start_ns: Option<u64>,
 }
 
 impl SlipGuard {
@@ -62,7 +72,16 @@ impl SlipGuard {
             base: 0,
             last_ns: 0,
             above: None,
+            cycle_start_ns: None,
         }
+    }
+
+    /// When the period last passed to [`Self::on_period`] started, on the system clock:
+    /// where the frames accounted before it place it, on the baseline of the wake-ups (so
+    /// never later than its wake-up, and late wake-ups do not move it). `None` before the
+    /// first period.
+    pub fn cycle_start_ns(&self) -> Option<u64> {
+        self.cycle_start_ns
     }
 
     /// The device skipped `frames` frames and said so (they are skipped already).
@@ -80,6 +99,7 @@ impl SlipGuard {
             self.origin_ns = Some(start_ns);
             self.last_ns = start_ns;
             self.frames = frames;
+            self.cycle_start_ns = Some(start_ns);
             return 0;
         };
         let residual = start_ns as i64 - origin as i64 - frames_to_ns(self.frames, self.rate) as i64;
@@ -102,7 +122,10 @@ impl SlipGuard {
         } else {
             self.above = None;
         }
-        self.frames += lost + frames;
+        self.frames += lost;
+        let placed = origin as i64 + frames_to_ns(self.frames, self.rate) as i64 + self.base;
+        self.cycle_start_ns = Some(placed.clamp(0, start_ns as i64) as u64);
+        self.frames += frames;
         lost
     }
 }
@@ -217,6 +240,40 @@ mod tests {
             let (skipped, slips, _) = drive(10.0, 0.0, |k| if k == 3000 { period } else { 0 }, late);
             assert_eq!(slips, 1, "seed {seed}: {skipped} frames in {slips} slips");
             assert!((64..=64 + 29).contains(&skipped), "seed {seed}: {skipped} frames");
+        }
+    }
+
+    #[test]
+    fn the_cycle_start_is_the_floor_of_the_wake_ups_and_follows_the_device_clock() {
+        // Wake-ups late by up to 0.6 ms (a few by 3 ms), a device up to 300 ppm off, and one
+        // period lost unseen at 6 s: after the first second the cycle start stays within
+        // 0.1 ms of the period's true start and never after its wake-up. For the guard's hold
+        // after the loss it cannot tell the loss from late wake-ups and stays a period early.
+        for ppm in [-300.0, 0.0, 300.0] {
+            let mut g = SlipGuard::new(RATE);
+            let period_ns = frames_to_ns(P, RATE) as f64 / (1.0 + ppm * 1e-6);
+            let mut worst = 0i64;
+            let mut lost_time = 0u64;
+            let mut skipped = 0u64;
+            let lose_at = (6.0e9 / period_ns) as u64;
+            let hold = (HOLD_NS as f64 / period_ns) as u64 + 2;
+            for k in 0..(10.0e9 / period_ns) as u64 {
+                if k == lose_at {
+                    lost_time += period_ns as u64;
+                }
+                let start = 1_000_000_000 + (k as f64 * period_ns) as u64 + lost_time;
+                let h = k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
+                let late = if h % 500 == 3 { 3_000_000 } else { h % 600_000 };
+                skipped += g.on_period(start + late, P);
+                let at = g.cycle_start_ns().unwrap();
+                assert!(at <= start + late, "{ppm} ppm, period {k}: after the wake-up");
+                if k as f64 * period_ns > 1e9 && !(lose_at..lose_at + hold).contains(&k) {
+                    worst = worst.max((at as i64 - start as i64).abs());
+                }
+            }
+            eprintln!("{ppm} ppm: worst {worst} ns");
+            assert!(worst < 100_000, "{ppm} ppm: {worst} ns from the true start");
+            assert!((64..=64 + 29).contains(&skipped), "{ppm} ppm: {skipped} frames skipped");
         }
     }
 

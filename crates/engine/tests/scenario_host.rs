@@ -1,6 +1,7 @@
 //! A quiet host, as the JACK bench records it, in virtual time: the far side's audio
 //! thread wakes a little late every period (a JACK dummy server on this 2-core VM, its
-//! callbacks' start against JACK's own cycle time: `periods.wake_late_*` in each player's
+//! callbacks' start against JACK's own cycle time, as the JACK shell then took it:
+//! `periods.wake_late_*` in each player's
 //! `--stats-json`), on a loopback path, 48 kHz, 64-frame packets and periods, drift
 //! correction on and the `tight` policy, as on the bench.
 //!

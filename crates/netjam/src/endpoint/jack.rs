@@ -101,7 +101,6 @@ struct JackApi {
     on_shutdown: unsafe extern "C" fn(*mut Client, ShutdownCallback, *mut c_void),
     activate: unsafe extern "C" fn(*mut Client) -> c_int,
     deactivate: unsafe extern "C" fn(*mut Client) -> c_int,
-    get_time: unsafe extern "C" fn() -> u64,
     get_cycle_times:
         Option<unsafe extern "C" fn(*const Client, *mut u32, *mut u64, *mut u64, *mut f32) -> c_int>,
     /// Missing before JACK 0.125 / jack2 1.9.11: ports then keep the names they were given.
@@ -155,7 +154,6 @@ impl JackApi {
             on_shutdown: f!(c"jack_on_shutdown"),
             activate: f!(c"jack_activate"),
             deactivate: f!(c"jack_deactivate"),
-            get_time: f!(c"jack_get_time"),
             get_cycle_times: sym(c"jack_get_cycle_times").ok().map(|p| {
                 // SAFETY: as for `f!`: jack_get_cycle_times(const jack_client_t*, jack_nframes_t*,
                 // jack_time_t*, jack_time_t*, float*) -> int.
@@ -356,8 +354,6 @@ struct CallbackState {
     output: Vec<f32>,
     period: u32,
     period_ns: u64,
-    /// netjam clock minus JACK clock, ns.
-    offset_ns: i64,
     /// The previous period's nominal start (0 before the first).
     last_nominal: u64,
     /// The server's frame clock at the last cycle start, to find dropped cycles.
@@ -468,15 +464,6 @@ impl CallbackState {
             self.silence(nframes);
             return;
         }
-        // After an xrun JACK can report a cycle start no later than the last one; periods
-        // are consecutive, so the time moves on at least by a period (never past the wake-up).
-        let mut nominal = self.nominal_start(woke);
-        if self.last_nominal > 0 && nominal <= self.last_nominal {
-            nominal = (self.last_nominal + self.period_ns)
-                .min(woke)
-                .max(self.last_nominal + 1);
-        }
-        self.last_nominal = nominal;
         // Cycles the server dropped (its frame clock moved on by more than a period): the
         // stream's timeline must move on with it, or the far side sees this sender's clock
         // fall a period behind for good at every one.
@@ -495,6 +482,17 @@ impl CallbackState {
             self.stats.slipped_frames.fetch_add(slipped, Ordering::Relaxed);
             self.stats.slips.fetch_add(1, Ordering::Relaxed);
         }
+        // The period's start: the floor of the wake-ups where the frames counted place it
+        // (`SlipGuard::cycle_start_ns`), not JACK's cycle time, whose delay-locked loop walks
+        // a millisecond over its first seconds. Periods are consecutive, so the time moves on
+        // by at least a nanosecond, and it is never after the wake-up.
+        let mut nominal = self.slip.cycle_start_ns().unwrap_or(woke).min(woke);
+        if self.last_nominal > 0 && nominal <= self.last_nominal {
+            nominal = (self.last_nominal + self.period_ns)
+                .min(woke)
+                .max(self.last_nominal + 1);
+        }
+        self.last_nominal = nominal;
         let chans_in = self.send.len();
         for (c, &port) in self.send.iter().enumerate() {
             // SAFETY: an input port of this client; JACK guarantees `nframes` readable floats.
@@ -557,8 +555,6 @@ impl CallbackState {
         }
     }
 
-    /// The start of this period on netjam's clock: JACK's estimate of when the period's
-    /// first frame was handed over (its DLL-filtered cycle time), not this thread's wake-up.
     /// Frames of the server's clock that passed since the last cycle beyond one period
     /// (0 without cycle times, and for the first cycle).
     fn lost_frames(&mut self) -> u64 {
@@ -566,7 +562,8 @@ impl CallbackState {
             return 0;
         };
         let (mut frames, mut current, mut next, mut period_us) = (0u32, 0u64, 0u64, 0f32);
-        // SAFETY: as in `nominal_start`: the active client's process thread, locals only.
+        // SAFETY: the client is active and this is its process thread, where
+        // jack_get_cycle_times is meant to be called; all pointers are to locals.
         let r = unsafe { cycle_times(self.client, &mut frames, &mut current, &mut next, &mut period_us) };
         if r != 0 {
             return 0;
@@ -581,25 +578,6 @@ impl CallbackState {
         } else {
             0
         }
-    }
-
-    fn nominal_start(&self, woke: u64) -> u64 {
-        let Some(cycle_times) = self.api.get_cycle_times else {
-            return woke;
-        };
-        let (mut frames, mut current, mut next, mut period_us) = (0u32, 0u64, 0u64, 0f32);
-        // SAFETY: the client is active and this is its process thread, where
-        // jack_get_cycle_times is meant to be called; all pointers are to locals.
-        let r = unsafe { cycle_times(self.client, &mut frames, &mut current, &mut next, &mut period_us) };
-        if r != 0 {
-            return woke;
-        }
-        let t = (current as i64)
-            .saturating_mul(1000)
-            .saturating_add(self.offset_ns);
-        // Never in the future of the wake-up: the two clocks are the same clock, so a later
-        // value can only be rounding.
-        (t.max(0) as u64).min(woke)
     }
 
     #[cfg(not(unix))]
@@ -969,21 +947,6 @@ impl JackEndpoint {
         done
     }
 
-    /// netjam's clock minus JACK's, from the closest of a few paired readings.
-    fn clock_offset_ns(&self) -> i64 {
-        let mut best = (u64::MAX, 0i64);
-        for _ in 0..8 {
-            let a = clock::now_ns();
-            // SAFETY: jack_get_time has no preconditions once libjack is loaded and a client open.
-            let j = unsafe { (self.client.api.get_time)() };
-            let b = clock::now_ns();
-            let mid = (a / 2 + b / 2) as i64;
-            if b - a < best.0 {
-                best = (b - a, mid - (j as i64).saturating_mul(1000));
-            }
-        }
-        best.1
-    }
 }
 
 impl Endpoint for JackEndpoint {
@@ -1015,7 +978,6 @@ impl Endpoint for JackEndpoint {
             output: vec![0.0; period * s.output_channels as usize],
             period: s.period,
             period_ns,
-            offset_ns: self.clock_offset_ns(),
             last_nominal: 0,
             last_cycle_frames: None,
             slip: SlipGuard::new(s.rate),
