@@ -139,6 +139,11 @@ const MAX_CLOCK_DEVIATION: f64 = 0.001;
 const TRIM_FLOOR_NS: f64 = 1_000_000.0;
 /// A sample whose media time or offset jumps this far is a new timeline.
 const JUMP_NS: f64 = 100_000_000.0;
+/// A device period whose start moved this far from where the one before placed it is a
+/// step of the device's line, not its clock: a device that lost time it did not count (a
+/// JACK server back from an xrun a fraction of a period off, cycles dropped unseen), or a
+/// host whose callback times jump. A clock 500 ppm off moves 0.7 µs a 64-frame period.
+const DEVICE_STEP_NS: f64 = 100_000.0;
 
 /// What the resampler refuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
@@ -199,6 +204,10 @@ struct ClockFit {
     outliers: u64,
     restarts: u64,
     windows: u64,
+    /// For a clock seen without queueing (the device's periods): a sample that moves this
+    /// far from the one before is a step of the clock's line, removed from the fit.
+    step_ns: Option<f64>,
+    steps: u64,
 }
 
 impl ClockFit {
@@ -226,6 +235,16 @@ impl ClockFit {
             outliers: 0,
             restarts: 0,
             windows: 0,
+            step_ns: None,
+            steps: 0,
+        }
+    }
+
+    /// A clock seen period by period with no queueing in the way (see `step_ns`).
+    fn stepping(rate: u32) -> Self {
+        Self {
+            step_ns: Some(DEVICE_STEP_NS),
+            ..Self::new(rate)
         }
     }
 
@@ -275,6 +294,9 @@ impl ClockFit {
             self.restart();
             self.add(t_ns, media);
             return;
+        }
+        if self.step_ns.is_some_and(|s| (x - self.last_x).abs() > s) {
+            self.step_all(x - self.last_x);
         }
         self.last_m = m;
         self.last_x = x;
@@ -363,6 +385,24 @@ impl ClockFit {
             p.mean_x += by_ns;
         }
         self.restarts += 1;
+    }
+
+    /// The clock's line stepped by `by_ns` just now: move everything seen before by it,
+    /// the window being filled too, so that the fit sees one line.
+    fn step_all(&mut self, by_ns: f64) {
+        let start = (self.head + POINTS - self.len) % POINTS;
+        for i in 0..self.len {
+            let p = &mut self.points[(start + i) % POINTS];
+            p.min_x += by_ns;
+            p.mean_x += by_ns;
+        }
+        if let Some(p) = &mut self.off_line {
+            p.min_x += by_ns;
+            p.mean_x += by_ns;
+        }
+        self.win_min_x += by_ns;
+        self.win_sum_x += by_ns * self.win_n as f64;
+        self.steps += 1;
     }
 
     fn push(&mut self, p: WindowPoint) {
@@ -580,6 +620,8 @@ pub struct DriftStats {
     pub device_restarts: u64,
     /// Single windows left out of the sender's fit as off the line by more than 2 ms.
     pub sender_outlier_windows: u64,
+    /// Steps of the device's line taken out of its fit (time it lost without counting it).
+    pub device_steps: u64,
 }
 
 /// Estimates `r = sender rate / device rate` (see the module docs). Sans-IO: times are
@@ -601,7 +643,7 @@ impl DriftEstimator {
     pub fn with_rates(stream_rate: u32, device_rate: u32) -> Self {
         Self {
             sender: ClockFit::new(stream_rate),
-            device: ClockFit::new(device_rate),
+            device: ClockFit::stepping(device_rate),
         }
     }
 
@@ -669,6 +711,7 @@ impl DriftEstimator {
             sender_restarts: self.sender.restarts,
             device_restarts: self.device.restarts,
             sender_outlier_windows: self.sender.outliers,
+            device_steps: self.device.steps,
         }
     }
 }
@@ -1487,14 +1530,15 @@ mod tests {
     }
 
     /// A device that loses a cycle now and then (JACK's xruns) keeps its rate: the lost
-    /// frames are counted as the time they were. Uncounted, the same cycles read as a
-    /// device clock tens of ppm slow, which then moves playout for seconds.
+    /// frames are counted as the time they were, and cycles lost without a word are steps
+    /// of the device's line, taken out of its fit. (Left in, the same cycles read as a
+    /// device clock tens of ppm slow, which then moves playout for seconds.)
     #[test]
     fn lost_device_cycles_do_not_read_as_a_slow_clock() {
         let period_ns = 1_333_333.333f64;
-        let device_ppm = |told: bool| {
+        let device = |told: bool| {
             let mut dc = DriftCorrector::new(RATE, 1, 64, DriftLoopConfig::default());
-            let (mut cycle, mut lost_cycles) = (0u64, 0u32);
+            let (mut cycle, mut lost_cycles) = (0u64, 0u64);
             // Eight seconds, a cycle lost every 1.5 s and more in the first second (a
             // server starting up).
             while (cycle as f64) * period_ns < 8e9 {
@@ -1510,21 +1554,45 @@ mod tests {
                 }
                 cycle += 1;
             }
-            let ppm = dc.estimator().stats().device_ppm.expect("device clock fitted");
-            (ppm, lost_cycles)
+            let st = dc.estimator().stats();
+            (
+                st.device_ppm.expect("device clock fitted"),
+                st.device_steps,
+                lost_cycles,
+            )
         };
-        let ((told, lost), (untold, _)) = (device_ppm(true), device_ppm(false));
+        let ((told, told_steps, lost), (untold, untold_steps, _)) = (device(true), device(false));
         eprintln!(
-            "device clock after 8 s with {lost} lost cycles: {told:.2} ppm counted, {untold:.1} ppm uncounted"
+            "device clock after 8 s with {lost} lost cycles: {told:.2} ppm counted, \
+             {untold:.2} ppm uncounted ({untold_steps} steps taken out)"
         );
         assert!(
             told.abs() < 2.0,
             "lost cycles counted: the device reads {told:.1} ppm"
         );
+        assert_eq!(told_steps, 0, "counted cycles are no step");
         assert!(
-            untold.abs() > 10.0,
-            "the same cycles uncounted read {untold:.1} ppm"
+            untold.abs() < 2.0,
+            "lost cycles uncounted: the device reads {untold:.1} ppm"
         );
+        assert_eq!(untold_steps, lost, "each cycle lost unseen is one step");
+    }
+
+    /// A device whose period starts jump back and forth by more than a step (a host
+    /// handing over wake-up times with a late one now and then) keeps the clock it has:
+    /// 50 ppm fast, read within a few ppm, each jump out and back taken as two steps.
+    #[test]
+    fn a_device_clock_is_read_through_late_callbacks() {
+        let period_ns = 1_333_333.333f64 / (1.0 + 50e-6);
+        let mut dc = DriftCorrector::new(RATE, 1, 64, DriftLoopConfig::default());
+        for cycle in 0..(10e9 / period_ns) as u64 {
+            let late = if cycle % 97 == 5 { 700_000.0 } else { 0.0 };
+            dc.begin_period(1_000_000_000 + (cycle as f64 * period_ns + late) as u64, 64, 0);
+        }
+        let st = dc.estimator().stats();
+        let ppm = st.device_ppm.expect("device clock fitted");
+        assert!((ppm - 50.0).abs() < 3.0, "read {ppm:.1} ppm for 50");
+        assert!(st.device_steps > 100, "{} steps", st.device_steps);
     }
 
     #[test]

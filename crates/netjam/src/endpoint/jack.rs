@@ -946,7 +946,6 @@ impl JackEndpoint {
         }
         done
     }
-
 }
 
 impl Endpoint for JackEndpoint {
