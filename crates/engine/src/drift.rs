@@ -351,7 +351,7 @@ impl ClockFit {
                     // and go on fitting one slope through all of them.
                     Some(first) => {
                         let off = |q: &WindowPoint| q.min_x - (line.0 + line.1 * q.min_m);
-                        self.shift(off(&first).min(off(&p)), 0);
+                        self.shift(off(&first).min(off(&p)));
                         self.push(first);
                         self.push(p);
                     }
@@ -378,7 +378,7 @@ impl ClockFit {
                     None => (1, excess),
                 };
                 if n >= SMALL_STEP_WINDOWS {
-                    self.shift(least, 0);
+                    self.shift(least);
                     self.end_rise();
                 } else {
                     self.rising[n - 1] = p;
@@ -399,36 +399,40 @@ impl ClockFit {
         }
     }
 
-    /// The path's delay stepped by `by_ns`: move every stored window by it (all but the
-    /// `but_newest` newest, which are past the step already), so the fit
+    /// The path's delay stepped by `by_ns`: move every stored window by it, so the fit
     /// keeps its slope and its memory and only the line's intercept follows the path. A
     /// measure spanning the step straddles two lines, so it counts as a restart.
-    fn shift(&mut self, by_ns: f64, but_newest: usize) {
-        let start = (self.head + POINTS - self.len) % POINTS;
-        for i in 0..self.len.saturating_sub(but_newest) {
-            let p = &mut self.points[(start + i) % POINTS];
-            p.min_x += by_ns;
-            p.mean_x += by_ns;
-        }
+    fn shift(&mut self, by_ns: f64) {
+        self.move_stored(by_ns);
         self.restarts += 1;
     }
 
-    /// The clock's line stepped by `by_ns` just now: move everything seen before by it,
-    /// the window being filled too, so that the fit sees one line.
+    /// The clock's line stepped by `by_ns` just now: move everything seen before by it
+    /// (the windows held back and the window being filled too), so that the fit sees one
+    /// line.
     fn step_all(&mut self, by_ns: f64) {
+        self.move_stored(by_ns);
+        let n = self.rise.map_or(0, |(n, _, _)| n);
+        for p in self.off_line.iter_mut().chain(&mut self.rising[..n]) {
+            p.min_x += by_ns;
+            p.mean_x += by_ns;
+        }
+        if let Some((_, _, line)) = &mut self.rise {
+            line.0 += by_ns;
+        }
+        self.win_min_x += by_ns;
+        self.win_sum_x += by_ns * self.win_n as f64;
+        self.steps += 1;
+    }
+
+    /// Move every stored window by `by_ns`.
+    fn move_stored(&mut self, by_ns: f64) {
         let start = (self.head + POINTS - self.len) % POINTS;
         for i in 0..self.len {
             let p = &mut self.points[(start + i) % POINTS];
             p.min_x += by_ns;
             p.mean_x += by_ns;
         }
-        if let Some(p) = &mut self.off_line {
-            p.min_x += by_ns;
-            p.mean_x += by_ns;
-        }
-        self.win_min_x += by_ns;
-        self.win_sum_x += by_ns * self.win_n as f64;
-        self.steps += 1;
     }
 
     fn push(&mut self, p: WindowPoint) {

@@ -27,10 +27,11 @@
 //! wake-up does not move it and a device's drift does; a device that loses less time than
 //! a loss declared (a JACK server back from an xrun a fraction of a period off) moves it by
 //! a step within those periods, where the baseline would climb to it at [`MAX_DRIFT`] for
-//! seconds and read as a clock running that much slow. An audio server's own estimate of its cycle start is no better: JACK's
-//! delay-locked loop, freshly started, walks a millisecond away from the wake-ups over its
-//! first two seconds (0.5 ‰ of the time), and a player whose device time walks so sees
-//! its playout's phase and its device's clock move where nothing moved.
+//! seconds and read as a clock running that much slow. An audio server's own estimate of
+//! its cycle start is no better: JACK's delay-locked loop, freshly started, walks a
+//! millisecond away from the wake-ups over its first two seconds (0.5 ‰ of the time), and
+//! a player whose device time walks so sees its playout's phase and its device's clock
+//! move where nothing moved.
 //!
 //! Written here rather than taken from a crate because it runs in the device callback
 //! (a few integers, no allocation) and is specific to how this project stamps its media.
@@ -266,10 +267,10 @@ mod tests {
     fn the_cycle_start_is_the_floor_of_the_wake_ups_and_follows_the_device_clock() {
         // Wake-ups late by up to 0.1 ms, one in ten by up to 0.6 ms and a few by 3 ms (the
         // bench's JACK servers wake 8-55 µs after this floor on average), a device up to
-        // 300 ppm off, and one
-        // period lost unseen at 6 s: after the first second the cycle start stays within
-        // 0.1 ms of the period's true start and never after its wake-up. For the guard's hold
-        // after the loss it cannot tell the loss from late wake-ups and stays a period early.
+        // 300 ppm off, and one period lost unseen at 6 s: after the first second the cycle
+        // start stays within 0.1 ms of the period's true start and never after its wake-up.
+        // For the guard's hold after the loss it cannot tell the loss from late wake-ups and
+        // stays a period early.
         for ppm in [-300.0, 0.0, 300.0] {
             let mut g = SlipGuard::new(RATE);
             let period_ns = frames_to_ns(P, RATE) as f64 / (1.0 + ppm * 1e-6);

@@ -486,7 +486,7 @@ impl CallbackState {
         // (`SlipGuard::cycle_start_ns`), not JACK's cycle time, whose delay-locked loop walks
         // a millisecond over its first seconds. Periods are consecutive, so the time moves on
         // by at least a nanosecond, and it is never after the wake-up.
-        let mut nominal = self.slip.cycle_start_ns().unwrap_or(woke).min(woke);
+        let mut nominal = self.slip.cycle_start_ns().unwrap_or(woke);
         if self.last_nominal > 0 && nominal <= self.last_nominal {
             nominal = (self.last_nominal + self.period_ns)
                 .min(woke)
