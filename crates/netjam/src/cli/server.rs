@@ -205,6 +205,9 @@ pub fn run(a: ServerArgs) -> anyhow::Result<()> {
             })
         })
         .transpose()?;
+    // Ctrl-C from here on stops the server cleanly, with its report: a player (or a test)
+    // that interrupts it as soon as it says where it serves must not kill it unreported.
+    let stop = interrupt_flag();
     let socket = server::bind(a.listen)?;
     let local = socket.local_addr()?;
     let (handle, directory) = match redis {
@@ -253,7 +256,6 @@ pub fn run(a: ServerArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let stop = interrupt_flag();
     let deadline = a
         .duration
         .map(|d| std::time::Instant::now() + Duration::from_secs_f64(d));
