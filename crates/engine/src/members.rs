@@ -14,7 +14,9 @@
 //! that holds no slot is counted and dropped — unless the set admits unknown senders
 //! ([`MembersConfig::admit_unknown`], for tests and peer-to-peer use), which then take free
 //! slots until none is left. RTCP from an SSRC that is no member (e.g. another member's
-//! report about our own stream) is counted apart: it is for the caller's sender.
+//! report about our own stream) is counted apart: it is for the caller's sender. A
+//! two-player jam hears one peer whatever its SSRC ([`MembersConfig::one_peer`]): a single
+//! slot takes every datagram, and its receiver treats a new SSRC as the peer restarting.
 //!
 //! Each period [`MemberReceivers::render`] plays every member into its own pre-allocated
 //! buffer, in the member's own channel count, for a [`crate::mixer::Mixer`] to sum.
@@ -52,6 +54,10 @@ pub struct MembersConfig {
     /// Give a free slot to the first RTP packet of an unknown SSRC (its member id is then
     /// the SSRC). Off for a room, where the roster decides who is heard.
     pub admit_unknown: bool,
+    /// A two-player jam: one slot, held by this member from the start, that takes every
+    /// datagram whatever its SSRC (the receiver hears a new SSRC as the peer restarting);
+    /// `capacity` and `admit_unknown` are then beside the point.
+    pub one_peer: Option<MemberId>,
 }
 
 impl MembersConfig {
@@ -62,6 +68,7 @@ impl MembersConfig {
             receiver: ReceiverConfig::new(max_channels),
             rate,
             admit_unknown: false,
+            one_peer: None,
         }
     }
 }
@@ -109,6 +116,8 @@ pub struct MemberReceivers {
     slots: Vec<Slot>,
     max_channels: usize,
     admit_unknown: bool,
+    /// See [`MembersConfig::one_peer`].
+    one_peer: bool,
     /// Where the round-robin of RTCP reports and events resumes.
     next_rtcp: usize,
     stats: MembersStats,
@@ -118,7 +127,12 @@ impl MemberReceivers {
     /// Build every slot's receiver and buffers (the only allocation).
     pub fn new(config: MembersConfig) -> Self {
         let max_channels = config.receiver.max_channels.clamp(1, 64);
-        let slots = (0..config.capacity)
+        let capacity = if config.one_peer.is_some() {
+            1
+        } else {
+            config.capacity
+        };
+        let mut slots: Vec<Slot> = (0..capacity)
             .map(|i| {
                 let mut receiver = Receiver::new(ReceiverConfig {
                     seed: config.receiver.seed.wrapping_add(i as u64),
@@ -134,10 +148,14 @@ impl MemberReceivers {
                 }
             })
             .collect();
+        if let (Some(member), Some(slot)) = (config.one_peer, slots.first_mut()) {
+            slot.owner = Some(SlotOwner { ssrc: 0, member });
+        }
         Self {
             slots,
             max_channels,
             admit_unknown: config.admit_unknown,
+            one_peer: config.one_peer.is_some(),
             next_rtcp: 0,
             stats: MembersStats::default(),
         }
@@ -279,6 +297,15 @@ impl MemberReceivers {
             self.stats.not_rtp += 1;
             return None;
         };
+        if self.one_peer {
+            if let Some(slot) = self.slots.first_mut() {
+                if let (PacketKind::Rtp, Some(owner)) = (kind, &mut slot.owner) {
+                    owner.ssrc = ssrc;
+                }
+                slot.receiver.on_packet(now_ns, kind, bytes);
+                return Some(0);
+            }
+        }
         let slot = match (self.slot_of(ssrc), kind) {
             (Some(i), _) => i,
             (None, PacketKind::Rtcp) => {
@@ -301,7 +328,7 @@ impl MemberReceivers {
                 }
             },
         };
-        self.slots[slot].receiver.on_datagram(now_ns, bytes);
+        self.slots[slot].receiver.on_packet(now_ns, kind, bytes);
         Some(slot)
     }
 
@@ -423,6 +450,35 @@ mod tests {
         assert_eq!(m.release(a.ssrc()), Some(0));
         assert_eq!(m.assign(c.ssrc(), 12), Ok(0));
         assert_eq!(m.member_stats(0).map(|(_, s)| s.received), Some(0), "cleared");
+    }
+
+    #[test]
+    fn one_peer_is_heard_whatever_its_ssrc() {
+        let mut m = MemberReceivers::new(MembersConfig {
+            one_peer: Some(7),
+            ..MembersConfig::new(4, 2, 48_000)
+        });
+        assert_eq!((m.capacity(), m.len()), (1, 1), "one slot, held from the start");
+        // The peer, then the peer restarted under a new SSRC: both are heard in slot 0.
+        for (seed, start) in [(1, 0), (2, 1_000_000_000)] {
+            let mut s = sender(seed);
+            for k in 0..10u64 {
+                let at = start + k * 1_333_333;
+                for p in packets(&mut s, at, 0.5) {
+                    assert_eq!(m.receive(at, classify(&p), &p), Some(0));
+                }
+            }
+            let owner = m.owner(0).expect("held");
+            assert_eq!((owner.member, owner.ssrc), (7, sender(seed).ssrc()));
+        }
+        let st = m.stats();
+        assert_eq!(
+            (st.admitted, st.unknown_ssrc, st.refused_full),
+            (0, 0, 0),
+            "{st:?}"
+        );
+        let heard = m.member_stats(0).map(|(_, s)| (s.received, s.stream_starts));
+        assert!(heard.is_some_and(|(n, starts)| n > 0 && starts == 2), "{heard:?}");
     }
 
     #[test]

@@ -308,59 +308,6 @@ impl RecordTap {
         }
         true
     }
-
-    /// Record one period of `frames` frames of a two-player jam: `you` (your input), what
-    /// you hear (`heard` times `gain`, as the mix) and the other player as their receiver
-    /// rendered it (`heard`, `heard_channels` interleaved, before your gain and mute) as
-    /// the track of member `peer`. Drops and counts the period when the rings are full.
-    pub fn record_peer(
-        &mut self,
-        frames: usize,
-        you: &[f32],
-        heard: &[f32],
-        heard_channels: usize,
-        gain: f32,
-        peer: MemberId,
-    ) {
-        let start = self.position;
-        self.position += frames as u64;
-        if !self.armed || frames == 0 {
-            return;
-        }
-        let channels = heard_channels.min(usize::from(u16::MAX));
-        let mut header = BlockHeader {
-            start,
-            frames: frames as u32,
-            members: [(0, 0); MAX_TRACKS],
-        };
-        header.members[0] = (peer, channels as u16);
-        let need = frames * (self.you_ch + self.mix_ch + channels);
-        if !self.room_for(need, frames) {
-            return;
-        }
-        push_padded(&mut self.samples, you, frames * self.you_ch);
-        if channels == self.mix_ch {
-            push_scaled(&mut self.samples, heard, gain, frames * self.mix_ch);
-        } else {
-            // Only when the caller's channel counts disagree: the mix is silent then.
-            push_padded(&mut self.samples, &[], frames * self.mix_ch);
-        }
-        push_padded(&mut self.samples, heard, frames * channels);
-        // Checked above: there is room for it.
-        let _ = self.blocks.push(header);
-    }
-}
-
-/// Push exactly `want` samples: `data`'s first ones times `gain`, then silence.
-fn push_scaled(ring: &mut rtrb::Producer<f32>, data: &[f32], gain: f32, want: usize) {
-    if gain == 1.0 {
-        push_padded(ring, data, want);
-        return;
-    }
-    if let Ok(chunk) = ring.write_chunk_uninit(want) {
-        let scaled = data.iter().take(want).map(|x| x * gain);
-        chunk.fill_from_iter(scaled.chain(std::iter::repeat(0.0)));
-    }
 }
 
 /// Push exactly `want` samples: `data`'s first ones, then silence.

@@ -9,10 +9,13 @@
 //!             receive thread <--- UDP socket ---> send thread (parked until woken)
 //! ```
 //!
-//! A room client ([`RoomProcess`]) runs the player's audio half
-//! ([`netjam_engine::player::Media`]): it sends once (to the room's server) and hears every
-//! other member through a receiver of its own, mixed on the audio thread; the control side
-//! steers it with [`Command`]s through a ring.
+//! A player ([`PlayerProcess`]: a room client's [`RoomProcess`], a two-player jam's
+//! [`JamProcess`]) runs the player's audio half ([`netjam_engine::player::Media`]): it sends
+//! once (to the room's server, or to the other player) and hears every other member through
+//! a receiver of its own, mixed on the audio thread; the control side steers it with
+//! [`Command`]s through a ring. A two-player jam is a room of one other member: the same
+//! media, mixer and commands, with only the snapshot it publishes ([`JamStats`]) its own.
+//! `send` and `recv` ([`SendProcess`], [`RecvProcess`]) are one half each, with no mix.
 //!
 //! The receive thread timestamps each datagram as it arrives, sorts it once
 //! ([`netjam_engine::room::demux`]: control and STUN to a room client's control thread,
@@ -44,7 +47,6 @@ use netjam_engine::nat::direct::RouteTable;
 use netjam_engine::player::{Command, Media, MediaConfig, MediaReport, Transmit};
 use netjam_engine::receiver::{Receiver, ReceiverStats};
 use netjam_engine::room::{demux, Demux};
-use netjam_engine::roundtrip::RoundTripMeter;
 use netjam_engine::sender::{Sender, SenderStats};
 use netjam_engine::wire::PacketKind;
 
@@ -613,196 +615,6 @@ pub fn spawn_audio<P: Process + 'static>(
     })?)
 }
 
-/// What a jam's audio thread publishes: both halves, and the in-band round trip.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
-pub struct JamStats {
-    pub sent: SenderStats,
-    pub heard: ReceiverStats,
-    /// The in-band mouth-to-ear round trip when measuring (see
-    /// [`JamProcess::measure_round_trip`]), ms.
-    pub round_trip_ms: Option<f64>,
-    /// Bursts the round-trip meter found, and lost.
-    pub round_trip_found: u64,
-    pub round_trip_lost: u64,
-    /// How long the packet heard when the last round trip was measured had waited in the
-    /// jitter buffer, so the stages of that round trip can be set beside it, ms.
-    pub round_trip_buffer_ms: Option<f64>,
-}
-
-/// The audio-thread side of `netjam jam`: send what you play, hear what they play, on one
-/// socket. RTCP from the peer goes to both halves (its SR to the receiver, its RR to the
-/// sender), so both RTT and the far side's view of our stream are measured.
-pub struct JamProcess {
-    pub sender: Sender,
-    pub receiver: Receiver,
-    net: NetSide,
-    /// f32 bits of the linear gain applied to what is heard; 0 mutes.
-    gain: Arc<std::sync::atomic::AtomicU32>,
-    publisher: Publisher<JamStats>,
-    meter: RoundTripMeter,
-    measuring: bool,
-    /// The buffer's wait when the meter last found its burst.
-    buffer_at_round_trip_ms: Option<f64>,
-    /// What is sent: the input plus, when measuring, the meter's burst.
-    outgoing: Vec<f32>,
-    record: Option<crate::record::RecordTap>,
-}
-
-/// The member id of the other player's track when a two-player jam is recorded.
-pub const PEER_TRACK: netjam_engine::members::MemberId = 1;
-
-impl std::fmt::Debug for JamProcess {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JamProcess")
-            .field("sender", &self.sender)
-            .field("receiver", &self.receiver)
-            .finish_non_exhaustive()
-    }
-}
-
-impl JamProcess {
-    /// `gain` holds the f32 bits of the linear gain for what is heard (changeable live).
-    pub fn new(
-        sender: Sender,
-        receiver: Receiver,
-        link: AudioLink,
-        gain: Arc<std::sync::atomic::AtomicU32>,
-    ) -> (Self, rtrb::Consumer<Snapshot<JamStats>>) {
-        let format = sender.format();
-        let (publisher, rx) = Publisher::new(format.rate);
-        let outgoing = vec![0.0; netjam_engine::jitter::MAX_PERIOD * format.channels as usize];
-        let meter = RoundTripMeter::new(format.rate as u64, format.rate as u64 / 2);
-        let p = Self {
-            sender,
-            receiver,
-            net: NetSide::new(link),
-            gain,
-            publisher,
-            meter,
-            measuring: false,
-            buffer_at_round_trip_ms: None,
-            outgoing,
-            record: None,
-        };
-        (p, rx)
-    }
-
-    /// Record your input, what you hear and the other player (as member [`PEER_TRACK`],
-    /// before your gain and mute) from the next period on (see [`crate::record`]); set
-    /// before the stream starts.
-    pub fn set_recorder(&mut self, tap: crate::record::RecordTap) {
-        self.record = Some(tap);
-    }
-
-    /// The recording's tap, taken back once the stream stopped (dropping it ends the writer).
-    pub fn take_recorder(&mut self) -> Option<crate::record::RecordTap> {
-        self.record.take()
-    }
-
-    /// Measure the mouth-to-ear round trip in band: once a second a short quiet burst goes
-    /// out on the first channel and is looked for in what comes back. Meaningful when the
-    /// far end loops the audio back (`netjam reflect`, or a player monitoring through).
-    pub fn measure_round_trip(&mut self, on: bool) {
-        self.measuring = on;
-    }
-
-    /// Send a final report and BYE.
-    pub fn finish(&mut self, now_ns: u64) {
-        self.net.bye(&mut self.sender, now_ns);
-    }
-
-    /// Packets refused by a full ring.
-    pub fn tx_overflow(&self) -> u64 {
-        self.net.tx_overflow
-    }
-
-    /// Both halves' statistics and the round trip.
-    pub fn stats(&self) -> JamStats {
-        jam_stats(
-            &self.sender,
-            &self.receiver,
-            &self.meter,
-            self.buffer_at_round_trip_ms,
-        )
-    }
-}
-
-fn jam_stats(
-    sender: &Sender,
-    receiver: &Receiver,
-    meter: &RoundTripMeter,
-    buffer_at_round_trip_ms: Option<f64>,
-) -> JamStats {
-    let (found, lost) = meter.counts();
-    let rate = sender.format().rate as f64;
-    JamStats {
-        sent: sender.stats(),
-        heard: receiver.stats(),
-        round_trip_ms: meter.last_rtt_frames().map(|f| f as f64 * 1000.0 / rate),
-        round_trip_found: found,
-        round_trip_lost: lost,
-        round_trip_buffer_ms: buffer_at_round_trip_ms,
-    }
-}
-
-impl Process for JamProcess {
-    fn skipped(&mut self, frames: u64) {
-        self.sender.skip_frames(frames);
-        self.receiver.device_skipped(frames);
-        if let Some(tap) = &mut self.record {
-            tap.skipped(frames);
-        }
-    }
-
-    fn process(&mut self, now_ns: u64, input: &[f32], output: &mut [f32]) {
-        let net = &mut self.net;
-        while let Some((at, kind, len)) = net.from_net.pop(&mut net.rx_buf) {
-            let bytes = &net.rx_buf[..len];
-            if kind == PacketKind::Rtcp {
-                self.sender.on_rtcp(at, bytes);
-            }
-            self.receiver.on_packet(at, kind, bytes);
-        }
-        let channels = self.sender.format().channels as usize;
-        if self.measuring && input.len() <= self.outgoing.len() {
-            let outgoing = &mut self.outgoing[..input.len()];
-            outgoing.copy_from_slice(input);
-            self.meter.on_outgoing(outgoing, channels);
-            net.send_frames(&mut self.sender, now_ns, outgoing);
-        } else {
-            net.send_frames(&mut self.sender, now_ns, input);
-        }
-        self.receiver.play(now_ns, output);
-        let heard_channels = self.receiver.output_format().map_or(1, |f| f.channels as usize);
-        if self.measuring {
-            // Before the gain: muting the other player must not blind the meter.
-            let found = self.meter.counts().0;
-            self.meter.on_incoming(output, heard_channels);
-            if self.meter.counts().0 != found {
-                self.buffer_at_round_trip_ms = self.receiver.last_residence_ms();
-            }
-        }
-        let gain = f32::from_bits(self.gain.load(Ordering::Relaxed));
-        if let Some(tap) = &mut self.record {
-            let frames = output.len() / heard_channels.max(1);
-            tap.record_peer(frames, input, output, heard_channels, gain, PEER_TRACK);
-        }
-        if gain != 1.0 {
-            output.iter_mut().for_each(|x| *x *= gain);
-        }
-        if let Some(n) = self.receiver.poll_rtcp(now_ns, &mut net.rtcp) {
-            net.send_rtcp(now_ns, n);
-        }
-        net.waker.unpark();
-        let (sender, receiver, meter) = (&self.sender, &self.receiver, &self.meter);
-        let buffered = self.buffer_at_round_trip_ms;
-        self.publisher
-            .tick(output.len() / heard_channels.max(1), output, || {
-                jam_stats(sender, receiver, meter, buffered)
-            });
-    }
-}
-
 /// The most members a room client hears at once (the size of [`MediaReport::members`]).
 pub const MAX_ROOM_MEMBERS: usize = netjam_engine::room::ROOM_SEATS;
 /// Commands that may wait for the audio thread.
@@ -821,10 +633,51 @@ impl Transmit for NetSide {
     }
 }
 
-/// The audio thread's shell around a player's [`Media`] in a room: the rings to and from
-/// the network threads, the command ring from the control side, the snapshots for the
-/// views, the multitrack recording's tap and the per-seat output ports. What the player
-/// does with audio is all in [`Media`].
+/// The member id of the other player in a two-player jam (its track when recorded, the
+/// member its gain and mute name).
+pub const PEER_TRACK: netjam_engine::members::MemberId = 1;
+
+/// What a two-player jam's audio thread publishes: both halves, and the in-band round trip.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct JamStats {
+    pub sent: SenderStats,
+    pub heard: ReceiverStats,
+    /// The in-band mouth-to-ear round trip when measuring (see
+    /// [`Media::measure_round_trip`]), ms.
+    pub round_trip_ms: Option<f64>,
+    /// Bursts the round-trip meter found, and lost.
+    pub round_trip_found: u64,
+    pub round_trip_lost: u64,
+    /// How long the packet heard when the last round trip was measured had waited in the
+    /// jitter buffer, so the stages of that round trip can be set beside it, ms.
+    pub round_trip_buffer_ms: Option<f64>,
+}
+
+impl JamStats {
+    /// What `media` (a jam's, hearing [`PEER_TRACK`]) says now.
+    fn of(media: &mut Media) -> Self {
+        let round_trip = media.round_trip();
+        JamStats {
+            sent: media.sender().stats(),
+            heard: media
+                .members()
+                .receiver(0)
+                .map(Receiver::stats)
+                .unwrap_or_default(),
+            round_trip_ms: round_trip.ms,
+            round_trip_found: round_trip.found,
+            round_trip_lost: round_trip.lost,
+            round_trip_buffer_ms: round_trip.buffer_ms,
+        }
+    }
+}
+
+/// The audio thread's shell around a player's [`Media`]: the rings to and from the network
+/// threads, the command ring from the control side, the snapshots for the views (`R`: a
+/// room's [`MediaReport`], or a two-player jam's [`JamStats`]), the multitrack recording's
+/// tap and the per-seat output ports. What the player does with audio is all in [`Media`]:
+/// a two-player jam is a room of one other member ([`MediaConfig::one_peer`]), mixed,
+/// limited and steered by [`Command`]s like a room.
 ///
 /// ```no_run
 /// # fn main() -> anyhow::Result<()> {
@@ -852,20 +705,27 @@ impl Transmit for NetSide {
 /// RTCP from the room goes to the sender (other members' reports about your stream) and
 /// to the member it comes from (its sender reports); every member's receiver reports under
 /// the sender's SSRC, so the room sees one SSRC per player.
-pub struct RoomProcess {
+pub struct PlayerProcess<R> {
     media: Media,
     net: NetSide,
     commands: rtrb::Consumer<Command>,
-    publisher: Publisher<MediaReport>,
+    publisher: Publisher<R>,
+    /// What a snapshot holds, taken from the media (allocation-free).
+    report: fn(&mut Media) -> R,
     /// The multitrack recording's audio-thread half, if recording.
     record: Option<crate::record::RecordTap>,
     /// Ports per seat that [`Process::extra_outputs`] fills (0: none).
     member_ports: usize,
 }
 
-impl std::fmt::Debug for RoomProcess {
+/// A room client's audio thread.
+pub type RoomProcess = PlayerProcess<MediaReport>;
+/// A two-player jam's audio thread: a room of one other player.
+pub type JamProcess = PlayerProcess<JamStats>;
+
+impl<R> std::fmt::Debug for PlayerProcess<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RoomProcess")
+        f.debug_struct("PlayerProcess")
             .field("media", &self.media)
             .finish_non_exhaustive()
     }
@@ -886,20 +746,71 @@ impl RoomProcess {
     ) {
         let rate = sender.format().rate;
         let (publisher, snapshots) = Publisher::with_capacity(rate, ROOM_SNAPSHOTS, ROOM_SNAPSHOTS_PER_S);
+        PlayerProcess::with(sender, link, config, publisher, Media::report, snapshots)
+    }
+
+    /// Everything a snapshot holds, taking the meters' readings (allocation-free).
+    pub fn report(&mut self) -> MediaReport {
+        self.media.report()
+    }
+}
+
+impl JamProcess {
+    /// A two-player jam: `config` hears the one other player as member [`PEER_TRACK`]
+    /// whatever it says ([`MediaConfig::one_peer`] is set here). Returns the process, its
+    /// snapshots (ten a second) and the command ring's producer (OSC).
+    pub fn new(
+        sender: Sender,
+        link: AudioLink,
+        config: MediaConfig,
+    ) -> (Self, rtrb::Consumer<Snapshot<JamStats>>, rtrb::Producer<Command>) {
+        let config = MediaConfig {
+            one_peer: Some(PEER_TRACK),
+            capacity: 1,
+            admit_unknown: false,
+            ..config
+        };
+        let (publisher, snapshots) = Publisher::new(sender.format().rate);
+        PlayerProcess::with(sender, link, config, publisher, JamStats::of, snapshots)
+    }
+
+    /// Both halves' statistics and the round trip.
+    pub fn stats(&mut self) -> JamStats {
+        JamStats::of(&mut self.media)
+    }
+
+    /// The other player's receiver.
+    pub fn heard(&self) -> Option<&Receiver> {
+        self.media.members().receiver(0)
+    }
+}
+
+impl<R: Copy> PlayerProcess<R> {
+    fn with<S>(
+        sender: Sender,
+        link: AudioLink,
+        config: MediaConfig,
+        publisher: Publisher<R>,
+        report: fn(&mut Media) -> R,
+        snapshots: S,
+    ) -> (Self, S, rtrb::Producer<Command>) {
         let (commands_tx, commands) = rtrb::RingBuffer::new(ROOM_COMMANDS);
         let p = Self {
             media: Media::new(sender, config),
             net: NetSide::new(link),
             commands,
             publisher,
+            report,
             record: None,
             member_ports: 0,
         };
         (p, snapshots, commands_tx)
     }
+}
 
+impl<R> PlayerProcess<R> {
     /// The player's audio half (set it up before the stream starts: seal, buffer policy,
-    /// round-trip meter).
+    /// round-trip meter, a first mix).
     pub fn media(&self) -> &Media {
         &self.media
     }
@@ -942,14 +853,9 @@ impl RoomProcess {
     pub fn set_member_ports(&mut self, channels: usize) {
         self.member_ports = channels;
     }
-
-    /// Everything a snapshot holds, taking the meters' readings (allocation-free).
-    pub fn report(&mut self) -> MediaReport {
-        self.media.report()
-    }
 }
 
-impl Process for RoomProcess {
+impl<R: Copy + Send> Process for PlayerProcess<R> {
     fn skipped(&mut self, frames: u64) {
         self.media.skipped(frames);
         if let Some(tap) = &mut self.record {
@@ -977,7 +883,7 @@ impl Process for RoomProcess {
             tap.record(frames, input, output, self.media.members());
         }
         self.net.waker.unpark();
-        let media = &mut self.media;
-        self.publisher.tick(frames, output, || media.report());
+        let (media, report) = (&mut self.media, self.report);
+        self.publisher.tick(frames, output, || report(media));
     }
 }

@@ -52,8 +52,6 @@ fn room_flags_with_peer_are_refused_saying_what_to_use() {
     let room = "--room NAME --server HOST";
     let cases: &[(&[&str], &[&str])] = &[
         (&["--password", "pw"], &["--password", room, "--password TEXT"]),
-        (&["--monitor"], &["--monitor", "direct monitoring", room]),
-        (&["--master-gain", "-3"], &["--master-gain", "use --gain DB"]),
         (&["--mix", "ana=-6"], &["--mix", "--gain DB", "--mute"]),
         (&["--via-server"], &["--via-server", room]),
         (&["--public"], &["--public", room]),

@@ -31,10 +31,24 @@ const MAX_CENTS: f64 = 3.0;
 /// A player at `rate` sending a sine of `hz` from `listen` to `peer`, writing what it hears
 /// to `output` and what it says to `log`.
 fn player(hz: &str, rate: u32, listen: u16, peer: u16, output: &Path, log: &Path) -> Proc {
+    player_with(&[], hz, rate, listen, peer, output, log)
+}
+
+/// [`player`] with `extra` flags.
+fn player_with(
+    extra: &[&str],
+    hz: &str,
+    rate: u32,
+    listen: u16,
+    peer: u16,
+    output: &Path,
+    log: &Path,
+) -> Proc {
     let log = std::fs::File::create(log).expect("log file");
     Proc::spawn(
         Command::new(BIN)
             .args(["jam", "--peer", &format!("127.0.0.1:{peer}")])
+            .args(extra)
             .args(["--listen", &format!("127.0.0.1:{listen}"), "--sine", hz])
             .args(["--rate", &rate.to_string()])
             .args(["--duration", &SECONDS.to_string(), "--output"])
@@ -75,6 +89,39 @@ fn players_at_44_1_and_48_khz_hear_each_other_converted() {
         let want = format!("the other player sends at {other} Hz: converted to your {mine} Hz");
         assert_eq!(log.matches(&want).count(), 1, "said once: {want:?} in\n{log}");
     }
+}
+
+/// A two-player jam is a room of one other member: `--monitor` puts your own tone in your
+/// ears beside the other player's, and `--master-gain` turns the whole mix down (here by
+/// 6 dB, so that the two tones' sum stays under the limiter's knee and neither moves).
+#[test]
+fn a_player_hears_themself_with_monitor_and_the_mix_follows_master_gain() {
+    let dir = tmp_dir("listener-tones-monitor");
+    let (a_out, b_out) = (dir.join("a.wav"), dir.join("b.wav"));
+    let (a_log, b_log) = (dir.join("a.log"), dir.join("b.log"));
+    let (a_port, b_port) = (free_udp_port(), free_udp_port());
+    let a_flags = ["--monitor", "--master-gain", "-6"];
+    let mut a = player_with(&a_flags, "440", 48_000, a_port, b_port, &a_out, &a_log);
+    let mut b = player("660", 48_000, b_port, a_port, &b_out, &b_log);
+    let limit = Duration::from_secs(u64::from(SECONDS) + 20);
+    assert!(a.wait_for(limit).success(), "player a failed");
+    assert!(b.wait_for(limit).success(), "player b failed");
+    let (samples, rate) = read_first_channel(&a_out).unwrap_or_else(|e| panic!("{}: {e:#}", a_out.display()));
+    let tones = Tones::present(&[660.0, 440.0]).skip(SKIP_SECONDS);
+    let a_heard = listen(&samples, rate, &tones).expect("listen").summary;
+    eprintln!("player a (--monitor --master-gain -6) heard: {a_heard}");
+    for (i, hz) in [(0, 660), (1, 440)] {
+        let level = a_heard.present[i].median_db;
+        assert!(
+            (level - (SINE_DB - 6.0)).abs() < 1.0,
+            "player a heard {hz} Hz at {level:.1} dB: {a_heard}"
+        );
+    }
+    // The other player's ears are their own: only a's tone, at the level it was sent.
+    let (b_heard, _, _, _) = judge(&b_out, 440.0, 660.0);
+    eprintln!("player b heard: {b_heard}");
+    assert!((b_heard.present[0].median_db - SINE_DB).abs() < 1.0, "{b_heard}");
+    assert!(b_heard.loudest_absent_db().unwrap_or(0.0) < -30.0, "{b_heard}");
 }
 
 /// Two players at `a_rate` and `b_rate`, judged; returns what each said.

@@ -6,15 +6,14 @@
 mod common;
 
 use std::path::Path;
-use std::sync::atomic::AtomicU32;
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::reflect;
 use netjam::endpoint::Process;
 use netjam::opus::{decoders, OpusEncoder, OpusSettings};
-use netjam::session::{JamProcess, JamStats, NetIo, Peer, RecvProcess, SendProcess};
+use netjam::session::{JamProcess, JamStats, NetIo, Peer, RecvProcess, SendProcess, PEER_TRACK};
 use netjam::transport::UdpTransport;
+use netjam_engine::player::{Command, MediaConfig};
 use netjam_engine::receiver::{Receiver, ReceiverConfig};
 use netjam_engine::sender::{Sender, SenderConfig};
 use netjam_engine::synth::{Synth, SynthKind};
@@ -56,17 +55,17 @@ fn periods_on_time(
     allocs() - measured_from
 }
 
-/// The jam callback of `sender` and `receiver` on a socket facing `netjam reflect` (up for
-/// `seconds`), run for `periods` periods of music, hearing the other side at linear `gain`
-/// and recording into `record` if given: the allocations from period 750 on, and its
-/// statistics.
+/// The jam callback of `sender` and a receiver made from `receiver` on a socket facing
+/// `netjam reflect` (up for `seconds`), run for `periods` periods of music, hearing the
+/// other side at `gain_db` and recording into `record` if given: the allocations from
+/// period 750 on, and its statistics.
 fn jam_against_reflect(
     seconds: &str,
     sender: Sender,
-    mut receiver: Receiver,
+    receiver: ReceiverConfig,
     measure_round_trip: bool,
     periods: u64,
-    gain: f32,
+    gain_db: f32,
     record: Option<&Path>,
 ) -> (u64, JamStats) {
     let (_reflect, reflector) = reflect(seconds);
@@ -75,10 +74,18 @@ fn jam_against_reflect(
         Peer::Fixed(reflector),
     )
     .expect("io");
-    receiver.set_output_format(sender.format());
-    let gain = Arc::new(AtomicU32::new(gain.to_bits()));
-    let (mut jam, _snaps) = JamProcess::new(sender, receiver, link, gain);
-    jam.measure_round_trip(measure_round_trip);
+    let channels = sender.format().channels.into();
+    let media = MediaConfig {
+        receiver,
+        ..MediaConfig::new(1, channels)
+    };
+    let (mut jam, _snaps, _commands) = JamProcess::new(sender, link, media);
+    let m = jam.media_mut();
+    m.apply(Command::Gain {
+        member: PEER_TRACK,
+        db: gain_db,
+    });
+    m.measure_round_trip(measure_round_trip);
     let writer = record.map(|dir| {
         let (tap, writer) = netjam::record::start(netjam::record::RecordConfig {
             dir: dir.to_owned(),
@@ -175,11 +182,11 @@ fn jam_callback_measures_its_round_trip_through_reflect_without_allocating() {
         ..SenderConfig::new(format, 64)
     })
     .expect("sender");
-    let receiver = Receiver::new(ReceiverConfig {
+    let receiver = ReceiverConfig {
         seed: 6,
         ..ReceiverConfig::new(2)
-    });
-    let (during, stats) = jam_against_reflect("8", sender, receiver, true, 3750, 1.0, None); // 5 s
+    };
+    let (during, stats) = jam_against_reflect("8", sender, receiver, true, 3750, 0.0, None); // 5 s
     assert_eq!(during, 0, "{during} allocations in the jam callback");
     assert!(stats.round_trip_found >= 2, "{stats:?}");
     let rtt = stats.round_trip_ms.expect("round trip measured");
@@ -207,13 +214,13 @@ fn jam_callback_with_opus_both_ways_does_not_allocate() {
         Some(Box::new(encoder)),
     )
     .expect("sender");
-    let receiver = Receiver::new(ReceiverConfig {
+    let receiver = ReceiverConfig {
         seed: 8,
         decoders: decoders(),
         ..ReceiverConfig::new(2)
-    });
+    };
     // 4 s; the decoder exists from the first packet back, well before 1 s.
-    let (during, stats) = jam_against_reflect("6", sender, receiver, false, 3000, 1.0, None);
+    let (during, stats) = jam_against_reflect("6", sender, receiver, false, 3000, 0.0, None);
     // Rust allocations on the audio thread; libopus itself allocates only when an encoder or
     // decoder is created (its scratch space is on the stack).
     assert_eq!(during, 0, "{during} allocations in the jam callback with Opus");
@@ -232,14 +239,14 @@ fn jam_callback_recording_every_track_does_not_allocate() {
         ..SenderConfig::new(format, 64)
     })
     .expect("sender");
-    let receiver = Receiver::new(ReceiverConfig {
+    let receiver = ReceiverConfig {
         seed: 12,
         ..ReceiverConfig::new(2)
-    });
+    };
     let take = std::env::temp_dir().join(format!("netjam-no-alloc-jam-record-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&take);
     // 4 s, with the other player's gain turned down so the mix is scaled as it is recorded.
-    let (during, stats) = jam_against_reflect("6", sender, receiver, false, 3000, 0.5, Some(&take));
+    let (during, stats) = jam_against_reflect("6", sender, receiver, false, 3000, -6.0, Some(&take));
     let _ = std::fs::remove_dir_all(&take);
     assert_eq!(during, 0, "{during} allocations in the recording jam callback");
     assert!(stats.heard.received > 2000, "{:?}", stats.heard);

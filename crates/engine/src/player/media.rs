@@ -40,6 +40,9 @@ pub struct MediaConfig {
     /// Hear any SSRC that arrives, up to `capacity`, without an `Assign` (peer-to-peer or
     /// tests; a room leaves it off so that only the roster is heard).
     pub admit_unknown: bool,
+    /// A two-player jam: the one other player, heard as this member whatever its SSRC
+    /// (see [`crate::members::MembersConfig::one_peer`]; `capacity` is then 1).
+    pub one_peer: Option<MemberId>,
 }
 
 impl MediaConfig {
@@ -52,6 +55,7 @@ impl MediaConfig {
             receiver: ReceiverConfig::new(2),
             drift_correction: true,
             admit_unknown: false,
+            one_peer: None,
         }
     }
 }
@@ -82,6 +86,19 @@ impl MemberReport {
         let jb = &self.heard.jitter_buffer;
         self.rtt_ms.map(|rtt| rtt / 2.0 + fixed_ms + jb.added_latency_ms)
     }
+}
+
+/// The in-band round trip as the meter last measured it (see [`Media::measure_round_trip`]).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct RoundTrip {
+    /// The last round trip found, ms.
+    pub ms: Option<f64>,
+    /// Bursts the meter found, and lost.
+    pub found: u64,
+    pub lost: u64,
+    /// How long the packet heard when the last burst was found had waited in its member's
+    /// jitter buffer, so the stages of that round trip can be set beside it, ms.
+    pub buffer_ms: Option<f64>,
 }
 
 /// What the audio half reports: what you send, and each member you hear.
@@ -144,6 +161,8 @@ pub struct Media {
     seats: [Option<MemberId>; ROOM_SEATS],
     meter: RoundTripMeter,
     measuring: bool,
+    /// The heard packet's wait in its jitter buffer when the meter last found its burst.
+    buffer_at_round_trip_ms: Option<f64>,
     /// What is sent while measuring: the input plus the meter's burst (reserved at start).
     measure_scratch: Vec<f32>,
     /// A private room's sealing of what is sent and opening of what is heard.
@@ -175,6 +194,7 @@ impl Media {
             receiver: config.receiver,
             rate,
             admit_unknown: config.admit_unknown,
+            one_peer: config.one_peer,
         });
         members.set_reporter_ssrc(sender.ssrc());
         members.set_drift_correction(config.drift_correction);
@@ -193,6 +213,7 @@ impl Media {
             seats: [None; ROOM_SEATS],
             meter: RoundTripMeter::new(u64::from(rate), u64::from(rate) / 2),
             measuring: false,
+            buffer_at_round_trip_ms: None,
             measure_scratch: vec![0.0; crate::jitter::MAX_PERIOD * channels_in],
             seal: None,
             rtcp: vec![0; RTCP_BYTES],
@@ -414,7 +435,14 @@ impl Media {
         }
         if self.measuring {
             // The members' mix, before your own monitor is added.
+            let found = self.meter.counts().0;
             self.meter.on_incoming(output, self.out_channels);
+            if self.meter.counts().0 != found {
+                let held = (0..self.members.capacity()).find(|&s| self.members.owner(s).is_some());
+                self.buffer_at_round_trip_ms = held
+                    .and_then(|s| self.members.receiver(s))
+                    .and_then(|r| r.last_residence_ms());
+            }
         }
         self.mixer.add_monitor(input, in_channels, output);
         self.mixer.finish(output);
@@ -510,10 +538,21 @@ impl Media {
         }
     }
 
-    /// Everything a report holds, taking the meters' readings (allocation-free).
-    pub fn report(&mut self) -> MediaReport {
+    /// The in-band round trip (see [`Media::measure_round_trip`]).
+    pub fn round_trip(&self) -> RoundTrip {
         let (found, lost) = self.meter.counts();
         let rate = f64::from(self.sender.format().rate);
+        RoundTrip {
+            ms: self.meter.last_rtt_frames().map(|f| f as f64 * 1000.0 / rate),
+            found,
+            lost,
+            buffer_ms: self.buffer_at_round_trip_ms,
+        }
+    }
+
+    /// Everything a report holds, taking the meters' readings (allocation-free).
+    pub fn report(&mut self) -> MediaReport {
+        let round_trip = self.round_trip();
         let mut s = MediaReport {
             sent: self.sender.stats(),
             routing: self.members.stats(),
@@ -525,9 +564,9 @@ impl Media {
             limiter: self.mixer.take_limiter(),
             commands: self.commands_applied,
             command_errors: self.command_errors,
-            round_trip_ms: self.meter.last_rtt_frames().map(|f| f as f64 * 1000.0 / rate),
-            round_trip_found: found,
-            round_trip_lost: lost,
+            round_trip_ms: round_trip.ms,
+            round_trip_found: round_trip.found,
+            round_trip_lost: round_trip.lost,
             sframe: self.seal.as_ref().map(MediaSeal::stats),
             recording: self.recording,
             ..MediaReport::default()

@@ -50,7 +50,7 @@ pub mod roster;
 pub mod session;
 
 pub use command::Command;
-pub use media::{Media, MediaConfig, MediaReport, MemberReport};
+pub use media::{Media, MediaConfig, MediaReport, MemberReport, RoundTrip};
 pub use reflexive::ReflexiveQuery;
 pub use roster::{parse_mix, MemberMix, Mixes, RoomMove, Roster, RosterMember, SEATS};
 pub use session::{FrontDoors, Notice, Session, SessionEvent, SessionStart};

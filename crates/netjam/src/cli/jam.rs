@@ -11,15 +11,14 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering;
 
 use crate::ensemble::beat_delay::DelayState;
-use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use netjam_engine::receiver::{Receiver, ReceiverConfig};
+use netjam_engine::player::{Command, MediaConfig};
+use netjam_engine::receiver::ReceiverConfig;
 use netjam_engine::wire::Codec;
 
 use super::common::{check_outputs, resolve, BufferArg};
@@ -126,7 +125,7 @@ pub struct JamArgs {
     /// With --peer: start with the other player muted (in a room: --mix "NAME=mute").
     #[arg(long, help_heading = MIX)]
     pub mute: bool,
-    /// In a room: gain on the whole mix you hear, in dB (-60 to +12; OSC /master/gain). A
+    /// Gain on the whole mix you hear, in dB (-60 to +12; in a room OSC /master/gain). A
     /// limiter after it keeps the mix under full scale: it leaves a mix that stays below
     /// -3 dBFS untouched and turns a louder one down smoothly instead of clipping it.
     #[arg(long, help_heading = MIX, value_name = "DB", default_value_t = 0.0, allow_negative_numbers = true, value_parser = master_gain_db)]
@@ -136,8 +135,8 @@ pub struct JamArgs {
     /// here or over OSC, applies again whenever a member of that name comes back.
     #[arg(long, help_heading = MIX, value_name = "NAME=DB|mute|solo,...", allow_hyphen_values = true, value_parser = netjam_engine::player::parse_mix)]
     pub mix: Option<netjam_engine::player::Mixes>,
-    /// In a room: hear your own signal through netjam too (off by default: you hear
-    /// yourself through your interface's direct monitoring).
+    /// Hear your own signal through netjam too, beside the other player or the room (off by
+    /// default: you hear yourself through your interface's direct monitoring).
     #[arg(long, help_heading = MIX)]
     pub monitor: bool,
     /// In a room with --jack: one set of output ports per member, so a DAW records each
@@ -519,21 +518,10 @@ fn refuse_other_mode(a: &JamArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let refused: [(bool, String); 12] = [
+    let refused: [(bool, String); 10] = [
         (
             a.password.is_some(),
             format!("--password protects a room; with --peer there is no server to prove it to: use {ROOM} --password TEXT"),
-        ),
-        (
-            a.monitor,
-            format!(
-                "--monitor adds your own signal to a room's mix; with --peer you hear the other player alone: hear yourself \
-                 through your interface's direct monitoring, or play in a room: {ROOM} --monitor"
-            ),
-        ),
-        (
-            a.master_gain != 0.0,
-            "--master-gain sets a room's whole mix; with --peer what you hear is the other player alone: use --gain DB".into(),
         ),
         (
             a.mix.is_some(),
@@ -636,23 +624,11 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         device_spec,
     } = audio;
     let format = sender.format();
-    let mut receiver = Receiver::new(ReceiverConfig {
-        buffer: a.buffer.mode(format.rate),
-        fixed_format: None,
-        max_channels: 64,
-        max_redundancy_wait: 8,
-        seed: fresh_seed(),
-        cname: cname(),
-        name: a.wire.name.clone(),
-        decoders: crate::opus::decoders(),
-    });
     // What you hear plays in your own format, on as many channels as the device plays
-    // (an --outputs map can name more or fewer than --inputs sends).
+    // (an --outputs map can name more or fewer than --inputs sends): the other player is
+    // the one member of a room of two, mixed into that like a room's members.
     let heard = heard_format(format, device_spec);
-    receiver.set_output_format(heard);
-    receiver.set_latency_policy(a.latency);
-    // Follow the other player's clock by resampling, and give back latency smoothly.
-    receiver.set_drift_correction(!a.no_drift_correction);
+    let media = media_config(&a, format.rate, 1, heard.channels.into(), a.wire.name.clone());
     let listen = a.listen.unwrap_or(SocketAddr::from(([0, 0, 0, 0], 4464)));
     let socket = bind(listen)?;
     crate::rt::set_period_ns(netjam_engine::time::frames_to_ns(
@@ -660,13 +636,25 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         format.rate,
     ));
     let (io, link) = NetIo::start(socket, Peer::Fixed(peer))?;
-    let gain = netjam_engine::mixer::fader_gain(a.gain, a.mute);
-    let gain = Arc::new(AtomicU32::new(gain.to_bits()));
     let packets = packets_text(&sender);
     let packet_ms = sender.packet_ns() as f64 / 1e6;
+    let (mut process, mut snaps, commands) = JamProcess::new(sender, link, media);
+    let m = process.media_mut();
+    m.members_mut().set_latency_policy(a.latency);
+    m.apply(Command::Gain {
+        member: PEER_TRACK,
+        db: a.gain,
+    });
+    m.apply(Command::Mute {
+        member: PEER_TRACK,
+        mute: a.mute,
+    });
+    m.apply(Command::MasterGain { db: a.master_gain });
+    m.apply(Command::MonitorMute { mute: !a.monitor });
+    m.measure_round_trip(a.measure_roundtrip);
     let control = a.osc.map(|port| {
         let bind = SocketAddr::new(a.osc_bind, port);
-        JamControl::spawn(bind, gain.clone(), a.gain, a.mute, &peer_text, packet_ms)
+        JamControl::spawn(bind, commands, a.gain, a.mute, &peer_text, packet_ms)
     });
     let control = control.transpose()?;
     if let Some(c) = &control {
@@ -675,8 +663,6 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
             c.local_addr()
         );
     }
-    let (mut process, mut snaps) = JamProcess::new(sender, receiver, link, gain);
-    process.measure_round_trip(a.measure_roundtrip);
     let recorder = match &a.record {
         Some(dir) => {
             let (tap, writer) = record::start(RecordConfig {
@@ -724,11 +710,12 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         jack_info,
         card_info,
     } = open_endpoint(&a, jack, card, source, format, sink, limit)?;
+    // Ctrl-C from now on stops the stream: before the line a caller waits for.
+    let stop = interrupt_flag();
     eprintln!(
         "netjam: jamming with {peer} from {} ({format}, {})",
         io.local, packets
     );
-    let stop = interrupt_flag();
     let running = Running::start("netjam-audio", io, endpoint, process, stop)?;
     let mut status = StatusLine::new();
     let mut series = BoundedSeries::default();
@@ -839,7 +826,10 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
             &JamReport {
                 stats,
                 periods,
-                discontinuities: process.receiver.recent_discontinuities().copied().collect(),
+                discontinuities: process
+                    .heard()
+                    .map(|r| r.recent_discontinuities().copied().collect())
+                    .unwrap_or_default(),
                 series,
                 jack,
                 device,
@@ -850,6 +840,33 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// The player's audio half as the flags ask for it: `capacity` members of up to 64
+/// channels each (a jam's one other player, or a room's), mixed into `out_channels`; the
+/// receivers report under `name`.
+pub(super) fn media_config(
+    a: &JamArgs,
+    rate: u32,
+    capacity: usize,
+    out_channels: usize,
+    name: Option<String>,
+) -> MediaConfig {
+    MediaConfig {
+        receiver: ReceiverConfig {
+            buffer: a.buffer.mode(rate),
+            fixed_format: None,
+            max_channels: 64,
+            max_redundancy_wait: 8,
+            seed: fresh_seed(),
+            cname: cname(),
+            name,
+            decoders: crate::opus::decoders(),
+        },
+        // Follow each sender's clock by resampling, and give back latency smoothly.
+        drift_correction: !a.no_drift_correction,
+        ..MediaConfig::new(capacity, out_channels)
+    }
 }
 
 /// A room needs a server and a name: from the flags, else from the settings file.

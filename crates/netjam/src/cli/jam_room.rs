@@ -20,7 +20,6 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use netjam_engine::privacy::{sframe, RoomSecret};
-use netjam_engine::receiver::ReceiverConfig;
 
 use super::jam::{
     bind, device_edges, device_status, finish_recording, heard_format, heard_sink, open_endpoint,
@@ -28,7 +27,7 @@ use super::jam::{
 };
 use super::stream::{packets_text, write_json};
 use crate::control::{command_ring, ControlHandle, ControlServer, ControlState, Surface, DEFAULT_RING};
-use crate::lifecycle::{any_for, cname, fresh_seed, Running};
+use crate::lifecycle::{any_for, Running};
 use crate::member_ports::{self, MemberPorts};
 use crate::record::{self, RecordConfig};
 use crate::room_client::{self, JoinRequest, RoomWires, SeatSetup, CONTROL_QUEUE};
@@ -42,7 +41,7 @@ use crate::session::{interrupt_flag, NetIo, Peer, RoomProcess, Snapshot, MAX_ROO
 use crate::status::StatusLine;
 use crate::web::room_page::{FixedStages, RoomPage};
 use netjam_engine::player::reflexive::{Mapping, Reflexive};
-use netjam_engine::player::{Command, MediaConfig, MediaReport};
+use netjam_engine::player::{Command, MediaReport};
 use netjam_engine::player::{Roster, SEATS};
 use netjam_engine::privacy::MediaSeal;
 
@@ -541,18 +540,13 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let packet_ms = sender.packet_ns() as f64 / 1e6;
     let (control_tx, control_rx) = mpsc::sync_channel(CONTROL_QUEUE);
     let (io, link) = NetIo::start_with_control(socket, Peer::Fixed(server), Some(control_tx))?;
-    let mut config = MediaConfig::new(MAX_ROOM_MEMBERS, usize::from(heard.channels));
-    config.receiver = ReceiverConfig {
-        buffer: a.buffer.mode(format.rate),
-        fixed_format: None,
-        max_channels: 64,
-        max_redundancy_wait: 8,
-        seed: fresh_seed(),
-        cname: cname(),
-        name: Some(name.clone()),
-        decoders: crate::opus::decoders(),
-    };
-    config.drift_correction = !a.no_drift_correction;
+    let config = super::jam::media_config(
+        &a,
+        format.rate,
+        MAX_ROOM_MEMBERS,
+        heard.channels.into(),
+        Some(name.clone()),
+    );
     let (mut process, mut snaps, mut commands) = RoomProcess::new(sender, link, config);
     if let Some((media, _, took)) = private {
         process
@@ -682,13 +676,14 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         resampler_ms: hear_edge_ms,
     };
     let fixed_ms = fixed.total_ms();
+    // Ctrl-C from now on stops the stream: before the line a caller waits for.
+    let stop = interrupt_flag();
     eprintln!(
         "netjam: in room {room:?} as member {member_id} from {} ({format}, {packets}); you hear the others, not yourself{}; seated in {:.0} ms",
         io.local,
         if a.monitor { " except through --monitor" } else { "" },
         join_ms
     );
-    let stop = interrupt_flag();
     let running = Running::start("netjam-audio", io, endpoint, process, stop.clone())?;
     let mut status = StatusLine::new();
     let mut realtime_told = false;

@@ -3,20 +3,17 @@
 //! name, their figures), `/stats` is jam's latest snapshot and `/roster` names the one
 //! other player.
 //!
-//! Jam's audio thread reads one shared atomic for the gain of what you hear, so the
-//! commands are applied by the control thread itself ([`HeardGain`]): one atomic store,
-//! nothing for the audio thread to pop. This module must never be called from the audio
-//! thread.
+//! A two-player jam is a room of one other member on the player's core, so `/member0`'s
+//! gain and mute become the player's one [`Command`] for that member ([`PeerMix`]) and
+//! reach the mixer through the same ring as a room's. This module must never be called
+//! from the audio thread.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
 
-use super::{
-    linear_gain, CommandSink, ControlCommand, ControlHandle, ControlServer, ControlState, Level, MemberStats,
-    Surface,
-};
-use crate::session::{JamStats, Snapshot};
+use netjam_engine::player::Command;
+
+use super::{CommandSink, ControlCommand, ControlHandle, ControlServer, ControlState, MemberStats, Surface};
+use crate::session::{JamStats, Snapshot, PEER_TRACK};
 
 /// The ports jam offers: one seat (gain, mute, name, stats), `/stats` and `/roster`.
 pub fn surface() -> Surface {
@@ -34,33 +31,29 @@ pub fn surface() -> Surface {
     }
 }
 
-/// Applies member 0's gain and mute to the linear gain jam's audio thread reads (f32
-/// bits; 0 mutes).
+/// Turns `/member0`'s gain and mute into the player's [`Command`]s for the other player
+/// ([`PEER_TRACK`]), onto the audio thread's command ring.
 #[derive(Debug)]
-pub struct HeardGain {
-    gain: Arc<AtomicU32>,
-    level: Level,
+pub struct PeerMix {
+    commands: rtrb::Producer<Command>,
 }
 
-impl HeardGain {
-    /// Starts from `level` (what the command line asked for); `gain` is what the audio
-    /// thread reads.
-    pub fn new(gain: Arc<AtomicU32>, level: Level) -> Self {
-        HeardGain { gain, level }
+impl PeerMix {
+    pub fn new(commands: rtrb::Producer<Command>) -> Self {
+        PeerMix { commands }
     }
 }
 
-impl CommandSink for HeardGain {
+impl CommandSink for PeerMix {
     fn deliver(&mut self, command: ControlCommand) -> Result<(), ControlCommand> {
-        match command {
-            ControlCommand::MemberGain { member: 0, db } => self.level.gain_db = db,
-            ControlCommand::MemberMute { member: 0, mute } => self.level.mute = mute,
+        let member = PEER_TRACK;
+        let media = match command {
+            ControlCommand::MemberGain { member: 0, db } => Command::Gain { member, db },
+            ControlCommand::MemberMute { member: 0, mute } => Command::Mute { member, mute },
             // Jam's surface has no other settable port: nothing else can arrive.
             _ => return Ok(()),
-        }
-        let linear = linear_gain(self.level.gain_db, self.level.mute);
-        self.gain.store(linear.to_bits(), Ordering::Relaxed);
-        Ok(())
+        };
+        self.commands.push(media).map_err(|_| command)
     }
 }
 
@@ -72,12 +65,12 @@ pub struct JamControl {
 }
 
 impl JamControl {
-    /// Listens on `bind`; `gain` is the audio thread's heard gain, which starts at
-    /// `gain_db` (or muted); `peer` names the other player and `packet_ms` is the audio
-    /// one packet carries (for the latency estimate).
+    /// Listens on `bind`; `commands` is the audio thread's command ring, and the other
+    /// player's gain starts at `gain_db` (or muted); `peer` names the other player and
+    /// `packet_ms` is the audio one packet carries (for the latency estimate).
     pub fn spawn(
         bind: SocketAddr,
-        gain: Arc<AtomicU32>,
+        commands: rtrb::Producer<Command>,
         gain_db: f32,
         mute: bool,
         peer: &str,
@@ -90,8 +83,7 @@ impl JamControl {
             m.gain_db = gain_db;
             m.mute = mute;
         }
-        let sink = HeardGain::new(gain, Level { gain_db, mute });
-        let handle = ControlServer::spawn(bind, surface, state, sink)?;
+        let handle = ControlServer::spawn(bind, surface, state, PeerMix::new(commands))?;
         Ok(JamControl { handle, packet_ms })
     }
 

@@ -467,29 +467,50 @@ fn jam_surface_offers_only_what_jam_honours() {
 }
 
 #[test]
-fn heard_gain_applies_member_zero_to_the_audio_threads_atomic() {
-    let gain = Arc::new(std::sync::atomic::AtomicU32::new(1f32.to_bits()));
-    let mut sink = jam::HeardGain::new(gain.clone(), Level::default());
-    let read = || f32::from_bits(gain.load(Ordering::Relaxed));
+fn a_jams_member_zero_is_the_players_command_for_the_other_player() {
+    use netjam_engine::player::{Command, Media, MediaConfig};
+    use netjam_engine::sender::{Sender, SenderConfig};
+    use netjam_engine::wire::{AudioFormat, Codec};
+    let peer = crate::session::PEER_TRACK;
+    let (tx, mut rx) = rtrb::RingBuffer::new(8);
+    let mut sink = jam::PeerMix::new(tx);
     sink.deliver(ControlCommand::MemberGain { member: 0, db: -20.0 })
         .unwrap();
-    assert!((read() - 0.1).abs() < 1e-6, "{}", read());
     sink.deliver(ControlCommand::MemberMute {
         member: 0,
         mute: true,
     })
     .unwrap();
-    assert_eq!(read(), 0.0);
-    // Unmuting restores the gain set while muted.
-    sink.deliver(ControlCommand::MemberGain { member: 0, db: 0.0 })
-        .unwrap();
-    assert_eq!(read(), 0.0);
-    sink.deliver(ControlCommand::MemberMute {
-        member: 0,
-        mute: false,
-    })
-    .unwrap();
-    assert_eq!(read(), 1.0);
+    let got: Vec<Command> = std::iter::from_fn(|| rx.pop().ok()).collect();
+    assert_eq!(
+        got,
+        vec![
+            Command::Gain {
+                member: peer,
+                db: -20.0
+            },
+            Command::Mute {
+                member: peer,
+                mute: true
+            }
+        ]
+    );
+    // The jam's media hears the other player as that member from the start, so its mix
+    // takes them before a packet has arrived.
+    let format = AudioFormat::new(Codec::L16, 48_000, 1).unwrap();
+    let sender = Sender::new(SenderConfig::new(format, 64)).unwrap();
+    let mut media = Media::new(
+        sender,
+        MediaConfig {
+            one_peer: Some(peer),
+            ..MediaConfig::new(1, 1)
+        },
+    );
+    for c in got {
+        assert!(media.apply(c), "{c:?}");
+    }
+    let mix = media.report().members[0].mix;
+    assert!((mix.gain - 0.1).abs() < 1e-6 && mix.mute, "{mix:?}");
 }
 
 #[test]

@@ -68,14 +68,11 @@ pub trait Streams {
 
 impl Streams for crate::session::JamProcess {
     fn sent(&self) -> Option<(u32, u32, u32)> {
-        Some((
-            self.sender.ssrc(),
-            self.sender.next_rtp_timestamp(),
-            self.sender.format().rate,
-        ))
+        let sender = self.media().sender();
+        Some((sender.ssrc(), sender.next_rtp_timestamp(), sender.format().rate))
     }
     fn heard(&self) -> Option<(u32, u32)> {
-        self.receiver.next_output_ts()
+        self.heard()?.next_output_ts()
     }
 }
 
