@@ -27,10 +27,8 @@
 mod common;
 
 use common::Session;
-use netjam_engine::link::LinkConfig;
 use netjam_engine::rng::SimRng;
 use netjam_engine::time::frames_to_ns;
-use netjam_engine::wire::{AudioFormat, Codec};
 
 const RATE: u32 = 48_000;
 const FRAMES: u32 = 64;
@@ -61,15 +59,7 @@ struct HostRun {
 }
 
 fn run(seed: u64) -> HostRun {
-    let format = AudioFormat::new(Codec::F32, RATE, 1).expect("format");
-    // Loopback: the bench's path reads 0.05–0.08 ms one way.
-    let link = LinkConfig {
-        delay_ns: 60_000,
-        ..LinkConfig::ideal()
-    };
-    let mut s = Session::new(format, FRAMES, 0, link, seed);
-    s.receiver.set_output_format(format);
-    s.receiver.set_drift_correction(true);
+    let mut s = Session::bench_loopback(RATE, FRAMES, seed);
     let mut phase = SimRng::new(seed ^ 0x9a5e);
     s.set_play_phase(phase.uniform(0.0, frames_to_ns(u64::from(FRAMES), RATE) as f64) as u64);
     let mut rng = SimRng::new(seed ^ 0x1a7e);

@@ -12,7 +12,7 @@ use netjam_engine::receiver::{Receiver, ReceiverConfig, ReceiverEvent};
 use netjam_engine::sender::{Sender, SenderConfig};
 use netjam_engine::slip::SlipGuard;
 use netjam_engine::synth::{Synth, SynthKind};
-use netjam_engine::time::frames_to_ns;
+use netjam_engine::time::{frames_to_ns, ns_to_frames};
 use netjam_engine::wire::rtp::{classify, parse_rtp, PacketKind};
 use netjam_engine::wire::AudioFormat;
 
@@ -64,6 +64,12 @@ pub struct Session {
     pub capture_lost: Option<CaptureLost>,
     /// Device time lost so far: the frames captured before each loss, and its length (ns).
     pub lost: Vec<(u64, u64)>,
+    /// The playing device losing time (its JACK server dropping cycles and counting on from
+    /// where it stopped): before the play period due at a time, this much passes with no
+    /// period, and the receiver is told the frames it lost (`Receiver::device_skipped`), as
+    /// the JACK shell's slip guard tells it. With `capture_lost` at the same times, one
+    /// machine's hiccup that stalls both servers together.
+    pub play_lost: Option<CaptureLost>,
     /// The sender's slip guard, run as the JACK shell runs it: each capture period's
     /// wake-up is checked against the frames accounted for, and time found lost is skipped
     /// in the stream's timeline.
@@ -84,6 +90,21 @@ pub fn sender_config(format: AudioFormat, frames: u32, redundancy: usize, seed: 
 impl Session {
     pub fn new(format: AudioFormat, frames: u32, redundancy: usize, link: LinkConfig, seed: u64) -> Self {
         Self::coded(format, frames, redundancy, link, seed, None, None)
+    }
+
+    /// The JACK bench's two players in virtual time: 32-bit float mono at `rate`, `frames`
+    /// a packet and a period, on loopback (the bench's path reads 0.05–0.08 ms one way),
+    /// drift correction on and the default (`tight`) policy.
+    pub fn bench_loopback(rate: u32, frames: u32, seed: u64) -> Self {
+        let format = AudioFormat::new(netjam_engine::wire::Codec::F32, rate, 1).expect("format");
+        let link = LinkConfig {
+            delay_ns: 60_000,
+            ..LinkConfig::ideal()
+        };
+        let mut s = Self::new(format, frames, 0, link, seed);
+        s.receiver.set_output_format(format);
+        s.receiver.set_drift_correction(true);
+        s
     }
 
     /// A session of a compressed format, with its encoder and the receiver's decoders.
@@ -136,6 +157,7 @@ impl Session {
             capture_late: None,
             capture_lost: None,
             lost: Vec::new(),
+            play_lost: None,
             slip: None,
         }
     }
@@ -158,6 +180,7 @@ impl Session {
         let mut wake =
             |due: u64, after: u64| due.saturating_add(late.as_mut().map_or(0, |l| l(due))).max(after);
         let mut lose = self.capture_lost.take();
+        let mut lose_play = self.play_lost.take();
         let mut capture_at = wake(self.next_capture, self.now);
         while self.now < end {
             let next_link = self
@@ -219,6 +242,13 @@ impl Session {
                 capture_at = wake(self.next_capture, self.now);
             }
             if self.now >= self.next_play {
+                let lost = lose_play.as_mut().map_or(0, |l| l(self.next_play));
+                if lost > 0 {
+                    self.next_play += lost;
+                    let rate = self.device_rate.unwrap_or(self.format.rate);
+                    self.receiver.device_skipped(ns_to_frames(lost, rate));
+                    continue;
+                }
                 match self.receiver.output_format() {
                     Some(f) => {
                         out.resize(self.period * f.channels as usize, 0.0);
@@ -245,6 +275,7 @@ impl Session {
         }
         self.capture_late = late;
         self.capture_lost = lose;
+        self.play_lost = lose_play;
     }
 
     /// Start the device's first period `ns` after the sender's first capture (before
