@@ -193,6 +193,8 @@ struct Phase {
     /// policy a grown target is met by waiting where audio is missing, not by slowing
     /// playout ahead of it (see [`JitterBuffer::playout_delay_ns`]).
     unpaid: f64,
+    /// The device lost time since the last period: the phase moved by it.
+    lost_shift: bool,
 }
 
 /// The phase's walk, read over spans of [`PHASE_WALK_SPAN_NS`] (see
@@ -982,10 +984,15 @@ impl JitterBuffer {
             self.drift.device_skipped(frames);
             // Device time lost moves the periods against the arrivals by what was lost,
             // and what the low-pass takes of it is no walk: the span is not measured.
+            let frames = frames.saturating_mul(self.rate as u64) / self.device_rate() as u64;
             if let Some(ph) = &mut self.phase {
                 ph.walk.spoiled = true;
+                // The periods start that much later against the arrivals from now on: the
+                // phase moves with them at once, not through the low-pass and the jump hold.
+                ph.delta += frames as f64;
+                ph.track += frames as f64;
+                ph.lost_shift = true;
             }
-            let frames = frames.saturating_mul(self.rate as u64) / self.device_rate() as u64;
             self.device_lost = self.device_lost.saturating_add(frames);
         }
     }
@@ -1187,7 +1194,7 @@ impl JitterBuffer {
         let p0 = packet_start(origin, packet, ts);
         let raw = ((now_ns as i64 - self.earliest_ns(p0)) as f64 / ns_per_frame).rem_euclid(step);
         let mut jump_run = 0.0;
-        let mut snapped = false;
+        let mut snapped = self.phase.is_some_and(|ph| ph.lost_shift);
         // The phase walks at the clocks' rate difference (s per s): a sender slower than
         // the device makes periods start ever earlier after the arrivals. It is read from
         // the phase itself, over [`PHASE_WALK_SPAN_NS`]: the clock estimator's ratio, a
@@ -1320,6 +1327,7 @@ impl JitterBuffer {
             track,
             walk: measured,
             unpaid,
+            lost_shift: false,
         });
         // The delay follows the phase's walk and the slide; the resampler is told both, so
         // the loop does not lag behind a delay that moves on purpose.
