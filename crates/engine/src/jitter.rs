@@ -84,6 +84,9 @@ const RESAMPLED_SHRINK_NS: i64 = 500_000;
 const SHRINK_WINDOW_NS: u64 = 100_000_000;
 /// What a catch-up leaves of the excess.
 const SHRINK_KEEP_NS: i64 = 100_000;
+/// How long time the device lost waits, beyond the jitter covered, for a packet to show
+/// whether the far side stood still too (see [`JitterBuffer::settle_device_lost`]).
+const DEVICE_LOST_WAIT_NS: u64 = 10_000_000;
 /// Gaps of the far side's stream remembered until playout reaches them (one is usual: a
 /// far device loses time a few times a minute at most).
 const SENDER_GAPS: usize = 4;
@@ -442,9 +445,17 @@ pub struct JitterBuffer {
     min_excess_ns: i64,
     /// Frames of an inserted stretch still to play before the stream resumes.
     hold_frames: u64,
-    /// Frames of time this side's device lost since the last period (see
+    /// Frames of time this side's device lost, not settled yet (see
     /// [`JitterBuffer::device_skipped`]).
     device_lost: u64,
+    /// When the device lost it: the start of the first period after the loss, less the
+    /// time lost (ns; `None`: nothing pending).
+    device_lost_at: Option<u64>,
+    /// Of the time lost, what playout may skip in this period: settled once a packet after
+    /// the loss shows whether the far side stood still too.
+    device_lost_settled: u64,
+    /// The newest audio held at the start of the last period with no loss pending.
+    highest_at_period: u64,
     /// Gaps the far side's stream skipped, not yet played: media time from, to (see
     /// [`JitterBuffer::sender_skipped`]).
     sender_gaps: [Option<(u64, u64)>; SENDER_GAPS],
@@ -531,6 +542,9 @@ impl JitterBuffer {
             min_excess_ns: i64::MAX,
             hold_frames: 0,
             device_lost: 0,
+            device_lost_at: None,
+            device_lost_settled: 0,
+            highest_at_period: 0,
             sender_gaps: [None; SENDER_GAPS],
             sender_gap_here: None,
             sender_gave_back: false,
@@ -632,6 +646,8 @@ impl JitterBuffer {
         self.last_shrink_ns = 0;
         self.hold_frames = 0;
         self.device_lost = 0;
+        self.device_lost_at = None;
+        self.device_lost_settled = 0;
         // The far side's gaps were in the timeline left.
         self.sender_gaps = [None; SENDER_GAPS];
         self.sender_gap_here = None;
@@ -974,11 +990,13 @@ impl JitterBuffer {
 
     /// This side's own device lost `frames` frames of time since the last period (JACK
     /// dropped cycles, or a server stood still without counting them): nothing played while
-    /// it stood, so the far audio due meanwhile is late already. The next period drops as
-    /// much of it as playout is late (up to `frames`, less [`SHRINK_KEEP_NS`]) in one
-    /// cross-faded skip, where the device's own gap is, instead of playing it a whole shrink
-    /// window late and splicing again to catch up. A deadline was really missed, so a
-    /// bit-exact stream skips too. Realtime-safe.
+    /// it stood, so the far audio due meanwhile is late already, if the far side sent it.
+    /// Once that is known ([`Self::settle_device_lost`]: at once when a loss of a few
+    /// packets shows in what piled up, else at the first packet due after it) a period drops
+    /// as much of it as playout is late (up to `frames`, less [`SHRINK_KEEP_NS`], less what
+    /// the far side's audio came late by or skipped) in one cross-faded skip, instead of
+    /// playing it a whole shrink window late and splicing again to catch up. A deadline was
+    /// really missed, so a bit-exact stream skips too. Realtime-safe.
     pub fn device_skipped(&mut self, frames: u64) {
         if self.play_ts.is_some() {
             self.drift.device_skipped(frames);
@@ -987,11 +1005,6 @@ impl JitterBuffer {
             let frames = frames.saturating_mul(self.rate as u64) / self.device_rate() as u64;
             if let Some(ph) = &mut self.phase {
                 ph.walk.spoiled = true;
-                // The periods start that much later against the arrivals from now on: the
-                // phase moves with them at once, not through the low-pass and the jump hold.
-                ph.delta += frames as f64;
-                ph.track += frames as f64;
-                ph.lost_shift = true;
             }
             self.device_lost = self.device_lost.saturating_add(frames);
         }
@@ -1012,6 +1025,15 @@ impl JitterBuffer {
         }
         self.stats.sender_gaps += 1;
         self.stats.sender_gap_frames += frames;
+        // The far side's packets leave that much later against their media time from now
+        // on: the phase moves with them at once, as it does for this side's own loss (on
+        // one machine whose hiccup stalled both sides, the two moves cancel).
+        if let Some(ph) = &mut self.phase {
+            ph.walk.spoiled = true;
+            ph.delta -= frames as f64;
+            ph.track -= frames as f64;
+            ph.lost_shift = true;
+        }
         let target = self.delay.target_ns();
         self.delay.sender_skipped(now_ns, frames_to_ns(frames, self.rate));
         // Following the phase, the steps the target grew for them are given back at once.
@@ -1048,7 +1070,14 @@ impl JitterBuffer {
             self.sender_gaps[k] = None;
             // Audio inside the gap (none should be): not a gap to jump. Less than half
             // the gap late: playout did not wait for it (a little late is the jitter).
-            let n = (end - from).min(late);
+            // Late by the whole gap, or all but what a catch-up keeps: all of it, one
+            // splice (what is kept would be a concealment in the same place).
+            let whole = ns_to_frames(err.max(0) as u64, self.rate);
+            let n = if end - from <= whole {
+                end - from
+            } else {
+                (end - from).min(late)
+            };
             if n > (end - start) / 2 && (from..from + n).all(|t| !self.has(t)) {
                 jump = Some((from - ts, n));
                 self.sender_gap_here = Some((from + n, end));
@@ -1113,6 +1142,7 @@ impl JitterBuffer {
             return;
         }
         let Some(play_ts) = self.play_ts else { return };
+        self.settle_device_lost(now_ns, frames);
         let delay_ns = self.playout_delay_ns(now_ns, play_ts, frames);
         self.play_stream(now_ns, period_ns, delay_ns, out);
     }
@@ -1424,11 +1454,78 @@ impl JitterBuffer {
     /// for a grown target. Whatever it returns is skipped in this period ([`Self::fill`]
     /// skips it even where nothing arrived), so the lost time is settled here.
     fn device_lost_due(&mut self, err: i64) -> u64 {
-        let lost = std::mem::take(&mut self.device_lost);
+        let lost = std::mem::take(&mut self.device_lost_settled);
         if lost == 0 || self.hold_frames > 0 {
             return 0;
         }
         ns_to_frames((err - SHRINK_KEEP_NS).max(0) as u64, self.rate).min(lost)
+    }
+
+    /// Settle time this side's device lost, at the start of a period at `now_ns`, once a
+    /// packet that arrived after the loss shows what the far side did meanwhile (or
+    /// [`DEVICE_LOST_WAIT_PACKETS`] packet times have passed without one). Audio the far
+    /// side sent on time piled up while the device stood still: playout is late by the
+    /// time lost, its periods start that much later against the arrivals from now on, and
+    /// the phase moves with them at once (not through the low-pass and the jump hold).
+    /// Audio that came as late (one machine's hiccup stalled both sides, as two audio
+    /// servers on one busy machine do) did not pile up: what it came late by is not skipped
+    /// and does not move the phase, since the arrivals moved with the periods. Until then
+    /// playout plays what is there, late.
+    fn settle_device_lost(&mut self, now_ns: u64, frames: usize) {
+        if self.device_lost == 0 {
+            self.device_lost_at = None;
+            self.highest_at_period = self.highest_end;
+            return;
+        }
+        let lost_ns = frames_to_ns(self.device_lost, self.rate);
+        let first = self.device_lost_at.is_none();
+        let at = *self.device_lost_at.get_or_insert(now_ns.saturating_sub(lost_ns));
+        let end = at + lost_ns;
+        // The newest packet, if it was due after the loss ended: when it was due, and when
+        // it came. One due while the device stood still says nothing of the far side
+        // after that.
+        let newest = self
+            .grid
+            .map(|(ts, _)| self.earliest_ns(ts))
+            .filter(|&due| due >= end as i64 && self.last_arrival_ns > at);
+        let packet = self.grid.map_or(0, |(_, p)| p);
+        let waited = now_ns.saturating_sub(end);
+        // A loss of a few packets' time or more shows in what arrived meanwhile: all of it
+        // (to a packet) if the far side went on, and playout need not wait to know. (Read
+        // at the first period after it: what arrives later is no pile-up.)
+        let period = frames as u64 * self.rate as u64 / self.device_rate() as u64;
+        let arrived = self.highest_end.saturating_sub(self.highest_at_period);
+        let went_on =
+            first && self.device_lost >= 2 * packet && arrived + packet >= self.device_lost + period;
+        if newest.is_none() && !went_on && waited < DEVICE_LOST_WAIT_NS + self.phase_cover_ns() {
+            return;
+        }
+        // How late it came. (Some of that may be jitter playout covers anyway: what is
+        // not skipped for it now is latency a catch-up gives back, where a skip too far
+        // would cost a late concealment and a growth.)
+        let late_ns = newest
+            .filter(|_| !went_on)
+            .map_or(0, |due| self.last_arrival_ns as i64 - due);
+        let late = ns_to_frames(late_ns.max(0) as u64, self.rate);
+        // A gap the far side's stream skipped, ahead of playout: it stood still too and
+        // said so. Playout jumps over that much of it when it gets there, late.
+        let play_ts = self.play_ts.unwrap_or(0);
+        let gaps: u64 = self
+            .sender_gaps
+            .iter()
+            .flatten()
+            .filter(|&&(_, to)| to > play_ts)
+            .map(|&(from, to)| to - from.max(play_ts))
+            .sum();
+        let lost = std::mem::take(&mut self.device_lost);
+        self.device_lost_at = None;
+        self.device_lost_settled = lost.saturating_sub(late).saturating_sub(gaps);
+        let settled = self.device_lost_settled;
+        if let Some(ph) = &mut self.phase {
+            ph.delta += lost as f64;
+            ph.track += lost as f64;
+            ph.lost_shift = settled > 0;
+        }
     }
 
     /// Frames to skip now: when the error stayed above one period plus
@@ -2002,6 +2099,10 @@ mod tests {
             }
             let t = (k + 1) * pkt_ns + 400_000;
             while let Some((at, (ts, d))) = s.link.poll(t) {
+                // The first packet after the far stream's gap: as a receiver finds it.
+                if far_too && ts == (FROM + STALL) * F as u64 {
+                    s.jb.sender_skipped(at, FROM * F as u64, STALL * F as u64);
+                }
                 s.jb.insert(at, ts, &d, true);
             }
             if stalled {
@@ -2018,8 +2119,13 @@ mod tests {
         (residence, s.jb.recent_discontinuities().copied().collect())
     }
 
+    /// Time the device lost costs one skip. With the far stream going on meanwhile, the
+    /// audio that piled up is dropped at once, where the device's own gap is. With the far
+    /// stream missing the same time (it stood still too and said so), nothing piled up:
+    /// playout plays what it holds, late, and jumps the far stream's gap when it gets
+    /// there, which puts it back on time with no audio lost and none concealed.
     #[test]
-    fn time_the_device_lost_is_dropped_at_once_in_one_skip() {
+    fn time_the_device_lost_costs_one_skip() {
         let lost = 24 * F as u64;
         for (drift, far_too) in [(false, false), (true, false), (false, true), (true, true)] {
             let (told, log) = device_stall(drift, true, far_too);
@@ -2028,56 +2134,58 @@ mod tests {
                 .iter()
                 .filter(|d| d.kind == DiscontinuityKind::Skipped)
                 .collect();
+            let cause = if far_too {
+                DiscontinuityCause::SenderLost
+            } else {
+                DiscontinuityCause::DeviceLost
+            };
             assert!(
-                skips.len() == 1
-                    && skips[0].cause == DiscontinuityCause::DeviceLost
-                    && (lost - 24..=lost).contains(&skips[0].frames),
+                skips.len() == 1 && skips[0].cause == cause && (lost - 24..=lost).contains(&skips[0].frames),
                 "drift {drift}, far too {far_too}: one skip of the {lost} frames lost, less at most half a millisecond: {log:?}"
             );
-            // Nothing else is touched, but for audio that never came: with the far stream
-            // missing the same time, from when the device resumes until the first packet
-            // after the stall is due (the 5 ms link, a target of at most 8 ms, a period).
+            // Nothing else is touched, but for what the skip left of the far stream's gap
+            // (under half a millisecond), where the skip is.
             let concealed: u64 = log
                 .iter()
                 .filter(|d| d.kind != DiscontinuityKind::Skipped)
                 .map(|d| d.frames)
                 .sum();
-            let missing = if far_too {
-                (13 * RATE / 1000) as u64 + 2 * F as u64
-            } else {
-                0
-            };
             assert!(
-                concealed <= missing
+                concealed <= 24
                     && log
                         .iter()
                         .all(|d| d.kind != DiscontinuityKind::Inserted
-                            && d.output_frame >= skips[0].output_frame),
+                            && d.output_frame == skips[0].output_frame),
                 "drift {drift}, far too {far_too}: only what never came is concealed: {log:?}"
             );
-            // The first period after the stall plays on time again.
-            let worst = told[1..].iter().fold(0.0f64, |m, &r| m.max(r));
+            // On time again from the first period after the stall; with the far stream's
+            // gap, once playout reaches it: after what it held and the 5 ms link had on
+            // the way when the stall began (10 periods).
+            let settled = if far_too { 11 } else { 1 };
+            let worst = told[settled..].iter().fold(0.0f64, |m, &r| m.max(r));
+            let waiting = told[1..settled].iter().fold(0.0f64, |m, &r| m.max(r));
+            eprintln!("drift {drift}, far too {far_too}: residence {before:.2} ms before the stall, up to {waiting:.2} ms until the skip, {worst:.2} after");
             assert!(
-                worst < before + 0.5,
-                "drift {drift}, far too {far_too}: residence {before:.2} ms before, up to {worst:.2} ms after"
+                worst < before + 0.5 && waiting < before + 32.5,
+                "drift {drift}, far too {far_too}: residence {before:.2} ms before, up to {waiting:.2} ms until the skip and {worst:.2} ms after: {told:?}"
             );
 
             // Not told, the same stall leaves playout 32 ms late for at least a shrink
-            // window, and a catch-up ends it.
+            // window, and a catch-up ends it. (With the far stream's gap it ends where
+            // the gap is, told or not.)
+            if far_too {
+                continue;
+            }
             let (untold, log) = device_stall(drift, false, far_too);
             let late = untold[1..].iter().take_while(|&&r| r > before + 20.0).count();
-            eprintln!(
-                "drift {drift}, far too {far_too}: residence {before:.2} ms before the stall; told, up to {worst:.2} ms after it \
-                 (skipped {} frames); not told, 20 ms late or more for {late} periods",
-                skips[0].frames
-            );
+            eprintln!("drift {drift}: not told, 20 ms late or more for {late} periods");
             assert!(
                 late as f64 * 1.333 >= SHRINK_WINDOW_NS as f64 / 1e6,
-                "drift {drift}, far too {far_too}: late for {late} periods only: {untold:?}"
+                "drift {drift}: late for {late} periods only: {untold:?}"
             );
             assert!(
                 log.iter().any(|d| d.cause == DiscontinuityCause::Shrink),
-                "drift {drift}, far too {far_too}: {log:?}"
+                "drift {drift}: {log:?}"
             );
         }
     }
