@@ -1025,15 +1025,6 @@ impl JitterBuffer {
         }
         self.stats.sender_gaps += 1;
         self.stats.sender_gap_frames += frames;
-        // The far side's packets leave that much later against their media time from now
-        // on: the phase moves with them at once, as it does for this side's own loss (on
-        // one machine whose hiccup stalled both sides, the two moves cancel).
-        if let Some(ph) = &mut self.phase {
-            ph.walk.spoiled = true;
-            ph.delta -= frames as f64;
-            ph.track -= frames as f64;
-            ph.lost_shift = true;
-        }
         let target = self.delay.target_ns();
         self.delay.sender_skipped(now_ns, frames_to_ns(frames, self.rate));
         // Following the phase, the steps the target grew for them are given back at once.

@@ -20,8 +20,11 @@
 //! nothing meanwhile, so the skip went past audio still to come (late concealments, then
 //! growths). Playout now settles a loss once a packet after it shows what the far side did:
 //! audio that came late by the time lost is not skipped, and a gap the far stream declares
-//! for it is jumped where it is. 1.12–1.25 events: the far stream's gap, and now and then a
-//! catch-up.
+//! for it is jumped where it is. 1.38–2.12 events: the far stream's gap, now and then a
+//! catch-up, and after a 3 ms loss a growth when the far gap moves the packets' grid, which
+//! playout's phase takes in through its low-pass. (Taking that move in at once brought this
+//! to 1.12–1.25 here, and doubled the growths on the JACK bench: the model and the process
+//! disagree there.)
 
 mod common;
 
@@ -111,13 +114,14 @@ fn worst_cases() -> (f64, f64) {
 }
 
 /// No worse than playout does today (own device: at most 1.25 events a hiccup, the skip
-/// and now and then a catch-up; both servers: at most 1.25, the far stream's gap and now and
-/// then a catch-up), so that a change that costs more shows here before a bench.
+/// and now and then a catch-up; both servers: at most 2.25, the far stream's gap, now and
+/// then a catch-up or a growth), so that a change that costs more shows here before a
+/// bench.
 #[test]
 fn hiccups_cost_no_more_discontinuities_than_today() {
     let (own, both) = worst_cases();
     assert!(own <= 1.25, "{own:.2} events a hiccup of the own device");
-    assert!(both <= 1.25, "{both:.2} events a hiccup of both servers");
+    assert!(both <= 2.25, "{both:.2} events a hiccup of both servers");
 }
 
 /// The goal: a loss of the own device costs one skip, and one machine's hiccup at most one
