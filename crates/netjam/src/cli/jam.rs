@@ -34,10 +34,12 @@ use crate::endpoint::raw::RawSink;
 use crate::endpoint::wav::WavSink;
 use crate::endpoint::{Endpoint, FrameSink, FrameSource, PeriodStats, Realtime, SampleFormat};
 use crate::lifecycle::{cname, fresh_seed, Running};
-use crate::record::{self, RecordConfig, RecordSummary, RecordWriter};
+use crate::record::{self, RecordSummary, RecordWriter};
 use crate::resample::{EdgeProcess, EdgeResampler, ResampledSource, OPUS_RATE};
 use crate::series::BoundedSeries;
-use crate::session::{interrupt_flag, JamProcess, JamStats, NetIo, Peer, Snapshot, PEER_TRACK};
+use crate::session::{
+    interrupt_flag, start_recording, stop_player, JamProcess, JamStats, NetIo, Peer, Snapshot, PEER_TRACK,
+};
 use crate::status::{codec_delay, meter, StatusLine};
 use crate::transport::UdpTransport;
 
@@ -663,25 +665,16 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
             c.local_addr()
         );
     }
-    let recorder = match &a.record {
-        Some(dir) => {
-            let (tap, writer) = record::start(RecordConfig {
-                dir: dir.clone(),
-                rate: format.rate,
-                mix_channels: heard.channels,
-                you_channels: format.channels,
-                names: Box::new(|_| Some(PEER_TRACK_NAME.into())),
-            })?;
-            process.set_recorder(tap);
-            eprintln!(
-                "netjam: recording into {}: mix.wav, you.wav and {} (the other player) (32-bit float, sample-aligned)",
-                dir.display(),
-                record::member_file_name(PEER_TRACK, PEER_TRACK_NAME)
-            );
-            Some(writer)
-        }
-        None => None,
-    };
+    let recorder = start_recording(
+        a.record.as_deref(),
+        &mut process,
+        (format.rate, heard.channels, format.channels),
+        Box::new(|_| Some(PEER_TRACK_NAME.into())),
+        &format!(
+            "{} (the other player)",
+            record::member_file_name(PEER_TRACK, PEER_TRACK_NAME)
+        ),
+    )?;
     // The device's own rate: its frames, periods and the --duration limit count in it.
     let device_rate = device_spec.map_or(format.rate, |s| s.rate);
     let mut counted = String::from("(counted in the codec delay)");
@@ -773,17 +766,7 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         series.push(s);
     });
     status.finish();
-    let stopped = running.stop_with_bye(|p, now| p.inner_mut().finish(now))?;
-    let edge_underruns = stopped.process.underruns();
-    if edge_underruns > 0 {
-        eprintln!(
-            "netjam: the resampler to the device ran short in {edge_underruns} periods (silence filled them)"
-        );
-    }
-    let (mut process, periods) = (stopped.process.into_process().into_inner(), stopped.periods);
-    if let Some(b) = beat.as_mut() {
-        b.stop();
-    }
+    let (mut process, periods) = stop_player(running, beat.as_mut())?;
     // The audio thread has stopped: what it queued is written, then the files are closed.
     drop(process.take_recorder());
     let record = finish_recording(recorder)?;

@@ -29,7 +29,6 @@ use super::stream::{packets_text, write_json};
 use crate::control::{command_ring, ControlHandle, ControlServer, ControlState, Surface, DEFAULT_RING};
 use crate::lifecycle::{any_for, Running};
 use crate::member_ports::{self, MemberPorts};
-use crate::record::{self, RecordConfig};
 use crate::room_client::{self, JoinRequest, RoomWires, SeatSetup, CONTROL_QUEUE};
 use crate::room_view::{
     heard_members, keep_peaks, publish, remember, room_line, Everyone, HeardMember, RoomPoint, RoomReport,
@@ -37,7 +36,9 @@ use crate::room_view::{
 };
 use crate::series::BoundedSeries;
 use crate::server::DEFAULT_PORT;
-use crate::session::{interrupt_flag, NetIo, Peer, RoomProcess, Snapshot, MAX_ROOM_MEMBERS};
+use crate::session::{
+    interrupt_flag, start_recording, stop_player, NetIo, Peer, RoomProcess, Snapshot, MAX_ROOM_MEMBERS,
+};
 use crate::status::StatusLine;
 use crate::web::room_page::{FixedStages, RoomPage};
 use netjam_engine::player::reflexive::{Mapping, Reflexive};
@@ -608,30 +609,19 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     // The control thread stays the command ring's one producer: OSC's and the page's
     // commands reach the audio thread through it.
     let room_link = room_client::spawn(seated, wires, control_rx, commands, (extra, page_commands))?;
-    let recorder = match &a.record {
-        Some(dir) => {
-            let roster = room_link.roster.clone();
-            let (tap, writer) = record::start(RecordConfig {
-                dir: dir.clone(),
-                rate: format.rate,
-                mix_channels: heard.channels,
-                you_channels: format.channels,
-                names: Box::new(move |id| {
-                    roster
-                        .lock()
-                        .ok()
-                        .and_then(|r| r.members.get(&id).map(|m| m.name.clone()))
-                }),
-            })?;
-            process.set_recorder(tap);
-            eprintln!(
-                "netjam: recording into {}: mix.wav, you.wav and NN-name.wav per member (32-bit float, sample-aligned)",
-                dir.display()
-            );
-            Some(writer)
-        }
-        None => None,
-    };
+    let roster = room_link.roster.clone();
+    let recorder = start_recording(
+        a.record.as_deref(),
+        &mut process,
+        (format.rate, heard.channels, format.channels),
+        Box::new(move |id| {
+            roster
+                .lock()
+                .ok()
+                .and_then(|r| r.members.get(&id).map(|m| m.name.clone()))
+        }),
+        "NN-name.wav per member",
+    )?;
     let mut member_ports = match (a.member_ports, jack.as_mut()) {
         (false, _) => None,
         (true, None) => bail!("--member-ports gives each member JACK ports of its own: add --jack"),
@@ -774,18 +764,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         // Not left behind in the router (an error return drops it, which removes it too).
         m.remove(crate::port_map::REMOVE_WAIT);
     }
-    let stopped = running.stop_with_bye(|p, now| p.inner_mut().finish(now))?;
-    if let Some(b) = beat.as_mut() {
-        b.stop();
-    }
-
-    let edge_underruns = stopped.process.underruns();
-    if edge_underruns > 0 {
-        eprintln!(
-            "netjam: the resampler to the device ran short in {edge_underruns} periods (silence filled them)"
-        );
-    }
-    let (mut process, periods) = (stopped.process.into_process().into_inner(), stopped.periods);
+    let (mut process, periods) = stop_player(running, beat.as_mut())?;
     let stats = process.report();
     remember(&mut everyone, heard_members(&stats, &roster, fixed_ms));
     let heard_final: Vec<HeardMember> = everyone.into_values().collect();
