@@ -1453,15 +1453,16 @@ impl JitterBuffer {
     }
 
     /// Settle time this side's device lost, at the start of a period at `now_ns`, once a
-    /// packet that arrived after the loss shows what the far side did meanwhile (or
-    /// [`DEVICE_LOST_WAIT_PACKETS`] packet times have passed without one). Audio the far
-    /// side sent on time piled up while the device stood still: playout is late by the
-    /// time lost, its periods start that much later against the arrivals from now on, and
-    /// the phase moves with them at once (not through the low-pass and the jump hold).
-    /// Audio that came as late (one machine's hiccup stalled both sides, as two audio
-    /// servers on one busy machine do) did not pile up: what it came late by is not skipped
-    /// and does not move the phase, since the arrivals moved with the periods. Until then
-    /// playout plays what is there, late.
+    /// packet due after the loss shows what the far side did meanwhile (or at once when a
+    /// loss of two packets or more shows in what piled up, or after [`DEVICE_LOST_WAIT_NS`]
+    /// beyond the cover without one). Audio the far side sent on time piled up while the
+    /// device stood still: playout is late by the time lost and skips it. Audio that came
+    /// as late (one machine's hiccup stalled both sides, as two audio servers on one busy
+    /// machine do), or a gap the far stream declared for it, did not pile up: that much is
+    /// not skipped here (a declared gap is jumped where it is). The phase, measured against
+    /// the arrival line, moves by the whole loss at once either way; it gives a freed step
+    /// back at once only when something is skipped. Until then playout plays what is
+    /// there, late.
     fn settle_device_lost(&mut self, now_ns: u64, frames: usize) {
         if self.device_lost == 0 {
             self.device_lost_at = None;
