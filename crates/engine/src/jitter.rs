@@ -991,7 +991,7 @@ impl JitterBuffer {
     /// This side's own device lost `frames` frames of time since the last period (JACK
     /// dropped cycles, or a server stood still without counting them): nothing played while
     /// it stood, so the far audio due meanwhile is late already, if the far side sent it.
-    /// Once that is known ([`Self::settle_device_lost`]: at once when a loss of a few
+    /// Once that is known (`settle_device_lost`: at once when a loss of a few
     /// packets shows in what piled up, else at the first packet due after it) a period drops
     /// as much of it as playout is late (up to `frames`, less [`SHRINK_KEEP_NS`], less what
     /// the far side's audio came late by or skipped) in one cross-faded skip, instead of
