@@ -29,6 +29,7 @@ pub mod rt;
 pub mod series;
 pub mod server;
 pub mod session;
+pub mod shell;
 pub mod status;
 pub mod transport;
 pub mod udp_batch;

@@ -51,8 +51,6 @@ use netjam_engine::sender::{Sender, SenderStats};
 use netjam_engine::wire::PacketKind;
 
 use crate::endpoint::Process;
-use crate::ensemble::beat::{BeatClicks, JamBeat};
-use crate::resample::EdgeProcess;
 use crate::ring::{packet_ring, PacketRx, PacketTx};
 use crate::transport::UdpTransport;
 
@@ -888,55 +886,4 @@ impl<R: Copy + Send> Process for PlayerProcess<R> {
         let (media, report) = (&mut self.media, self.report);
         self.publisher.tick(frames, output, || report(media));
     }
-}
-
-/// Start recording into `dir` (when given: `--record`) on the player's audio half: its tap
-/// goes to `process`, the writer that files what it queues comes back. `names` names a
-/// member's file when its track starts; `tracks` says in the start-up line which files
-/// there are beside the mix and you. Both a jam and a room start their recording here.
-pub fn start_recording<R>(
-    dir: Option<&std::path::Path>,
-    process: &mut PlayerProcess<R>,
-    (rate, mix_channels, you_channels): (u32, u16, u16),
-    names: Box<dyn Fn(netjam_engine::members::MemberId) -> Option<String> + Send>,
-    tracks: &str,
-) -> anyhow::Result<Option<crate::record::RecordWriter>> {
-    let Some(dir) = dir else { return Ok(None) };
-    let (tap, writer) = crate::record::start(crate::record::RecordConfig {
-        dir: dir.to_path_buf(),
-        rate,
-        mix_channels,
-        you_channels,
-        names,
-    })?;
-    process.set_recorder(tap);
-    eprintln!(
-        "netjam: recording into {}: mix.wav, you.wav and {tracks} (32-bit float, sample-aligned)",
-        dir.display()
-    );
-    Ok(Some(writer))
-}
-
-/// Stop the player's audio thread (its last packets and a BYE sent), then the ensemble's
-/// beat, and say if the resampler to the device ran short. The player's audio half comes
-/// back, with the device periods' figures.
-pub fn stop_player<R>(
-    running: crate::lifecycle::Running<BeatClicks<EdgeProcess<PlayerProcess<R>>>>,
-    beat: Option<&mut JamBeat>,
-) -> anyhow::Result<(PlayerProcess<R>, crate::endpoint::PeriodStats)>
-where
-    R: Copy + Send + 'static,
-    PlayerProcess<R>: crate::ensemble::beat_delay::Streams,
-{
-    let stopped = running.stop_with_bye(|p, now| p.inner_mut().finish(now))?;
-    if let Some(b) = beat {
-        b.stop();
-    }
-    let edge_underruns = stopped.process.underruns();
-    if edge_underruns > 0 {
-        eprintln!(
-            "netjam: the resampler to the device ran short in {edge_underruns} periods (silence filled them)"
-        );
-    }
-    Ok((stopped.process.into_process().into_inner(), stopped.periods))
 }

@@ -162,6 +162,42 @@ pub fn meter_char(dbfs: f32) -> char {
     STEPS[(((dbfs + 60.0) / 7.5) as usize).min(STEPS.len() - 1)]
 }
 
+/// What a player has been told about the sample rate another player's stream arrives at,
+/// so each change is said once: a stream at another rate is converted to the player's; one
+/// too far from it to convert is refused (nothing of it plays).
+#[derive(Debug, Default)]
+pub struct HeardRate {
+    told: Option<(Option<u32>, bool)>,
+}
+
+impl HeardRate {
+    /// The line to print now about `who`, whose stream was last heard at `heard` Hz (None:
+    /// not yet) with `refused` packets refused for their rate so far, on a device at
+    /// `device_rate`; `None` when nothing changed or there is nothing to say.
+    pub fn tell(&mut self, who: &str, heard: Option<u32>, refused: u64, device_rate: u32) -> Option<String> {
+        // Refused packets are counted for good: a stream heard since is what counts.
+        let refusing = refused > 0 && heard.is_none();
+        let now = (heard, refusing);
+        if self.told == Some(now) {
+            return None;
+        }
+        self.told = Some(now);
+        if refusing {
+            return Some(format!(
+                "netjam: error: {who} sends at a sample rate too far from yours ({device_rate} Hz) to convert, so you hear \
+                 nothing from them: 44.1 and 48 kHz convert to each other, as do 88.2 and 96 kHz, so one of you picks a --rate \
+                 near the other's (with --codec opus on both sides any device rate works)"
+            ));
+        }
+        match heard {
+            Some(r) if r != device_rate => Some(format!(
+                "netjam: {who} sends at {r} Hz: converted to your {device_rate} Hz"
+            )),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

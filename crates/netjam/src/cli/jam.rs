@@ -25,23 +25,19 @@ use super::common::{check_outputs, resolve, BufferArg};
 use super::stream::{packets_text, parse_outputs, write_json, SourceArgs, WireArgs};
 use crate::control::jam::JamControl;
 use crate::endpoint::card;
-#[cfg(feature = "cpal")]
-use crate::endpoint::card::CardMonitor;
 use crate::endpoint::channels::ChannelMap;
-use crate::endpoint::jack::{JackConfig, JackEndpoint, JackMonitor};
-use crate::endpoint::paced::PacedEndpoint;
-use crate::endpoint::raw::RawSink;
-use crate::endpoint::wav::WavSink;
-use crate::endpoint::{Endpoint, FrameSink, FrameSource, PeriodStats, Realtime, SampleFormat};
-use crate::lifecycle::{cname, fresh_seed, Running};
-use crate::record::{self, RecordSummary, RecordWriter};
-use crate::resample::{EdgeProcess, EdgeResampler, ResampledSource, OPUS_RATE};
+use crate::endpoint::jack::{JackConfig, JackEndpoint};
+use crate::endpoint::{Endpoint, FrameSource, PeriodStats, SampleFormat};
+use crate::lifecycle::{cname, fresh_seed};
+use crate::record::{self, RecordSummary};
+use crate::resample::{EdgeResampler, ResampledSource, OPUS_RATE};
 use crate::series::BoundedSeries;
-use crate::session::{
-    interrupt_flag, start_recording, stop_player, JamProcess, JamStats, NetIo, Peer, Snapshot, PEER_TRACK,
+use crate::session::{interrupt_flag, JamProcess, JamStats, NetIo, Peer, Snapshot, PEER_TRACK};
+use crate::shell::{
+    bind, finish_recording, heard_format, recording_status, start_player, start_recording, stop_player,
+    Click, DeviceReport, DeviceSettings, HeardTo, PlayerDevice, StartedPlayer,
 };
-use crate::status::{codec_delay, meter, StatusLine};
-use crate::transport::UdpTransport;
+use crate::status::{codec_delay, meter, HeardRate, StatusLine};
 
 #[derive(Debug, Args)]
 // A sound card is a source too, named by up to three flags at once: the source group stops
@@ -297,10 +293,8 @@ struct JamReport {
     /// The most recent concealed, inserted and skipped stretches of what you heard.
     discontinuities: Vec<netjam_engine::discontinuity::Discontinuity>,
     series: BoundedSeries<Snapshot<JamStats>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    jack: Option<JackReport>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    device: Option<card::Report>,
+    #[serde(flatten)]
+    device: DeviceReport,
     stages: Stages,
     /// What scheduling each of netjam's own threads got.
     threads: Vec<crate::rt::ThreadRt>,
@@ -311,46 +305,6 @@ struct JamReport {
 
 /// The file name of the other player's track in a two-player recording.
 const PEER_TRACK_NAME: &str = "peer";
-
-/// The status line's word on a recording under way.
-pub(crate) fn recording_status(w: &RecordWriter, rate: u32) -> String {
-    let mut text = format!("  rec {:.0}s", w.written_frames() as f64 / f64::from(rate.max(1)));
-    if w.dropped_blocks() > 0 {
-        text.push_str(&format!(" ({} periods dropped)", w.dropped_blocks()));
-    }
-    text
-}
-
-/// Once the audio thread has stopped and its tap is dropped: write what is queued, close
-/// the files and say what was recorded.
-pub(crate) fn finish_recording(writer: Option<RecordWriter>) -> anyhow::Result<Option<RecordSummary>> {
-    let Some(w) = writer else { return Ok(None) };
-    let r = w.finish()?;
-    eprintln!(
-        "netjam: recorded {:.2} s ({} frames) into {}: {}",
-        r.seconds(),
-        r.frames,
-        r.dir.display(),
-        r.files
-            .iter()
-            .map(|f| f
-                .path
-                .file_name()
-                .map_or_else(String::new, |n| n.to_string_lossy().into_owned()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    if r.dropped_blocks > 0 {
-        eprintln!(
-            "netjam: the recording fell behind: {} periods ({} frames) dropped, silence in their place in every file",
-            r.dropped_blocks, r.dropped_frames
-        );
-    }
-    if let Some(e) = &r.error {
-        eprintln!("netjam: the recording stopped early: {e}");
-    }
-    Ok(Some(r))
-}
 
 /// What each stage of the path adds, beside the round trip measured in band, so a player
 /// sees where the time goes.
@@ -392,22 +346,6 @@ impl std::fmt::Display for Stages {
         }
         Ok(())
     }
-}
-
-/// How the JACK side ran.
-#[derive(Debug, serde::Serialize)]
-struct JackReport {
-    client: String,
-    rate: u32,
-    period: u32,
-    realtime: bool,
-    realtime_priority: Option<i32>,
-    xruns: u64,
-    /// Frames of the server's time that passed without cycles it counted: the stream's
-    /// timeline skipped them (see `netjam_engine::slip`).
-    slipped_frames: u64,
-    /// In how many slips.
-    slips: u64,
 }
 
 /// The rate and channels of a device, for building a sender before the device runs.
@@ -618,18 +556,12 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     }
     let peer_text = a.peer.clone().unwrap_or_default();
     let peer = resolve(&peer_text)?;
-    let Audio {
-        jack,
-        card,
-        source,
-        sender,
-        device_spec,
-    } = audio;
+    let Audio { device, sender } = audio;
     let format = sender.format();
     // What you hear plays in your own format, on as many channels as the device plays
     // (an --outputs map can name more or fewer than --inputs sends): the other player is
     // the one member of a room of two, mixed into that like a room's members.
-    let heard = heard_format(format, device_spec);
+    let heard = heard_format(format, device.spec());
     let media = media_config(&a, format.rate, 1, heard.channels.into(), a.wire.name.clone());
     let listen = a.listen.unwrap_or(SocketAddr::from(([0, 0, 0, 0], 4464)));
     let socket = bind(listen)?;
@@ -675,44 +607,28 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
             record::member_file_name(PEER_TRACK, PEER_TRACK_NAME)
         ),
     )?;
-    // The device's own rate: its frames, periods and the --duration limit count in it.
-    let device_rate = device_spec.map_or(format.rate, |s| s.rate);
-    let mut counted = String::from("(counted in the codec delay)");
-    if a.record.is_some() {
-        counted += &format!("; the recording is at {} Hz", format.rate);
-    }
-    let process = device_edges(process, device_spec, format.rate, &counted)?;
-    let hear_edge_ms = process.delay_ns().1 as f64 / 1e6;
     // The ensemble's click, mixed into what you hear (a no-op without --ensemble).
     let mut beat = a.ensemble.start()?;
     if let (Some(b), Some(unit)) = (&beat, a.delay_to_beat) {
         b.shared.delay_beats.store(unit.beats(), Ordering::Relaxed);
     }
-    let process = crate::ensemble::beat::BeatClicks::new(
-        process,
-        beat.as_mut(),
-        device_rate,
-        heard.channels.into(),
-        a.ensemble.click_gain,
-        a.delay_to_beat.map(|_| DELAY_MAX_NS),
-    );
-    let sink = heard_sink(&a, format)?;
-    let limit = a.duration.map(|d| (d * device_rate as f64) as u64);
-    let Opened {
-        endpoint,
-        jack_info,
-        card_info,
-    } = open_endpoint(&a, jack, card, source, format, sink, limit)?;
+    let click = Click {
+        beat: beat.as_mut(),
+        gain_db: a.ensemble.click_gain,
+        delay_max_ns: a.delay_to_beat.map(|_| DELAY_MAX_NS),
+    };
+    let settings = a.device_settings(format, "(counted in the codec delay)");
     // Ctrl-C from now on stops the stream: before the line a caller waits for.
     let stop = interrupt_flag();
-    eprintln!(
-        "netjam: jamming with {peer} from {} ({format}, {})",
-        io.local, packets
-    );
-    let running = Running::start("netjam-audio", io, endpoint, process, stop)?;
+    let StartedPlayer {
+        running,
+        mut monitors,
+        hear_edge_ms,
+    } = start_player(process, device, &settings, (io, format), click, stop, |local| {
+        eprintln!("netjam: jamming with {peer} from {local} ({format}, {packets})");
+    })?;
     let mut status = StatusLine::new();
     let mut series = BoundedSeries::default();
-    let mut realtime_told = false;
     let mut rate_told = HeardRate::default();
     let mut delay_told = DelayState::Waiting;
     running.watch(&mut snaps, |s| {
@@ -730,23 +646,7 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         if let Some(w) = &recorder {
             line.push_str(&recording_status(w, format.rate));
         }
-        device_status(&mut line, &mut status, &mut realtime_told, &jack_info, &card_info);
-        // The click sounds on the beat: it is rendered earlier by what JACK says its
-        // ports' playback latency is, or the sound card's host (files and stdout play at
-        // once); what is sent is placed in ensemble time by JACK's capture latency.
-        if let (Some(b), Some((_, monitor, _))) = (&beat, &jack_info) {
-            b.shared
-                .output_latency_frames
-                .store(monitor.output_latency_frames(), Ordering::Relaxed);
-            b.shared
-                .input_latency_frames
-                .store(monitor.input_latency_frames(), Ordering::Relaxed);
-        }
-        if let (Some(b), Some(monitor)) = (&beat, &card_info) {
-            b.shared
-                .output_latency_frames
-                .store(monitor.output_latency_frames(device_rate), Ordering::Relaxed);
-        }
+        monitors.on_snapshot(&mut line, &mut status, beat.as_ref());
         if let (Some(b), Some(unit)) = (&beat, a.delay_to_beat) {
             let want = b.shared.delay_want_ns.load(Ordering::Relaxed);
             let state = DelayState::from_word(b.shared.delay_state.load(Ordering::Relaxed), want);
@@ -782,9 +682,8 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         jb.target_ms,
         jb.added_latency_ms
     );
-    let jack = device_report(jack_info, &periods);
-    let device = card_info.map(|monitor| monitor.report(device_rate, a.wire.frames, &periods));
-    let frames_ms = |frames: f64| frames * 1e3 / f64::from(device_rate);
+    let device_rate = monitors.rate();
+    let device = monitors.report(&periods);
     let stages = Stages {
         round_trip_ms: stats.round_trip_ms,
         network_ms: stats.sent.rtt_floor_ms,
@@ -793,11 +692,9 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
         jitter_buffer_ms: stats
             .round_trip_buffer_ms
             .unwrap_or(stats.heard.jitter_buffer.added_latency_recent_ms),
-        device_ms: match (&jack, &device) {
-            (Some(j), _) => Some(frames_ms(2.0 * f64::from(j.period))),
-            (None, Some(d)) => Some(frames_ms(d.device_frames() as f64)),
-            (None, None) => None,
-        },
+        device_ms: device
+            .device_frames()
+            .map(|frames| frames * 1e3 / f64::from(device_rate.max(1))),
     };
     eprintln!("netjam: where the time goes: {stages}");
     if let Some(line) = crate::rt::report_line() {
@@ -814,7 +711,6 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
                     .map(|r| r.recent_discontinuities().copied().collect())
                     .unwrap_or_default(),
                 series,
-                jack,
                 device,
                 stages,
                 threads: crate::rt::threads(),
@@ -876,24 +772,50 @@ fn fill_room_defaults(a: &mut JamArgs) -> anyhow::Result<()> {
 
 /// The audio side opened before the network: a device or a source, and the sender for it.
 pub(crate) struct Audio {
-    pub jack: Option<JackEndpoint>,
-    pub card: Option<card::Card>,
-    pub source: Option<Box<dyn FrameSource>>,
+    pub device: PlayerDevice,
     pub sender: netjam_engine::sender::Sender,
-    pub device_spec: Option<crate::endpoint::StreamSpec>,
+}
+
+impl JamArgs {
+    /// How the player's device runs; `edge_counted` says where the delay of resampling
+    /// at the device's edges is counted.
+    pub(super) fn device_settings(
+        &self,
+        format: netjam_engine::wire::AudioFormat,
+        edge_counted: &str,
+    ) -> DeviceSettings {
+        let mut edge_counted = edge_counted.to_string();
+        if self.record.is_some() {
+            edge_counted += &format!("; the recording is at {} Hz", format.rate);
+        }
+        DeviceSettings {
+            frames: self.wire.frames,
+            no_connect: self.no_connect,
+            inputs: self.source.inputs.clone(),
+            outputs: self.outputs.clone(),
+            heard_to: match (&self.output, self.stdout) {
+                (Some(path), _) => HeardTo::File(path.clone()),
+                (None, true) => HeardTo::Stdout(self.out_format),
+                (None, false) => HeardTo::Nowhere,
+            },
+            duration_s: self.duration,
+            edge_counted,
+        }
+    }
 }
 
 /// Open JACK, a sound card or the source named by the flags, and build the sender for it.
 fn open_audio(a: &mut JamArgs) -> anyhow::Result<Audio> {
     let jack = if a.jack { Some(open_jack(a)?) } else { None };
     let card = card::open(&a.card())?;
-    let device_spec = jack
-        .as_ref()
-        .map(|j| j.spec())
-        .or(card.as_ref().map(|c| c.spec()));
-    let (source, sender) = match device_spec {
+    let mut device = PlayerDevice {
+        jack,
+        card,
+        source: None,
+    };
+    let sender = match device.spec() {
         Some(spec) => {
-            let device = DeviceFormat {
+            let captured = DeviceFormat {
                 rate: spec.rate,
                 channels: spec.input_channels,
             };
@@ -906,18 +828,15 @@ fn open_audio(a: &mut JamArgs) -> anyhow::Result<Audio> {
                     spec.input_channels.max(1).into(),
                     spec.period as usize,
                 )?;
-                let device = DeviceFormat {
+                let captured = DeviceFormat {
                     rate: OPUS_RATE,
-                    ..device
+                    ..captured
                 };
-                (
-                    None,
-                    a.wire
-                        .sender_after_edge(&device, Codec::L24, capture_edge.filter_delay_ns())?,
-                )
+                a.wire
+                    .sender_after_edge(&captured, Codec::L24, capture_edge.filter_delay_ns())?
             } else {
                 // A device delivers float samples: 24-bit on the wire keeps their resolution by default.
-                (None, a.wire.sender(&device, Codec::L24)?)
+                a.wire.sender(&captured, Codec::L24)?
             }
         }
         None => {
@@ -931,16 +850,11 @@ fn open_audio(a: &mut JamArgs) -> anyhow::Result<Audio> {
             let sender = a
                 .wire
                 .sender_after_edge(source.as_ref(), default_codec, edge_ns)?;
-            (Some(source), sender)
+            device.source = Some(source);
+            sender
         }
     };
-    Ok(Audio {
-        jack,
-        card,
-        source,
-        sender,
-        device_spec,
-    })
+    Ok(Audio { device, sender })
 }
 
 /// Whether the stream is Opus on a device (or source) at another rate than 48 kHz, so the
@@ -948,255 +862,4 @@ fn open_audio(a: &mut JamArgs) -> anyhow::Result<Audio> {
 /// the device at 48 kHz; the room refuses them otherwise, see `jam_room`).
 fn opus_edges(a: &JamArgs, rate: u32) -> bool {
     a.wire.codec == Some(Codec::Opus) && rate != OPUS_RATE
-}
-
-/// The jam's process as the device runs it: wrapped in edge resamplers when the device's
-/// rate is not the stream's (Opus at 48 kHz on a device at another rate, see `opus_edges`),
-/// saying on stderr what they add, `counted` telling where that delay is counted; passed
-/// straight through otherwise. Peer mode and rooms alike.
-pub(crate) fn device_edges<P>(
-    process: P,
-    device_spec: Option<crate::endpoint::StreamSpec>,
-    stream_rate: u32,
-    counted: &str,
-) -> anyhow::Result<EdgeProcess<P>> {
-    let Some(spec) = device_spec.filter(|s| s.rate != stream_rate) else {
-        return Ok(EdgeProcess::passthrough(process));
-    };
-    let p = EdgeProcess::new(
-        process,
-        spec.rate,
-        spec.period as usize,
-        spec.input_channels.into(),
-        spec.output_channels.into(),
-    )?;
-    let (capture, play) = p.delay_ns();
-    eprintln!(
-        "netjam: resampling the device's {} Hz to and from Opus's {stream_rate} Hz adds {:.2} ms sending and {:.2} ms hearing {counted}",
-        spec.rate,
-        capture as f64 / 1e6,
-        play as f64 / 1e6
-    );
-    Ok(p)
-}
-
-/// What you hear: your own format, on as many channels as the device plays (an --outputs
-/// map can name more or fewer than --inputs sends).
-pub(crate) fn heard_format(
-    format: netjam_engine::wire::AudioFormat,
-    device_spec: Option<crate::endpoint::StreamSpec>,
-) -> netjam_engine::wire::AudioFormat {
-    match device_spec {
-        Some(spec) => netjam_engine::wire::AudioFormat {
-            channels: spec.output_channels,
-            ..format
-        },
-        None => format,
-    }
-}
-
-/// Bind the stream's socket, saying what to do if the address is taken.
-pub(crate) fn bind(listen: SocketAddr) -> anyhow::Result<UdpTransport> {
-    UdpTransport::bind(listen).with_context(|| {
-        format!("cannot listen on {listen}: is another program using it? Pick another with --listen")
-    })
-}
-
-/// Where what you hear goes when no device plays it: --output or --stdout.
-pub(crate) fn heard_sink(
-    a: &JamArgs,
-    format: netjam_engine::wire::AudioFormat,
-) -> anyhow::Result<Option<Box<dyn FrameSink>>> {
-    Ok(match (&a.output, a.stdout) {
-        (Some(path), _) => Some(Box::new(WavSink::create(
-            path,
-            format.rate,
-            format.channels,
-            format.codec,
-        )?)),
-        (None, true) => Some(Box::new(RawSink::new(std::io::stdout(), a.out_format))),
-        (None, false) => None,
-    })
-}
-
-/// The endpoint that runs the stream, and the monitors of its device.
-pub(crate) struct Opened {
-    pub endpoint: Box<dyn Endpoint>,
-    pub jack_info: Option<(String, JackMonitor, crate::endpoint::StreamSpec)>,
-    pub card_info: Option<card::Monitor>,
-}
-
-pub(crate) fn open_endpoint(
-    a: &JamArgs,
-    jack: Option<JackEndpoint>,
-    card: Option<card::Card>,
-    source: Option<Box<dyn FrameSource>>,
-    format: netjam_engine::wire::AudioFormat,
-    sink: Option<Box<dyn FrameSink>>,
-    limit: Option<u64>,
-) -> anyhow::Result<Opened> {
-    let mut jack_info = None;
-    let mut card_info = None;
-    let endpoint: Box<dyn Endpoint> = match (jack, card, source) {
-        (None, Some(c), _) => {
-            eprintln!("netjam: sound card {}", c.describe());
-            card_info = Some(c.monitor());
-            c.into_endpoint(limit)
-        }
-        (Some(j), _, _) => {
-            let name = j.client_name().to_string();
-            let spec = j.spec();
-            let on = |map: &Option<ChannelMap>, n: u16| match map {
-                _ if a.no_connect => " (not connected: --no-connect)".to_string(),
-                Some(m) => format!(" (connected to physical ports {m})"),
-                None => format!(" (connected to physical ports 1-{n})"),
-            };
-            eprintln!(
-                "netjam: JACK client {name}: {} Hz, {}-frame periods; {name}:send_1..{} are sent{}, {name}:receive_1..{} play what you hear{}",
-                format.rate,
-                spec.period,
-                spec.input_channels,
-                on(&a.source.inputs, spec.input_channels),
-                spec.output_channels,
-                on(&a.outputs, spec.output_channels),
-            );
-            jack_info = Some((name, j.monitor(), j.spec()));
-            Box::new(j.with_limit(limit))
-        }
-        (None, None, Some(source)) => Box::new(
-            PacedEndpoint::new(format.rate, a.wire.frames, Some(source), format.channels, sink)
-                .with_limit(limit),
-        ),
-        (None, None, None) => bail!("no audio source"),
-    };
-    Ok(Opened {
-        endpoint,
-        jack_info,
-        card_info,
-    })
-}
-
-/// What a player has been told about the sample rate another player's stream arrives at,
-/// so each change is said once: a stream at another rate is converted to the player's; one
-/// too far from it to convert is refused (nothing of it plays).
-#[derive(Debug, Default)]
-pub(crate) struct HeardRate {
-    told: Option<(Option<u32>, bool)>,
-}
-
-impl HeardRate {
-    /// The line to print now about `who`, whose stream was last heard at `heard` Hz (None:
-    /// not yet) with `refused` packets refused for their rate so far, on a device at
-    /// `device_rate`; `None` when nothing changed or there is nothing to say.
-    pub(crate) fn tell(
-        &mut self,
-        who: &str,
-        heard: Option<u32>,
-        refused: u64,
-        device_rate: u32,
-    ) -> Option<String> {
-        // Refused packets are counted for good: a stream heard since is what counts.
-        let refusing = refused > 0 && heard.is_none();
-        let now = (heard, refusing);
-        if self.told == Some(now) {
-            return None;
-        }
-        self.told = Some(now);
-        if refusing {
-            return Some(format!(
-                "netjam: error: {who} sends at a sample rate too far from yours ({device_rate} Hz) to convert, so you hear \
-                 nothing from them: 44.1 and 48 kHz convert to each other, as do 88.2 and 96 kHz, so one of you picks a --rate \
-                 near the other's (with --codec opus on both sides any device rate works)"
-            ));
-        }
-        match heard {
-            Some(r) if r != device_rate => Some(format!(
-                "netjam: {who} sends at {r} Hz: converted to your {device_rate} Hz"
-            )),
-            _ => None,
-        }
-    }
-}
-
-/// Append the device's xruns to a status line, and say once whether it runs realtime.
-pub(crate) fn device_status(
-    line: &mut String,
-    status: &mut StatusLine,
-    realtime_told: &mut bool,
-    jack_info: &Option<(String, JackMonitor, crate::endpoint::StreamSpec)>,
-    card_info: &Option<card::Monitor>,
-) {
-    if let Some((_, monitor, spec)) = jack_info {
-        if !*realtime_told && monitor.realtime() != Realtime::Unknown {
-            status.finish();
-            *realtime_told = tell_realtime(monitor);
-        }
-        line.push_str(&format!("  xruns {}", monitor.xruns()));
-        let (slipped, _) = monitor.slipped();
-        if slipped > 0 {
-            line.push_str(&format!(
-                "  lost time {:.0} ms",
-                slipped as f64 * 1e3 / f64::from(spec.rate.max(1))
-            ));
-        }
-    }
-    if let Some(monitor) = card_info {
-        if !*realtime_told {
-            if let Some(told) = monitor.realtime_line() {
-                status.finish();
-                eprintln!("netjam: {told}");
-                *realtime_told = true;
-            }
-        }
-        line.push_str(&format!("  xruns {}", monitor.xruns()));
-    }
-}
-
-/// How JACK ran, said once at the end.
-fn device_report(
-    jack_info: Option<(String, JackMonitor, crate::endpoint::StreamSpec)>,
-    periods: &PeriodStats,
-) -> Option<JackReport> {
-    jack_info.map(|(client, monitor, spec)| {
-        let realtime = monitor.realtime();
-        eprintln!(
-            "netjam: JACK: {} periods, {} missed deadlines ({} xruns), callback {:.1} µs mean, {:.1} µs worst; {realtime}",
-            periods.periods,
-            periods.missed_deadlines,
-            monitor.xruns(),
-            periods.callback_mean_us,
-            periods.callback_max_us
-        );
-        let (slipped, slips) = monitor.slipped();
-        if slipped > 0 {
-            eprintln!(
-                "netjam: JACK's clock lost {:.1} ms against the system clock in {slips} slips without counting it (a server that missed cycles); the stream skipped as much, so the far side heard gaps, not a clock falling behind",
-                slipped as f64 * 1e3 / f64::from(spec.rate.max(1))
-            );
-        }
-        JackReport {
-            client,
-            rate: spec.rate,
-            period: spec.period,
-            realtime: matches!(realtime, Realtime::Yes { .. }),
-            realtime_priority: match realtime {
-                Realtime::Yes { priority } => Some(priority),
-                _ => None,
-            },
-            xruns: monitor.xruns(),
-            slipped_frames: monitor.slipped().0,
-            slips: monitor.slipped().1,
-        }
-    })
-}
-
-/// Say once whether JACK's callback runs at realtime priority; false until it is known.
-fn tell_realtime(monitor: &JackMonitor) -> bool {
-    match monitor.realtime() {
-        Realtime::Unknown => false,
-        r => {
-            eprintln!("netjam: JACK callback: {r}");
-            true
-        }
-    }
 }

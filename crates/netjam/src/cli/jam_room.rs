@@ -10,7 +10,8 @@
 //!
 //! This module parses nothing and decides nothing about the protocol: it wires the
 //! library pieces ([`crate::room_client`], [`crate::session::RoomProcess`],
-//! [`crate::control`], [`crate::web`]) to the endpoint `jam` opened, and prints.
+//! [`crate::control`], [`crate::web`]) to the device `jam` opened, run by the player's
+//! shell ([`crate::shell`]) as a two-player jam's is, and prints.
 
 use std::net::SocketAddr;
 
@@ -21,13 +22,10 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use netjam_engine::privacy::{sframe, RoomSecret};
 
-use super::jam::{
-    bind, device_edges, device_status, finish_recording, heard_format, heard_sink, open_endpoint,
-    recording_status, Audio, HeardRate, JamArgs, Opened,
-};
+use super::jam::{Audio, JamArgs};
 use super::stream::{packets_text, write_json};
 use crate::control::{command_ring, ControlHandle, ControlServer, ControlState, Surface, DEFAULT_RING};
-use crate::lifecycle::{any_for, Running};
+use crate::lifecycle::any_for;
 use crate::member_ports::{self, MemberPorts};
 use crate::room_client::{self, JoinRequest, RoomWires, SeatSetup, CONTROL_QUEUE};
 use crate::room_view::{
@@ -36,10 +34,12 @@ use crate::room_view::{
 };
 use crate::series::BoundedSeries;
 use crate::server::DEFAULT_PORT;
-use crate::session::{
-    interrupt_flag, start_recording, stop_player, NetIo, Peer, RoomProcess, Snapshot, MAX_ROOM_MEMBERS,
+use crate::session::{interrupt_flag, NetIo, Peer, RoomProcess, Snapshot, MAX_ROOM_MEMBERS};
+use crate::shell::{
+    bind, finish_recording, heard_format, recording_status, start_player, start_recording, stop_player,
+    Click, StartedPlayer,
 };
-use crate::status::StatusLine;
+use crate::status::{HeardRate, StatusLine};
 use crate::web::room_page::{FixedStages, RoomPage};
 use netjam_engine::player::reflexive::{Mapping, Reflexive};
 use netjam_engine::player::{Command, MediaReport};
@@ -493,12 +493,10 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         None => None,
     };
     let Audio {
-        mut jack,
-        card,
-        source,
+        mut device,
         mut sender,
-        device_spec,
     } = audio;
+    let device_spec = device.spec();
     let format = sender.format();
     let heard = heard_format(format, device_spec);
     // The device's own rate: with Opus on a device at another rate than 48 kHz the room runs
@@ -622,61 +620,53 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         }),
         "NN-name.wav per member",
     )?;
-    let mut member_ports = match (a.member_ports, jack.as_mut()) {
+    let mut member_ports = match (a.member_ports, device.jack.as_mut()) {
         (false, _) => None,
         (true, None) => bail!("--member-ports gives each member JACK ports of its own: add --jack"),
         (true, Some(j)) => Some(start_member_ports(j, usize::from(heard.channels), &mut process)?),
     };
-    let mut counted = String::from("(counted in the latency to each member)");
-    if a.record.is_some() {
-        counted += &format!("; the recording is at {} Hz", format.rate);
-    }
-    let process = device_edges(process, device_spec, format.rate, &counted)?;
-    let hear_edge_ms = process.delay_ns().1 as f64 / 1e6;
     // The ensemble's click (with --ensemble): the room is the ensemble, through its server.
     let password = a.password.clone().unwrap_or_default();
     let mut beat = a
         .ensemble
         .start_in_room(server, front_doors, &room, &password, ens_seat)?;
-    let process = crate::ensemble::beat::BeatClicks::new(
+    let click = Click {
+        beat: beat.as_mut(),
+        gain_db: a.ensemble.click_gain,
+        delay_max_ns: None,
+    };
+    let settings = a.device_settings(format, "(counted in the latency to each member)");
+    // Ctrl-C from now on stops the stream: before the line a caller waits for.
+    let stop = interrupt_flag();
+    let StartedPlayer {
+        running,
+        mut monitors,
+        hear_edge_ms,
+    } = start_player(
         process,
-        beat.as_mut(),
-        device_rate,
-        heard.channels.into(),
-        a.ensemble.click_gain,
-        None,
-    );
-    let sink = heard_sink(&a, heard)?;
-    // The endpoint counts the device's frames.
-    let limit = a.duration.map(|d| (d * device_rate as f64) as u64);
-    let Opened {
-        endpoint,
-        jack_info,
-        card_info,
-    } = open_endpoint(&a, jack, card, source, format, sink, limit)?;
+        device,
+        &settings,
+        (io, format),
+        click,
+        stop.clone(),
+        |local| {
+            eprintln!(
+            "netjam: in room {room:?} as member {member_id} from {local} ({format}, {packets}); you hear the others, not yourself{}; seated in {:.0} ms",
+            if a.monitor { " except through --monitor" } else { "" },
+            join_ms
+        );
+        },
+    )?;
     // What every member's path has besides the network and your buffer: a packet of audio,
     // a device period at each end (theirs taken to be like yours), and the resampler from
     // Opus's 48 kHz to your device if it runs at another rate.
-    let device_ms = jack_info.as_ref().map_or(0.0, |(_, _, spec)| {
-        2.0 * f64::from(spec.period) * 1e3 / f64::from(device_rate)
-    });
     let fixed = FixedStages {
         packet_ms,
-        device_ms,
+        device_ms: 2.0 * monitors.jack_period_ms().unwrap_or(0.0),
         resampler_ms: hear_edge_ms,
     };
     let fixed_ms = fixed.total_ms();
-    // Ctrl-C from now on stops the stream: before the line a caller waits for.
-    let stop = interrupt_flag();
-    eprintln!(
-        "netjam: in room {room:?} as member {member_id} from {} ({format}, {packets}); you hear the others, not yourself{}; seated in {:.0} ms",
-        io.local,
-        if a.monitor { " except through --monitor" } else { "" },
-        join_ms
-    );
-    let running = Running::start("netjam-audio", io, endpoint, process, stop.clone())?;
     let mut status = StatusLine::new();
-    let mut realtime_told = false;
     // Everyone heard during the session, as last seen (members who left stay in the summary).
     let mut everyone: Everyone = Default::default();
     let mut series = BoundedSeries::default();
@@ -736,7 +726,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         if let Some(w) = &recorder {
             line.push_str(&recording_status(w, format.rate));
         }
-        device_status(&mut line, &mut status, &mut realtime_told, &jack_info, &card_info);
+        monitors.on_snapshot(&mut line, &mut status, beat.as_ref());
         status.show(&line);
         if let Some(c) = &osc {
             publish(c, &s, &roster, fixed_ms);
