@@ -24,6 +24,7 @@ pub mod resample;
 pub mod ring;
 pub mod room_client;
 pub mod room_directory;
+pub mod room_join;
 pub mod room_view;
 pub mod rt;
 pub mod series;

@@ -11,6 +11,7 @@ use crate::endpoint::PeriodStats;
 use crate::record::RecordSummary;
 use crate::series::BoundedSeries;
 use crate::session::Snapshot;
+use crate::status::HeardRate;
 use netjam_engine::nat::direct::{PathInfo, PathState};
 use netjam_engine::player::reflexive::Reflexive;
 use netjam_engine::player::{MediaReport, Roster, SEATS};
@@ -305,6 +306,66 @@ pub(crate) fn publish(control: &ControlHandle, s: &Snapshot<MediaReport>, roster
     });
 }
 
+/// What the session has said of the room already, so that each thing that happens is one
+/// line, said once, however many snapshots show it.
+#[derive(Debug, Default)]
+pub struct Told {
+    /// This player's seat was taken by its rejoin, or the server refused to seat it again.
+    refusal: bool,
+    /// The roster's password notes and notices said so far.
+    password_notes: usize,
+    notices: usize,
+    /// What was said of each stream's rate, by SSRC.
+    rates: std::collections::BTreeMap<u32, HeardRate>,
+}
+
+impl Told {
+    /// The lines to print for what is new in `roster` and in the members heard (`stats`) on
+    /// a device at `device_rate`, and whether this player must stop: the same player
+    /// joined again from this computer and took its seat.
+    pub fn news(
+        &mut self,
+        roster: &Roster,
+        stats: &MediaReport,
+        room: &str,
+        device_rate: u32,
+    ) -> (Vec<String>, bool) {
+        let mut lines = Vec::new();
+        let mut stop = false;
+        if roster.replaced && !self.refusal {
+            self.refusal = true;
+            stop = true;
+            lines.push(format!(
+                "netjam: netjam joined room {room:?} again under this name from this computer and took the seat; this one stops"
+            ));
+        }
+        if roster.refused.is_some() && !self.refusal {
+            self.refusal = true;
+            lines.push(format!(
+                "netjam: the rooms server at {} refused to seat this player again ({}): restart to try again",
+                roster.server.map_or("-".into(), |a| a.to_string()),
+                roster.refused.as_deref().unwrap_or_default()
+            ));
+        }
+        let notes = roster.password_notes.iter().skip(self.password_notes);
+        lines.extend(notes.map(|n| format!("netjam: {n}")));
+        let notices = roster.notices.iter().skip(self.notices);
+        lines.extend(notices.map(|n| format!("netjam: {n}")));
+        self.password_notes = roster.password_notes.len();
+        self.notices = roster.notices.len();
+        for m in stats.active_members() {
+            let who = roster
+                .members
+                .get(&m.member)
+                .map_or_else(|| format!("member {}", m.member), |r| r.name.clone());
+            let heard_rate = m.heard.format.map(|f| f.rate);
+            let told = self.rates.entry(m.ssrc).or_default();
+            lines.extend(told.tell(&who, heard_rate, m.heard.rate_mismatch, device_rate));
+        }
+        (lines, stop)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -358,5 +419,80 @@ mod tests {
         assert!(after_colon.trim_start().starts_with("bo 30"), "{shown}");
         assert!(shown.contains("cy 12▇ mute"), "{shown}");
         assert!(shown.contains("-6dB"), "{shown}");
+    }
+}
+
+#[cfg(test)]
+mod told_tests {
+    use super::*;
+    use netjam_engine::player::session::Notice;
+    use netjam_engine::player::RosterMember;
+    use netjam_engine::wire::{AudioFormat, Codec};
+
+    /// Everything the room says is said once, in the order it happened, however many
+    /// snapshots show it; only the seat taken by this player's own rejoin stops it.
+    #[test]
+    fn each_thing_that_happens_in_a_room_is_said_once() {
+        let server: SocketAddr = "192.0.2.1:4464".parse().expect("address");
+        let mut roster = Roster {
+            room: "friday".into(),
+            server: Some(server),
+            ..Roster::default()
+        };
+        roster.members.insert(
+            7,
+            RosterMember {
+                member_id: 7,
+                name: "ana".into(),
+                ssrc: 0x77,
+            },
+        );
+        let mut stats = MediaReport::default();
+        let m = &mut stats.members[0];
+        m.active = true;
+        m.member = 7;
+        m.ssrc = 0x77;
+        m.heard.format = Some(AudioFormat::new(Codec::L16, 44_100, 1).expect("format"));
+        let mut told = Told::default();
+
+        let (lines, stop) = told.news(&roster, &stats, "friday", 48_000);
+        assert_eq!(
+            lines,
+            ["netjam: ana sends at 44100 Hz: converted to your 48000 Hz"]
+        );
+        assert!(!stop);
+        assert_eq!(told.news(&roster, &stats, "friday", 48_000), (vec![], false));
+
+        roster.notices.push(Notice::ServerLost { server });
+        roster.password_notes.push("the room's password changed".into());
+        roster.refused = Some("room full".into());
+        let (lines, stop) = told.news(&roster, &stats, "friday", 48_000);
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(
+            lines[0].contains("refused to seat this player again (room full)"),
+            "{lines:?}"
+        );
+        assert_eq!(lines[1], "netjam: the room's password changed");
+        assert!(lines[2].contains("stopped answering"), "{lines:?}");
+        assert!(!stop, "a refusal is said, and the player goes on");
+        assert_eq!(told.news(&roster, &stats, "friday", 48_000), (vec![], false));
+
+        roster.notices.push(Notice::ServerBack {
+            server,
+            silence_s: 3.0,
+        });
+        let (lines, _) = told.news(&roster, &stats, "friday", 48_000);
+        assert_eq!(lines.len(), 1, "only the new notice: {lines:?}");
+
+        let mut told = Told::default();
+        roster.replaced = true;
+        let (lines, stop) = told.news(&roster, &stats, "friday", 48_000);
+        assert!(stop, "{lines:?}");
+        assert!(lines[0].contains("took the seat; this one stops"), "{lines:?}");
+        assert!(
+            !lines.iter().any(|l| l.contains("refused")),
+            "one of the two: {lines:?}"
+        );
+        assert!(!told.news(&roster, &stats, "friday", 48_000).1, "stopped once");
     }
 }

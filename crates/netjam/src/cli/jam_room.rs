@@ -20,44 +20,35 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use netjam_engine::privacy::{sframe, RoomSecret};
+use netjam_engine::privacy::RoomSecret;
 
 use super::jam::{Audio, JamArgs};
 use super::stream::{packets_text, write_json};
 use crate::control::{command_ring, ControlHandle, ControlServer, ControlState, Surface, DEFAULT_RING};
-use crate::lifecycle::any_for;
 use crate::member_ports::{self, MemberPorts};
-use crate::room_client::{self, JoinRequest, RoomWires, SeatSetup, CONTROL_QUEUE};
+use crate::room_client::{self, RoomWires, CONTROL_QUEUE};
+use crate::room_join::{take_seat, SeatAsk, Taken};
 use crate::room_view::{
     heard_members, keep_peaks, publish, remember, room_line, Everyone, HeardMember, RoomPoint, RoomReport,
-    RoundTrips,
+    RoundTrips, Told,
 };
 use crate::series::BoundedSeries;
 use crate::server::DEFAULT_PORT;
 use crate::session::{interrupt_flag, NetIo, Peer, RoomProcess, Snapshot, MAX_ROOM_MEMBERS};
 use crate::shell::{
-    bind, finish_recording, heard_format, recording_status, start_player, start_recording, stop_player,
-    Click, StartedPlayer,
+    finish_recording, heard_format, recording_status, start_player, start_recording, stop_player, Click,
+    StartedPlayer,
 };
-use crate::status::{HeardRate, StatusLine};
+use crate::status::StatusLine;
 use crate::web::room_page::{FixedStages, RoomPage};
-use netjam_engine::player::reflexive::{Mapping, Reflexive};
+use netjam_engine::player::SEATS;
 use netjam_engine::player::{Command, MediaReport};
-use netjam_engine::player::{Roster, SEATS};
 use netjam_engine::privacy::MediaSeal;
 
 /// How often the main thread looks for snapshots: with a page, each one as it comes.
 const WATCH: Duration = Duration::from_millis(100);
 const PAGE_WATCH: Duration = Duration::from_millis(20);
 
-/// How long to try to take a seat before giving up.
-const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
-/// RTCP a member sends and relays per second, on top of its audio (reports to and from
-/// every other member, with room to spare).
-const RTCP_PACKETS_PER_S: u32 = 40;
-
-/// How long to wait, once seated, for STUN answers still missing (the audio waits).
-const STUN_WAIT: Duration = Duration::from_millis(1000);
 /// The standard STUN port.
 const STUN_PORT: u16 = 3478;
 
@@ -80,211 +71,6 @@ pub(crate) fn resolve_servers(s: &str) -> anyhow::Result<(SocketAddr, Vec<Socket
         Some((first, others)) => Ok((*first, others.to_vec())),
         None => bail!("--server needs HOST[:PORT]"),
     }
-}
-
-/// This player's own address as the other members at home would reach it: the local
-/// address the system would send to the server from (found by connecting a socket, which
-/// sends nothing), with the stream's port.
-fn host_addresses(local: SocketAddr, server: SocketAddr) -> Vec<SocketAddr> {
-    if !local.ip().is_unspecified() {
-        return vec![local];
-    }
-    let probe = std::net::UdpSocket::bind(SocketAddr::new(local.ip(), 0)).and_then(|s| {
-        s.connect(server)?;
-        s.local_addr()
-    });
-    match probe {
-        // A loopback address is only worth declaring when the server is on this machine.
-        Ok(a) if !a.ip().is_unspecified() && (!a.ip().is_loopback() || server.ip().is_loopback()) => {
-            vec![SocketAddr::new(a.ip(), local.port())]
-        }
-        _ => Vec::new(),
-    }
-}
-
-/// How long `--port-map` waits for the home router.
-const PORT_MAP_WAIT: Duration = Duration::from_secs(2);
-
-/// `--port-map`: asks the router to forward the stream's port, saying what came of it.
-fn ask_router(hosts: &[SocketAddr], local: SocketAddr) -> Option<crate::port_map::PortMapping> {
-    let Some(host) = hosts.iter().find(|h| h.is_ipv4() && !h.ip().is_loopback()) else {
-        eprintln!(
-            "netjam: --port-map: no address of your own on a home network to map a port to; going on without"
-        );
-        return None;
-    };
-    let started = std::time::Instant::now();
-    match crate::port_map::map_udp(SocketAddr::new(host.ip(), local.port()), PORT_MAP_WAIT) {
-        Ok(m) => {
-            eprintln!(
-                "netjam: your router at {} forwards UDP port {} to you ({}, {:.0} ms; it says its address is {})",
-                m.gateway,
-                m.external_port,
-                m.protocol,
-                started.elapsed().as_secs_f64() * 1e3,
-                m.external_ip.map_or("-".into(), |ip| ip.to_string())
-            );
-            Some(m)
-        }
-        Err(e) => {
-            eprintln!("netjam: --port-map: {e:#}; going on without a port mapping");
-            None
-        }
-    }
-}
-
-/// Says where the servers see this player, and what that tells of its router.
-fn say_reflexive(r: &Reflexive, server: SocketAddr) {
-    match r.server_sees {
-        Some(a) => eprintln!("netjam: the server sees you at {a}"),
-        None => eprintln!(
-            "netjam: the server at {server} did not answer STUN (an older netjam server?): your public address is unknown"
-        ),
-    }
-    let Some(stun) = r.stun_server else { return };
-    match (r.stun_sees, r.mapping) {
-        (None, _) => eprintln!("netjam: no answer from the STUN server {stun}: is it a STUN server, and is UDP to it open?"),
-        (Some(a), Mapping::EndpointIndependent) => eprintln!(
-            "netjam: the STUN server {stun} sees you at {a} too: your router keeps one public port per socket (endpoint-independent mapping)"
-        ),
-        (Some(a), Mapping::EndpointDependent) => eprintln!(
-            "netjam: the STUN server {stun} sees you at {a}, not where the rooms server does: your router gives each destination its own port (a port-randomising or symmetric NAT)"
-        ),
-        (Some(a), Mapping::Unknown) => eprintln!("netjam: the STUN server {stun} sees you at {a}"),
-    }
-}
-
-/// Where the two servers' answers show a router that gives each new destination the next
-/// port(s), the ports it will likely give the other players, as candidates at the address
-/// the server sees this player at (`0.0.0.0:PORT`), as many as the join has room for.
-fn predicted_candidates(r: &Reflexive, declared: usize) -> Vec<SocketAddr> {
-    let (Some(first), Some(second)) = (r.server_sees, r.stun_sees) else {
-        return Vec::new();
-    };
-    let room = netjam_engine::room::msg::MAX_HOSTS.saturating_sub(declared);
-    let Some(p) = netjam_engine::nat::predict::sequential(first, second, room) else {
-        return Vec::new();
-    };
-    let ports = p.ports();
-    eprintln!(
-        "netjam: your router gives each new destination the next port (+{}): the other players also try ports {}",
-        p.stride,
-        ports.iter().map(u16::to_string).collect::<Vec<_>>().join(", ")
-    );
-    ports
-        .iter()
-        .map(|&port| SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), port))
-        .collect()
-}
-
-/// A seat taken in a room, with what was learned on the way.
-struct Taken {
-    socket: crate::transport::UdpTransport,
-    seated: room_client::Seated,
-    /// Where the rooms server (and `--stun`) saw this player.
-    reflexive: Reflexive,
-    /// `--port-map`'s mapping, removed from the router on the way out.
-    port_mapping: Option<crate::port_map::PortMapping>,
-}
-
-/// Takes a seat for `sender`'s stream in the room `(room, name)` on the first of `servers`
-/// (`--server`'s first, the others asked in turn, and `--stun`) that answers, with the
-/// private room's media key and join proof if it has a password: the addresses the other
-/// members may reach this player at go with the join (its own, a router's mapping, the
-/// ports a router that hands them out in sequence will give), and what the servers saw
-/// of it is said.
-fn take_seat(
-    a: &JamArgs,
-    servers: (SocketAddr, Vec<SocketAddr>, Option<SocketAddr>),
-    (room, name): (&str, &str),
-    private: Option<(netjam_engine::privacy::MediaKey, [u8; 32])>,
-    sender: &netjam_engine::sender::Sender,
-) -> anyhow::Result<Taken> {
-    let (server, also, stun) = servers;
-    let format = sender.format();
-    let socket = bind(a.listen.unwrap_or(any_for(server)))?;
-    let packets_per_s = format.rate.div_ceil(sender.frames_per_packet().max(1));
-    let sealing = if private.is_some() {
-        sframe::MAX_HEADER_LEN + sframe::TAG_LEN
-    } else {
-        0
-    };
-    let bytes_per_s = (packets_per_s as usize * (sender.max_packet_bytes() + sealing + 28)) as u32
-        + RTCP_PACKETS_PER_S * 1500;
-    eprintln!("netjam: joining room {room:?} on {server} as {name:?}");
-    let mut hosts = host_addresses(socket.local_addr()?, server);
-    let port_mapping = if a.port_map {
-        // Ctrl-C or SIGTERM from now on ends the stream (at once if it has not started)
-        // instead of the process, so the mapping is removed on the way out.
-        let _ = interrupt_flag();
-        ask_router(&hosts, socket.local_addr()?)
-    } else {
-        None
-    };
-    hosts.extend(port_mapping.iter().flat_map(|m| m.candidates()));
-    let mut ask = room_client::ask_reflexive(server, stun);
-    if stun.is_some() {
-        // Both answers before the join, so that the ports a router handing them out in
-        // sequence will give the next destinations go with the join as candidates.
-        room_client::finish_reflexive(&mut ask, &socket, STUN_WAIT);
-        hosts.extend(predicted_candidates(&ask.report(), hosts.len()));
-    }
-    let mut seated = room_client::join_asking(
-        &socket,
-        &JoinRequest {
-            server,
-            room: room.to_string(),
-            name: name.to_string(),
-            password: a.password.clone().unwrap_or_default(),
-            // The join proof is the room key: derived once above, not again for the join.
-            room_key: private.map(|p| p.1),
-            ssrc: sender.ssrc(),
-            packets_per_s: packets_per_s + RTCP_PACKETS_PER_S,
-            bytes_per_s,
-            timeout: JOIN_TIMEOUT,
-            hosts,
-            // What the room's streams are sent and mixed at (Opus runs at 48 kHz whatever
-            // the device's rate).
-            sample_rate: format.rate,
-            also,
-            known: crate::keys::KnownServers::from_env(),
-            setup: SeatSetup {
-                direct: !a.via_server,
-                public: a.public,
-                mixes: a.mix.clone().unwrap_or_default(),
-                media_key: private.map(|p| p.0),
-            },
-        },
-        Some(&mut ask),
-    )?;
-    if !ask.done(crate::clock::now_ns()) {
-        room_client::finish_reflexive(&mut ask, &socket, STUN_WAIT);
-    }
-    let reflexive = ask.report();
-    // STUN went to the first server named; when that one never answered and another front
-    // door seated the player, its silence is already said.
-    if reflexive.server_sees.is_some() || seated.session.front().current() == server {
-        say_reflexive(&reflexive, server);
-    }
-    // The server named is the front door (the first that answered, of several named);
-    // the seat may be on another one.
-    let named = seated.session.front().current();
-    let server = seated.session.server();
-    seated.session.roster_mut().server_sees = reflexive.server_sees;
-    if let Some(to) = &seated.redirected {
-        let at = if to == &server.to_string() {
-            String::new()
-        } else {
-            format!(" ({server})")
-        };
-        eprintln!("netjam: room {room:?} lives on {to}{at}, not {named}: joined there");
-    }
-    Ok(Taken {
-        socket,
-        seated,
-        reflexive,
-        port_mapping,
-    })
 }
 
 /// `--osc PORT`: every mix parameter of the room as an OSC address, its commands for the
@@ -412,66 +198,6 @@ fn summary(
     lines
 }
 
-/// What the session has said of the room already, so that each thing that happens is one
-/// line, said once, however many snapshots show it.
-#[derive(Debug, Default)]
-struct Told {
-    /// This player's seat was taken by its rejoin, or the server refused to seat it again.
-    refusal: bool,
-    /// The roster's password notes and notices said so far.
-    password_notes: usize,
-    notices: usize,
-    /// What was said of each stream's rate, by SSRC.
-    rates: std::collections::BTreeMap<u32, HeardRate>,
-}
-
-impl Told {
-    /// The lines to print for what is new in `roster` and in the members heard (`stats`) on
-    /// a device at `device_rate`, and whether this player must stop: the same player
-    /// joined again from this computer and took its seat.
-    fn news(
-        &mut self,
-        roster: &Roster,
-        stats: &MediaReport,
-        room: &str,
-        device_rate: u32,
-    ) -> (Vec<String>, bool) {
-        let mut lines = Vec::new();
-        let mut stop = false;
-        if roster.replaced && !self.refusal {
-            self.refusal = true;
-            stop = true;
-            lines.push(format!(
-                "netjam: netjam joined room {room:?} again under this name from this computer and took the seat; this one stops"
-            ));
-        }
-        if roster.refused.is_some() && !self.refusal {
-            self.refusal = true;
-            lines.push(format!(
-                "netjam: the rooms server at {} refused to seat this player again ({}): restart to try again",
-                roster.server.map_or("-".into(), |a| a.to_string()),
-                roster.refused.as_deref().unwrap_or_default()
-            ));
-        }
-        let notes = roster.password_notes.iter().skip(self.password_notes);
-        lines.extend(notes.map(|n| format!("netjam: {n}")));
-        let notices = roster.notices.iter().skip(self.notices);
-        lines.extend(notices.map(|n| format!("netjam: {n}")));
-        self.password_notes = roster.password_notes.len();
-        self.notices = roster.notices.len();
-        for m in stats.active_members() {
-            let who = roster
-                .members
-                .get(&m.member)
-                .map_or_else(|| format!("member {}", m.member), |r| r.name.clone());
-            let heard_rate = m.heard.format.map(|f| f.rate);
-            let told = self.rates.entry(m.ssrc).or_default();
-            lines.extend(told.tell(&who, heard_rate, m.heard.rate_mismatch, device_rate));
-        }
-        (lines, stop)
-    }
-}
-
 pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let server_text = a.server.clone().unwrap_or_default();
     let (server, also) = resolve_servers(&server_text)?;
@@ -524,7 +250,14 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         reflexive,
         port_mapping,
     } = take_seat(
-        &a,
+        &SeatAsk {
+            listen: a.listen,
+            port_map: a.port_map,
+            password: a.password.clone(),
+            via_server: a.via_server,
+            public: a.public,
+            mix: a.mix.clone(),
+        },
         (server, also, stun),
         (&room, &name),
         private.as_ref().map(|p| (p.0, p.1)),
@@ -789,79 +522,4 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         c.shutdown();
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod told_tests {
-    use super::*;
-    use netjam_engine::player::session::Notice;
-    use netjam_engine::player::RosterMember;
-    use netjam_engine::wire::{AudioFormat, Codec};
-
-    /// Everything the room says is said once, in the order it happened, however many
-    /// snapshots show it; only the seat taken by this player's own rejoin stops it.
-    #[test]
-    fn each_thing_that_happens_in_a_room_is_said_once() {
-        let server: SocketAddr = "192.0.2.1:4464".parse().expect("address");
-        let mut roster = Roster {
-            room: "friday".into(),
-            server: Some(server),
-            ..Roster::default()
-        };
-        roster.members.insert(
-            7,
-            RosterMember {
-                member_id: 7,
-                name: "ana".into(),
-                ssrc: 0x77,
-            },
-        );
-        let mut stats = MediaReport::default();
-        let m = &mut stats.members[0];
-        m.active = true;
-        m.member = 7;
-        m.ssrc = 0x77;
-        m.heard.format = Some(AudioFormat::new(Codec::L16, 44_100, 1).expect("format"));
-        let mut told = Told::default();
-
-        let (lines, stop) = told.news(&roster, &stats, "friday", 48_000);
-        assert_eq!(
-            lines,
-            ["netjam: ana sends at 44100 Hz: converted to your 48000 Hz"]
-        );
-        assert!(!stop);
-        assert_eq!(told.news(&roster, &stats, "friday", 48_000), (vec![], false));
-
-        roster.notices.push(Notice::ServerLost { server });
-        roster.password_notes.push("the room's password changed".into());
-        roster.refused = Some("room full".into());
-        let (lines, stop) = told.news(&roster, &stats, "friday", 48_000);
-        assert_eq!(lines.len(), 3, "{lines:?}");
-        assert!(
-            lines[0].contains("refused to seat this player again (room full)"),
-            "{lines:?}"
-        );
-        assert_eq!(lines[1], "netjam: the room's password changed");
-        assert!(lines[2].contains("stopped answering"), "{lines:?}");
-        assert!(!stop, "a refusal is said, and the player goes on");
-        assert_eq!(told.news(&roster, &stats, "friday", 48_000), (vec![], false));
-
-        roster.notices.push(Notice::ServerBack {
-            server,
-            silence_s: 3.0,
-        });
-        let (lines, _) = told.news(&roster, &stats, "friday", 48_000);
-        assert_eq!(lines.len(), 1, "only the new notice: {lines:?}");
-
-        let mut told = Told::default();
-        roster.replaced = true;
-        let (lines, stop) = told.news(&roster, &stats, "friday", 48_000);
-        assert!(stop, "{lines:?}");
-        assert!(lines[0].contains("took the seat; this one stops"), "{lines:?}");
-        assert!(
-            !lines.iter().any(|l| l.contains("refused")),
-            "one of the two: {lines:?}"
-        );
-        assert!(!told.news(&roster, &stats, "friday", 48_000).1, "stopped once");
-    }
 }
