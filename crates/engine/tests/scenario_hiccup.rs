@@ -25,6 +25,15 @@
 //! playout's phase takes in through its low-pass. (Taking that move in at once brought this
 //! to 1.12–1.25 here, and doubled the growths on the JACK bench: the model and the process
 //! disagree there.)
+//!
+//! The far server alone is as common on the bench as both together. Losing time, it cost
+//! 1.88 (1 ms) and 5.62–5.88 (3 ms) events a hiccup: playout conceals the audio that does
+//! not come in place, the packets after the stall then come late by the time lost (the
+//! far slip guard declares the loss only [`netjam_engine::slip::HOLD_NS`] later), the
+//! target grows for them and playout waits twice, and when the far stream's gap comes
+//! playout is late by less than all of it, so it jumps part and conceals the rest: the
+//! bench's late concealments followed by `sender_lost` ones in the same place. Catching up
+//! (the missed cycles run back to back) costs one late concealment.
 
 mod common;
 
@@ -45,6 +54,12 @@ enum Who {
     Own,
     /// Both servers together (one machine's hiccup).
     Both,
+    /// Only the far side's server, which counts on from where it stopped: its slip guard
+    /// skips the lost time in what it sends.
+    Far,
+    /// Only the far side's server, which runs the cycles it missed back to back once it
+    /// wakes: no time lost, the packets of the stall leave together, late.
+    FarCatchUp,
 }
 
 /// A loss of `lose_ns` every second after the warm-up: the discontinuity events a hiccup
@@ -64,9 +79,16 @@ fn hiccups(who: Who, lose_ns: u64, seed: u64) -> (f64, f64, String) {
             }
         }
     };
-    s.play_lost = Some(Box::new(schedule()));
-    if who == Who::Both {
+    if matches!(who, Who::Own | Who::Both) {
+        s.play_lost = Some(Box::new(schedule()));
+    }
+    if matches!(who, Who::Both | Who::Far) {
         s.capture_lost = Some(Box::new(schedule()));
+    }
+    if who == Who::FarCatchUp {
+        // The capture due at the hiccup wakes `lose_ns` late; those due meanwhile run
+        // at once after it, back to back.
+        s.capture_late = Some(Box::new(schedule()));
     }
     s.slip = Some(netjam_engine::slip::SlipGuard::new(RATE));
     s.run(WARM_NS - 500_000_000);
@@ -86,42 +108,45 @@ fn hiccups(who: Who, lose_ns: u64, seed: u64) -> (f64, f64, String) {
     (per, jb.added_latency_recent_ms, kinds)
 }
 
-/// Every case's events per hiccup, printed: (own device alone, both servers), the worst of
-/// the seeds at 1 and 3 ms lost.
-fn worst_cases() -> (f64, f64) {
-    let mut worst = (0.0f64, 0.0f64);
-    for who in [Who::Own, Who::Both] {
-        for lose_ms in [1.0, 3.0] {
-            for seed in 1..=4 {
-                let (per, added, kinds) = hiccups(who, (lose_ms * 1e6) as u64, seed);
-                eprintln!(
-                    "{who:?} loses {lose_ms} ms, seed {seed}: {per:.2} events a hiccup ({kinds}); added {added:.2} ms"
-                );
-                let w = if who == Who::Own {
-                    &mut worst.0
-                } else {
-                    &mut worst.1
-                };
-                *w = w.max(per);
+/// Every case's events per hiccup, printed: the worst of the seeds at 1 and 3 ms lost, for
+/// each of `whos`.
+fn worst_cases(whos: &[Who]) -> Vec<f64> {
+    let worst: Vec<f64> = whos
+        .iter()
+        .map(|&who| {
+            let mut w = 0.0f64;
+            for lose_ms in [1.0, 3.0] {
+                for seed in 1..=4 {
+                    let (per, added, kinds) = hiccups(who, (lose_ms * 1e6) as u64, seed);
+                    eprintln!(
+                        "{who:?} loses {lose_ms} ms, seed {seed}: {per:.2} events a hiccup ({kinds}); added {added:.2} ms"
+                    );
+                    w = w.max(per);
+                }
             }
-        }
-    }
-    eprintln!(
-        "worst: {:.2} events a hiccup of the own device, {:.2} of both servers",
-        worst.0, worst.1
-    );
+            w
+        })
+        .collect();
+    eprintln!("worst events a hiccup: {whos:?} {worst:.2?}");
     worst
 }
 
 /// No worse than playout does today (own device: at most 1.25 events a hiccup, the skip
 /// and now and then a catch-up; both servers: at most 2.25, the far stream's gap, now and
-/// then a catch-up or a growth), so that a change that costs more shows here before a
-/// bench.
+/// then a catch-up or a growth; the far server alone losing time: up to 6, see the module
+/// docs; the far server catching up: one late concealment), so that a change that costs
+/// more shows here before a bench.
 #[test]
 fn hiccups_cost_no_more_discontinuities_than_today() {
-    let (own, both) = worst_cases();
-    assert!(own <= 1.25, "{own:.2} events a hiccup of the own device");
-    assert!(both <= 2.25, "{both:.2} events a hiccup of both servers");
+    let w = worst_cases(&[Who::Own, Who::Both, Who::Far, Who::FarCatchUp]);
+    assert!(w[0] <= 1.25, "{:.2} events a hiccup of the own device", w[0]);
+    assert!(w[1] <= 2.25, "{:.2} events a hiccup of both servers", w[1]);
+    assert!(w[2] <= 6.0, "{:.2} events a hiccup of the far server", w[2]);
+    assert!(
+        w[3] <= 1.0,
+        "{:.2} events a hiccup of the far server catching up",
+        w[3]
+    );
 }
 
 /// The goal: a loss of the own device costs one skip, and one machine's hiccup at most one
@@ -130,9 +155,6 @@ fn hiccups_cost_no_more_discontinuities_than_today() {
 #[test]
 #[ignore]
 fn a_hiccup_costs_one_splice() {
-    let (own, both) = worst_cases();
-    assert!(
-        own <= 1.0 && both <= 1.0,
-        "{own:.2} and {both:.2} events a hiccup"
-    );
+    let w = worst_cases(&[Who::Own, Who::Both, Who::Far, Who::FarCatchUp]);
+    assert!(w.iter().all(|&e| e <= 1.0), "{w:.2?} events a hiccup");
 }
