@@ -182,6 +182,30 @@ impl DiscontinuityLog {
         }
     }
 
+    /// Playout went back to media time `media_ts` (see the jitter buffer's stall): the
+    /// newest entry, audio concealed as late from there up to output frame `end`, was
+    /// inserted while the stream waited, not concealed in its place. Returns false (and
+    /// changes nothing) when the newest entry is not that.
+    pub fn waited_for_late(&mut self, media_ts: u64, end: u64) -> bool {
+        let last = (self.next + LOG_CAPACITY - 1) % LOG_CAPACITY;
+        let Some(e) = self.ring[last] else { return false };
+        let late = e.kind == DiscontinuityKind::Concealed && e.cause == DiscontinuityCause::Late;
+        if !late || e.media_ts != media_ts || e.output_frame + e.frames != end {
+            return false;
+        }
+        self.ring[last] = None;
+        self.uncount(e);
+        self.next = last;
+        self.record(
+            DiscontinuityKind::Inserted,
+            DiscontinuityCause::Late,
+            e.frames,
+            e.media_ts,
+            e.output_frame,
+        );
+        true
+    }
+
     /// The stream has paused: the newest entries that began at or after `end` (the frame
     /// after the last one that arrived) were its pause, not a late packet or a grown target.
     /// They become one entry, as a listener hears one gap — with the pause already marked

@@ -37,6 +37,15 @@
 //!     [`JitterBuffer::device_skipped`]), the next period drops as much of the audio due
 //!     meanwhile as playout is late, at once and in bit-exact streams too: a deadline was
 //!     really missed, and the splice falls inside the device's own gap;
+//!   - *stall*: when the far stream stood still (its device lost time, or its server
+//!     stalled) in a stream played on its phase and undisturbed for half a second, playout
+//!     conceals its end as late audio; when the packet after the stall brings that audio
+//!     with nothing beyond it, playout goes back to its first frame and waits until it is
+//!     due (`resume_stall`): one inserted stretch, and nothing that came is
+//!     dropped. The gap the far side declares for the lost time later is jumped whole
+//!     (the audio on both sides of it is continuous), which gives the wait back. A backlog
+//!     that comes at once (cycles run back to back) is on time and is not waited for;
+//!     late audio for longer than 8 ms is a pause or a longer path;
 //!   - otherwise frames are played exactly as they came: a stream that arrives in time is
 //!     played whole, with no splice;
 //! * missing frames are concealed in place by [`Concealer`] (loss), or by the stream's
@@ -93,6 +102,18 @@ const SENDER_GAPS: usize = 4;
 /// Without drift correction a catch-up is a splice in an otherwise bit-exact stream: only
 /// an excess this large is worth one.
 const BIT_EXACT_SHRINK_NS: i64 = 5_000_000;
+/// Late audio concealed at the stream's end for this long is a stall of the far stream,
+/// not a packet that jittered: what comes after it is waited for, not dropped (see
+/// [`JitterBuffer::resume_stall`]).
+const STALL_MIN_NS: u64 = 1_000_000;
+/// How long a stream must have played undisturbed for late audio at its end to be a stall.
+const STALL_STEADY_S: f64 = 0.5;
+/// Late audio concealed for longer than this is no device's lost time but a pause or a
+/// longer path, which playout re-locks to.
+const STALL_MAX_NS: u64 = 8_000_000;
+/// How soon after a stall the far side's gap for it is reached, at most: its slip guard
+/// declares the loss after [`crate::slip::HOLD_NS`], and the gap plays a target later.
+const STALL_GAP_WITHIN_NS: u64 = 100_000_000;
 /// How long after the end of a late, grown or re-locked stretch a bit-exact stream under
 /// the tight policy catches up on an excess smaller than [`BIT_EXACT_SHRINK_NS`]: a burst
 /// of jitter can go on delivering late packets for a second after it seems over, and its
@@ -445,6 +466,8 @@ pub struct JitterBuffer {
     min_excess_ns: i64,
     /// Frames of an inserted stretch still to play before the stream resumes.
     hold_frames: u64,
+    /// What the inserted stretch waits for: late audio after a stall, or a grown target.
+    hold_cause: DiscontinuityCause,
     /// Frames of time this side's device lost, not settled yet (see
     /// [`JitterBuffer::device_skipped`]).
     device_lost: u64,
@@ -465,6 +488,16 @@ pub struct JitterBuffer {
     /// A far side's gap took back a target its late packets grew: the phase gives its
     /// spare steps back at once, not after a hold.
     sender_gave_back: bool,
+    /// The stream's end concealed as late up to where playout stands, media time from and
+    /// frames: a stall of the far stream while it is at least [`STALL_MIN_NS`] (see
+    /// [`JitterBuffer::resume_stall`]).
+    stall: Option<(u64, u64)>,
+    /// Playout went back to a stall's first frame, which arrived then (ns): this period
+    /// waits for it to be due.
+    stall_back: Option<(u64, u64)>,
+    /// Frames playout last waited for a stall, and when (ns): the far side's gap that
+    /// follows is as late as that wait, whatever the target says since.
+    stall_waited: Option<(u64, u64)>,
     /// The output frame being written (counted from the first `play`), to locate
     /// discontinuities.
     cursor: u64,
@@ -541,6 +574,7 @@ impl JitterBuffer {
             redundancy_wait_ns: 0,
             min_excess_ns: i64::MAX,
             hold_frames: 0,
+            hold_cause: DiscontinuityCause::Growth,
             device_lost: 0,
             device_lost_at: None,
             device_lost_settled: 0,
@@ -548,6 +582,9 @@ impl JitterBuffer {
             sender_gaps: [None; SENDER_GAPS],
             sender_gap_here: None,
             sender_gave_back: false,
+            stall: None,
+            stall_back: None,
+            stall_waited: None,
             cursor: 0,
             relock_gap: false,
             reading_ts: 0,
@@ -652,6 +689,9 @@ impl JitterBuffer {
         self.sender_gaps = [None; SENDER_GAPS];
         self.sender_gap_here = None;
         self.sender_gave_back = false;
+        self.stall = None;
+        self.stall_back = None;
+        self.stall_waited = None;
         self.grid = None;
         self.phase = None;
         self.drift.relock();
@@ -895,7 +935,7 @@ impl JitterBuffer {
             if primary && ts + frames > p + cap {
                 return Err(None);
             }
-            if ts + frames <= p {
+            if ts + frames <= p && !self.stalled_at(ts, frames) {
                 if primary {
                     if self.late_run == 0 {
                         self.late_run_start_ns = now_ns;
@@ -938,7 +978,13 @@ impl JitterBuffer {
         let ch = self.channels;
         let frames = (data.len() / ch) as u64;
         let primary = kind == Stored::Primary;
-        let first = self.play_ts.map_or(0, |p| p.saturating_sub(ts));
+        let first = self.play_ts.map_or(0, |p| {
+            let from = match self.stall {
+                Some((start, _)) if self.stalled_at(ts, frames) => start,
+                _ => p,
+            };
+            from.saturating_sub(ts)
+        });
         let mut fresh = 0;
         for i in first..frames {
             let t = ts + i;
@@ -1063,7 +1109,11 @@ impl JitterBuffer {
             // the gap late: playout did not wait for it (a little late is the jitter).
             // Late by the whole gap, or all but what a catch-up keeps: all of it, one
             // splice (what is kept would be a concealment in the same place).
-            let whole = ns_to_frames(err.max(0) as u64, self.rate);
+            let waited = match self.stall_waited.take() {
+                Some((frames, at)) if self.now_ns.saturating_sub(at) < STALL_GAP_WITHIN_NS => frames,
+                _ => 0,
+            };
+            let whole = ns_to_frames(err.max(0) as u64, self.rate).max(waited);
             let n = if end - from <= whole {
                 end - from
             } else {
@@ -1077,6 +1127,66 @@ impl JitterBuffer {
             }
         }
         jump
+    }
+
+    /// Whether the packet of `frames` from `ts` brings audio of a stall playout concealed up
+    /// to where it stands (see [`Self::resume_stall`]): kept, not dropped as late.
+    fn stalled_at(&self, ts: u64, frames: u64) -> bool {
+        match (self.stall, self.play_ts) {
+            (Some((start, n)), Some(p)) => {
+                start + n == p
+                    && (ns_to_frames(STALL_MIN_NS, self.rate)..=ns_to_frames(STALL_MAX_NS, self.rate))
+                        .contains(&n)
+                    && ts + frames > start
+                    && ts < p
+            }
+            _ => false,
+        }
+    }
+
+    /// Before a period: when the far stream stood still (its device lost time, or its
+    /// server stalled) playout concealed its end as late. A packet that then brings the
+    /// first frame concealed, with nothing yet that reaches where playout stands, is the
+    /// stream resuming behind: playout goes back to that frame, so the stall costs one
+    /// stretch of waiting where the audio was missing and nothing that came is dropped. (The
+    /// same frames concealed in place would be dropped when they came, and the packets
+    /// after them, late by the stall, would grow the target: a second and third wait. When
+    /// the far side then declares the time lost, its gap is jumped whole, where the audio on
+    /// both sides of it is continuous.) A stream whose backlog came at once (a far server
+    /// that ran its missed cycles back to back) reaches where playout stands: playout goes
+    /// on, on time. Realtime-safe.
+    fn resume_stall(&mut self) {
+        let Some((start, n)) = self.stall else { return };
+        let Some(p) = self.play_ts else { return };
+        if start + n != p || n < ns_to_frames(STALL_MIN_NS, self.rate) {
+            return;
+        }
+        if n > ns_to_frames(STALL_MAX_NS, self.rate) {
+            // Longer than a device loses: a pause or a longer path, which re-locks.
+            self.stall = None;
+            return;
+        }
+        let packet = self.grid.map_or(0, |(_, frames)| frames);
+        if self.highest_end > p && self.highest_end - start > packet {
+            // Caught up: more than the packet after the stall came at once (its backlog,
+            // sent back to back), reaching where playout stands. What came of the stall is
+            // behind playout, and stays there.
+            self.stall = None;
+            return;
+        }
+        if !self.has(start) {
+            return;
+        }
+        self.stall = None;
+        if !self.log.waited_for_late(start, self.cursor) {
+            return;
+        }
+        self.play_ts = Some(start);
+        self.stats.inserted_frames += n;
+        self.stall_back = Some((self.slot_arrival[(start & self.mask) as usize], n));
+        if self.drift_enabled {
+            self.drift.playout_jumped();
+        }
     }
 
     /// Why frame `ts` is missing when it is due: in a gap the far side's stream skipped, its
@@ -1132,9 +1242,23 @@ impl JitterBuffer {
             self.play_stream(now, period_ns, delay_ns, &mut out[lead * ch..]);
             return;
         }
+        self.resume_stall();
         let Some(play_ts) = self.play_ts else { return };
         self.settle_device_lost(now_ns, frames);
         let delay_ns = self.playout_delay_ns(now_ns, play_ts, frames);
+        if let Some((arrival, waited)) = self.stall_back.take() {
+            // The first frame back plays as long after its arrival as a period that begins
+            // with a frame does after its earliest arrival: the rest of that wait continues
+            // the stretch, and the stream is in time from there.
+            let due = arrival as i64 + delay_ns - now_ns as i64;
+            let mut waited = waited;
+            if due > 0 {
+                self.hold_frames = ns_to_frames(due as u64, self.rate);
+                self.hold_cause = DiscontinuityCause::Late;
+                waited += self.hold_frames;
+            }
+            self.stall_waited = Some((waited, now_ns));
+        }
         self.play_stream(now_ns, period_ns, delay_ns, out);
     }
 
@@ -1580,7 +1704,7 @@ impl JitterBuffer {
         if self.hold_frames > 0 {
             let n = self.hold_frames.min(frames);
             self.hold_frames -= n;
-            self.wait(play_ts, &mut block[..n as usize * ch]);
+            self.wait(play_ts, &mut block[..n as usize * ch], self.hold_cause);
             return self.read_from(now_ns, play_ts, err, &mut block[n as usize * ch..], delay_frames);
         }
         // A catch-up goes never further than the audio that has arrived: what lies beyond
@@ -1675,11 +1799,12 @@ impl JitterBuffer {
             let early = ns_to_frames(self.early_ns(now_ns, ts + i, err).max(0) as u64, self.rate);
             let early = self.pitch_aligned_wait(ts + i, early);
             self.hold_frames = early.saturating_sub(frames - i);
+            self.hold_cause = DiscontinuityCause::Growth;
             if let Some(ph) = &mut self.phase {
                 // The wait pays what the target grew.
                 ph.unpaid = 0.0;
             }
-            self.wait(ts + i, wait);
+            self.wait(ts + i, wait, DiscontinuityCause::Growth);
             return i;
         }
         self.note_latency(now_ns, ts, frames as usize, delay_frames);
@@ -1702,7 +1827,7 @@ impl JitterBuffer {
     }
 
     /// Conceal `out` as frames inserted while the stream waits at `ts`.
-    fn wait(&mut self, ts: u64, out: &mut [f32]) {
+    fn wait(&mut self, ts: u64, out: &mut [f32], cause: DiscontinuityCause) {
         let frames = (out.len() / self.channels) as u64;
         if frames == 0 {
             return;
@@ -1713,13 +1838,8 @@ impl JitterBuffer {
             self.drift.playout_jumped();
         }
         self.stats.underrun_periods += 1;
-        self.log.record(
-            DiscontinuityKind::Inserted,
-            DiscontinuityCause::Growth,
-            frames,
-            ts,
-            self.cursor,
-        );
+        self.log
+            .record(DiscontinuityKind::Inserted, cause, frames, ts, self.cursor);
         self.cursor += frames;
     }
 
@@ -1782,6 +1902,7 @@ impl JitterBuffer {
             let run = &mut out[i * ch..j * ch];
             let at = self.cursor + i as u64;
             if present {
+                self.stall = None;
                 for (k, f) in (i..j).enumerate() {
                     let slot = ((ts + f as u64) & self.mask) as usize;
                     run[k * ch..(k + 1) * ch].copy_from_slice(&self.samples[slot * ch..(slot + 1) * ch]);
@@ -1801,8 +1922,23 @@ impl JitterBuffer {
                 concealed_any = true;
                 let t = ts + i as u64;
                 let cause = self.missing_cause(t);
-                self.log
-                    .record(DiscontinuityKind::Concealed, cause, (j - i) as u64, t, at);
+                let n = (j - i) as u64;
+                // A stall begins in a stream played on its phase (drift correction on) that
+                // nothing disturbed for [`STALL_STEADY_S`]: late audio in a burst of jitter
+                // is not waited for, or each packet of the burst would add its wait to the
+                // latency.
+                let steady = self.drift_enabled
+                    && self
+                        .log
+                        .disturbed_until()
+                        .map_or(true, |end| at > end + (STALL_STEADY_S * self.rate as f64) as u64);
+                self.stall = match self.stall {
+                    _ if cause != DiscontinuityCause::Late => None,
+                    Some((start, m)) if start + m == t => Some((start, m + n)),
+                    _ if steady => Some((t, n)),
+                    _ => None,
+                };
+                self.log.record(DiscontinuityKind::Concealed, cause, n, t, at);
             }
             i = j;
         }

@@ -33,7 +33,12 @@
 //! target grows for them and playout waits twice, and when the far stream's gap comes
 //! playout is late by less than all of it, so it jumps part and conceals the rest: the
 //! bench's late concealments followed by `sender_lost` ones in the same place. Catching up
-//! (the missed cycles run back to back) costs one late concealment.
+//! (the missed cycles run back to back) costs one late concealment. Playout now waits for
+//! a stall's audio instead (see the jitter buffer's *stall*): 1.5 (1 ms) and 3.0–3.12
+//! (3 ms) events a hiccup, most hiccups of 3 ms costing one wait and one whole jump of the
+//! far gap, with no audio dropped; the rest are growths and catch-ups around them. A far
+//! loss of 1 ms is below the far slip guard's threshold in some phases, and then no gap
+//! is declared.
 
 mod common;
 
@@ -141,7 +146,7 @@ fn hiccups_cost_no_more_discontinuities_than_today() {
     let w = worst_cases(&[Who::Own, Who::Both, Who::Far, Who::FarCatchUp]);
     assert!(w[0] <= 1.25, "{:.2} events a hiccup of the own device", w[0]);
     assert!(w[1] <= 2.25, "{:.2} events a hiccup of both servers", w[1]);
-    assert!(w[2] <= 6.0, "{:.2} events a hiccup of the far server", w[2]);
+    assert!(w[2] <= 3.25, "{:.2} events a hiccup of the far server", w[2]);
     assert!(
         w[3] <= 1.0,
         "{:.2} events a hiccup of the far server catching up",
@@ -157,4 +162,54 @@ fn hiccups_cost_no_more_discontinuities_than_today() {
 fn a_hiccup_costs_one_splice() {
     let w = worst_cases(&[Who::Own, Who::Both, Who::Far, Who::FarCatchUp]);
     assert!(w.iter().all(|&e| e <= 1.0), "{w:.2?} events a hiccup");
+}
+
+/// A far server that loses 3 ms, alone: the stall is one wait where its audio is missing
+/// (nothing of it dropped: the packets after it play, late by the stall), and the gap the
+/// far stream declares 20 ms later is jumped whole, where the audio on both sides of it is
+/// continuous. That pair, and nothing else within 100 ms, in most hiccups of every seed.
+#[test]
+fn a_far_stall_is_waited_for_once_and_its_gap_jumped_whole() {
+    use netjam_engine::discontinuity::{DiscontinuityCause as C, DiscontinuityKind as K};
+    let lost = 144u64;
+    for seed in 1..=4 {
+        let mut s = Session::bench_loopback(RATE, FRAMES, seed);
+        let period_ns = frames_to_ns(u64::from(FRAMES), RATE);
+        s.set_play_phase(seed.wrapping_mul(7_919) % period_ns);
+        let mut at = WARM_NS;
+        s.capture_lost = Some(Box::new(move |due: u64| {
+            if due >= at && at < WARM_NS + HICCUPS * EVERY_NS {
+                at += EVERY_NS;
+                3_000_000
+            } else {
+                0
+            }
+        }));
+        s.slip = Some(netjam_engine::slip::SlipGuard::new(RATE));
+        s.run(WARM_NS - 500_000_000);
+        let mut clean = 0;
+        let mut seen = Vec::new();
+        for _ in 0..HICCUPS {
+            // From 20 ms before the hiccup (half a second into this second) to 100 ms after.
+            let from = s.played.len() as u64 + 480 * 48;
+            s.run(EVERY_NS);
+            let near: Vec<_> = s
+                .receiver
+                .recent_discontinuities()
+                .filter(|d| (from..from + 120 * 48).contains(&d.output_frame))
+                .copied()
+                .collect();
+            let pair = near.len() == 2
+                && near[0].kind == K::Inserted
+                && near[0].cause == C::Late
+                && near[0].frames.abs_diff(lost) <= 8
+                && near[1].kind == K::Skipped
+                && near[1].cause == C::SenderLost
+                && near[1].frames.abs_diff(lost) <= 2;
+            clean += usize::from(pair);
+            seen.push(near);
+        }
+        eprintln!("seed {seed}: {clean} of {HICCUPS} hiccups cost one wait and one whole jump");
+        assert!(clean >= 6, "seed {seed}: {clean} of {HICCUPS}: {seen:?}");
+    }
 }
