@@ -7,10 +7,12 @@
 //! and get their seat number back when it leaves; a DAW's connections follow the port, not
 //! its name. This module only decides names: [`MemberPorts::update`] compares the roster's
 //! seats with the names last given and asks the endpoint's [`PortRenamer`] for the
-//! difference. The audio itself goes through
-//! [`crate::session::RoomProcess::set_member_ports`].
+//! difference; [`start`] registers them on the client when it opens and says so. The audio
+//! itself goes through [`crate::session::RoomProcess::set_member_ports`].
 //!
 //! Never here: audio, or anything the process callback waits for.
+
+use anyhow::Context;
 
 use crate::endpoint::jack::PortRenamer;
 use netjam_engine::player::{Roster, SEATS};
@@ -136,6 +138,30 @@ impl MemberPorts {
             seats.join("; ")
         }
     }
+}
+
+/// `--member-ports`: JACK output ports of `per_seat` channels for every seat, filled by the
+/// room's `process`.
+pub fn start(
+    jack: &mut crate::endpoint::jack::JackEndpoint,
+    per_seat: usize,
+    process: &mut crate::session::RoomProcess,
+) -> anyhow::Result<MemberPorts> {
+    jack.register_extra_outputs(&registered_names(per_seat))
+        .context("cannot register the per-member JACK ports (--member-ports): the JACK server may be out of ports (jackd -p sets its limit)")?;
+    process.set_member_ports(per_seat);
+    let renamer = jack.port_renamer();
+    let ports = MemberPorts::new(jack.client_name(), per_seat, renamer);
+    eprintln!(
+        "netjam: member ports {name}:from_1_1 .. {name}:from_{SEATS}_{per_seat}, one set per seat (/memberN){}",
+        if ports.renaming() {
+            ", renamed from_<member>_N while a member sits there"
+        } else {
+            "; this libjack cannot rename ports (JACK >= 0.125 or jack2 >= 1.9.11 can), so they keep their seat numbers"
+        },
+        name = jack.client_name(),
+    );
+    Ok(ports)
 }
 
 #[cfg(test)]

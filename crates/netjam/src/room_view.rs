@@ -306,6 +306,53 @@ pub(crate) fn publish(control: &ControlHandle, s: &Snapshot<MediaReport>, roster
     });
 }
 
+/// The lines that end a session in `room`: what was sent, the limiter's work on a mix at
+/// `rate`, each member heard, the in-band round trips and the sealing of a private room.
+pub(crate) fn summary(
+    stats: &MediaReport,
+    heard: &[HeardMember],
+    rate: u32,
+    room: &str,
+    round_trips: Option<&RoundTrips>,
+) -> Vec<String> {
+    let mut lines = vec![format!(
+        "netjam: sent {} packets to room {room}; heard {} member(s)",
+        stats.sent.packets,
+        heard.len()
+    )];
+    if stats.limiter.limited_frames > 0 {
+        lines.push(format!(
+            "netjam: the mix was over -3 dBFS: its limiter turned {:.1} s of it down to stay under full scale (lower the members' gains or --master-gain to hear it untouched)",
+            stats.limiter.limited_frames as f64 / f64::from(rate.max(1))
+        ));
+    }
+    lines.extend(heard.iter().map(|m| {
+        format!(
+            "netjam:   {}: {} packets, lost {}, {} concealed, {} waits, {} catch-ups; buffer {:.2} ms; {}; round trip {}; mouth to ear about {}",
+            m.name,
+            m.received,
+            m.lost,
+            m.concealment_events,
+            m.inserted,
+            m.skipped,
+            m.added_latency_ms,
+            m.path,
+            m.rtt_ms.map_or("not measured".into(), |r| format!("{r:.2} ms")),
+            m.mouth_to_ear_ms.map_or("-".into(), |r| format!("{r:.1} ms"))
+        )
+    }));
+    if let Some(rt) = round_trips {
+        lines.push(format!("netjam: {}", rt.summary()));
+    }
+    if let Some(f) = &stats.sframe {
+        lines.push(format!(
+            "netjam: private room: sealed {} packets, opened {}, dropped {} that did not open ({} altered or under another password, {} replayed, {} without a key, {} not sealed)",
+            f.sealed, f.opened, f.rejected, f.forged, f.replayed, f.no_key, f.malformed
+        ));
+    }
+    lines
+}
+
 /// What the session has said of the room already, so that each thing that happens is one
 /// line, said once, however many snapshots show it.
 #[derive(Debug, Default)]

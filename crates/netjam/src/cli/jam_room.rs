@@ -29,8 +29,8 @@ use crate::member_ports::{self, MemberPorts};
 use crate::room_client::{self, RoomWires, CONTROL_QUEUE};
 use crate::room_join::{take_seat, SeatAsk, Taken};
 use crate::room_view::{
-    heard_members, keep_peaks, publish, remember, room_line, Everyone, HeardMember, RoomPoint, RoomReport,
-    RoundTrips, Told,
+    heard_members, keep_peaks, publish, remember, room_line, summary, Everyone, HeardMember, RoomPoint,
+    RoomReport, RoundTrips, Told,
 };
 use crate::series::BoundedSeries;
 use crate::server::DEFAULT_PORT;
@@ -41,7 +41,6 @@ use crate::shell::{
 };
 use crate::status::StatusLine;
 use crate::web::room_page::{FixedStages, RoomPage};
-use netjam_engine::player::SEATS;
 use netjam_engine::player::{Command, MediaReport};
 use netjam_engine::privacy::MediaSeal;
 
@@ -125,77 +124,6 @@ fn start_page(
         RoomPage::start(listener, record_dir, passwords).map_err(|e| anyhow::anyhow!("--web: {e}"))?;
     eprintln!("netjam: your page of room {room:?}: {url} ({note})");
     Ok(started)
-}
-
-/// `--member-ports`: JACK output ports of `per_seat` channels for every seat, filled by the
-/// room's `process`.
-fn start_member_ports(
-    jack: &mut crate::endpoint::jack::JackEndpoint,
-    per_seat: usize,
-    process: &mut RoomProcess,
-) -> anyhow::Result<MemberPorts> {
-    jack.register_extra_outputs(&member_ports::registered_names(per_seat))
-        .context("cannot register the per-member JACK ports (--member-ports): the JACK server may be out of ports (jackd -p sets its limit)")?;
-    process.set_member_ports(per_seat);
-    let renamer = jack.port_renamer();
-    let ports = MemberPorts::new(jack.client_name(), per_seat, renamer);
-    eprintln!(
-        "netjam: member ports {name}:from_1_1 .. {name}:from_{SEATS}_{per_seat}, one set per seat (/memberN){}",
-        if ports.renaming() {
-            ", renamed from_<member>_N while a member sits there"
-        } else {
-            "; this libjack cannot rename ports (JACK >= 0.125 or jack2 >= 1.9.11 can), so they keep their seat numbers"
-        },
-        name = jack.client_name(),
-    );
-    Ok(ports)
-}
-
-/// The lines that end a session in `room`: what was sent, the limiter's work on a mix at
-/// `rate`, each member heard, the in-band round trips and the sealing of a private room.
-fn summary(
-    stats: &MediaReport,
-    heard: &[HeardMember],
-    rate: u32,
-    room: &str,
-    round_trips: Option<&RoundTrips>,
-) -> Vec<String> {
-    let mut lines = vec![format!(
-        "netjam: sent {} packets to room {room}; heard {} member(s)",
-        stats.sent.packets,
-        heard.len()
-    )];
-    if stats.limiter.limited_frames > 0 {
-        lines.push(format!(
-            "netjam: the mix was over -3 dBFS: its limiter turned {:.1} s of it down to stay under full scale (lower the members' gains or --master-gain to hear it untouched)",
-            stats.limiter.limited_frames as f64 / f64::from(rate.max(1))
-        ));
-    }
-    lines.extend(heard.iter().map(|m| {
-        format!(
-            "netjam:   {}: {} packets, lost {}, {} concealed, {} waits, {} catch-ups; buffer {:.2} ms; {}; round trip {}; mouth to ear about {}",
-            m.name,
-            m.received,
-            m.lost,
-            m.concealment_events,
-            m.inserted,
-            m.skipped,
-            m.added_latency_ms,
-            m.path,
-            m.rtt_ms.map_or("not measured".into(), |r| format!("{r:.2} ms")),
-            m.mouth_to_ear_ms.map_or("-".into(), |r| format!("{r:.1} ms"))
-        )
-    }));
-    if let Some(rt) = round_trips {
-        lines.push(format!("netjam: {}", rt.summary()));
-    }
-    if let Some(f) = &stats.sframe {
-        lines.push(format!(
-            "netjam: private room: sealed {} packets, opened {}, dropped {} that did not open ({} altered or under another password, {} replayed, {} without a key, {} not sealed)",
-            f.sealed, f.opened, f.rejected, f.forged, f.replayed, f.no_key, f.malformed
-        ));
-    }
-    lines
 }
 
 pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
@@ -356,7 +284,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let mut member_ports = match (a.member_ports, device.jack.as_mut()) {
         (false, _) => None,
         (true, None) => bail!("--member-ports gives each member JACK ports of its own: add --jack"),
-        (true, Some(j)) => Some(start_member_ports(j, usize::from(heard.channels), &mut process)?),
+        (true, Some(j)) => Some(member_ports::start(j, usize::from(heard.channels), &mut process)?),
     };
     // The ensemble's click (with --ensemble): the room is the ensemble, through its server.
     let password = a.password.clone().unwrap_or_default();
