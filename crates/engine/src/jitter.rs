@@ -492,8 +492,8 @@ pub struct JitterBuffer {
     /// frames: a stall of the far stream while it is at least [`STALL_MIN_NS`] (see
     /// [`JitterBuffer::resume_stall`]).
     stall: Option<(u64, u64)>,
-    /// Playout went back to a stall's first frame, which arrived then (ns): this period
-    /// waits for it to be due.
+    /// Playout went back to a stall's first frame: when that frame arrived (ns), and the
+    /// frames already waited for it. This period waits on until it is due.
     stall_back: Option<(u64, u64)>,
     /// Frames playout last waited for a stall, and when (ns): the far side's gap that
     /// follows is as late as that wait, whatever the target says since.
@@ -1134,14 +1134,15 @@ impl JitterBuffer {
     fn stalled_at(&self, ts: u64, frames: u64) -> bool {
         match (self.stall, self.play_ts) {
             (Some((start, n)), Some(p)) => {
-                start + n == p
-                    && (ns_to_frames(STALL_MIN_NS, self.rate)..=ns_to_frames(STALL_MAX_NS, self.rate))
-                        .contains(&n)
-                    && ts + frames > start
-                    && ts < p
+                start + n == p && self.stall_frames().contains(&n) && ts + frames > start && ts < p
             }
             _ => false,
         }
+    }
+
+    /// How long late audio at the stream's end may be to be a stall, in frames.
+    fn stall_frames(&self) -> std::ops::RangeInclusive<u64> {
+        ns_to_frames(STALL_MIN_NS, self.rate)..=ns_to_frames(STALL_MAX_NS, self.rate)
     }
 
     /// Before a period: when the far stream stood still (its device lost time, or its
@@ -1158,10 +1159,11 @@ impl JitterBuffer {
     fn resume_stall(&mut self) {
         let Some((start, n)) = self.stall else { return };
         let Some(p) = self.play_ts else { return };
-        if start + n != p || n < ns_to_frames(STALL_MIN_NS, self.rate) {
+        let stall = self.stall_frames();
+        if start + n != p || n < *stall.start() {
             return;
         }
-        if n > ns_to_frames(STALL_MAX_NS, self.rate) {
+        if n > *stall.end() {
             // Longer than a device loses: a pause or a longer path, which re-locks.
             self.stall = None;
             return;
