@@ -219,6 +219,9 @@ struct Phase {
     unpaid: f64,
     /// The device lost time since the last period: the phase moved by it.
     lost_shift: bool,
+    /// What a period's residence holds beyond the wait, frames: what it reads ahead of its
+    /// own length and the resampler's delay.
+    fixed: f64,
 }
 
 /// The phase's walk, read over spans of [`PHASE_WALK_SPAN_NS`] (see
@@ -424,6 +427,17 @@ pub struct JitterStats {
     /// While playout follows the phase: how fast the phase walks (the clocks' difference
     /// as the arrivals show it), ppm.
     pub phase_walk_ppm: Option<f64>,
+    /// While playout follows the phase: the jitter it covers beyond the earliest arrival
+    /// (the policy's part of [`Self::phase_wait_ms`]), ms.
+    pub phase_cover_ms: Option<f64>,
+    /// While playout follows the phase: the least [`Self::phase_wait_ms`] may be, the cover
+    /// plus a guard for the resampler's loop. What the wait holds beyond it is where the
+    /// device's periods fall against the arrivals, ms.
+    pub phase_floor_ms: Option<f64>,
+    /// While playout follows the phase: what a packet's first frame waits beyond
+    /// [`Self::phase_wait_ms`] and the slide, from its earliest arrival to leaving the
+    /// buffer: the frames a period reads ahead and the resampler's delay, ms.
+    pub phase_fixed_ms: Option<f64>,
 }
 
 /// What kind of audio [`JitterBuffer::store`] is given.
@@ -784,6 +798,10 @@ impl JitterBuffer {
         s.phase_wait_ms = self.phase.map(|ph| ph.delta * frame_ms);
         s.phase_slide_ms = self.phase.map(|ph| ph.offset * frame_ms);
         s.phase_walk_ppm = self.phase.and_then(|ph| ph.walk.agreed).map(|w| w * 1e6);
+        let cover_ns = self.phase_cover_ns();
+        s.phase_cover_ms = self.phase.map(|_| cover_ns as f64 / 1e6);
+        s.phase_floor_ms = self.phase.map(|_| (cover_ns + PHASE_GUARD_NS) as f64 / 1e6);
+        s.phase_fixed_ms = self.phase.map(|ph| ph.fixed * frame_ms);
         s.pdv_ms = self.delay.last_pdv_ns() as f64 / 1e6;
         s.pdv_p99_ms = self.delay.pdv_quantile_ns(0.99) as f64 / 1e6;
         // A compressed stream's decoder conceals losses; the buffer's own concealer only
@@ -1475,6 +1493,7 @@ impl JitterBuffer {
             walk: measured,
             unpaid,
             lost_shift: false,
+            fixed: (read_ahead(frames, self.rate) + RESAMPLER_DELAY_FRAMES as u64) as f64,
         });
         // The delay follows the phase's walk and the slide; the resampler is told both, so
         // the loop does not lag behind a delay that moves on purpose.
@@ -2523,6 +2542,29 @@ mod tests {
                 "phase {phase_ns} ns: {st:?}"
             );
             saved_ms.push(before - st.added_latency_recent_ms);
+            // The stats account for the residence: the floor is the cover and the guard;
+            // the wait lies within a period (and the band) above it; the rest is the frames
+            // read ahead and the resampler's delay.
+            let (wait, floor, cover) = (
+                st.phase_wait_ms.unwrap(),
+                st.phase_floor_ms.unwrap(),
+                st.phase_cover_ms.unwrap(),
+            );
+            assert!(
+                (floor - cover - PHASE_GUARD_NS as f64 / 1e6).abs() < 1e-9,
+                "phase {phase_ns} ns: {st:?}"
+            );
+            assert!(
+                wait >= floor - 1e-9 && wait < floor + period_ms + PHASE_HYSTERESIS_NS as f64 / 1e6,
+                "phase {phase_ns} ns: {st:?}"
+            );
+            let rest = (ahead + RESAMPLER_DELAY_FRAMES) as f64 * frame_ms;
+            assert!((st.phase_fixed_ms.unwrap() - rest).abs() < 1e-9, "{st:?}");
+            let slide = st.phase_slide_ms.unwrap();
+            assert!(
+                (st.added_latency_recent_ms - (wait + slide + rest)).abs() < 0.05,
+                "phase {phase_ns} ns: {st:?}"
+            );
         }
         // Half a period, less the guard, the frames read ahead and the hysteresis band.
         let mean = saved_ms.iter().sum::<f64>() / saved_ms.len() as f64;
