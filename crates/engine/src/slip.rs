@@ -102,6 +102,28 @@ impl SlipGuard {
         }
     }
 
+    /// The device's own frame clock says it skipped `frames` frames before the period of
+    /// `period` frames starting at `start_ns` (JACK's clock moved on by more than a
+    /// period): how many of them the system clock confirms, in whole periods, for the
+    /// stream's timeline to skip. A server that really missed cycles started this period
+    /// that much late against the frames accounted so far; one whose clock jumped while its
+    /// cycles ran on time (JACK's dummy driver after an xrun, on a busy machine) did not,
+    /// and a skip there would put the stream's timeline ahead of the audio: the far side
+    /// would conceal a gap the audio never had and play a period later until it catches
+    /// up. Time lost that this leaves unconfirmed still shows in the residual and is
+    /// declared after [`HOLD_NS`], as any uncounted loss is. Before the first period
+    /// there is nothing to check against: all of it. Realtime-safe.
+    pub fn confirm_skipped(&self, start_ns: u64, frames: u64, period: u64) -> u64 {
+        let Some(origin) = self.origin_ns else {
+            return frames;
+        };
+        let residual = start_ns as i64 - origin as i64 - frames_to_ns(self.frames, self.rate) as i64;
+        let excess = residual - self.base;
+        let period_ns = frames_to_ns(period.max(1), self.rate) as i64;
+        let periods = ((excess + period_ns / 2).max(0) / period_ns) as u64;
+        (periods * period.max(1)).min(frames)
+    }
+
     /// A period of `frames` frames starts at `start_ns` on the system clock; returns the
     /// frames of device time lost before it, for the stream's timeline to skip (0 almost
     /// always). Realtime-safe: no allocation, no lock.
@@ -185,6 +207,46 @@ mod tests {
             worst = worst.max((start - 1_000_000_000) as i64 - media_ns);
         }
         (skipped, slips, worst)
+    }
+
+    /// A frame clock's jump is taken only as far as the system clock saw the time pass: a
+    /// cycle really missed (the next one starts a period late), all of it; a jump while the
+    /// cycles ran on time, or a wake-up late by less than half a period, none; two missed
+    /// of three claimed, two.
+    #[test]
+    fn a_frame_clock_jump_is_skipped_only_as_far_as_real_time_passed() {
+        let period_ns = frames_to_ns(P, RATE);
+        let mut g = SlipGuard::new(RATE);
+        assert_eq!(
+            g.confirm_skipped(1_000, 64, P),
+            64,
+            "nothing to check against yet"
+        );
+        let mut start = 1_000_000_000;
+        for _ in 0..100 {
+            g.on_period(start, P);
+            start += period_ns;
+        }
+        assert_eq!(g.confirm_skipped(start, P, P), 0, "cycles on time");
+        assert_eq!(g.confirm_skipped(start + 600_000, P, P), 0, "a late wake-up");
+        assert_eq!(g.confirm_skipped(start + period_ns, P, P), P, "a missed cycle");
+        assert_eq!(
+            g.confirm_skipped(start + period_ns + 300_000, P, P),
+            P,
+            "a missed cycle, late"
+        );
+        assert_eq!(
+            g.confirm_skipped(start + 2 * period_ns, 3 * P, P),
+            2 * P,
+            "two of three"
+        );
+        assert_eq!(
+            g.confirm_skipped(start + 5 * period_ns, P, P),
+            P,
+            "no more than claimed"
+        );
+        // Confirming changes nothing: the guard goes on as before.
+        assert_eq!(g.on_period(start, P), 0);
     }
 
     #[test]

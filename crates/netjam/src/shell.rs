@@ -394,6 +394,11 @@ pub struct JackReport {
     pub slipped_frames: u64,
     /// In how many slips.
     pub slips: u64,
+    /// Frames JACK's frame clock jumped by while its cycles ran on time: not skipped, the
+    /// audio ran on (see `netjam_engine::slip::SlipGuard::confirm_skipped`).
+    pub clock_jump_frames: u64,
+    /// In how many jumps.
+    pub clock_jumps: u64,
 }
 
 /// JACK's report, said on stderr.
@@ -414,6 +419,13 @@ fn jack_report(client: String, monitor: &JackMonitor, spec: StreamSpec, periods:
             slipped as f64 * 1e3 / f64::from(spec.rate.max(1))
         );
     }
+    let (jumped, jumps) = monitor.unconfirmed();
+    if jumped > 0 {
+        eprintln!(
+            "netjam: JACK's clock jumped {:.1} ms in {jumps} jumps while its cycles ran on time (after xruns); the stream did not skip them: no audio was lost there",
+            jumped as f64 * 1e3 / f64::from(spec.rate.max(1))
+        );
+    }
     JackReport {
         client,
         rate: spec.rate,
@@ -426,6 +438,8 @@ fn jack_report(client: String, monitor: &JackMonitor, spec: StreamSpec, periods:
         xruns: monitor.xruns(),
         slipped_frames: slipped,
         slips,
+        clock_jump_frames: jumped,
+        clock_jumps: jumps,
     }
 }
 

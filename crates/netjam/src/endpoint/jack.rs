@@ -327,6 +327,10 @@ struct CallbackStats {
     /// counting them ([`SlipGuard`]), and in how many slips.
     slipped_frames: AtomicU64,
     slips: AtomicU64,
+    /// Frames the server's clock jumped by with its cycles on time (not skipped: see
+    /// [`SlipGuard::confirm_skipped`]), and in how many jumps.
+    unconfirmed_frames: AtomicU64,
+    unconfirmed_jumps: AtomicU64,
     shutdown: AtomicBool,
     panicked: AtomicBool,
     /// Scheduling policy and priority of the callback thread, seen in its first period
@@ -467,7 +471,17 @@ impl CallbackState {
         // Cycles the server dropped (its frame clock moved on by more than a period): the
         // stream's timeline must move on with it, or the far side sees this sender's clock
         // fall a period behind for good at every one.
-        let lost = self.lost_frames();
+        // Only as much as the system clock saw pass: a frame clock that jumped while the
+        // cycles ran on (the dummy driver after an xrun) lost no audio, and a skip would
+        // put the stream a period ahead of it.
+        let claimed = self.lost_frames();
+        let lost = self.slip.confirm_skipped(woke, claimed, u64::from(nframes));
+        if claimed > lost {
+            self.stats
+                .unconfirmed_frames
+                .fetch_add(claimed - lost, Ordering::Relaxed);
+            self.stats.unconfirmed_jumps.fetch_add(1, Ordering::Relaxed);
+        }
         if lost > 0 {
             // SAFETY: as for `process` below.
             unsafe { &mut *self.process }.skipped(lost);
@@ -648,6 +662,15 @@ impl JackMonitor {
         (
             self.stats.slipped_frames.load(Ordering::Relaxed),
             self.stats.slips.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Frames the server's frame clock jumped by while its cycles ran on time (so the
+    /// stream did not skip them), and in how many jumps.
+    pub fn unconfirmed(&self) -> (u64, u64) {
+        (
+            self.stats.unconfirmed_frames.load(Ordering::Relaxed),
+            self.stats.unconfirmed_jumps.load(Ordering::Relaxed),
         )
     }
 }
