@@ -116,8 +116,10 @@ impl Default for DiscontinuityLog {
 
 impl DiscontinuityLog {
     /// Record `frames` of `kind` for `cause` at `media_ts` / `output_frame`. When it continues
-    /// the previous entry (same kind and cause, starting where that one ended in the output),
-    /// the entry grows instead.
+    /// the previous entry (same kind and cause, starting where that one ended in the output;
+    /// or, inserted, at the same media time: a wait that runs on into the next period with
+    /// nothing played between, however a resampled period counted its frames), the entry
+    /// grows instead.
     pub fn record(
         &mut self,
         kind: DiscontinuityKind,
@@ -137,11 +139,13 @@ impl DiscontinuityLog {
         }
         let last = (self.next + LOG_CAPACITY - 1) % LOG_CAPACITY;
         if let Some(prev) = self.ring[last].as_mut() {
-            let contiguous = kind != DiscontinuityKind::Skipped
-                && prev.kind == kind
-                && prev.cause == cause
-                && prev.output_frame + prev.frames == output_frame;
-            if contiguous {
+            let same = kind != DiscontinuityKind::Skipped && prev.kind == kind && prev.cause == cause;
+            let contiguous = same && prev.output_frame + prev.frames == output_frame;
+            let waits_on = same
+                && kind == DiscontinuityKind::Inserted
+                && prev.media_ts == media_ts
+                && (prev.output_frame..=prev.output_frame + prev.frames).contains(&output_frame);
+            if contiguous || waits_on {
                 prev.frames += frames;
                 if cause == DiscontinuityCause::DeviceLost {
                     self.totals.device_lost_frames += frames;
@@ -294,6 +298,24 @@ mod tests {
     use super::*;
     use DiscontinuityCause::*;
     use DiscontinuityKind::*;
+
+    /// A wait that runs on into the next period is one entry, wherever the resampled
+    /// period placed its first part; a wait at another media time, or one after audio
+    /// played, is another.
+    #[test]
+    fn a_wait_that_runs_on_is_one_entry() {
+        let mut log = DiscontinuityLog::default();
+        log.record(Inserted, Growth, 1, 5000, 1000);
+        log.record(Inserted, Growth, 5, 5000, 1000); // the same wait, the next period
+        log.record(Inserted, Growth, 3, 5000, 1006); // the same wait still
+        log.record(Inserted, Growth, 4, 5000, 1200); // played audio between: another
+        log.record(Inserted, Growth, 4, 5100, 1300); // another media time: another
+        log.record(Inserted, Late, 2, 5100, 1304); // another cause
+        let t = log.totals();
+        assert_eq!((t.events, t.inserted_events, t.growth, t.late), (4, 4, 3, 1));
+        let first = log.recent().next().copied().expect("an entry");
+        assert_eq!((first.frames, first.output_frame), (9, 1000));
+    }
 
     #[test]
     fn contiguous_stretches_are_one_entry_and_others_are_not() {

@@ -74,6 +74,10 @@ pub struct Session {
     /// wake-up is checked against the frames accounted for, and time found lost is skipped
     /// in the stream's timeline.
     pub slip: Option<SlipGuard>,
+    /// The sender's device counts the time it lost (JACK's frame clock moves on by the
+    /// cycles it dropped): the stream's timeline skips it at the first period after the
+    /// loss, as the JACK shell does, instead of when the slip guard finds it.
+    pub capture_lost_counted: bool,
     /// When set, every RTP datagram the receiver is handed: its arrival and sequence number.
     pub arrivals: Option<Vec<(u64, u16)>>,
 }
@@ -159,6 +163,7 @@ impl Session {
             lost: Vec::new(),
             play_lost: None,
             slip: None,
+            capture_lost_counted: false,
         }
     }
 
@@ -238,6 +243,13 @@ impl Session {
                 if lost > 0 {
                     self.lost.push(((self.sent.len() / ch) as u64, lost));
                     self.next_capture += lost;
+                    if self.capture_lost_counted {
+                        let frames = ns_to_frames(lost, self.format.rate);
+                        self.sender.skip_frames(frames);
+                        if let Some(g) = self.slip.as_mut() {
+                            g.account_skipped(frames);
+                        }
+                    }
                 }
                 capture_at = wake(self.next_capture, self.now);
             }
