@@ -1132,7 +1132,8 @@ impl JitterBuffer {
                 _ => 0,
             };
             let whole = ns_to_frames(err.max(0) as u64, self.rate).max(waited);
-            let n = if end - from <= whole {
+            let keep = ns_to_frames(SHRINK_KEEP_NS as u64, self.rate);
+            let n = if end - from <= whole + keep {
                 end - from
             } else {
                 (end - from).min(late)
@@ -1605,9 +1606,9 @@ impl JitterBuffer {
     /// as late (one machine's hiccup stalled both sides, as two audio servers on one busy
     /// machine do), or a gap the far stream declared for it, did not pile up: that much is
     /// not skipped here (a declared gap is jumped where it is). The phase, measured against
-    /// the arrival line, moves by the whole loss at once either way; it gives a freed step
-    /// back at once only when something is skipped. Until then playout plays what is
-    /// there, late.
+    /// the arrival line, moves by the loss at once, less a declared gap (playout stays late
+    /// by that much until the jump gives it back); it gives a freed step back at once only
+    /// when something is skipped. Until then playout plays what is there, late.
     fn settle_device_lost(&mut self, now_ns: u64, frames: usize) {
         if self.device_lost == 0 {
             self.device_lost_at = None;
@@ -1658,9 +1659,14 @@ impl JitterBuffer {
         self.device_lost_at = None;
         self.device_lost_settled = lost.saturating_sub(late).saturating_sub(gaps);
         let settled = self.device_lost_settled;
+        // The phase moves by the loss, less what a declared far gap gives back where it is:
+        // playout is late by that much until it jumps the gap, and the jump needs to see it
+        // (taken into the phase, the delay would hold it, the gap would be concealed in
+        // place and the step given back only by a cut a hold later).
+        let moved = lost.saturating_sub(gaps) as f64;
         if let Some(ph) = &mut self.phase {
-            ph.delta += lost as f64;
-            ph.track += lost as f64;
+            ph.delta += moved;
+            ph.track += moved;
             ph.lost_shift = settled > 0;
         }
     }

@@ -49,15 +49,20 @@
 //!
 //! JACK counts the cycles it drops in its frame clock, and the JACK shell skips them in
 //! the stream at the next period, not after the slip guard's hold: both servers losing
-//! time so (`BothCounted`) cost 1.12 events a hiccup at 1 ms and at a period (the far gap,
-//! and one catch-up in eight), and 2.0 at 3 ms (the far gap and a short growth). Still
-//! short of one splice a hiccup.
+//! time so (`BothCounted`) cost 1.12 events a hiccup at 1 ms and at a period, and 2.0 at
+//! 3 ms: the far gap is declared at once, before this side settles its own loss, and the
+//! settling moved playout's phase by the whole loss, so the delay held the lateness the gap
+//! was to give back. At the first hiccup the gap was concealed in place and the period it
+//! added cut 1.35 s later (the bench's pattern: a `sender_lost` concealment, then a cut of
+//! about 48 frames); at 3 ms a short growth followed. The phase now moves by the loss less
+//! the declared gap, and a gap playout is late for by all but what a catch-up keeps is
+//! jumped whole: one whole jump a hiccup, at every size.
 //!
 //! A wait that runs on into the next period used to be logged as two entries (its first
 //! frame at the end of a resampled period, then the rest) and counted twice; it is one
 //! entry now. With that, the worst of the seeds: own device 0.75 / 1.00 / 1.25 (1 ms, a
 //! period, 3 ms), both servers 1.38 / 1.00 / 2.00, the far server alone 1.38 / 2.00 /
-//! 2.62, catching up 0 / 1.00 / 1.00, both counting the loss 1.12 / 1.12 / 2.00.
+//! 2.62, catching up 0 / 1.00 / 1.00, both counting the loss 1.00 / 1.00 / 1.00.
 
 mod common;
 
@@ -164,7 +169,7 @@ fn worst_cases(whos: &[Who]) -> Vec<f64> {
 /// and now and then a catch-up; both servers: at most 2.25, the far stream's gap, now and
 /// then a catch-up or a growth; the far server alone losing time: up to 3.25, see the
 /// module docs; the far server catching up: one late concealment; both servers counting
-/// the loss: up to 3.25), so that a change that costs more shows here before a bench.
+/// the loss: one, the far gap jumped whole), so that a change that costs more shows here before a bench.
 #[test]
 fn hiccups_cost_no_more_discontinuities_than_today() {
     let w = worst_cases(&[Who::Own, Who::Both, Who::Far, Who::FarCatchUp, Who::BothCounted]);
@@ -177,7 +182,7 @@ fn hiccups_cost_no_more_discontinuities_than_today() {
         w[3]
     );
     assert!(
-        w[4] <= 3.25,
+        w[4] <= 1.0,
         "{:.2} events a hiccup of both servers counting the loss",
         w[4]
     );
