@@ -894,6 +894,7 @@ pub fn bind_ip(local_only: bool) -> IpAddr {
 }
 
 pub mod beat_delay;
+pub mod click;
 
 /// The shared beat in a jam: the ensemble member runs on a thread of its own, and
 /// [`BeatClicks`] mixes a click on the ensemble's beat into what the player hears (and,

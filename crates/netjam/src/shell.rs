@@ -15,6 +15,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
+use netjam_engine::delay::BufferMode;
+use netjam_engine::time::frames_to_ns;
 use netjam_engine::wire::AudioFormat;
 
 use crate::endpoint::card;
@@ -74,6 +76,49 @@ pub enum HeardTo {
     File(PathBuf),
     /// Raw samples on stdout.
     Stdout(SampleFormat),
+}
+
+/// A jitter buffer's size as a player gives it: `auto`, a number of frames, or
+/// milliseconds (`--buffer auto | N | Nms`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BufferSize {
+    Auto,
+    Frames(u32),
+    Ms(f64),
+}
+
+impl std::str::FromStr for BufferSize {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("auto") {
+            return Ok(BufferSize::Auto);
+        }
+        let bad =
+            || format!("--buffer {s:?}: use auto, a number of frames (e.g. 128) or milliseconds (e.g. 3ms)");
+        if let Some(ms) = s.strip_suffix("ms") {
+            let v: f64 = ms.trim().parse().map_err(|_| bad())?;
+            if !(0.0..=200.0).contains(&v) {
+                return Err(format!("--buffer {s}: use 0 to 200 ms"));
+            }
+            return Ok(BufferSize::Ms(v));
+        }
+        s.parse().map(BufferSize::Frames).map_err(|_| bad())
+    }
+}
+
+impl BufferSize {
+    pub fn mode(self, rate: u32) -> BufferMode {
+        match self {
+            BufferSize::Auto => BufferMode::default(),
+            BufferSize::Frames(f) => BufferMode::Fixed {
+                ns: frames_to_ns(f as u64, rate),
+            },
+            BufferSize::Ms(ms) => BufferMode::Fixed {
+                ns: (ms * 1e6) as u64,
+            },
+        }
+    }
 }
 
 /// How the player's device runs, as the flags say.
@@ -532,4 +577,10 @@ pub fn finish_recording(writer: Option<RecordWriter>) -> anyhow::Result<Option<R
         eprintln!("netjam: the recording stopped early: {e}");
     }
     Ok(Some(r))
+}
+
+/// Write `value` as pretty JSON to `path`.
+pub fn write_json<T: serde::Serialize>(path: &std::path::Path, value: &T) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }

@@ -198,6 +198,17 @@ impl HeardRate {
     }
 }
 
+/// How a sender packs audio, for the start-up line: "packets of 64 frames (1.33 ms)", and
+/// for Opus its look-ahead, the delay the codec adds on top.
+pub fn packets_text(sender: &netjam_engine::sender::Sender) -> String {
+    let ms = sender.packet_ns() as f64 / 1e6;
+    let text = format!("packets of {} frames ({ms:.2} ms)", sender.frames_per_packet());
+    match sender.stats().codec_delay_ms {
+        d if d > 0.0 => format!("{text}, codec delay {d:.1} ms"),
+        _ => text,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

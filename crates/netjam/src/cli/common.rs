@@ -5,53 +5,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use netjam_engine::delay::BufferMode;
 use netjam_engine::link::{spec_lines, EventSpecError, LinkEvent, LinkSchedule, Transition};
-use netjam_engine::time::frames_to_ns;
 
 use crate::link_emulator::EmulatorEvents;
-
-/// `--buffer auto | N (frames) | Nms`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum BufferArg {
-    Auto,
-    Frames(u32),
-    Ms(f64),
-}
-
-impl std::str::FromStr for BufferArg {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let s = s.trim();
-        if s.eq_ignore_ascii_case("auto") {
-            return Ok(BufferArg::Auto);
-        }
-        let bad =
-            || format!("--buffer {s:?}: use auto, a number of frames (e.g. 128) or milliseconds (e.g. 3ms)");
-        if let Some(ms) = s.strip_suffix("ms") {
-            let v: f64 = ms.trim().parse().map_err(|_| bad())?;
-            if !(0.0..=200.0).contains(&v) {
-                return Err(format!("--buffer {s}: use 0 to 200 ms"));
-            }
-            return Ok(BufferArg::Ms(v));
-        }
-        s.parse().map(BufferArg::Frames).map_err(|_| bad())
-    }
-}
-
-impl BufferArg {
-    pub fn mode(self, rate: u32) -> BufferMode {
-        match self {
-            BufferArg::Auto => BufferMode::default(),
-            BufferArg::Frames(f) => BufferMode::Fixed {
-                ns: frames_to_ns(f as u64, rate),
-            },
-            BufferArg::Ms(ms) => BufferMode::Fixed {
-                ns: (ms * 1e6) as u64,
-            },
-        }
-    }
-}
 
 /// Resolve `HOST:PORT` to one address.
 pub fn resolve(s: &str) -> anyhow::Result<SocketAddr> {
@@ -86,6 +42,29 @@ pub fn resolve_host(s: &str, default_port: Option<u16>, what: &str) -> anyhow::R
         .with_context(|| format!("cannot resolve {what} {s:?}: give {forms}"))?
         .next()
         .with_context(|| format!("{what} {s:?} resolves to no address"))
+}
+
+/// `HOST` or `HOST:PORT` of a rooms server (port 4464 unless given).
+pub fn resolve_server(s: &str) -> anyhow::Result<SocketAddr> {
+    resolve_host(s, Some(crate::server::DEFAULT_PORT), "--server")
+}
+
+/// `--server A[,B...]`: rooms servers sharing a room directory, asked in order when the
+/// one before does not answer: the first, and the others.
+pub fn resolve_servers(s: &str) -> anyhow::Result<(SocketAddr, Vec<SocketAddr>)> {
+    let mut all = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        if part.is_empty() {
+            anyhow::bail!(
+                "--server {s:?} names an empty server: give HOST[:PORT], or several separated by commas"
+            );
+        }
+        all.push(resolve_server(part)?);
+    }
+    match all.split_first() {
+        Some((first, others)) => Ok((*first, others.to_vec())),
+        None => anyhow::bail!("--server needs HOST[:PORT]"),
+    }
 }
 
 /// Which directions of an emulated link a scripted link event acts on (`up`: from the client).
@@ -253,6 +232,8 @@ pub fn check_outputs<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shell::BufferSize;
+    use netjam_engine::delay::BufferMode;
 
     #[test]
     fn event_flags_take_a_direction_prefix_and_name_a_bad_file_line() {
@@ -295,13 +276,13 @@ mod tests {
 
     #[test]
     fn buffer_flag_forms() {
-        assert_eq!("auto".parse::<BufferArg>(), Ok(BufferArg::Auto));
-        assert_eq!("128".parse::<BufferArg>(), Ok(BufferArg::Frames(128)));
-        assert_eq!("2.5ms".parse::<BufferArg>(), Ok(BufferArg::Ms(2.5)));
-        assert!("soon".parse::<BufferArg>().unwrap_err().contains("use auto"));
-        assert!("900ms".parse::<BufferArg>().is_err());
+        assert_eq!("auto".parse::<BufferSize>(), Ok(BufferSize::Auto));
+        assert_eq!("128".parse::<BufferSize>(), Ok(BufferSize::Frames(128)));
+        assert_eq!("2.5ms".parse::<BufferSize>(), Ok(BufferSize::Ms(2.5)));
+        assert!("soon".parse::<BufferSize>().unwrap_err().contains("use auto"));
+        assert!("900ms".parse::<BufferSize>().is_err());
         assert_eq!(
-            BufferArg::Frames(48).mode(48_000),
+            BufferSize::Frames(48).mode(48_000),
             BufferMode::Fixed { ns: 1_000_000 }
         );
     }

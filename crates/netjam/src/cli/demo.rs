@@ -13,13 +13,14 @@ use netjam_engine::sender::SenderStats;
 use netjam_engine::synth::SynthKind;
 use netjam_engine::wire::{AudioFormat, Codec};
 
-use super::common::{check_outputs, BufferArg, EventArgs};
-use super::stream::write_json;
+use super::common::{check_outputs, EventArgs};
 use crate::endpoint::PeriodStats;
 use crate::link_emulator::EmulatorStats;
 use crate::loopback::{run_loopback, LoopbackOptions};
 use crate::series::BoundedSeries;
 use crate::session::Snapshot;
+use crate::shell::write_json;
+use crate::shell::BufferSize;
 use crate::status::{recv_line, StatusLine};
 
 #[derive(Debug, Args)]
@@ -41,7 +42,7 @@ pub struct DemoArgs {
     pub redundancy: usize,
     /// Jitter buffer: auto, frames, or milliseconds.
     #[arg(long, default_value = "auto")]
-    pub buffer: BufferArg,
+    pub buffer: BufferSize,
     /// Seed of the link emulator (same seed, same impairments).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,

@@ -18,8 +18,8 @@ use netjam_ensemble::discovery::{Discovery, DEFAULT_BASE_PORT, DEFAULT_PORTS};
 use netjam_ensemble::{Event, Member};
 use netjam_osc::{encode_message, message_len, Arg, Message};
 
+use crate::ensemble::click::{seat_name, ClickAsk};
 use crate::ensemble::{bind_ip, mono_ns, random_id, Node, NodeConfig, RoomReach};
-use netjam_engine::room::msg::fold_name;
 
 const MS: u64 = 1_000_000;
 const S: u64 = 1_000 * MS;
@@ -224,97 +224,17 @@ pub struct JamEnsembleArgs {
 }
 
 impl JamEnsembleArgs {
-    /// Joins the ensemble when --ensemble is given (on the local network).
-    pub fn start(&self) -> anyhow::Result<Option<crate::ensemble::beat::JamBeat>> {
-        self.start_with(None)
-    }
-
-    /// The room the ensemble lives in when playing in `room` (the room itself unless
-    /// --ensemble names another); `None` without --ensemble.
-    pub fn room_for(&self, room: &str) -> Option<String> {
-        let name = self.ensemble.as_ref()?;
-        Some(self.ensemble_room.clone().unwrap_or_else(|| {
-            if name.is_empty() {
-                room.to_string()
-            } else {
-                name.clone()
-            }
-        }))
-    }
-
-    /// Whether the ensemble is `room` itself, so it can ride on the player's seat there
-    /// (room names are one room whatever their case).
-    pub fn shares_seat_in(&self, room: &str) -> bool {
-        self.room_for(room)
-            .is_some_and(|r| fold_name(&r) == fold_name(room))
-    }
-
-    /// Joins the ensemble when --ensemble is given, through the rooms server at `server`
-    /// when playing in `room` (the room is the ensemble unless --ensemble names another):
-    /// on the player's own `seat` when it is that room, else with a seat of its own.
-    pub fn start_in_room(
-        &self,
-        server: SocketAddr,
-        front: crate::room_client::FrontDoors,
-        room: &str,
-        password: &str,
-        seat: Option<crate::ensemble::SharedSeat>,
-    ) -> anyhow::Result<Option<crate::ensemble::beat::JamBeat>> {
-        let Some(ens_room) = self.room_for(room) else {
-            return Ok(None);
-        };
-        let seat = seat.filter(|_| self.shares_seat_in(room));
-        self.start_with(Some(RoomReach {
-            server,
-            front,
-            room: ens_room,
-            name: String::new(),
-            password: password.to_string(),
-            join_timeout_ns: 5 * S,
-            seat,
-        }))
-    }
-
-    fn start_with(&self, room: Option<RoomReach>) -> anyhow::Result<Option<crate::ensemble::beat::JamBeat>> {
-        let Some(name) = &self.ensemble else {
-            return Ok(None);
-        };
-        let name = match (&room, name.is_empty()) {
-            (Some(r), true) => r.room.clone(),
-            (None, true) => bail!("--ensemble needs a NAME outside a room (or play in one with --room)"),
-            (_, false) => name.clone(),
-        };
-        if let Some(bpm) = self.tempo {
-            if !(netjam_ensemble::beat::MIN_BPM..=netjam_ensemble::beat::MAX_BPM).contains(&bpm) {
-                bail!(
-                    "--tempo {bpm}: give {}–{} beats per minute",
-                    netjam_ensemble::beat::MIN_BPM,
-                    netjam_ensemble::beat::MAX_BPM
-                );
-            }
-        }
-        let id = random_id()?;
-        let cfg = NodeConfig {
-            ensemble: name.clone(),
-            id,
-            services: Vec::new(),
-            taps: Vec::new(),
-            discovery: Discovery {
-                base_port: self.ensemble_port.unwrap_or(DEFAULT_BASE_PORT),
-                ports: DEFAULT_PORTS,
-                broadcast: !self.ensemble_local,
-            },
-            bind_ip: bind_ip(self.ensemble_local),
-            osc_bridge: None,
-            room: room.map(|r| RoomReach {
-                name: seat_name(id),
-                ..r
-            }),
-        };
-        let secret = ensemble_secret(self.ensemble_secret.as_deref(), "--ensemble-secret")?;
-        crate::ensemble::beat::JamBeat::start(cfg, self.tempo, secret)
-            .with_context(|| format!("cannot join ensemble {name:?}"))
-            .map(Some)
+    /// The click these flags ask for (the secret from the environment when not given).
+    pub fn ask(&self) -> anyhow::Result<ClickAsk> {
+        Ok(ClickAsk {
+            ensemble: self.ensemble.clone(),
+            tempo: self.tempo,
+            gain_db: self.click_gain,
+            room: self.ensemble_room.clone(),
+            local: self.ensemble_local,
+            port: self.ensemble_port,
+            secret: ensemble_secret(self.ensemble_secret.as_deref(), "--ensemble-secret")?,
+        })
     }
 }
 
@@ -345,11 +265,6 @@ fn leave_when_acknowledged(mut node: Node, wait: f64, not_acked: &str) -> anyhow
     Ok(())
 }
 
-/// The name an ensemble member's seat has in its room.
-fn seat_name(id: u64) -> String {
-    format!("ensemble-{id:016x}")
-}
-
 fn secs(s: f64, what: &str) -> anyhow::Result<u64> {
     if !(s.is_finite() && s >= 0.0) {
         bail!("{what} must be a number of seconds, not {s}");
@@ -376,7 +291,7 @@ fn start(
     };
     let room = match &net.server {
         Some(s) => Some({
-            let (server, others) = crate::cli::jam_room::resolve_servers(s)?;
+            let (server, others) = super::common::resolve_servers(s)?;
             RoomReach {
                 server,
                 front: crate::room_client::FrontDoors::new(server, &others),

@@ -1,9 +1,10 @@
-//! `netjam jam`: full duplex with one other player on one UDP socket (`--peer`), or in a
-//! room through a rooms server (`--room`, see [`super::jam_room`]).
+//! `netjam jam`: full duplex with one other player on one UDP socket (`--peer`, run by
+//! [`crate::peer_play`]), or in a room through a rooms server (`--room`, run by
+//! [`crate::room_play`]).
 //!
-//! Send what you play, hear what they play. Against `netjam reflect` on the far side it is
-//! a self-test: you hear your own round trip, and RTCP measures it. A flag that means
-//! something in one mode only is refused in the other, saying what to use instead.
+//! This module parses the flags, refuses a flag that means something in one mode only in
+//! the other (saying what to use instead), opens the device or source they name and builds
+//! the sender for it, and hands the rest to the mode's runner.
 //!
 //! With `--jack`, the audio comes from and goes to a JACK server: netjam's client ports
 //! `NAME:send_N` carry what you play and `NAME:receive_N` what you hear, and the server's
@@ -11,33 +12,28 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
-
-use crate::ensemble::beat_delay::DelayState;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use netjam_engine::player::{Command, MediaConfig};
+use netjam_engine::player::MediaConfig;
 use netjam_engine::receiver::ReceiverConfig;
 use netjam_engine::wire::Codec;
 
-use super::common::{check_outputs, resolve, BufferArg};
-use super::stream::{packets_text, parse_outputs, write_json, SourceArgs, WireArgs};
-use crate::control::jam::JamControl;
+use super::common::{check_outputs, resolve, resolve_host, resolve_servers};
+use super::stream::{parse_outputs, SourceArgs, WireArgs};
 use crate::endpoint::card;
 use crate::endpoint::channels::ChannelMap;
 use crate::endpoint::jack::{JackConfig, JackEndpoint};
-use crate::endpoint::{Endpoint, FrameSource, PeriodStats, SampleFormat};
+use crate::endpoint::{Endpoint, FrameSource, SampleFormat};
 use crate::lifecycle::{cname, fresh_seed};
-use crate::record::{self, RecordSummary};
+use crate::peer_play::{BeatDelay, PeerPlay};
+use crate::record;
 use crate::resample::{EdgeResampler, ResampledSource, OPUS_RATE};
-use crate::series::BoundedSeries;
-use crate::session::{interrupt_flag, JamProcess, JamStats, NetIo, Peer, Snapshot, PEER_TRACK};
-use crate::shell::{
-    bind, finish_recording, heard_format, recording_status, start_player, start_recording, stop_player,
-    Click, DeviceReport, DeviceSettings, HeardTo, PlayerDevice, StartedPlayer,
-};
-use crate::status::{codec_delay, meter, HeardRate, StatusLine};
+use crate::room_join::SeatAsk;
+use crate::room_play::RoomPlay;
+use crate::session::MAX_ROOM_MEMBERS;
+use crate::shell::BufferSize;
+use crate::shell::{heard_format, DeviceSettings, HeardTo, PlayerDevice};
 
 #[derive(Debug, Args)]
 // A sound card is a source too, named by up to three flags at once: the source group stops
@@ -108,7 +104,7 @@ pub struct JamArgs {
     pub wire: WireArgs,
     /// Jitter buffer: auto, a number of frames, or milliseconds (e.g. 3ms).
     #[arg(long, help_heading = SOUND, default_value = "auto")]
-    pub buffer: BufferArg,
+    pub buffer: BufferSize,
     /// With an auto buffer: tight gives latency back within a second of a transient and
     /// ignores one-off delay peaks; safe covers delay peaks up to 60 ms for ten seconds.
     #[arg(long, help_heading = SOUND, default_value = "tight")]
@@ -257,9 +253,6 @@ impl DelayUnit {
     }
 }
 
-/// The longest delay `--delay-to-beat` reserves room for: a bar of four at 30 BPM.
-const DELAY_MAX_NS: u64 = 8_000_000_000;
-
 /// What a sound card replaces: the other sources, JACK, and the sinks for what you hear.
 const CARD_CONFLICTS: [&str; 9] = [
     "input", "stdin", "sine", "clicks", "noise", "silence", "jack", "output", "stdout",
@@ -283,68 +276,6 @@ impl JamArgs {
 
     fn wants_card(&self) -> bool {
         self.card().wants_card()
-    }
-}
-
-#[derive(Debug, serde::Serialize)]
-struct JamReport {
-    stats: JamStats,
-    periods: PeriodStats,
-    /// The most recent concealed, inserted and skipped stretches of what you heard.
-    discontinuities: Vec<netjam_engine::discontinuity::Discontinuity>,
-    series: BoundedSeries<Snapshot<JamStats>>,
-    #[serde(flatten)]
-    device: DeviceReport,
-    stages: Stages,
-    /// What scheduling each of netjam's own threads got.
-    threads: Vec<crate::rt::ThreadRt>,
-    /// What `--record` wrote.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    record: Option<RecordSummary>,
-}
-
-/// The file name of the other player's track in a two-player recording.
-const PEER_TRACK_NAME: &str = "peer";
-
-/// What each stage of the path adds, beside the round trip measured in band, so a player
-/// sees where the time goes.
-#[derive(Debug, serde::Serialize)]
-struct Stages {
-    /// The mouth-to-ear round trip found in band (with `--measure-roundtrip`), ms.
-    round_trip_ms: Option<f64>,
-    /// RTCP's round trip, the least of the last few reports: the network both ways and the
-    /// far end's turnaround, without a stall of either host at the moment of one report, ms.
-    network_ms: Option<f64>,
-    /// The packet's worth of audio the sender waits for, ms.
-    packet_ms: f64,
-    /// The encoder's look-ahead (Opus), and the resamplers at the edges when the device
-    /// runs at another rate than Opus's 48 kHz, ms.
-    codec_ms: f64,
-    /// Time from a packet's arrival to its first frame played: for the packet heard when
-    /// the in-band round trip was last measured (so the stages describe that round trip),
-    /// else the mean over about the last second, ms.
-    jitter_buffer_ms: f64,
-    /// The device's own buffering where netjam knows it (a period each way for JACK; the
-    /// callbacks each way plus the capture-to-playback cushion for a sound card), ms.
-    device_ms: Option<f64>,
-}
-
-impl std::fmt::Display for Stages {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let ms = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.2} ms"));
-        write!(
-            f,
-            "network {} (RTCP round trip), packet {:.2} ms, codec {:.2} ms, jitter buffer {:.2} ms, device {}",
-            ms(self.network_ms),
-            self.packet_ms,
-            self.codec_ms,
-            self.jitter_buffer_ms,
-            ms(self.device_ms)
-        )?;
-        if let Some(rt) = self.round_trip_ms {
-            write!(f, "; measured in band: {rt:.2} ms mouth to ear")?;
-        }
-        Ok(())
     }
 }
 
@@ -414,25 +345,6 @@ fn master_gain_db(text: &str) -> Result<f32, String> {
         Ok(db) if (GAIN_MIN_DB..=GAIN_MAX_DB).contains(&db) => Ok(db),
         _ => Err(format!("a gain from {GAIN_MIN_DB} to {GAIN_MAX_DB} dB")),
     }
-}
-
-fn jam_line(s: &Snapshot<JamStats>) -> String {
-    let (t, r) = (&s.stats.sent, &s.stats.heard);
-    let jb = &r.jitter_buffer;
-    format!(
-        "{:>7.1}s  sent {:>7}  heard {:>7}  lost {:>4}  rtt {}{}  buffer {:>5.2}/{:>5.2} ms  conceal {:>4}{}  {}",
-        s.t_s,
-        t.packets,
-        r.received,
-        r.lost,
-        t.rtt_ms.map_or("  -  ".into(), |x| format!("{x:5.1} ms")),
-        s.stats.round_trip_ms.map_or(String::new(), |x| format!("  mouth-to-ear {x:5.1} ms")),
-        jb.depth_ms,
-        jb.target_ms,
-        jb.concealment_events,
-        codec_delay(t),
-        meter(s.peak_dbfs)
-    )
 }
 
 /// Refuse a flag that means nothing in the mode asked for (`--peer` or `--room`), saying
@@ -552,179 +464,103 @@ pub fn run_jam(mut a: JamArgs) -> anyhow::Result<()> {
     }
     let audio = open_audio(&mut a)?;
     if a.server.is_some() {
-        return super::jam_room::run(a, audio);
+        let play = room_play(&a, &audio)?;
+        return crate::room_play::run(play, audio.device, audio.sender);
     }
+    let play = peer_play(&a, &audio)?;
+    crate::peer_play::run(play, audio.device, audio.sender)
+}
+
+/// A room's player as the flags ask for it, for the device and sender opened: every
+/// address resolved and the page's taken before joining, so a bad one is said before
+/// anything runs.
+fn room_play(a: &JamArgs, audio: &Audio) -> anyhow::Result<RoomPlay> {
+    let (server, also) = resolve_servers(a.server.as_deref().unwrap_or_default())?;
+    let Some(room) = a.room.clone() else {
+        bail!("a room needs --room NAME: the room to join (its first player creates it)");
+    };
+    let Some(name) = a.wire.name.clone() else {
+        bail!("a room needs --name YOU: the name the others see");
+    };
+    let format = audio.sender.format();
+    let heard = heard_format(format, audio.device.spec());
+    Ok(RoomPlay {
+        server,
+        also,
+        stun: a
+            .stun
+            .as_deref()
+            .map(|s| resolve_host(s, Some(STUN_PORT), "--stun"))
+            .transpose()?,
+        media: media_config(
+            a,
+            format.rate,
+            MAX_ROOM_MEMBERS,
+            heard.channels.into(),
+            Some(name.clone()),
+        ),
+        room,
+        name,
+        seat: SeatAsk {
+            listen: a.listen,
+            port_map: a.port_map,
+            password: a.password.clone(),
+            via_server: a.via_server,
+            public: a.public,
+            mix: a.mix.clone(),
+        },
+        latency: a.latency,
+        measure_round_trip: a.measure_roundtrip,
+        monitor: a.monitor,
+        master_gain_db: a.master_gain,
+        osc: a.osc.map(|port| SocketAddr::new(a.osc_bind, port)),
+        web: a.web.map(super::server::bind_web).transpose()?,
+        record: a.record.clone(),
+        member_ports: a.member_ports,
+        click: a.ensemble.ask()?,
+        device: a.device_settings(format, "(counted in the latency to each member)"),
+        stats_json: a.stats_json.clone(),
+    })
+}
+
+/// A two-player jam as the flags ask for it, for the device and sender opened.
+fn peer_play(a: &JamArgs, audio: &Audio) -> anyhow::Result<PeerPlay> {
     let peer_text = a.peer.clone().unwrap_or_default();
-    let peer = resolve(&peer_text)?;
-    let Audio { device, sender } = audio;
-    let format = sender.format();
+    let format = audio.sender.format();
     // What you hear plays in your own format, on as many channels as the device plays
     // (an --outputs map can name more or fewer than --inputs sends): the other player is
     // the one member of a room of two, mixed into that like a room's members.
-    let heard = heard_format(format, device.spec());
-    let media = media_config(&a, format.rate, 1, heard.channels.into(), a.wire.name.clone());
-    let listen = a.listen.unwrap_or(SocketAddr::from(([0, 0, 0, 0], 4464)));
-    let socket = bind(listen)?;
-    crate::rt::set_period_ns(netjam_engine::time::frames_to_ns(
-        a.wire.frames.into(),
-        format.rate,
-    ));
-    let (io, link) = NetIo::start(socket, Peer::Fixed(peer))?;
-    let packets = packets_text(&sender);
-    let packet_ms = sender.packet_ns() as f64 / 1e6;
-    let (mut process, mut snaps, commands) = JamProcess::new(sender, link, media);
-    let m = process.media_mut();
-    m.members_mut().set_latency_policy(a.latency);
-    m.apply(Command::Gain {
-        member: PEER_TRACK,
-        db: a.gain,
-    });
-    m.apply(Command::Mute {
-        member: PEER_TRACK,
+    let heard = heard_format(format, audio.device.spec());
+    Ok(PeerPlay {
+        peer: resolve(&peer_text)?,
+        peer_text,
+        listen: a.listen.unwrap_or(SocketAddr::from(([0, 0, 0, 0], 4464))),
+        media: media_config(a, format.rate, 1, heard.channels.into(), a.wire.name.clone()),
+        latency: a.latency,
+        gain_db: a.gain,
         mute: a.mute,
-    });
-    m.apply(Command::MasterGain { db: a.master_gain });
-    m.apply(Command::MonitorMute { mute: !a.monitor });
-    m.measure_round_trip(a.measure_roundtrip);
-    let control = a.osc.map(|port| {
-        let bind = SocketAddr::new(a.osc_bind, port);
-        JamControl::spawn(bind, commands, a.gain, a.mute, &peer_text, packet_ms)
-    });
-    let control = control.transpose()?;
-    if let Some(c) = &control {
-        eprintln!(
-            "netjam: OSC control on {} ('/_meta ,s PATH' describes an address)",
-            c.local_addr()
-        );
-    }
-    let recorder = start_recording(
-        a.record.as_deref(),
-        &mut process,
-        (format.rate, heard.channels, format.channels),
-        Box::new(|_| Some(PEER_TRACK_NAME.into())),
-        &format!(
-            "{} (the other player)",
-            record::member_file_name(PEER_TRACK, PEER_TRACK_NAME)
-        ),
-    )?;
-    // The ensemble's click, mixed into what you hear (a no-op without --ensemble).
-    let mut beat = a.ensemble.start()?;
-    if let (Some(b), Some(unit)) = (&beat, a.delay_to_beat) {
-        b.shared.delay_beats.store(unit.beats(), Ordering::Relaxed);
-    }
-    let click = Click {
-        beat: beat.as_mut(),
-        gain_db: a.ensemble.click_gain,
-        delay_max_ns: a.delay_to_beat.map(|_| DELAY_MAX_NS),
-    };
-    let settings = a.device_settings(format, "(counted in the codec delay)");
-    // Ctrl-C from now on stops the stream: before the line a caller waits for.
-    let stop = interrupt_flag();
-    let StartedPlayer {
-        running,
-        mut monitors,
-        hear_edge_ms,
-    } = start_player(process, device, &settings, (io, format), click, stop, |local| {
-        eprintln!("netjam: jamming with {peer} from {local} ({format}, {packets})");
-    })?;
-    let mut status = StatusLine::new();
-    let mut series = BoundedSeries::default();
-    let mut rate_told = HeardRate::default();
-    let mut delay_told = DelayState::Waiting;
-    running.watch(&mut snaps, |s| {
-        let heard_rate = s.stats.heard.format.map(|f| f.rate);
-        if let Some(line) = rate_told.tell(
-            "the other player",
-            heard_rate,
-            s.stats.heard.rate_mismatch,
-            heard.rate,
-        ) {
-            status.finish();
-            eprintln!("{line}");
-        }
-        let mut line = jam_line(&s);
-        if let Some(w) = &recorder {
-            line.push_str(&recording_status(w, format.rate));
-        }
-        monitors.on_snapshot(&mut line, &mut status, beat.as_ref());
-        if let (Some(b), Some(unit)) = (&beat, a.delay_to_beat) {
-            let want = b.shared.delay_want_ns.load(Ordering::Relaxed);
-            let state = DelayState::from_word(b.shared.delay_state.load(Ordering::Relaxed), want);
-            line.push_str("  ");
-            line.push_str(&state.text(unit.name()));
-            // Said on a line of its own whenever it goes from one state to another.
-            if std::mem::discriminant(&state) != std::mem::discriminant(&delay_told) {
-                delay_told = state;
-                status.finish();
-                eprintln!("netjam: {}", state.text(unit.name()));
-            }
-        }
-        status.show(&line);
-        if let Some(c) = &control {
-            c.publish(&s);
-        }
-        series.push(s);
-    });
-    status.finish();
-    let (mut process, periods) = stop_player(running, beat.as_mut())?;
-    // The audio thread has stopped: what it queued is written, then the files are closed.
-    drop(process.take_recorder());
-    let record = finish_recording(recorder)?;
-    let stats = process.stats();
-    let jb = &stats.heard.jitter_buffer;
-    eprintln!(
-        "netjam: sent {} packets, heard {} (lost {}; {}); rtt {}; buffer target {:.2} ms, added latency {:.2} ms",
-        stats.sent.packets,
-        stats.heard.received,
-        stats.heard.lost,
-        crate::status::discontinuity_text(jb),
-        stats.sent.rtt_ms.map_or("not measured".into(), |r| format!("{r:.2} ms")),
-        jb.target_ms,
-        jb.added_latency_ms
-    );
-    let device_rate = monitors.rate();
-    let device = monitors.report(&periods);
-    let stages = Stages {
-        round_trip_ms: stats.round_trip_ms,
-        network_ms: stats.sent.rtt_floor_ms,
-        packet_ms,
-        codec_ms: stats.sent.codec_delay_ms + hear_edge_ms,
-        jitter_buffer_ms: stats
-            .round_trip_buffer_ms
-            .unwrap_or(stats.heard.jitter_buffer.added_latency_recent_ms),
-        device_ms: device
-            .device_frames()
-            .map(|frames| frames * 1e3 / f64::from(device_rate.max(1))),
-    };
-    eprintln!("netjam: where the time goes: {stages}");
-    if let Some(line) = crate::rt::report_line() {
-        eprintln!("netjam: {line}");
-    }
-    if let Some(path) = &a.stats_json {
-        write_json(
-            path,
-            &JamReport {
-                stats,
-                periods,
-                discontinuities: process
-                    .heard()
-                    .map(|r| r.recent_discontinuities().copied().collect())
-                    .unwrap_or_default(),
-                series,
-                device,
-                stages,
-                threads: crate::rt::threads(),
-                record,
-            },
-        )?;
-    }
-    Ok(())
+        master_gain_db: a.master_gain,
+        monitor: a.monitor,
+        measure_round_trip: a.measure_roundtrip,
+        osc: a.osc.map(|port| SocketAddr::new(a.osc_bind, port)),
+        record: a.record.clone(),
+        click: a.ensemble.ask()?,
+        delay_to_beat: a.delay_to_beat.map(|unit| BeatDelay {
+            beats: unit.beats(),
+            unit: unit.name(),
+        }),
+        device: a.device_settings(format, "(counted in the codec delay)"),
+        stats_json: a.stats_json.clone(),
+    })
 }
+
+/// The standard STUN port.
+const STUN_PORT: u16 = 3478;
 
 /// The player's audio half as the flags ask for it: `capacity` members of up to 64
 /// channels each (a jam's one other player, or a room's), mixed into `out_channels`; the
 /// receivers report under `name`.
-pub(super) fn media_config(
+fn media_config(
     a: &JamArgs,
     rate: u32,
     capacity: usize,
@@ -771,7 +607,7 @@ fn fill_room_defaults(a: &mut JamArgs) -> anyhow::Result<()> {
 }
 
 /// The audio side opened before the network: a device or a source, and the sender for it.
-pub(crate) struct Audio {
+struct Audio {
     pub device: PlayerDevice,
     pub sender: netjam_engine::sender::Sender,
 }
@@ -779,7 +615,7 @@ pub(crate) struct Audio {
 impl JamArgs {
     /// How the player's device runs; `edge_counted` says where the delay of resampling
     /// at the device's edges is counted.
-    pub(super) fn device_settings(
+    fn device_settings(
         &self,
         format: netjam_engine::wire::AudioFormat,
         edge_counted: &str,
@@ -859,7 +695,7 @@ fn open_audio(a: &mut JamArgs) -> anyhow::Result<Audio> {
 
 /// Whether the stream is Opus on a device (or source) at another rate than 48 kHz, so the
 /// jam resamples at its edges: in peer mode and in rooms alike (a room's member ports need
-/// the device at 48 kHz; the room refuses them otherwise, see `jam_room`).
+/// the device at 48 kHz; the room refuses them otherwise, see `room_play`).
 fn opus_edges(a: &JamArgs, rate: u32) -> bool {
     a.wire.codec == Some(Codec::Opus) && rate != OPUS_RATE
 }

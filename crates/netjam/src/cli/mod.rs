@@ -7,7 +7,6 @@ pub mod demo;
 pub mod devices;
 pub mod ensemble;
 pub mod jam;
-pub mod jam_room;
 pub mod osc;
 pub mod probe;
 pub mod reflect;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::cli::jam_room::resolve_servers;
+use crate::cli::common::resolve_servers;
 use crate::room_client::list_rooms;
 
 #[derive(Debug, Args)]

@@ -10,11 +10,11 @@ use clap::Args;
 use netjam_engine::room::ServerConfig;
 
 use crate::cli::common::check_outputs;
-use crate::cli::stream::write_json;
 use crate::control::server::ServerControl;
 use crate::room_directory::{DirectoryThread, OpenError, LEASE, RENEW_EVERY};
 use crate::server::{self, ServerReport, ShellConfig, DEFAULT_PORT};
 use crate::session::interrupt_flag;
+use crate::shell::write_json;
 use crate::status::StatusLine;
 use crate::web::server_page::{self, ServerPage};
 use crate::web::{WebError, WebListener};

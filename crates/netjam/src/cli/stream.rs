@@ -1,4 +1,5 @@
-//! `netjam send`, `netjam recv` and `netjam sdp`.
+//! `netjam send`, `netjam recv` and `netjam sdp`: their flags, the source or receiver they
+//! name, and the SDP text; the streams run in [`crate::stream_play`].
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -6,27 +7,23 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use clap::Args;
 use netjam_engine::delay::LatencyPolicy;
-use netjam_engine::discontinuity::Discontinuity;
-use netjam_engine::receiver::{Receiver, ReceiverConfig, ReceiverStats};
+use netjam_engine::receiver::{Receiver, ReceiverConfig};
 use netjam_engine::sender::{Sender, SenderConfig};
 use netjam_engine::synth::SynthKind;
 use netjam_engine::wire::sdp::{parse_sdp, write_sdp, SdpStream};
 use netjam_engine::wire::{AudioFormat, Codec};
 
-use super::common::{check_outputs, resolve, BufferArg};
+use super::common::{check_outputs, resolve};
 use crate::endpoint::channels::{ChannelMap, MapSide, PickedSource};
-use crate::endpoint::paced::PacedEndpoint;
 use crate::endpoint::raw::{RawSink, RawSource};
 use crate::endpoint::synth::SynthSource;
 use crate::endpoint::wav::{WavSink, WavSource};
-use crate::endpoint::{FrameSink, FrameSource, PeriodStats, SampleFormat};
-use crate::lifecycle::{any_for, await_format, cname, fresh_seed, wall_offset_ns, Running};
+use crate::endpoint::{FrameSource, SampleFormat};
+use crate::lifecycle::{cname, fresh_seed, wall_offset_ns};
 use crate::opus::{OpusEncoder, OpusSettings};
 use crate::resample::ResampledSource;
-use crate::series::BoundedSeries;
-use crate::session::{interrupt_flag, NetIo, Peer, RecvProcess, SendProcess, Snapshot};
-use crate::status::{recv_line, send_line, StatusLine};
-use crate::transport::UdpTransport;
+use crate::shell::BufferSize;
+use crate::stream_play::{RecvPlay, SendPlay};
 
 fn parse_codec(s: &str) -> Result<Codec, String> {
     Codec::from_name(s).map_err(|e| e.to_string())
@@ -263,17 +260,6 @@ impl WireArgs {
     }
 }
 
-/// How a sender packs audio, for the start-up line: "packets of 64 frames (1.33 ms)", and
-/// for Opus its look-ahead, the delay the codec adds on top.
-pub fn packets_text(sender: &Sender) -> String {
-    let ms = sender.packet_ns() as f64 / 1e6;
-    let text = format!("packets of {} frames ({ms:.2} ms)", sender.frames_per_packet());
-    match sender.stats().codec_delay_ms {
-        d if d > 0.0 => format!("{text}, codec delay {d:.1} ms"),
-        _ => text,
-    }
-}
-
 /// Send audio to a netjam receiver (or anything that speaks RTP).
 #[derive(Debug, Args)]
 pub struct SendArgs {
@@ -294,16 +280,6 @@ pub struct SendArgs {
     /// started late, and where in the stream) as JSON to this file at the end.
     #[arg(long, value_name = "FILE.json")]
     pub stats_json: Option<PathBuf>,
-}
-
-/// What `netjam send --stats-json` writes.
-#[derive(Debug, serde::Serialize)]
-struct SendReport {
-    format: AudioFormat,
-    frames_per_packet: u32,
-    stats: netjam_engine::sender::SenderStats,
-    periods: PeriodStats,
-    threads: Vec<crate::rt::ThreadRt>,
 }
 
 pub fn run_send(a: SendArgs) -> anyhow::Result<()> {
@@ -327,59 +303,15 @@ pub fn run_send(a: SendArgs) -> anyhow::Result<()> {
     let sender = a
         .wire
         .sender_after_edge(source.as_ref(), default_codec, edge_delay_ns)?;
-    let format = sender.format();
-    let socket = UdpTransport::bind(a.bind.unwrap_or_else(|| any_for(to)))
-        .context("opening a UDP socket to send from")?;
-    crate::rt::set_period_ns(netjam_engine::time::frames_to_ns(
-        a.wire.frames.into(),
-        format.rate,
-    ));
-    let (io, link) = NetIo::start(socket, Peer::Fixed(to))?;
-    let (process, mut snaps) = SendProcess::new(sender, link, format.rate);
-    let limit = a.duration.map(|d| (d * format.rate as f64) as u64);
-    let endpoint =
-        Box::new(PacedEndpoint::new(format.rate, a.wire.frames, Some(source), 0, None).with_limit(limit));
-    let stop = interrupt_flag();
-    eprintln!(
-        "netjam: sending {format} in {} to {to}",
-        packets_text(&process.sender)
-    );
-    let running = Running::start("netjam-audio", io, endpoint, process, stop)?;
-    let mut status = StatusLine::new();
-    running.watch(&mut snaps, |s| status.show(&send_line(&s)));
-    status.finish();
-    let stopped = running.stop_with_bye(|p, now| p.finish(now))?;
-    let (process, periods) = (stopped.process, stopped.periods);
-    let s = process.sender.stats();
-    eprintln!(
-        "netjam: sent {} packets ({} frames){}",
-        s.packets,
-        s.frames,
-        s.rtt_ms
-            .map_or(String::new(), |r| format!(", last rtt {r:.1} ms"))
-    );
-    if periods.missed_deadlines > 0 {
-        eprintln!(
-            "netjam: the sending thread started {} of {} periods late (worst {:.1} ms): those packets left late",
-            periods.missed_deadlines,
-            periods.periods,
-            periods.wake_late_max_us / 1e3
-        );
-    }
-    if let Some(line) = crate::rt::report_line() {
-        eprintln!("netjam: {line}");
-    }
-    if let Some(path) = &a.stats_json {
-        let report = SendReport {
-            format,
-            frames_per_packet: a.wire.frames,
-            stats: s,
-            periods,
-            threads: crate::rt::threads(),
-        };
-        write_json(path, &report)?;
-    }
-    Ok(())
+    crate::stream_play::send(SendPlay {
+        to,
+        bind: a.bind,
+        source,
+        sender,
+        frames: a.wire.frames,
+        duration_s: a.duration,
+        stats_json: a.stats_json,
+    })
 }
 
 /// Receive a stream and play it into a WAV file or stdout.
@@ -400,7 +332,7 @@ pub struct RecvArgs {
     pub duration: Option<f64>,
     /// Jitter buffer: auto, a number of frames, or milliseconds (e.g. 3ms).
     #[arg(long, default_value = "auto")]
-    pub buffer: BufferArg,
+    pub buffer: BufferSize,
     /// With an auto buffer: tight gives latency back within a second of a transient and
     /// ignores one-off delay peaks; safe covers delay peaks up to 60 ms for ten seconds.
     #[arg(long, default_value = "tight")]
@@ -433,20 +365,6 @@ pub struct RecvArgs {
     /// now and then (off by default here: a file then receives the stream bit-exact).
     #[arg(long)]
     pub drift_correction: bool,
-}
-
-/// The statistics file of `netjam recv`.
-#[derive(Debug, serde::Serialize)]
-pub struct RecvReport {
-    pub format: Option<AudioFormat>,
-    pub stats: ReceiverStats,
-    pub periods: PeriodStats,
-    pub dropped_by_full_ring: u64,
-    /// The most recent concealed, inserted and skipped stretches, located in the output.
-    pub discontinuities: Vec<Discontinuity>,
-    pub series: BoundedSeries<Snapshot<ReceiverStats>>,
-    /// What scheduling each of netjam's own threads got.
-    pub threads: Vec<crate::rt::ThreadRt>,
 }
 
 fn fixed_format(a: &RecvArgs) -> anyhow::Result<Option<(AudioFormat, u8)>> {
@@ -485,88 +403,31 @@ pub fn run_recv(a: RecvArgs) -> anyhow::Result<()> {
         name: None,
         decoders: crate::opus::decoders(),
     });
-    let mut receiver = receiver;
-    receiver.set_latency_policy(a.latency);
-    let socket = UdpTransport::bind(a.listen)
-        .with_context(|| format!("cannot listen on {}: is another program using it?", a.listen))?;
-    let (io, link) = NetIo::start(socket, Peer::Learned)?;
-    let stop = interrupt_flag();
-    let (mut receiver, mut link) = (receiver, link);
-    eprintln!("netjam: listening on {}", io.local);
-    // Until the first stream shows its format (or it was given), feed packets from here.
-    let Some((format, first_at)) = await_format(&mut receiver, &mut link, &stop, || {
-        eprintln!("netjam: RTP is arriving without netjam's format: give --codec, --rate and --channels, or --sdp FILE");
-    }) else {
-        io.shutdown();
-        return Ok(());
-    };
-    let (mut process, mut snaps) = RecvProcess::new(receiver, link, format.rate);
-    process.receiver.set_buffer_mode(a.buffer.mode(format.rate));
-    process.receiver.set_drift_correction(a.drift_correction);
-    eprintln!("netjam: receiving {format}");
-    let sink: Box<dyn FrameSink> = match &a.output {
-        Some(path) => Box::new(WavSink::create(path, format.rate, format.channels, format.codec)?),
-        None => Box::new(RawSink::new(
-            std::io::stdout(),
-            a.sample_format.unwrap_or(SampleFormat::S16le),
-        )),
-    };
-    let limit = a.duration.map(|d| (d * format.rate as f64) as u64);
-    crate::rt::set_period_ns(netjam_engine::time::frames_to_ns(a.period.into(), format.rate));
-    let endpoint = Box::new(
-        PacedEndpoint::new(format.rate, a.period, None, format.channels, Some(sink))
-            .with_limit(limit)
-            .with_origin(first_at),
-    );
-    let running = Running::start("netjam-audio", io, endpoint, process, stop)?;
-    let mut status = StatusLine::new();
-    let mut series = BoundedSeries::default();
-    let mut last_starts = 1;
-    running.watch(&mut snaps, |s| {
-        if s.stats.stream_starts > last_starts {
-            status.finish();
-            eprintln!("netjam: the sender restarted; following the new stream");
-            last_starts = s.stats.stream_starts;
-        }
-        status.show(&recv_line(&s));
-        series.push(s);
-    });
-    status.finish();
-    let stopped = running.stop()?;
-    let (process, periods, dropped) = (stopped.process, stopped.periods, stopped.rx_overflow);
-    let stats = process.receiver.stats();
-    print_recv_summary(&stats);
-    if let Some(line) = crate::rt::report_line() {
-        eprintln!("netjam: {line}");
-    }
-    if let Some(path) = &a.stats_json {
-        let report = RecvReport {
-            format: Some(format),
-            stats,
-            periods,
-            dropped_by_full_ring: dropped,
-            discontinuities: process.receiver.recent_discontinuities().copied().collect(),
-            series,
-            threads: crate::rt::threads(),
-        };
-        write_json(path, &report)?;
-    }
-    Ok(())
-}
-
-/// Write `value` as pretty JSON to `path`.
-pub fn write_json<T: serde::Serialize>(path: &std::path::Path, value: &T) -> anyhow::Result<()> {
-    let text = serde_json::to_string_pretty(value)?;
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
-}
-
-fn print_recv_summary(s: &ReceiverStats) {
-    let jb = &s.jitter_buffer;
-    eprintln!(
-        "netjam: received {} packets, lost {}, late {}, duplicate {}, reordered {}, malformed {}; {}; recovered {} frames from redundancy; buffer target {:.2} ms, added latency {:.2} ms (max {:.2})",
-        s.received, s.lost, jb.late_packets, jb.duplicate_packets, s.reordered, s.malformed,
-        crate::status::discontinuity_text(jb), jb.recovered_frames, jb.target_ms, jb.added_latency_ms, jb.added_latency_max_ms
-    );
+    let (output, sample_format) = (a.output.clone(), a.sample_format);
+    crate::stream_play::recv(RecvPlay {
+        listen: a.listen,
+        receiver,
+        buffer: a.buffer,
+        latency: a.latency,
+        drift_correction: a.drift_correction,
+        sink: Box::new(move |format| {
+            Ok(match output {
+                Some(path) => Box::new(WavSink::create(
+                    &path,
+                    format.rate,
+                    format.channels,
+                    format.codec,
+                )?),
+                None => Box::new(RawSink::new(
+                    std::io::stdout(),
+                    sample_format.unwrap_or(SampleFormat::S16le),
+                )),
+            })
+        }),
+        period: a.period,
+        duration_s: a.duration,
+        stats_json: a.stats_json,
+    })
 }
 
 /// Print an SDP description of a stream so GStreamer or ffmpeg can receive it.

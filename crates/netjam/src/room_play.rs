@@ -1,30 +1,29 @@
-//! `netjam jam --server HOST --room NAME --name YOU`: play in a room.
+//! A player in a room: take a seat on the rooms server (before any audio runs, so the
+//! stream starts with the SSRC the room assigned), then send what you play once, to the
+//! server, and hear every other member through a receiver of its own, mixed with
+//! per-member gain, pan and mute. You hear yourself only through the local monitor (off
+//! unless asked for), never through the network. With OSC every mix parameter is an
+//! address; with the page ([`crate::web::room_page`]) a browser sees the room and sets the
+//! mix, its commands polled by the room client's control thread beside OSC's.
 //!
-//! Takes a seat on the rooms server (before any audio runs, so the stream starts with the
-//! SSRC the room assigned), then sends what you play once, to the server, and hears every
-//! other member through a receiver of its own, mixed with per-member gain, pan and mute.
-//! You hear yourself only through the local monitor (off unless `--monitor`), never
-//! through the network. With `--osc PORT` every mix parameter is an OSC address; with
-//! `--web` the player serves its page ([`crate::web::room_page`]), fed every snapshot, its
-//! commands polled by the room client's control thread beside OSC's.
-//!
-//! This module parses nothing and decides nothing about the protocol: it wires the
-//! library pieces ([`crate::room_client`], [`crate::session::RoomProcess`],
-//! [`crate::control`], [`crate::web`]) to the device `jam` opened, run by the player's
-//! shell ([`crate::shell`]) as a two-player jam's is, and prints.
+//! This module decides nothing about the protocol: it wires the library pieces
+//! ([`crate::room_client`], [`crate::session::RoomProcess`], [`crate::control`],
+//! [`crate::web`]) to the device the player opened, run by the player's shell
+//! ([`crate::shell`]) as a two-player jam's is, and says what happens. What to do comes
+//! in a [`RoomPlay`], parsed by `netjam jam`.
 
 use std::net::SocketAddr;
-
-use super::common::resolve_host;
+use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use netjam_engine::privacy::RoomSecret;
+use netjam_engine::delay::LatencyPolicy;
+use netjam_engine::player::{Command, MediaConfig, MediaReport};
+use netjam_engine::privacy::{MediaSeal, RoomSecret};
 
-use super::jam::{Audio, JamArgs};
-use super::stream::{packets_text, write_json};
 use crate::control::{command_ring, ControlHandle, ControlServer, ControlState, Surface, DEFAULT_RING};
+use crate::ensemble::click::ClickAsk;
 use crate::member_ports::{self, MemberPorts};
 use crate::room_client::{self, RoomWires, CONTROL_QUEUE};
 use crate::room_join::{take_seat, SeatAsk, Taken};
@@ -33,54 +32,60 @@ use crate::room_view::{
     RoomReport, RoundTrips, Told,
 };
 use crate::series::BoundedSeries;
-use crate::server::DEFAULT_PORT;
 use crate::session::{interrupt_flag, NetIo, Peer, RoomProcess, Snapshot, MAX_ROOM_MEMBERS};
 use crate::shell::{
-    finish_recording, heard_format, recording_status, start_player, start_recording, stop_player, Click,
-    StartedPlayer,
+    finish_recording, heard_format, recording_status, start_player, start_recording, stop_player, write_json,
+    Click, DeviceSettings, PlayerDevice, StartedPlayer,
 };
-use crate::status::StatusLine;
+use crate::status::{packets_text, StatusLine};
 use crate::web::room_page::{FixedStages, RoomPage};
-use netjam_engine::player::{Command, MediaReport};
-use netjam_engine::privacy::MediaSeal;
+use crate::web::WebListener;
+
+/// What a player in a room asked for, every address resolved and the page's bound.
+#[derive(Debug)]
+pub struct RoomPlay {
+    /// The rooms server to ask first, and the others sharing its room directory.
+    pub server: SocketAddr,
+    pub also: Vec<SocketAddr>,
+    /// A STUN server to compare the public address with.
+    pub stun: Option<SocketAddr>,
+    pub room: String,
+    pub name: String,
+    /// How to take the seat (its password makes the room private).
+    pub seat: SeatAsk,
+    /// The audio half, built for the device's rate and channels.
+    pub media: MediaConfig,
+    pub latency: LatencyPolicy,
+    pub measure_round_trip: bool,
+    /// Hear yourself through netjam too.
+    pub monitor: bool,
+    pub master_gain_db: f32,
+    /// Where OSC control listens.
+    pub osc: Option<SocketAddr>,
+    /// The player's page, its address already taken.
+    pub web: Option<WebListener>,
+    /// Record a multitrack into this directory.
+    pub record: Option<PathBuf>,
+    /// JACK ports for each member.
+    pub member_ports: bool,
+    pub click: ClickAsk,
+    pub device: DeviceSettings,
+    /// Where the final statistics and their series go.
+    pub stats_json: Option<PathBuf>,
+}
 
 /// How often the main thread looks for snapshots: with a page, each one as it comes.
 const WATCH: Duration = Duration::from_millis(100);
 const PAGE_WATCH: Duration = Duration::from_millis(20);
 
-/// The standard STUN port.
-const STUN_PORT: u16 = 3478;
-
-/// `HOST` or `HOST:PORT` (port 4464 unless given).
-pub(crate) fn resolve_server(s: &str) -> anyhow::Result<SocketAddr> {
-    resolve_host(s, Some(DEFAULT_PORT), "--server")
-}
-
-/// `--server A[,B...]`: rooms servers sharing a room directory, asked in order when the
-/// one before does not answer.
-pub(crate) fn resolve_servers(s: &str) -> anyhow::Result<(SocketAddr, Vec<SocketAddr>)> {
-    let mut all = Vec::new();
-    for part in s.split(',').map(str::trim) {
-        if part.is_empty() {
-            bail!("--server {s:?} names an empty server: give HOST[:PORT], or several separated by commas");
-        }
-        all.push(resolve_server(part)?);
-    }
-    match all.split_first() {
-        Some((first, others)) => Ok((*first, others.to_vec())),
-        None => bail!("--server needs HOST[:PORT]"),
-    }
-}
-
-/// `--osc PORT`: every mix parameter of the room as an OSC address, its commands for the
+/// OSC control: every mix parameter of the room as an OSC address, its commands for the
 /// room client's control thread to pass on.
 fn start_osc(
-    a: &JamArgs,
-    port: u16,
+    a: &RoomPlay,
+    bind: SocketAddr,
     private: bool,
     passwords: mpsc::Sender<String>,
 ) -> anyhow::Result<(ControlHandle, crate::control::room::OscCommands)> {
-    let bind = SocketAddr::new(a.osc_bind, port);
     // Redundancy cannot change while a room's stream runs: its address is left out, so a
     // set is answered with an error instead of being taken and ignored.
     let surface = Surface {
@@ -92,7 +97,7 @@ fn start_osc(
     let mut state = ControlState::new(&surface);
     state.latency = a.latency;
     state.monitor.mute = !a.monitor;
-    state.master_gain_db = a.master_gain;
+    state.master_gain_db = a.master_gain_db;
     state.record = a.record.is_some();
     let (tx, rx) = command_ring(DEFAULT_RING);
     let handle = ControlServer::spawn_with_passwords(bind, surface, state, tx, passwords)?;
@@ -106,10 +111,10 @@ fn start_osc(
     ))
 }
 
-/// `--web`: the player's page of the room on `listener`, said with who may use it.
+/// The player's page of the room on `listener`, said with who may use it.
 fn start_page(
-    listener: crate::web::WebListener,
-    a: &JamArgs,
+    listener: WebListener,
+    a: &RoomPlay,
     room: &str,
     passwords: Option<mpsc::Sender<String>>,
 ) -> anyhow::Result<(RoomPage, crate::web::room_page::PageCommands)> {
@@ -126,18 +131,22 @@ fn start_page(
     Ok(started)
 }
 
-pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
-    let server_text = a.server.clone().unwrap_or_default();
-    let (server, also) = resolve_servers(&server_text)?;
-    let Some(room) = a.room.clone() else {
-        bail!("a room needs --room NAME: the room to join (its first player creates it)");
-    };
-    let Some(name) = a.wire.name.clone() else {
-        bail!("a room needs --name YOU: the name the others see");
-    };
+/// Plays in the room until the device's duration ends, Ctrl-C, or this player is replaced
+/// by itself joining again; then leaves, says what was heard and writes the report.
+pub fn run(
+    mut a: RoomPlay,
+    mut device: PlayerDevice,
+    mut sender: netjam_engine::sender::Sender,
+) -> anyhow::Result<()> {
+    let (server, also, room, name) = (
+        a.server,
+        std::mem::take(&mut a.also),
+        a.room.clone(),
+        a.name.clone(),
+    );
     // A room with a password is private: its audio is sealed with keys only those who know
     // the password can derive. Argon2id is slow on purpose: derived once, before joining.
-    let private = match a.password.as_deref().filter(|p| !p.is_empty()) {
+    let private = match a.seat.password.as_deref().filter(|p| !p.is_empty()) {
         Some(password) => {
             let started = std::time::Instant::now();
             let secret = RoomSecret::derive(&room, password)
@@ -146,10 +155,6 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let Audio {
-        mut device,
-        mut sender,
-    } = audio;
     let device_spec = device.spec();
     let format = sender.format();
     let heard = heard_format(format, device_spec);
@@ -165,28 +170,15 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
             format.rate
         );
     }
-    // The page's address is taken before joining, so a bad one is said before anything runs.
-    let web = a.web.map(super::server::bind_web).transpose()?;
-    let stun = a
-        .stun
-        .as_deref()
-        .map(|s| resolve_host(s, Some(STUN_PORT), "--stun"))
-        .transpose()?;
+    let web = a.web.take();
     let Taken {
         socket,
         seated,
         reflexive,
         port_mapping,
     } = take_seat(
-        &SeatAsk {
-            listen: a.listen,
-            port_map: a.port_map,
-            password: a.password.clone(),
-            via_server: a.via_server,
-            public: a.public,
-            mix: a.mix.clone(),
-        },
-        (server, also, stun),
+        &a.seat,
+        (server, also, a.stun),
         (&room, &name),
         private.as_ref().map(|p| (p.0, p.1)),
         &sender,
@@ -200,14 +192,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     let packet_ms = sender.packet_ns() as f64 / 1e6;
     let (control_tx, control_rx) = mpsc::sync_channel(CONTROL_QUEUE);
     let (io, link) = NetIo::start_with_control(socket, Peer::Fixed(server), Some(control_tx))?;
-    let config = super::jam::media_config(
-        &a,
-        format.rate,
-        MAX_ROOM_MEMBERS,
-        heard.channels.into(),
-        Some(name.clone()),
-    );
-    let (mut process, mut snaps, mut commands) = RoomProcess::new(sender, link, config);
+    let (mut process, mut snaps, mut commands) = RoomProcess::new(sender, link, a.media.clone());
     if let Some((media, _, took)) = private {
         process
             .media_mut()
@@ -218,22 +203,22 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         );
     }
     process.media_mut().members_mut().set_latency_policy(a.latency);
-    process.media_mut().measure_round_trip(a.measure_roundtrip);
-    let mut round_trips = a.measure_roundtrip.then(|| RoundTrips {
+    process.media_mut().measure_round_trip(a.measure_round_trip);
+    let mut round_trips = a.measure_round_trip.then(|| RoundTrips {
         readings: BoundedSeries::default(),
         found: 0,
         lost: 0,
     });
     // You hear yourself through your own monitoring unless you ask for netjam's.
     let _ = commands.push(Command::MonitorMute { mute: !a.monitor });
-    if a.master_gain != 0.0 {
-        let _ = commands.push(Command::MasterGain { db: a.master_gain });
+    if a.master_gain_db != 0.0 {
+        let _ = commands.push(Command::MasterGain { db: a.master_gain_db });
     }
     // A private room's password can change while it plays (OSC's `/password`).
     let (password_tx, password_rx) = mpsc::channel();
     let (osc, extra) = match a.osc {
-        Some(port) => {
-            let (handle, commands) = start_osc(&a, port, private.is_some(), password_tx.clone())?;
+        Some(bind) => {
+            let (handle, commands) = start_osc(&a, bind, private.is_some(), password_tx.clone())?;
             (Some(handle), Some(commands))
         }
         None => (None, None),
@@ -247,7 +232,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         None => (None, None),
     };
     // An ensemble in this same room rides on this seat: one seat per player.
-    let ens_seat = if a.ensemble.shares_seat_in(&room) {
+    let ens_seat = if a.click.shares_seat_in(&room) {
         Some(crate::ensemble::SharedSeat::new(io.socket.socket(), server)?)
     } else {
         None
@@ -287,16 +272,15 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
         (true, Some(j)) => Some(member_ports::start(j, usize::from(heard.channels), &mut process)?),
     };
     // The ensemble's click (with --ensemble): the room is the ensemble, through its server.
-    let password = a.password.clone().unwrap_or_default();
+    let password = a.seat.password.clone().unwrap_or_default();
     let mut beat = a
-        .ensemble
+        .click
         .start_in_room(server, front_doors, &room, &password, ens_seat)?;
     let click = Click {
         beat: beat.as_mut(),
-        gain_db: a.ensemble.click_gain,
+        gain_db: a.click.gain_db,
         delay_max_ns: None,
     };
-    let settings = a.device_settings(format, "(counted in the latency to each member)");
     // Ctrl-C from now on stops the stream: before the line a caller waits for.
     let stop = interrupt_flag();
     let StartedPlayer {
@@ -306,7 +290,7 @@ pub(crate) fn run(a: JamArgs, audio: Audio) -> anyhow::Result<()> {
     } = start_player(
         process,
         device,
-        &settings,
+        &a.device,
         (io, format),
         click,
         stop.clone(),
