@@ -10,22 +10,19 @@
 //! report. What to do comes in a [`PeerPlay`], parsed by `netjam jam --peer`.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
-use netjam_engine::delay::LatencyPolicy;
-use netjam_engine::player::{Command, MediaConfig};
+use netjam_engine::player::Command;
 
 use crate::control::jam::JamControl;
 use crate::endpoint::PeriodStats;
 use crate::ensemble::beat_delay::DelayState;
-use crate::ensemble::click::ClickAsk;
 use crate::record::{self, RecordSummary};
 use crate::series::BoundedSeries;
 use crate::session::{interrupt_flag, JamProcess, JamStats, NetIo, Peer, Snapshot, PEER_TRACK};
 use crate::shell::{
     bind, finish_recording, heard_format, recording_status, start_player, start_recording, stop_player,
-    write_json, Click, DeviceReport, DeviceSettings, PlayerDevice, StartedPlayer,
+    write_json, Click, DeviceReport, PlayerAsk, PlayerDevice, StartedPlayer,
 };
 use crate::status::{codec_delay, meter, packets_text, HeardRate, StatusLine};
 
@@ -37,26 +34,13 @@ pub struct PeerPlay {
     pub peer_text: String,
     /// The address to send from and listen on.
     pub listen: SocketAddr,
-    /// The audio half, built for the device's rate and channels.
-    pub media: MediaConfig,
-    pub latency: LatencyPolicy,
     /// Gain on the other player, and whether they start muted.
     pub gain_db: f32,
     pub mute: bool,
-    pub master_gain_db: f32,
-    /// Hear yourself through netjam too.
-    pub monitor: bool,
-    pub measure_round_trip: bool,
-    /// Where OSC control listens.
-    pub osc: Option<SocketAddr>,
-    /// Record a multitrack into this directory.
-    pub record: Option<PathBuf>,
-    pub click: ClickAsk,
     /// Hear the other player a beat or a bar after they played (with a click).
     pub delay_to_beat: Option<BeatDelay>,
-    pub device: DeviceSettings,
-    /// Where the final statistics and their series go.
-    pub stats_json: Option<PathBuf>,
+    /// What every player asks for besides where it plays.
+    pub player: PlayerAsk,
 }
 
 /// How far a delay to the beat reaches: beats, and the unit's name as said.
@@ -77,15 +61,15 @@ pub fn run(a: PeerPlay, device: PlayerDevice, sender: netjam_engine::sender::Sen
     let heard = heard_format(format, device.spec());
     let socket = bind(a.listen)?;
     crate::rt::set_period_ns(netjam_engine::time::frames_to_ns(
-        a.device.frames.into(),
+        a.player.device.frames.into(),
         format.rate,
     ));
     let (io, link) = NetIo::start(socket, Peer::Fixed(peer))?;
     let packets = packets_text(&sender);
     let packet_ms = sender.packet_ns() as f64 / 1e6;
-    let (mut process, mut snaps, commands) = JamProcess::new(sender, link, a.media.clone());
+    let (mut process, mut snaps, commands) = JamProcess::new(sender, link, a.player.media.clone());
     let m = process.media_mut();
-    m.members_mut().set_latency_policy(a.latency);
+    m.members_mut().set_latency_policy(a.player.latency);
     m.apply(Command::Gain {
         member: PEER_TRACK,
         db: a.gain_db,
@@ -94,10 +78,15 @@ pub fn run(a: PeerPlay, device: PlayerDevice, sender: netjam_engine::sender::Sen
         member: PEER_TRACK,
         mute: a.mute,
     });
-    m.apply(Command::MasterGain { db: a.master_gain_db });
-    m.apply(Command::MonitorMute { mute: !a.monitor });
-    m.measure_round_trip(a.measure_round_trip);
+    m.apply(Command::MasterGain {
+        db: a.player.master_gain_db,
+    });
+    m.apply(Command::MonitorMute {
+        mute: !a.player.monitor,
+    });
+    m.measure_round_trip(a.player.measure_round_trip);
     let control = a
+        .player
         .osc
         .map(|bind| JamControl::spawn(bind, commands, a.gain_db, a.mute, &a.peer_text, packet_ms));
     let control = control.transpose()?;
@@ -108,7 +97,7 @@ pub fn run(a: PeerPlay, device: PlayerDevice, sender: netjam_engine::sender::Sen
         );
     }
     let recorder = start_recording(
-        a.record.as_deref(),
+        a.player.record.as_deref(),
         &mut process,
         (format.rate, heard.channels, format.channels),
         Box::new(|_| Some(PEER_TRACK_NAME.into())),
@@ -118,13 +107,13 @@ pub fn run(a: PeerPlay, device: PlayerDevice, sender: netjam_engine::sender::Sen
         ),
     )?;
     // The ensemble's click, mixed into what you hear (a no-op without --ensemble).
-    let mut beat = a.click.start()?;
+    let mut beat = a.player.click.start()?;
     if let (Some(b), Some(delay)) = (&beat, a.delay_to_beat) {
         b.shared.delay_beats.store(delay.beats, Ordering::Relaxed);
     }
     let click = Click {
         beat: beat.as_mut(),
-        gain_db: a.click.gain_db,
+        gain_db: a.player.click.gain_db,
         delay_max_ns: a.delay_to_beat.map(|_| DELAY_MAX_NS),
     };
     // Ctrl-C from now on stops the stream: before the line a caller waits for.
@@ -133,9 +122,17 @@ pub fn run(a: PeerPlay, device: PlayerDevice, sender: netjam_engine::sender::Sen
         running,
         mut monitors,
         hear_edge_ms,
-    } = start_player(process, device, &a.device, (io, format), click, stop, |local| {
-        eprintln!("netjam: jamming with {peer} from {local} ({format}, {packets})");
-    })?;
+    } = start_player(
+        process,
+        device,
+        &a.player.device,
+        (io, format),
+        click,
+        stop,
+        |local| {
+            eprintln!("netjam: jamming with {peer} from {local} ({format}, {packets})");
+        },
+    )?;
     let mut status = StatusLine::new();
     let mut series = BoundedSeries::default();
     let mut rate_told = HeardRate::default();
@@ -209,7 +206,7 @@ pub fn run(a: PeerPlay, device: PlayerDevice, sender: netjam_engine::sender::Sen
     if let Some(line) = crate::rt::report_line() {
         eprintln!("netjam: {line}");
     }
-    if let Some(path) = &a.stats_json {
+    if let Some(path) = &a.player.stats_json {
         write_json(
             path,
             &JamReport {

@@ -13,17 +13,14 @@
 //! in a [`RoomPlay`], parsed by `netjam jam`.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use netjam_engine::delay::LatencyPolicy;
-use netjam_engine::player::{Command, MediaConfig, MediaReport};
+use netjam_engine::player::{Command, MediaReport};
 use netjam_engine::privacy::{MediaSeal, RoomSecret};
 
 use crate::control::{command_ring, ControlHandle, ControlServer, ControlState, Surface, DEFAULT_RING};
-use crate::ensemble::click::ClickAsk;
 use crate::member_ports::{self, MemberPorts};
 use crate::room_client::{self, RoomWires, CONTROL_QUEUE};
 use crate::room_join::{take_seat, SeatAsk, Taken};
@@ -35,7 +32,7 @@ use crate::series::BoundedSeries;
 use crate::session::{interrupt_flag, NetIo, Peer, RoomProcess, Snapshot, MAX_ROOM_MEMBERS};
 use crate::shell::{
     finish_recording, heard_format, recording_status, start_player, start_recording, stop_player, write_json,
-    Click, DeviceSettings, PlayerDevice, StartedPlayer,
+    Click, PlayerAsk, PlayerDevice, StartedPlayer,
 };
 use crate::status::{packets_text, StatusLine};
 use crate::web::room_page::{FixedStages, RoomPage};
@@ -53,25 +50,12 @@ pub struct RoomPlay {
     pub name: String,
     /// How to take the seat (its password makes the room private).
     pub seat: SeatAsk,
-    /// The audio half, built for the device's rate and channels.
-    pub media: MediaConfig,
-    pub latency: LatencyPolicy,
-    pub measure_round_trip: bool,
-    /// Hear yourself through netjam too.
-    pub monitor: bool,
-    pub master_gain_db: f32,
-    /// Where OSC control listens.
-    pub osc: Option<SocketAddr>,
     /// The player's page, its address already taken.
     pub web: Option<WebListener>,
-    /// Record a multitrack into this directory.
-    pub record: Option<PathBuf>,
     /// JACK ports for each member.
     pub member_ports: bool,
-    pub click: ClickAsk,
-    pub device: DeviceSettings,
-    /// Where the final statistics and their series go.
-    pub stats_json: Option<PathBuf>,
+    /// What every player asks for besides where it plays.
+    pub player: PlayerAsk,
 }
 
 /// How often the main thread looks for snapshots: with a page, each one as it comes.
@@ -90,15 +74,15 @@ fn start_osc(
     // set is answered with an error instead of being taken and ignored.
     let surface = Surface {
         redundancy: false,
-        record: a.record.is_some(),
+        record: a.player.record.is_some(),
         password: private,
         ..Surface::room()
     };
     let mut state = ControlState::new(&surface);
-    state.latency = a.latency;
-    state.monitor.mute = !a.monitor;
-    state.master_gain_db = a.master_gain_db;
-    state.record = a.record.is_some();
+    state.latency = a.player.latency;
+    state.monitor.mute = !a.player.monitor;
+    state.master_gain_db = a.player.master_gain_db;
+    state.record = a.player.record.is_some();
     let (tx, rx) = command_ring(DEFAULT_RING);
     let handle = ControlServer::spawn_with_passwords(bind, surface, state, tx, passwords)?;
     eprintln!(
@@ -107,7 +91,7 @@ fn start_osc(
     );
     Ok((
         handle,
-        crate::control::room::OscCommands::new(rx, a.record.is_some()),
+        crate::control::room::OscCommands::new(rx, a.player.record.is_some()),
     ))
 }
 
@@ -124,7 +108,7 @@ fn start_page(
     } else {
         "anyone with this URL can change your mix: share it only with yourself"
     };
-    let record_dir = a.record.as_ref().map(|d| d.display().to_string());
+    let record_dir = a.player.record.as_ref().map(|d| d.display().to_string());
     let started =
         RoomPage::start(listener, record_dir, passwords).map_err(|e| anyhow::anyhow!("--web: {e}"))?;
     eprintln!("netjam: your page of room {room:?}: {url} ({note})");
@@ -192,7 +176,7 @@ pub fn run(
     let packet_ms = sender.packet_ns() as f64 / 1e6;
     let (control_tx, control_rx) = mpsc::sync_channel(CONTROL_QUEUE);
     let (io, link) = NetIo::start_with_control(socket, Peer::Fixed(server), Some(control_tx))?;
-    let (mut process, mut snaps, mut commands) = RoomProcess::new(sender, link, a.media.clone());
+    let (mut process, mut snaps, mut commands) = RoomProcess::new(sender, link, a.player.media.clone());
     if let Some((media, _, took)) = private {
         process
             .media_mut()
@@ -202,21 +186,30 @@ pub fn run(
             took.as_secs_f64() * 1e3
         );
     }
-    process.media_mut().members_mut().set_latency_policy(a.latency);
-    process.media_mut().measure_round_trip(a.measure_round_trip);
-    let mut round_trips = a.measure_round_trip.then(|| RoundTrips {
+    process
+        .media_mut()
+        .members_mut()
+        .set_latency_policy(a.player.latency);
+    process
+        .media_mut()
+        .measure_round_trip(a.player.measure_round_trip);
+    let mut round_trips = a.player.measure_round_trip.then(|| RoundTrips {
         readings: BoundedSeries::default(),
         found: 0,
         lost: 0,
     });
     // You hear yourself through your own monitoring unless you ask for netjam's.
-    let _ = commands.push(Command::MonitorMute { mute: !a.monitor });
-    if a.master_gain_db != 0.0 {
-        let _ = commands.push(Command::MasterGain { db: a.master_gain_db });
+    let _ = commands.push(Command::MonitorMute {
+        mute: !a.player.monitor,
+    });
+    if a.player.master_gain_db != 0.0 {
+        let _ = commands.push(Command::MasterGain {
+            db: a.player.master_gain_db,
+        });
     }
     // A private room's password can change while it plays (OSC's `/password`).
     let (password_tx, password_rx) = mpsc::channel();
-    let (osc, extra) = match a.osc {
+    let (osc, extra) = match a.player.osc {
         Some(bind) => {
             let (handle, commands) = start_osc(&a, bind, private.is_some(), password_tx.clone())?;
             (Some(handle), Some(commands))
@@ -232,7 +225,7 @@ pub fn run(
         None => (None, None),
     };
     // An ensemble in this same room rides on this seat: one seat per player.
-    let ens_seat = if a.click.shares_seat_in(&room) {
+    let ens_seat = if a.player.click.shares_seat_in(&room) {
         Some(crate::ensemble::SharedSeat::new(io.socket.socket(), server)?)
     } else {
         None
@@ -255,7 +248,7 @@ pub fn run(
     let room_link = room_client::spawn(seated, wires, control_rx, commands, (extra, page_commands))?;
     let roster = room_link.roster.clone();
     let recorder = start_recording(
-        a.record.as_deref(),
+        a.player.record.as_deref(),
         &mut process,
         (format.rate, heard.channels, format.channels),
         Box::new(move |id| {
@@ -274,11 +267,12 @@ pub fn run(
     // The ensemble's click (with --ensemble): the room is the ensemble, through its server.
     let password = a.seat.password.clone().unwrap_or_default();
     let mut beat = a
+        .player
         .click
         .start_in_room(server, front_doors, &room, &password, ens_seat)?;
     let click = Click {
         beat: beat.as_mut(),
-        gain_db: a.click.gain_db,
+        gain_db: a.player.click.gain_db,
         delay_max_ns: None,
     };
     // Ctrl-C from now on stops the stream: before the line a caller waits for.
@@ -290,14 +284,14 @@ pub fn run(
     } = start_player(
         process,
         device,
-        &a.device,
+        &a.player.device,
         (io, format),
         click,
         stop.clone(),
         |local| {
             eprintln!(
             "netjam: in room {room:?} as member {member_id} from {local} ({format}, {packets}); you hear the others, not yourself{}; seated in {:.0} ms",
-            if a.monitor { " except through --monitor" } else { "" },
+            if a.player.monitor { " except through --monitor" } else { "" },
             join_ms
         );
         },
@@ -357,7 +351,7 @@ pub fn run(
             }
         }
         let members = heard_members(&s.stats, &roster, fixed_ms);
-        if a.stats_json.is_some() {
+        if a.player.stats_json.is_some() {
             series.push(RoomPoint::new(&s, &members));
         }
         remember(&mut everyone, members);
@@ -409,7 +403,7 @@ pub fn run(
     for line in summary(&stats, &heard_final, format.rate, &room, round_trips.as_ref()) {
         eprintln!("{line}");
     }
-    if let Some(path) = &a.stats_json {
+    if let Some(path) = &a.player.stats_json {
         write_json(
             path,
             &RoomReport {

@@ -121,6 +121,28 @@ impl BufferSize {
     }
 }
 
+/// What every player asks for besides where it plays: a two-player jam's and a room's.
+#[derive(Debug)]
+pub struct PlayerAsk {
+    /// The audio half, built for the device's rate and channels.
+    pub media: netjam_engine::player::MediaConfig,
+    pub latency: netjam_engine::delay::LatencyPolicy,
+    pub master_gain_db: f32,
+    /// Hear yourself through netjam too.
+    pub monitor: bool,
+    /// Measure the mouth-to-ear round trip in band.
+    pub measure_round_trip: bool,
+    /// Where OSC control listens.
+    pub osc: Option<SocketAddr>,
+    /// Record a multitrack into this directory.
+    pub record: Option<PathBuf>,
+    /// The ensemble's click.
+    pub click: crate::ensemble::click::ClickAsk,
+    pub device: DeviceSettings,
+    /// Where the final statistics and their series go.
+    pub stats_json: Option<PathBuf>,
+}
+
 /// How the player's device runs, as the flags say.
 #[derive(Debug, Clone, Default)]
 pub struct DeviceSettings {

@@ -33,7 +33,7 @@ use crate::room_join::SeatAsk;
 use crate::room_play::RoomPlay;
 use crate::session::MAX_ROOM_MEMBERS;
 use crate::shell::BufferSize;
-use crate::shell::{heard_format, DeviceSettings, HeardTo, PlayerDevice};
+use crate::shell::{heard_format, DeviceSettings, HeardTo, PlayerAsk, PlayerDevice};
 
 #[derive(Debug, Args)]
 // A sound card is a source too, named by up to three flags at once: the source group stops
@@ -482,8 +482,6 @@ fn room_play(a: &JamArgs, audio: &Audio) -> anyhow::Result<RoomPlay> {
     let Some(name) = a.wire.name.clone() else {
         bail!("a room needs --name YOU: the name the others see");
     };
-    let format = audio.sender.format();
-    let heard = heard_format(format, audio.device.spec());
     Ok(RoomPlay {
         server,
         also,
@@ -492,13 +490,12 @@ fn room_play(a: &JamArgs, audio: &Audio) -> anyhow::Result<RoomPlay> {
             .as_deref()
             .map(|s| resolve_host(s, Some(STUN_PORT), "--stun"))
             .transpose()?,
-        media: media_config(
+        player: player_ask(
             a,
-            format.rate,
-            MAX_ROOM_MEMBERS,
-            heard.channels.into(),
-            Some(name.clone()),
-        ),
+            audio,
+            (MAX_ROOM_MEMBERS, Some(name.clone())),
+            "(counted in the latency to each member)",
+        )?,
         room,
         name,
         seat: SeatAsk {
@@ -509,47 +506,51 @@ fn room_play(a: &JamArgs, audio: &Audio) -> anyhow::Result<RoomPlay> {
             public: a.public,
             mix: a.mix.clone(),
         },
-        latency: a.latency,
-        measure_round_trip: a.measure_roundtrip,
-        monitor: a.monitor,
-        master_gain_db: a.master_gain,
-        osc: a.osc.map(|port| SocketAddr::new(a.osc_bind, port)),
         web: a.web.map(super::server::bind_web).transpose()?,
-        record: a.record.clone(),
         member_ports: a.member_ports,
-        click: a.ensemble.ask()?,
-        device: a.device_settings(format, "(counted in the latency to each member)"),
-        stats_json: a.stats_json.clone(),
     })
 }
 
 /// A two-player jam as the flags ask for it, for the device and sender opened.
 fn peer_play(a: &JamArgs, audio: &Audio) -> anyhow::Result<PeerPlay> {
     let peer_text = a.peer.clone().unwrap_or_default();
-    let format = audio.sender.format();
-    // What you hear plays in your own format, on as many channels as the device plays
-    // (an --outputs map can name more or fewer than --inputs sends): the other player is
-    // the one member of a room of two, mixed into that like a room's members.
-    let heard = heard_format(format, audio.device.spec());
     Ok(PeerPlay {
         peer: resolve(&peer_text)?,
         peer_text,
         listen: a.listen.unwrap_or(SocketAddr::from(([0, 0, 0, 0], 4464))),
-        media: media_config(a, format.rate, 1, heard.channels.into(), a.wire.name.clone()),
-        latency: a.latency,
         gain_db: a.gain,
         mute: a.mute,
+        delay_to_beat: a.delay_to_beat.map(|unit| BeatDelay {
+            beats: unit.beats(),
+            unit: unit.name(),
+        }),
+        // The other player is the one member of a room of two.
+        player: player_ask(a, audio, (1, a.wire.name.clone()), "(counted in the codec delay)")?,
+    })
+}
+
+/// What the flags ask of either kind of player, for the device and sender opened: the
+/// audio half for `members` (how many, and the name the receivers report under). What
+/// you hear plays in your own format, on as many channels as the device plays (an
+/// --outputs map can name more or fewer than --inputs sends), the members mixed into it.
+fn player_ask(
+    a: &JamArgs,
+    audio: &Audio,
+    members: (usize, Option<String>),
+    edge_counted: &str,
+) -> anyhow::Result<PlayerAsk> {
+    let format = audio.sender.format();
+    let heard = heard_format(format, audio.device.spec());
+    Ok(PlayerAsk {
+        media: media_config(a, format.rate, members.0, heard.channels.into(), members.1),
+        latency: a.latency,
         master_gain_db: a.master_gain,
         monitor: a.monitor,
         measure_round_trip: a.measure_roundtrip,
         osc: a.osc.map(|port| SocketAddr::new(a.osc_bind, port)),
         record: a.record.clone(),
         click: a.ensemble.ask()?,
-        delay_to_beat: a.delay_to_beat.map(|unit| BeatDelay {
-            beats: unit.beats(),
-            unit: unit.name(),
-        }),
-        device: a.device_settings(format, "(counted in the codec delay)"),
+        device: a.device_settings(format, edge_counted),
         stats_json: a.stats_json.clone(),
     })
 }
