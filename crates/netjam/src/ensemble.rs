@@ -882,7 +882,56 @@ impl Node {
     pub fn in_room(&self) -> bool {
         self.room.is_some()
     }
+
+    /// The services of `services` no member offers yet.
+    pub fn missing<'a>(&self, services: &'a [String]) -> Vec<&'a String> {
+        services
+            .iter()
+            .filter(|s| self.member.table().provider(s).is_none())
+            .collect()
+    }
+
+    /// Whether this member keeps the ensemble's time: it is the clock reference, or its
+    /// clock has locked to the reference's.
+    pub fn synced(&self) -> bool {
+        let m = &self.member;
+        match (m.reference(), m.clock_stats()) {
+            (Some(r), _) if r == m.id() => true,
+            (Some(_), Some(st)) => st.locked,
+            _ => false,
+        }
+    }
+
+    /// Runs until this member keeps the ensemble's time or local time `until`; says
+    /// whether it does.
+    pub fn run_until_synced(&mut self, until: u64) -> bool {
+        while !self.synced() && mono_ns() < until {
+            self.run(Some((mono_ns() + SLICE_NS).min(until)), |_, _| true);
+        }
+        self.synced()
+    }
+
+    /// Sends what is queued and runs until every reliable message is acknowledged or
+    /// local time `until`, then leaves; otherwise gives up without leaving and says how
+    /// many were not acknowledged.
+    pub fn leave_when_acknowledged(mut self, until: u64) -> Result<(), usize> {
+        self.flush();
+        while self.member.unacked() > 0 && mono_ns() < until {
+            self.run(Some((mono_ns() + SLICE_NS).min(until)), |_, _| true);
+        }
+        match self.member.unacked() {
+            0 => {
+                self.leave();
+                Ok(())
+            }
+            left => Err(left),
+        }
+    }
 }
+
+/// How long [`Node::run_until_synced`] and [`Node::leave_when_acknowledged`] run between
+/// looks at what they wait for.
+const SLICE_NS: u64 = 10_000_000;
 
 /// The address to bind for a member: this machine only, or every interface.
 pub fn bind_ip(local_only: bool) -> IpAddr {

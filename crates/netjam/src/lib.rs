@@ -30,6 +30,7 @@ pub mod room_play;
 pub mod room_view;
 pub mod rt;
 pub mod series;
+pub mod serve;
 pub mod server;
 pub mod session;
 pub mod shell;

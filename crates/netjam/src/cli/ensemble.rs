@@ -15,7 +15,7 @@ use clap::{Args, Subcommand};
 use netjam_ensemble::address::service_of;
 use netjam_ensemble::auth::Secret;
 use netjam_ensemble::discovery::{Discovery, DEFAULT_BASE_PORT, DEFAULT_PORTS};
-use netjam_ensemble::{Event, Member};
+use netjam_ensemble::Event;
 use netjam_osc::{encode_message, message_len, Arg, Message};
 
 use crate::ensemble::click::{seat_name, ClickAsk};
@@ -250,19 +250,10 @@ pub fn run(cmd: EnsembleCommand) -> anyhow::Result<()> {
 
 /// Send what is queued, wait up to `wait` seconds (`--wait`) until every reliable message
 /// is acknowledged, then leave; fails saying how many were `not_acked` otherwise.
-fn leave_when_acknowledged(mut node: Node, wait: f64, not_acked: &str) -> anyhow::Result<()> {
-    node.flush();
+fn leave_when_acknowledged(node: Node, wait: f64, not_acked: &str) -> anyhow::Result<()> {
     let until = mono_ns() + secs(wait, "--wait")?;
-    while node.member_ref().unacked() > 0 && mono_ns() < until {
-        let t = mono_ns() + 10 * MS;
-        node.run(Some(t), |_, _| true);
-    }
-    let left = node.member_ref().unacked();
-    if left > 0 {
-        bail!("{left} {not_acked} within {wait} s");
-    }
-    node.leave();
-    Ok(())
+    node.leave_when_acknowledged(until)
+        .map_err(|left| anyhow::anyhow!("{left} {not_acked} within {wait} s"))
 }
 
 fn secs(s: f64, what: &str) -> anyhow::Result<u64> {
@@ -608,18 +599,6 @@ fn parse_at(at: &str, ens_now: u64) -> anyhow::Result<u64> {
     secs(v, "--at")
 }
 
-fn ready(m: &Member, services: &[String]) -> bool {
-    services.iter().all(|s| m.table().provider(s).is_some())
-}
-
-fn synced(m: &Member) -> bool {
-    match (m.reference(), m.clock_stats()) {
-        (Some(r), _) if r == m.id() => true,
-        (Some(_), Some(st)) => st.locked,
-        _ => false,
-    }
-}
-
 fn send(a: SendArgs) -> anyhow::Result<()> {
     let mut addresses = vec![a.address.clone()];
     addresses.extend(a.also.iter().cloned());
@@ -641,15 +620,11 @@ fn send(a: SendArgs) -> anyhow::Result<()> {
     let give_up = mono_ns() + secs(a.wait, "--wait")?;
     let need_clock = a.at.is_some();
     node.run(Some(give_up), |n, _| {
-        let m = n.member_ref();
-        !(ready(m, &services) && (!need_clock || synced(m)))
+        !(n.missing(&services).is_empty() && (!need_clock || n.synced()))
     });
     // Also check before the first event (the table may be complete already).
-    if !ready(node.member_ref(), &services) {
-        let missing: Vec<&String> = services
-            .iter()
-            .filter(|s| node.member_ref().table().provider(s).is_none())
-            .collect();
+    let missing = node.missing(&services);
+    if !missing.is_empty() {
         bail!(
             "no member of ensemble {:?} offers {:?} (waited {} s): is a member running with --service, on this network and discovery ports, and with the same --secret / {SECRET_ENV} if the ensemble has one?",
             a.name,
@@ -657,17 +632,11 @@ fn send(a: SendArgs) -> anyhow::Result<()> {
             a.wait
         );
     }
-    if need_clock {
-        while !synced(node.member_ref()) && mono_ns() < give_up {
-            let t = mono_ns() + 20 * MS;
-            node.run(Some(t), |_, _| true);
-        }
-        if !synced(node.member_ref()) {
-            bail!(
-                "the ensemble clock did not lock within {} s; try a longer --wait",
-                a.wait
-            );
-        }
+    if need_clock && !node.run_until_synced(give_up) {
+        bail!(
+            "the ensemble clock did not lock within {} s; try a longer --wait",
+            a.wait
+        );
     }
     let now = mono_ns();
     let time = match &a.at {
@@ -735,11 +704,7 @@ fn tempo(a: TempoArgs) -> anyhow::Result<()> {
     let give_up = mono_ns() + secs(a.wait, "--wait")?;
     // Wait for the clock, then one more hello round so every member is known (and has
     // sent the beat it holds) before planning the change.
-    while !synced(node.member_ref()) && mono_ns() < give_up {
-        let t = mono_ns() + 20 * MS;
-        node.run(Some(t), |_, _| true);
-    }
-    if !synced(node.member_ref()) {
+    if !node.run_until_synced(give_up) {
         bail!(
             "the clock of ensemble {:?} did not lock within {} s: is a member running (netjam ensemble join {}), on this network and discovery ports? Or try a longer --wait",
             a.name,
