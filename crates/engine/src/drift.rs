@@ -726,6 +726,12 @@ impl DriftEstimator {
         self.sender.restarts + self.device.restarts
     }
 
+    /// How many times the device clock's line stepped (a server that lost cycles): its fit
+    /// reads a rate off by tens of ppm for seconds after one.
+    pub fn device_steps(&self) -> u64 {
+        self.device.steps
+    }
+
     /// `r` alone (see [`Self::estimate`]).
     pub fn ratio(&self) -> Option<f64> {
         self.estimate().map(|(r, _)| r)

@@ -153,6 +153,9 @@ const PHASE_JUMP_HOLD_NS: u64 = 50_000_000;
 /// The phase's walk is measured over this long (ns): at 20 ppm a walk of 0.96 frames,
 /// against a low-passed phase that callbacks waking late shake by a tenth of a frame.
 const PHASE_WALK_SPAN_NS: u64 = 1_000_000_000;
+/// How long after the device clock's line stepped its rate estimate is not taken for the
+/// phase's walk (ns): its fit holds the step's windows that long.
+const ESTIMATE_SETTLE_NS: u64 = 10_000_000_000;
 /// The two halves of a walk's span may disagree by this much (ppm) or half the span's
 /// reading, whichever is more; beyond that the span held a step, not a walk.
 const WALK_HALVES_PPM: f64 = 25.0;
@@ -508,6 +511,9 @@ pub struct JitterBuffer {
     /// A far side's gap took back a target its late packets grew: the phase gives its
     /// spare steps back at once, not after a hold.
     sender_gave_back: bool,
+    /// The device clock's steps counted so far, whether it was told of device time lost
+    /// since the last period, and when either last happened (see [`ESTIMATE_SETTLE_NS`]).
+    device_steps: (u64, bool, Option<u64>),
     /// The stream's end concealed as late up to where playout stands, media time from and
     /// frames: a stall of the far stream while it is at least [`STALL_MIN_NS`] (see
     /// [`JitterBuffer::resume_stall`]).
@@ -602,6 +608,7 @@ impl JitterBuffer {
             sender_gaps: [None; SENDER_GAPS],
             sender_gap_here: None,
             sender_gave_back: false,
+            device_steps: (0, false, None),
             stall: None,
             stall_back: None,
             stall_waited: None,
@@ -1068,6 +1075,7 @@ impl JitterBuffer {
     /// playing it a whole shrink window late and splicing again to catch up. A deadline was
     /// really missed, so a bit-exact stream skips too. Realtime-safe.
     pub fn device_skipped(&mut self, frames: u64) {
+        self.device_steps.1 = true;
         if self.play_ts.is_some() {
             self.drift.device_skipped(frames);
             // Device time lost moves the periods against the arrivals by what was lost,
@@ -1413,9 +1421,23 @@ impl JitterBuffer {
         walk.update(now_ns, track, restarts, ns_per_frame);
         // Until the phase has shown its walk, the clock estimator's ratio stands in, only
         // the part of it beyond twice its standard error: a fit a second or two old can
-        // read 50–80 ppm between two clocks that agree.
+        // read 50–80 ppm between two clocks that agree. Not while the device's fit settles
+        // after its clock stepped or lost time: it then reads a rate up to 100 ppm off with
+        // a small error, and a walk taken from it slides playout a whole step later for
+        // seconds.
+        let steps = self.drift.estimator().device_steps();
+        if steps != self.device_steps.0 || self.device_steps.1 {
+            self.device_steps = (steps, false, Some(now_ns));
+        }
+        let settling = self
+            .device_steps
+            .2
+            .is_some_and(|at| now_ns.saturating_sub(at) < ESTIMATE_SETTLE_NS);
         let mut measured = walk;
         let walk = measured.agreed.unwrap_or_else(|| {
+            if settling {
+                return 0.0;
+            }
             self.drift.estimator().estimate().map_or(0.0, |(r, se)| {
                 (r - 1.0).signum() * ((r - 1.0).abs() - 2.0 * se).max(0.0)
             })
@@ -2414,6 +2436,67 @@ mod tests {
             assert!(
                 measured > 0,
                 "{how}: the walk was not read again once the device kept its time"
+            );
+        }
+    }
+
+    /// The most the phase slid later (ms, as a positive figure) from 4 s to 14 s, when
+    /// between 2 and 3.5 s the device loses a period now and then and comes back 0.08 ms
+    /// off its grid, told so, as a JACK dummy server does after an xrun early in a stream:
+    /// before the phase has shown its walk, so the clock estimator's fit, which holds those
+    /// steps, is what stands in for it. The clocks agree throughout.
+    fn slide_after_early_device_steps(phase_ns: u64) -> f64 {
+        let pkt_ns = frames_to_ns(F as u64, RATE);
+        let per_s = RATE as u64 / F as u64;
+        let mut s = sim(
+            LinkConfig {
+                delay_ns: 5_000_000,
+                ..LinkConfig::ideal()
+            },
+            1,
+        );
+        s.jb.set_drift_correction(true);
+        let mut buf = vec![0.0; F * 2];
+        let mut shift: i64 = 0;
+        let mut worst: f64 = 0.0;
+        let steps = [2 * per_s, 2 * per_s + per_s / 3, 3 * per_s, 3 * per_s + per_s / 2];
+        for k in 0..14 * per_s {
+            let step = steps.contains(&k);
+            if step {
+                shift -= 80_000;
+            }
+            s.link
+                .send((k + 1) * pkt_ns, (k * F as u64, block(k * F as u64, F)), 256);
+            let t = ((k + 1) * pkt_ns + phase_ns).saturating_add_signed(shift);
+            while let Some((at, (ts, d))) = s.link.poll(t) {
+                s.jb.insert(at, ts, &d, true);
+            }
+            if step {
+                continue;
+            }
+            if k > 0 && steps.contains(&(k - 1)) {
+                s.jb.device_skipped(F as u64);
+            }
+            s.jb.play(t, &mut buf);
+            if k >= 4 * per_s {
+                worst = worst.max(-s.jb.stats().phase_slide_ms.unwrap_or(0.0));
+            }
+        }
+        worst
+    }
+
+    #[test]
+    fn a_device_that_stepped_early_does_not_slide_playout_later() {
+        for phase_us in (100..1_400).step_by(100) {
+            let worst = slide_after_early_device_steps(phase_us * 1_000);
+            eprintln!(
+                "device {phase_us} µs after the arrivals, four device steps in the first 3.5 s: \
+                 the phase slid later by up to {worst:.3} ms"
+            );
+            // A slide to meet a walk that is not there moves a whole step (1.33 ms).
+            assert!(
+                worst < 0.3,
+                "{phase_us} µs: playout slid {worst:.3} ms later for a walk the clocks do not have"
             );
         }
     }
