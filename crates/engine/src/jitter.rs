@@ -1445,7 +1445,14 @@ impl JitterBuffer {
         let floor = (self.phase_cover_ns() + PHASE_GUARD_NS) as f64 / ns_per_frame;
         // A phase walking down must have slid a step up by the time it reaches the floor.
         let pace = PHASE_SLIDE.max(PHASE_SLIDE_PER_WALK * walk.abs());
-        let anticipate = ((-walk).max(0.0) * step / pace * 1.5).min(step / 2.0);
+        // Only for a walk of the clocks: one slower than [`PHASE_WALK_SLIDES`] is the
+        // phase's noise, and meeting it would slide a whole step for a frame of margin.
+        let drifting = walk.abs() > PHASE_WALK_SLIDES;
+        let anticipate = if drifting {
+            ((-walk).max(0.0) * step / pace * 1.5).min(step / 2.0)
+        } else {
+            0.0
+        };
         let hysteresis = PHASE_HYSTERESIS_NS as f64 / ns_per_frame;
         // Below the floor already: the target grew. Later at once, as for any growth
         // (waiting for what has not arrived, by a stretch that keeps the pitch); a slide
@@ -2499,6 +2506,69 @@ mod tests {
                 "{phase_us} µs: playout slid {worst:.3} ms later for a walk the clocks do not have"
             );
         }
+    }
+
+    /// The most the phase slid later (ms, as a positive figure) from 2 s to 12 s, when the
+    /// first 2.5 s of a stream arrive with heavy-tailed jitter (mean `jitter_ns`), as the
+    /// first seconds from a far JACK server that is still settling do, then cleanly, with
+    /// the device `phase_ns` after the arrivals. The clocks agree throughout.
+    fn slide_after_a_jittery_start(phase_ns: u64, jitter_ns: u64, seed: u64) -> f64 {
+        let pkt_ns = frames_to_ns(F as u64, RATE);
+        let per_s = RATE as u64 / F as u64;
+        let clean = LinkConfig {
+            delay_ns: 5_000_000,
+            ..LinkConfig::ideal()
+        };
+        let mut s = sim(
+            LinkConfig {
+                jitter_ns,
+                jitter_dist: crate::link::JitterDist::Pareto,
+                ..clean.clone()
+            },
+            seed,
+        );
+        s.jb.set_drift_correction(true);
+        let mut buf = vec![0.0; F * 2];
+        let mut worst: f64 = 0.0;
+        for k in 0..12 * per_s {
+            if k == 5 * per_s / 2 {
+                s.link.set_config(clean.clone());
+            }
+            s.link
+                .send((k + 1) * pkt_ns, (k * F as u64, block(k * F as u64, F)), 256);
+            let t = (k + 1) * pkt_ns + phase_ns;
+            while let Some((at, (ts, d))) = s.link.poll(t) {
+                s.jb.insert(at, ts, &d, true);
+            }
+            s.jb.play(t, &mut buf);
+            if k >= 2 * per_s {
+                worst = worst.max(-s.jb.stats().phase_slide_ms.unwrap_or(0.0));
+            }
+        }
+        worst
+    }
+
+    #[test]
+    fn a_jittery_start_does_not_slide_playout_later() {
+        let mut worst_all: f64 = 0.0;
+        for seed in 1..=6 {
+            for phase_us in (100..1_400).step_by(200) {
+                for jitter_us in [300, 1_000, 3_000] {
+                    let w = slide_after_a_jittery_start(phase_us * 1_000, jitter_us * 1_000, seed);
+                    if w > 0.1 {
+                        eprintln!(
+                            "seed {seed}, device {phase_us} µs after, jitter {jitter_us} µs: slid {w:.3} ms"
+                        );
+                    }
+                    worst_all = worst_all.max(w);
+                }
+            }
+        }
+        eprintln!("worst slide after a jittery start: {worst_all:.3} ms");
+        assert!(
+            worst_all < 0.3,
+            "playout slid {worst_all:.3} ms later for a walk the clocks do not have"
+        );
     }
 
     /// Resampled playout on a clean path at phase `phase_ns`, with a short burst of arrival
