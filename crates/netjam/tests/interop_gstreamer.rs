@@ -81,14 +81,17 @@ fn gstreamer_to_netjam(tag: &str, format_args: &[&str]) {
     let input = tmp(&format!("gst-in-{tag}.wav"));
     let output = tmp(&format!("gst-out-{tag}.wav"));
     write_wav(&input, 14_400); // 0.3 s
+    // GStreamer's pipeline may pause between its first packets and the rest while it goes
+    // from paused to playing (46.7 ms once, on a loaded host): the fixed buffer covers more
+    // than that, since the claim here is a bit-exact stream, not its latency.
     let (mut recv, addr) = start_recv(
         &[
             format_args,
             &[
                 "--buffer",
-                "40ms",
+                "150ms",
                 "--duration",
-                "0.6",
+                "0.8",
                 "--output",
                 output.to_str().expect("path"),
             ],
