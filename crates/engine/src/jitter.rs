@@ -153,7 +153,7 @@ const PHASE_JUMP_HOLD_NS: u64 = 50_000_000;
 /// The phase's walk is measured over this long (ns): at 20 ppm a walk of 0.96 frames,
 /// against a low-passed phase that callbacks waking late shake by a tenth of a frame.
 const PHASE_WALK_SPAN_NS: u64 = 1_000_000_000;
-/// How long after the device clock's line stepped its rate estimate is not taken for the
+/// How long after the device clock stepped or lost time its rate estimate is not taken for the
 /// phase's walk (ns): its fit holds the step's windows that long.
 const ESTIMATE_SETTLE_NS: u64 = 10_000_000_000;
 /// The two halves of a walk's span may disagree by this much (ppm) or half the span's
@@ -311,6 +311,34 @@ impl Walk {
         self.mid = None;
         self.restarts = restarts;
         self.spoiled = false;
+    }
+}
+
+/// When the device's clock last stepped (its fit moved its line) or lost time (the
+/// endpoint said so): for [`ESTIMATE_SETTLE_NS`] after, the fit's rate is not taken for
+/// the phase's walk.
+#[derive(Debug, Clone, Copy, Default)]
+struct DeviceUnsettled {
+    /// The fit's steps counted when last looked at.
+    steps: u64,
+    /// Device time lost was told since the last look.
+    told_lost: bool,
+    /// When either last happened.
+    at: Option<u64>,
+}
+
+impl DeviceUnsettled {
+    /// Whether the device's fit is still settling at `now_ns`, its step count now `steps`.
+    fn settling(&mut self, now_ns: u64, steps: u64) -> bool {
+        if steps != self.steps || self.told_lost {
+            *self = DeviceUnsettled {
+                steps,
+                told_lost: false,
+                at: Some(now_ns),
+            };
+        }
+        self.at
+            .is_some_and(|at| now_ns.saturating_sub(at) < ESTIMATE_SETTLE_NS)
     }
 }
 
@@ -511,9 +539,8 @@ pub struct JitterBuffer {
     /// A far side's gap took back a target its late packets grew: the phase gives its
     /// spare steps back at once, not after a hold.
     sender_gave_back: bool,
-    /// The device clock's steps counted so far, whether it was told of device time lost
-    /// since the last period, and when either last happened (see [`ESTIMATE_SETTLE_NS`]).
-    device_steps: (u64, bool, Option<u64>),
+    /// When the device's clock last stepped or lost time (see [`DeviceUnsettled`]).
+    device_unsettled: DeviceUnsettled,
     /// The stream's end concealed as late up to where playout stands, media time from and
     /// frames: a stall of the far stream while it is at least [`STALL_MIN_NS`] (see
     /// [`JitterBuffer::resume_stall`]).
@@ -608,7 +635,7 @@ impl JitterBuffer {
             sender_gaps: [None; SENDER_GAPS],
             sender_gap_here: None,
             sender_gave_back: false,
-            device_steps: (0, false, None),
+            device_unsettled: DeviceUnsettled::default(),
             stall: None,
             stall_back: None,
             stall_waited: None,
@@ -1075,7 +1102,7 @@ impl JitterBuffer {
     /// playing it a whole shrink window late and splicing again to catch up. A deadline was
     /// really missed, so a bit-exact stream skips too. Realtime-safe.
     pub fn device_skipped(&mut self, frames: u64) {
-        self.device_steps.1 = true;
+        self.device_unsettled.told_lost = true;
         if self.play_ts.is_some() {
             self.drift.device_skipped(frames);
             // Device time lost moves the periods against the arrivals by what was lost,
@@ -1425,14 +1452,9 @@ impl JitterBuffer {
         // after its clock stepped or lost time: it then reads a rate up to 100 ppm off with
         // a small error, and a walk taken from it slides playout a whole step later for
         // seconds.
-        let steps = self.drift.estimator().device_steps();
-        if steps != self.device_steps.0 || self.device_steps.1 {
-            self.device_steps = (steps, false, Some(now_ns));
-        }
         let settling = self
-            .device_steps
-            .2
-            .is_some_and(|at| now_ns.saturating_sub(at) < ESTIMATE_SETTLE_NS);
+            .device_unsettled
+            .settling(now_ns, self.drift.estimator().device_steps());
         let mut measured = walk;
         let walk = measured.agreed.unwrap_or_else(|| {
             if settling {

@@ -80,10 +80,10 @@ fn gstreamer_to_netjam(tag: &str, format_args: &[&str]) {
     require_gstreamer(&["rtpL16pay"]);
     let input = tmp(&format!("gst-in-{tag}.wav"));
     let output = tmp(&format!("gst-out-{tag}.wav"));
-    write_wav(&input, 14_400); // 0.3 s
-    // GStreamer's pipeline may pause between its first packets and the rest while it goes
-    // from paused to playing (46.7 ms once, on a loaded host): the fixed buffer covers more
-    // than that, since the claim here is a bit-exact stream, not its latency.
+    // 0.3 s. GStreamer's pipeline may pause between its first packets and the rest while
+    // it goes from paused to playing (about 47 ms once, on a loaded host): the fixed buffer
+    // covers more than that, since the claim here is a bit-exact stream, not its latency.
+    write_wav(&input, 14_400);
     let (mut recv, addr) = start_recv(
         &[
             format_args,
