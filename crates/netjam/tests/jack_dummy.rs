@@ -456,6 +456,67 @@ fn time_the_server_lost_is_dropped_from_what_it_hears() {
     );
 }
 
+/// A server that stops calling netjam (here stopped outright, as a wedged server or one that
+/// threw the client out of its graph) must not keep a player from ending: `--duration` counts
+/// the server's frames, so the wall clock bounds it too, and a goodbye the server does not
+/// answer is not waited for. The player says what happened and still writes its report.
+#[test]
+fn a_server_that_stops_calling_does_not_keep_jam_from_ending() {
+    let server = start_server("stuck");
+    let json = tmp("jack", "stuck.json");
+    let mut jam = Jam::start(
+        &server,
+        "stuck",
+        "20",
+        &[
+            "--channels",
+            "1",
+            "--duration",
+            "3",
+            "--stats-json",
+            json.to_str().expect("path"),
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(800));
+    let pid = server.pid().to_string();
+    let signal = |sig: &str| {
+        Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .expect("kill")
+            .success()
+    };
+    /// Lets the server run again however the test ends, so it can be stopped cleanly.
+    struct Continue<'a>(&'a dyn Fn(&str) -> bool);
+    impl Drop for Continue<'_> {
+        fn drop(&mut self) {
+            (self.0)("-CONT");
+        }
+    }
+    assert!(signal("-STOP"), "could not stop jackd");
+    let _resume = Continue(&signal);
+    let stopped = Instant::now();
+    // At most: the rest of the 3 s asked, 2 s of grace, 2 s for the goodbye, and a loaded
+    // machine's slack. Without the bounds jam waits for as long as the server stands still.
+    let status = jam.proc.wait_until(Duration::from_secs(15)).unwrap_or_else(|| {
+        panic!(
+            "netjam jam did not end with its server stopped:\n{}",
+            jam.stderr()
+        )
+    });
+    let took = stopped.elapsed();
+    let said = jam.stderr();
+    eprintln!("jam ended {took:?} after its server stopped:\n{said}");
+    assert!(status.success(), "netjam jam failed:\n{said}");
+    assert!(said.contains("has not run netjam for"), "{said}");
+    assert!(said.contains("stopping by the wall clock"), "{said}");
+    let report = common::read_json(&json);
+    assert!(
+        report["stats"]["sent"]["packets"].as_u64().unwrap_or(0) > 0,
+        "{report}"
+    );
+}
+
 #[test]
 fn opus_through_jack_then_a_live_period_change_stops_jam_with_a_message() {
     let server = start_server("period");

@@ -22,7 +22,7 @@ use std::ffi::{c_char, c_int, c_ulong, c_void, CStr, CString};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::channels::{ChannelMap, ChannelMapError, MapSide};
 use super::{Endpoint, PeriodStats, PeriodTimer, Process, Realtime, StopReason, StreamSpec};
@@ -333,6 +333,10 @@ struct CallbackStats {
     unconfirmed_jumps: AtomicU64,
     shutdown: AtomicBool,
     panicked: AtomicBool,
+    /// Set by `run` when it lets go of the [`Process`]: from then on the callback plays
+    /// silence and touches nothing else. `in_callback` tells `run` when the callback is out.
+    detached: AtomicBool,
+    in_callback: AtomicBool,
     /// Scheduling policy and priority of the callback thread, seen in its first period
     /// (-1 before that).
     policy: AtomicI32,
@@ -372,26 +376,67 @@ struct CallbackState {
 }
 
 unsafe extern "C" fn on_process(nframes: u32, arg: *mut c_void) -> c_int {
-    // SAFETY: `arg` is the `CallbackState` registered with this callback; JACK calls it from
-    // one thread only, and the state outlives the activation.
-    let state = unsafe { &mut *arg.cast::<CallbackState>() };
-    if state.failed {
-        state.silence(nframes);
+    let arg = arg.cast::<CallbackState>();
+    // SAFETY: `arg` is the `CallbackState` registered with this callback, which outlives the
+    // activation (or is leaked, see `JackEndpoint::let_go`). Only fields nobody writes after
+    // activation are read until `detached` is known to be false.
+    let (stats, api, receive, extra) = unsafe {
+        (
+            &*ptr::addr_of!((*arg).stats),
+            *ptr::addr_of!((*arg).api),
+            &*ptr::addr_of!((*arg).receive),
+            &*ptr::addr_of!((*arg).extra),
+        )
+    };
+    // Sequentially consistent with `let_go`'s store then load: either this callback sees
+    // `detached`, or `let_go` sees it inside and waits.
+    stats.in_callback.store(true, Ordering::SeqCst);
+    if stats.detached.load(Ordering::SeqCst) {
+        silence(api, receive.iter().chain(extra), nframes);
+        stats.in_callback.store(false, Ordering::SeqCst);
         return 0;
     }
-    // jack2 deactivates a realtime client by cancelling its thread. A cancellation acted on
-    // inside Rust code (at a `sendto`, say) unwinds through `catch_unwind`, which cannot pass
-    // it on, and the process aborts ("exception not rethrown"). Held off for the callback, the
-    // cancellation happens in libjack once it returns.
-    let _held = CancelHeld::new();
-    // A panic must not unwind into libjack: the stream goes silent and `run` reports it.
-    let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| state.period_callback(nframes)));
-    if ok.is_err() {
-        state.failed = true;
-        state.stats.panicked.store(true, Ordering::Relaxed);
-        state.silence(nframes);
+    // SAFETY: JACK calls this from one thread only, and `run` touches the state only once
+    // `detached` is set and this callback is out.
+    let state = unsafe { &mut *arg };
+    let code = state.process_period(nframes);
+    stats.in_callback.store(false, Ordering::SeqCst);
+    code
+}
+
+impl CallbackState {
+    fn process_period(&mut self, nframes: u32) -> c_int {
+        let state = self;
+        if state.failed {
+            state.silence(nframes);
+            return 0;
+        }
+        // jack2 deactivates a realtime client by cancelling its thread. A cancellation acted on
+        // inside Rust code (at a `sendto`, say) unwinds through `catch_unwind`, which cannot pass
+        // it on, and the process aborts ("exception not rethrown"). Held off for the callback, the
+        // cancellation happens in libjack once it returns.
+        let _held = CancelHeld::new();
+        // A panic must not unwind into libjack: the stream goes silent and `run` reports it.
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| state.period_callback(nframes)));
+        if ok.is_err() {
+            state.failed = true;
+            state.stats.panicked.store(true, Ordering::Relaxed);
+            state.silence(nframes);
+        }
+        0
     }
-    0
+}
+
+/// Zero this period's buffers of the output `ports` (from the process callback).
+fn silence<'a>(api: &JackApi, ports: impl Iterator<Item = &'a *mut Port>, nframes: u32) {
+    for &port in ports {
+        // SAFETY: an output port of this client; its buffer holds `nframes` floats.
+        let buf = unsafe { (api.port_get_buffer)(port, nframes) }.cast::<f32>();
+        if !buf.is_null() {
+            // SAFETY: as above.
+            unsafe { ptr::write_bytes(buf, 0, nframes as usize) };
+        }
+    }
 }
 
 /// Thread cancellation held off while it lives (`pthread_setcancelstate`: no system call, no
@@ -559,14 +604,7 @@ impl CallbackState {
 
     /// Write `nframes` of silence to every playback and extra port.
     fn silence(&self, nframes: u32) {
-        for &port in self.receive.iter().chain(&self.extra) {
-            // SAFETY: an output port of this client; its buffer holds `nframes` floats.
-            let buf = unsafe { (self.api.port_get_buffer)(port, nframes) }.cast::<f32>();
-            if !buf.is_null() {
-                // SAFETY: as above.
-                unsafe { ptr::write_bytes(buf, 0, nframes as usize) };
-            }
-        }
+        silence(self.api, self.receive.iter().chain(&self.extra), nframes);
     }
 
     /// Frames of the server's clock that passed since the last cycle beyond one period
@@ -1039,6 +1077,8 @@ impl Endpoint for JackEndpoint {
                 tracing::info!("connected {a} -> {b}");
             }
         }
+        let started = Instant::now();
+        let mut watch = StallWatch::new(started);
         let reason = loop {
             if stop.load(Ordering::Relaxed) {
                 break Ok(StopReason::Stopped);
@@ -1063,6 +1103,22 @@ impl Endpoint for JackEndpoint {
             if self.limit_frames.is_some_and(|l| frames >= l) {
                 break Ok(StopReason::Stopped);
             }
+            let now = Instant::now();
+            watch.saw(frames, now, s.rate);
+            if let Some(limit) = self.limit_frames {
+                // The limit counts the server's frames; a server that stopped calling
+                // netjam would never reach it, so the wall clock bounds it too.
+                let asked = Duration::from_secs_f64(limit as f64 / f64::from(s.rate));
+                if now.duration_since(started) >= asked + STOP_GRACE {
+                    tracing::warn!(
+                        "the JACK server ran {:.1} s of the {:.1} s asked in {:.1} s; stopping by the wall clock",
+                        frames as f64 / f64::from(s.rate),
+                        asked.as_secs_f64(),
+                        now.duration_since(started).as_secs_f64()
+                    );
+                    break Ok(StopReason::Stopped);
+                }
+            }
             self.apply_renames();
             self.stats.output_latency.store(
                 self.port_latency(&self.receive, PLAYBACK_LATENCY),
@@ -1073,15 +1129,108 @@ impl Endpoint for JackEndpoint {
                 .store(self.port_latency(&self.send, CAPTURE_LATENCY), Ordering::Relaxed);
             std::thread::sleep(Duration::from_millis(10));
         };
-        // SAFETY: the client is active; jack_deactivate returns after the process callback
-        // has stopped being called, so `state` and the `Process` are free again afterwards.
-        unsafe { (api.deactivate)(raw) };
-        let reason = reason?;
+        let xruns = self.stats.xruns.load(Ordering::Relaxed);
+        let callback_stats = self.stats.clone();
+        let answered = let_go(self.client, &callback_stats);
+        // The callback no longer touches the timer, whether or not the server answered.
         let mut stats = state.timer.stats();
-        drop(state);
+        if !answered {
+            tracing::warn!(
+                "the JACK server did not answer netjam's goodbye within {} s; its client is left behind",
+                CLOSE_WAIT.as_secs()
+            );
+            // The server may still call the callback (silence only) when it wakes, with this
+            // state as its argument: it must outlive the process.
+            Box::leak(state);
+        }
+        let reason = reason?;
         // An xrun is a deadline the server saw missed, whoever missed it.
-        stats.missed_deadlines += self.stats.xruns.load(Ordering::Relaxed);
+        stats.missed_deadlines += xruns;
         Ok((reason, stats))
+    }
+}
+
+/// How long a stopping stream waits for the server to let its client go.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// Take the [`Process`] away from the callback and close the client: false when the server
+/// did not answer within [`CLOSE_WAIT`] (a server that is stuck would keep a player from
+/// ending). Either way the callback no longer touches the `Process` when this returns; if
+/// the server did not answer, it may still play silence through the client's ports.
+fn let_go(client: ClientHandle, stats: &CallbackStats) -> bool {
+    stats.detached.store(true, Ordering::SeqCst);
+    let until = Instant::now() + Duration::from_secs(1);
+    while stats.in_callback.load(Ordering::SeqCst) {
+        if Instant::now() >= until {
+            // A callback that does not come out of the `Process` is not the server's fault;
+            // only deactivation, however long it takes, makes the `Process` free again.
+            // SAFETY: the client is active.
+            unsafe { (client.api.deactivate)(client.raw) };
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (done, answered) = mpsc::channel();
+    // Deactivating and closing ask the server; one that is stuck answers when it wakes, and a
+    // process that ends first leaves this thread behind.
+    let closer = std::thread::Builder::new()
+        .name("netjam-jack-close".into())
+        .spawn(move || {
+            // SAFETY: the client is active; the callback touches nothing but the state's
+            // ports from now on.
+            unsafe { (client.api.deactivate)(client.raw) };
+            drop(client);
+            let _ = done.send(());
+        });
+    // Without a thread the closure, and the client with it, is dropped here: closed, waiting.
+    closer.is_err() || answered.recv_timeout(CLOSE_WAIT).is_ok()
+}
+
+/// How much longer than `--duration` a stream may take by the wall clock, when its server
+/// stood still for a while (stopped, or lost its time), before it ends anyway.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// How long the server may leave netjam's callback uncalled before a player is told.
+const STALL_TOLD: Duration = Duration::from_secs(1);
+
+/// Finds a server that stopped calling netjam: one line when it stalls, one when it is back.
+struct StallWatch {
+    frames: u64,
+    since: Instant,
+    told: bool,
+}
+
+impl StallWatch {
+    fn new(now: Instant) -> Self {
+        Self {
+            frames: 0,
+            since: now,
+            told: false,
+        }
+    }
+
+    /// The callback has run `frames` frames in all by `now`.
+    fn saw(&mut self, frames: u64, now: Instant, rate: u32) {
+        if frames != self.frames {
+            if self.told {
+                tracing::info!(
+                    "the JACK server runs netjam again after {:.1} s",
+                    now.duration_since(self.since).as_secs_f64()
+                );
+            }
+            *self = Self {
+                frames,
+                since: now,
+                told: false,
+            };
+        } else if !self.told && now.duration_since(self.since) >= STALL_TOLD {
+            self.told = true;
+            tracing::warn!(
+                "the JACK server has not run netjam for {:.1} s (at {:.1} s of audio); is it stuck? its log may say why",
+                now.duration_since(self.since).as_secs_f64(),
+                frames as f64 / f64::from(rate)
+            );
+        }
     }
 }
 
