@@ -24,7 +24,11 @@
 //!   Both fits use only the windows near the floor of the window minimums (the edge of
 //!   their lower convex hull under the mean media time): a burst of queueing lifts a few
 //!   windows far above it, and left in a least-squares fit they would tilt it for the whole
-//!   32 s memory. A fit beyond ±0.1 % is discarded as a transient, not a clock.
+//!   32 s memory. A fit beyond ±0.1 % is discarded as a transient, not a clock. A clock
+//!   keeps one rate, so when the older half of the windows fits a rate that the newer half
+//!   clearly does not share (a stream's first second arriving late and draining, a far
+//!   server settling), the older half is forgotten: kept, such a start read as a sender
+//!   hundreds of ppm fast for seconds, and tens of ppm ten seconds on.
 //!   A jump of the timeline (a new stream) restarts a clock's fit, keeping the last slope
 //!   until the new fit has 1.5 s. A step of the path delay (up by more than 2 ms for two
 //!   windows, or by more than 1 ms for two seconds; down by more than 0.5 ms for two
@@ -136,6 +140,16 @@ const STEP_SPREADS: f64 = 5.0;
 /// The largest rate error a fit may report: sound cards run within ±200 ppm of nominal, so
 /// a slope beyond ±0.1 % comes from a transient, not a clock.
 const MAX_CLOCK_DEVIATION: f64 = 0.001;
+/// A clock keeps one rate over the fit's whole memory. When the older half of the windows
+/// near the floor fits a rate that differs from the newer half's by more than
+/// [`HALVES_DISAGREE_SE`] standard errors (of the steadier half: one holding a transient is
+/// no line, and its own large error must not hide it) and by more than
+/// [`HALVES_DISAGREE`], the older
+/// half held a transient (a queue draining at the start of a stream, a server settling),
+/// not the clock, and is forgotten. Each half needs [`HALF_POINTS`] windows.
+const HALF_POINTS: usize = 4;
+const HALVES_DISAGREE_SE: f64 = 4.0;
+const HALVES_DISAGREE: f64 = 20e-6;
 /// A window this close above the floor of the window minimums always takes part in the
 /// fits (see `ClockFit::trim`).
 const TRIM_FLOOR_NS: f64 = 1_000_000.0;
@@ -440,9 +454,11 @@ impl ClockFit {
         self.head = (self.head + 1) % POINTS;
         self.len = (self.len + 1).min(POINTS);
         self.trim();
+        let transient = self.forget_a_transient();
         // A clock more than 0.1 % off is not a clock but a fit through a transient (the
-        // windows of a delay burst after a re-lock): keep what was held, or nothing.
-        let previous = self.fitted;
+        // windows of a delay burst after a re-lock): keep what was held, or nothing. A fit
+        // that held a transient just forgotten is not kept either.
+        let previous = self.fitted.filter(|_| !transient);
         self.fitted = self
             .fit()
             .filter(|s| (s.ns_per_frame / self.ns_per_frame).abs() < MAX_CLOCK_DEVIATION);
@@ -489,6 +505,36 @@ impl ClockFit {
             .map(move |i| (start + i) % POINTS)
             .filter(move |&k| self.kept[k])
             .map(move |k| &self.points[k])
+    }
+
+    /// Forget the older half of the windows when its floor fits another rate than the newer
+    /// half's (see [`HALVES_DISAGREE`]); true when it did.
+    fn forget_a_transient(&mut self) -> bool {
+        if self.len < 2 * HALF_POINTS {
+            return false;
+        }
+        let half = self.len / 2;
+        let start = (self.head + POINTS - self.len) % POINTS;
+        let part = |from: usize, to: usize| {
+            (from..to)
+                .map(move |i| (start + i) % POINTS)
+                .filter(|&k| self.kept[k])
+                .map(|k| (self.points[k].min_m, self.points[k].min_x))
+        };
+        let (Some((_, old, old_se)), Some((_, new, new_se))) =
+            (least_squares(part(0, half)), least_squares(part(half, self.len)))
+        else {
+            return false;
+        };
+        let apart = (old - new).abs();
+        let se = old_se.min(new_se) * std::f64::consts::SQRT_2;
+        if apart > HALVES_DISAGREE_SE * se && apart / self.ns_per_frame > HALVES_DISAGREE {
+            self.len -= half;
+            self.trim();
+            true
+        } else {
+            false
+        }
     }
 
     /// Mark the windows that lie near the lower envelope. Delay only ever adds, so the
@@ -1702,6 +1748,55 @@ mod tests {
             }
         }
         est
+    }
+
+    /// A stream whose first second arrives late by 0.7-3 ms falling to nothing (a far
+    /// server's first cycles held up, its packets queued and drained) is no clock running
+    /// fast: once the drain is behind it the estimator forgets it, where a fit keeping it
+    /// read 100-450 ppm for seconds and 15-60 ppm ten seconds on.
+    #[test]
+    fn a_draining_start_is_forgotten() {
+        for (extra_ns, drain_ns, sender_ppm) in [
+            (700_000.0, 0.9e9, 0.0),
+            (1_500_000.0, 1.2e9, 0.0),
+            (3_000_000.0, 1.5e9, 0.0),
+            (1_500_000.0, 1.2e9, 150.0),
+            (1_500_000.0, 1.2e9, -150.0),
+        ] {
+            let mut rng = SimRng::new(7);
+            let mut est = DriftEstimator::new(RATE);
+            let pkt_s = 64.0 / (RATE as f64 * (1.0 + sender_ppm * 1e-6));
+            let t0 = 1_000_000_000.0;
+            let mut worst_after: f64 = 0.0;
+            let (mut k, mut j) = (0u64, 0u64);
+            loop {
+                let sent = (k as f64 + 1.0) * pkt_s * 1e9;
+                let late = (extra_ns * (1.0 - sent / drain_ns)).max(0.0);
+                let ta = t0 + sent + 5e6 + late + rng.uniform(0.0, 1e5);
+                let tc = t0 + j as f64 * 64.0 / RATE as f64 * 1e9 + rng.uniform(0.0, 1e5);
+                if ta.min(tc) > t0 + 10e9 {
+                    break;
+                }
+                if ta < tc {
+                    est.on_packet(ta as u64, 1_000 + k * 64);
+                    k += 1;
+                } else {
+                    est.on_callback(tc as u64, j * 64);
+                    j += 1;
+                }
+                let at = ta.min(tc) - t0;
+                if at > drain_ns + 2e9 {
+                    if let Some(r) = est.ratio() {
+                        worst_after = worst_after.max(((r - 1.0) * 1e6 - sender_ppm).abs());
+                    }
+                }
+            }
+            println!("{extra_ns} ns drained in {drain_ns} ns, sender {sender_ppm} ppm: off by {worst_after:.1} ppm at most from 2 s after");
+            assert!(
+                worst_after < 10.0,
+                "{extra_ns} ns drained in {drain_ns} ns: the estimate was off by {worst_after:.1} ppm"
+            );
+        }
     }
 
     #[test]

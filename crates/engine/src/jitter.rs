@@ -2570,6 +2570,60 @@ mod tests {
         worst
     }
 
+    /// The most the phase slid later (ms, as a positive figure) from 1 s to 12 s, when the
+    /// first `drain_ns` of a stream arrive late by `extra_ns` falling to nothing (a far
+    /// server's first cycles held up, its packets queued and drained), with the device
+    /// `phase_ns` after the arrivals. The clocks agree throughout; the sender's clock fit
+    /// reads the drain as the sender running fast, by hundreds of ppm, with a large error.
+    fn slide_after_a_draining_start(phase_ns: u64, extra_ns: u64, drain_ns: u64) -> f64 {
+        let pkt_ns = frames_to_ns(F as u64, RATE);
+        let per_s = RATE as u64 / F as u64;
+        let mut jb = JitterBuffer::new(auto(), RATE, 2, 8);
+        jb.set_drift_correction(true);
+        let mut buf = vec![0.0; F * 2];
+        let mut worst: f64 = 0.0;
+        for k in 0..12 * per_s {
+            let send_at = (k + 1) * pkt_ns;
+            let late = extra_ns.saturating_sub(extra_ns * send_at / drain_ns.max(1));
+            jb.insert(
+                send_at + 5_000_000 + late,
+                k * F as u64,
+                &block(k * F as u64, F),
+                true,
+            );
+            jb.play(send_at + 5_000_000 + phase_ns, &mut buf);
+            if k >= per_s {
+                worst = worst.max(-jb.stats().phase_slide_ms.unwrap_or(0.0));
+            }
+        }
+        worst
+    }
+
+    /// A stream whose first second drains a queue reads to the sender's clock fit as a
+    /// sender hundreds of ppm fast, give or take almost as much: a fit that uncertain is no
+    /// walk, and playout does not slide a period later for it.
+    #[test]
+    fn a_draining_start_does_not_slide_playout_later() {
+        let mut worst_all: f64 = 0.0;
+        for phase_us in (100..1_400).step_by(100) {
+            for (extra_us, drain_ms) in [(700, 900), (1_500, 1_200), (3_000, 1_500)] {
+                let w =
+                    slide_after_a_draining_start(phase_us * 1_000, extra_us * 1_000, drain_ms * 1_000_000);
+                if w > 0.1 {
+                    eprintln!(
+                        "device {phase_us} µs after, {extra_us} µs drained in {drain_ms} ms: slid {w:.3} ms"
+                    );
+                }
+                worst_all = worst_all.max(w);
+            }
+        }
+        eprintln!("worst slide after a draining start: {worst_all:.3} ms");
+        assert!(
+            worst_all < 0.3,
+            "playout slid {worst_all:.3} ms later for a walk the clocks do not have"
+        );
+    }
+
     #[test]
     fn a_jittery_start_does_not_slide_playout_later() {
         let mut worst_all: f64 = 0.0;
