@@ -414,6 +414,9 @@ pub struct JitterStats {
     pub played_frames: u64,
     /// Frames of silence before the first packet of a stream was due.
     pub idle_frames: u64,
+    /// Frames filled in by concealment, and in how many stretches: lost or late audio, and
+    /// also the frames a wait inserted (counted again in `inserted_frames`), which the
+    /// concealer fills too. `discontinuities` counts each stretch once, by kind.
     pub concealed_frames: u64,
     pub concealment_events: u64,
     /// Frames inserted to grow the buffer (playout waited).

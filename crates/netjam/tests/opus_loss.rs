@@ -255,12 +255,15 @@ fn lost_opus_packets_are_concealed_by_the_decoder_and_redundancy_rebuilds_them()
     check_common("redundancy 1", &red);
     let said = &red.said;
     // With one redundant copy only bursts of two or more losses are concealed: at 5 %
-    // independent loss, about one loss in twenty is followed by another.
+    // independent loss, about one loss in twenty is followed by another. A packet that
+    // came after its time is concealed whatever it carries (on a loaded machine: 7 of 27
+    // lost concealed, 4 of them late).
     assert!(
-        red.concealed_frames / PACKET <= red.lost / 4.0,
-        "with redundancy the decoder still concealed {} packets' worth of {} lost\n{said}",
+        red.concealed_frames / PACKET <= red.lost / 4.0 + red.late,
+        "with redundancy the decoder still concealed {} packets' worth of {} lost and {} late\n{said}",
         red.concealed_frames / PACKET,
-        red.lost
+        red.lost,
+        red.late
     );
     assert!(
         red.concealed_frames * 3.0 <= plain.concealed_frames,
