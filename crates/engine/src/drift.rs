@@ -1731,23 +1731,44 @@ mod tests {
         let mut est = DriftEstimator::new(RATE);
         let pkt_s = 64.0 / (RATE as f64 * (1.0 + sender_ppm * 1e-6));
         let per_s = 64.0 / (RATE as f64 * (1.0 + device_ppm * 1e-6));
-        let (mut k, mut j) = (0u64, 0u64);
         let t0 = 1_000_000_000.0;
-        loop {
-            let ta = t0 + (k as f64 + 1.0) * pkt_s * 1e9 + 20e6 + rng.uniform(0.0, 2e6);
-            let tc = t0 + j as f64 * per_s * 1e9 + rng.uniform(0.0, 1e5);
-            if ta.min(tc) > t0 + seconds * 1e9 {
-                break;
-            }
+        drive(
+            &mut est,
+            t0 + seconds * 1e9,
+            |k, rng| t0 + (k as f64 + 1.0) * pkt_s * 1e9 + 20e6 + rng.uniform(0.0, 2e6),
+            |j, rng| t0 + j as f64 * per_s * 1e9 + rng.uniform(0.0, 1e5),
+            &mut rng,
+            |_, _| {},
+        );
+        est
+    }
+
+    /// Feed packet `k` (frames from 77,777 + 64 k) at `arrival(k)` and device period `j`
+    /// at `callback(j)`, in time order, until `until_ns`; `each` sees the estimator after
+    /// every one, and when it was.
+    fn drive(
+        est: &mut DriftEstimator,
+        until_ns: f64,
+        arrival: impl Fn(u64, &mut SimRng) -> f64,
+        callback: impl Fn(u64, &mut SimRng) -> f64,
+        rng: &mut SimRng,
+        mut each: impl FnMut(&DriftEstimator, f64),
+    ) {
+        let (mut k, mut j) = (0u64, 0u64);
+        let (mut ta, mut tc) = (arrival(0, rng), callback(0, rng));
+        while ta.min(tc) <= until_ns {
             if ta < tc {
                 est.on_packet(ta as u64, 77_777 + k * 64);
                 k += 1;
+                each(est, ta);
+                ta = arrival(k, rng);
             } else {
                 est.on_callback(tc as u64, j * 64);
                 j += 1;
+                each(est, tc);
+                tc = callback(j, rng);
             }
         }
-        est
     }
 
     /// A stream whose first second arrives late by 0.7-3 ms falling to nothing (a far
@@ -1768,29 +1789,23 @@ mod tests {
             let pkt_s = 64.0 / (RATE as f64 * (1.0 + sender_ppm * 1e-6));
             let t0 = 1_000_000_000.0;
             let mut worst_after: f64 = 0.0;
-            let (mut k, mut j) = (0u64, 0u64);
-            loop {
-                let sent = (k as f64 + 1.0) * pkt_s * 1e9;
-                let late = (extra_ns * (1.0 - sent / drain_ns)).max(0.0);
-                let ta = t0 + sent + 5e6 + late + rng.uniform(0.0, 1e5);
-                let tc = t0 + j as f64 * 64.0 / RATE as f64 * 1e9 + rng.uniform(0.0, 1e5);
-                if ta.min(tc) > t0 + 10e9 {
-                    break;
-                }
-                if ta < tc {
-                    est.on_packet(ta as u64, 1_000 + k * 64);
-                    k += 1;
-                } else {
-                    est.on_callback(tc as u64, j * 64);
-                    j += 1;
-                }
-                let at = ta.min(tc) - t0;
-                if at > drain_ns + 2e9 {
-                    if let Some(r) = est.ratio() {
-                        worst_after = worst_after.max(((r - 1.0) * 1e6 - sender_ppm).abs());
+            drive(
+                &mut est,
+                t0 + 10e9,
+                |k, rng| {
+                    let sent = (k as f64 + 1.0) * pkt_s * 1e9;
+                    t0 + sent + 5e6 + (extra_ns * (1.0 - sent / drain_ns)).max(0.0) + rng.uniform(0.0, 1e5)
+                },
+                |j, rng| t0 + j as f64 * 64.0 / RATE as f64 * 1e9 + rng.uniform(0.0, 1e5),
+                &mut rng,
+                |est, at| {
+                    if at - t0 > drain_ns + 2e9 {
+                        if let Some(r) = est.ratio() {
+                            worst_after = worst_after.max(((r - 1.0) * 1e6 - sender_ppm).abs());
+                        }
                     }
-                }
-            }
+                },
+            );
             println!("{extra_ns} ns drained in {drain_ns} ns, sender {sender_ppm} ppm: off by {worst_after:.1} ppm at most from 2 s after");
             assert!(
                 worst_after < 10.0,
