@@ -6,7 +6,8 @@
 //! WORST_CENTS CLEAN_WORST_CENTS`, then the summary as a person reads it. The worst pitch
 //! error is read over every window; in a glitch window a splice moves the spectrum's peak,
 //! so the clean figure, over the windows that are not glitches, is the pitch a listener
-//! hears held. Exits 2 on a file it cannot measure.
+//! hears held. Exits 2 on a file it cannot measure. With `LISTEN_WAV_WINDOWS` set in the
+//! environment, every window's figures follow, each line starting with `#`.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -44,6 +45,22 @@ fn main() {
                 .fold(0.0f64, |worst, c| if c.abs() > worst.abs() { c } else { worst });
             // A reader that stops after the first line is no error.
             let mut out = std::io::stdout().lock();
+            if std::env::var_os("LISTEN_WAV_WINDOWS").is_some() {
+                // Every window, to find where a figure comes from: start (s), the tone's
+                // pitch error (cents) and level (dB), the residual (dB), G for a glitch.
+                for w in &l.windows {
+                    let tone = w.present.first();
+                    let _ = writeln!(
+                        out,
+                        "# {:.1} {:+.2} {:.1} {:.1}{}",
+                        w.start_seconds,
+                        tone.map_or(0.0, |t| t.cents),
+                        tone.map_or(-120.0, |t| t.level_db),
+                        w.residual_db.unwrap_or(-120.0),
+                        if w.is_glitch() { " G" } else { "" }
+                    );
+                }
+            }
             let _ = writeln!(
                 out,
                 "{} {} {} {:.2} {clean:.2}\n{s}",
