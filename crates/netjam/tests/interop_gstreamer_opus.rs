@@ -183,6 +183,12 @@ struct GstEncoding {
     audio_type: &'static str,
 }
 
+/// The receiver's fixed buffer. The claim is that GStreamer's Opus is decoded, not its
+/// latency: GStreamer is no realtime sender, and on a loaded machine its pipeline paused
+/// for more than 30 ms (arrival variation p99 36.5 ms, 6 packets late behind a 30 ms
+/// buffer, with the whole suite and two busy loops running).
+const G2N_BUFFER_MS: f64 = 80.0;
+
 /// Stream 1 s of a 1 kHz tone from GStreamer into `netjam recv`, which plays 0.6 s of it
 /// (stopping while the stream still runs, so no concealment after its end is counted).
 fn gstreamer_to_netjam(tag: &str, enc: GstEncoding, format_args: &[&str]) {
@@ -194,7 +200,7 @@ fn gstreamer_to_netjam(tag: &str, enc: GstEncoding, format_args: &[&str]) {
             format_args,
             &[
                 "--buffer",
-                "30ms",
+                &format!("{G2N_BUFFER_MS}ms"),
                 "--duration",
                 "0.6",
                 "--output",
@@ -259,9 +265,9 @@ fn gstreamer_to_netjam(tag: &str, enc: GstEncoding, format_args: &[&str]) {
     }
     assert_eq!(d["decode_errors"], 0, "{context}");
     assert_eq!(d["dropped_packets"], 0, "{context}");
-    // 0.6 s of playout less the 30 ms buffer, in packets.
+    // 0.6 s of playout less the buffer, in packets.
     let packet_frames = enc.frame_ms * 48.0;
-    let expected = (0.57 * RATE / packet_frames).floor();
+    let expected = ((0.6 - G2N_BUFFER_MS / 1e3) * RATE / packet_frames).floor();
     assert!(
         n(&d["decoded_packets"]) >= expected - 2.0,
         "{} packets decoded ({} came after their time was concealed), expected about {expected}; {context}",
@@ -273,8 +279,8 @@ fn gstreamer_to_netjam(tag: &str, enc: GstEncoding, format_args: &[&str]) {
     // be late and one gap concealed, no more -- unless GStreamer itself stalled (it is no
     // realtime sender: on a busy machine its pipeline can pause for tens of milliseconds and
     // then burst). The receiver measures that as arrival variation; a stall reaching a third
-    // of the 30 ms buffer may cost up to three more packets, and each must be counted.
-    let sender_stalled = pdv_p99_ms > 10.0;
+    // of the buffer may cost up to three more packets, and each must be counted.
+    let sender_stalled = pdv_p99_ms > G2N_BUFFER_MS / 3.0;
     let late_allowed = if sender_stalled { 4.0 } else { 1.0 };
     assert!(n(&d["late_packets"]) <= late_allowed, "late packets; {context}");
     assert!(
