@@ -461,7 +461,8 @@ impl ClockFit {
         let previous = self.fitted.filter(|_| !transient);
         self.fitted = self
             .fit()
-            .filter(|s| (s.ns_per_frame / self.ns_per_frame).abs() < MAX_CLOCK_DEVIATION);
+            .filter(|s| (s.ns_per_frame / self.ns_per_frame).abs() < MAX_CLOCK_DEVIATION)
+            .filter(|&s| !self.unlike_the_held(s));
         if self.fitted.is_none() {
             self.held = self.held.or(previous);
         }
@@ -514,27 +515,58 @@ impl ClockFit {
             return false;
         }
         let half = self.len / 2;
-        let start = (self.head + POINTS - self.len) % POINTS;
-        let part = |from: usize, to: usize| {
-            (from..to)
-                .map(move |i| (start + i) % POINTS)
-                .filter(|&k| self.kept[k])
-                .map(|k| (self.points[k].min_m, self.points[k].min_x))
-        };
-        let (Some((_, old, old_se)), Some((_, new, new_se))) =
-            (least_squares(part(0, half)), least_squares(part(half, self.len)))
-        else {
+        let (Some(old), Some(new)) = (self.part_fit(0, half), self.part_fit(half, self.len)) else {
             return false;
         };
-        let apart = (old - new).abs();
-        let se = old_se.min(new_se) * std::f64::consts::SQRT_2;
-        if apart > HALVES_DISAGREE_SE * se && apart / self.ns_per_frame > HALVES_DISAGREE {
+        if self.rates_disagree(old, new) {
             self.len -= half;
             self.trim();
             true
         } else {
             false
         }
+    }
+
+    /// The slope and its standard error through the kept windows `from..to` of the stored
+    /// ones (oldest first).
+    fn part_fit(&self, from: usize, to: usize) -> Option<(f64, f64)> {
+        let start = (self.head + POINTS - self.len) % POINTS;
+        let kept = (from..to)
+            .map(move |i| (start + i) % POINTS)
+            .filter(|&k| self.kept[k])
+            .map(|k| (self.points[k].min_m, self.points[k].min_x));
+        least_squares(kept).map(|(_, b, se)| (b, se))
+    }
+
+    /// Whether two fitted slopes (ns per frame, standard error) are two rates, not one
+    /// (see [`HALVES_DISAGREE`]): the steadier one's error decides.
+    fn rates_disagree(&self, a: (f64, f64), b: (f64, f64)) -> bool {
+        let apart = (a.0 - b.0).abs();
+        let se = a.1.min(b.1) * std::f64::consts::SQRT_2;
+        apart > HALVES_DISAGREE_SE * se && apart / self.ns_per_frame > HALVES_DISAGREE
+    }
+
+    /// Whether `s`, fitted since a restart, reads another rate than the slope held from
+    /// before it while the newest windows do not. A re-lock or a path step most often comes
+    /// in the middle of a delay burst, and the first windows after it hold the burst's
+    /// tail: fits through them read +877 and then +758 ppm (a 10 ms jitter burst, seed 64),
+    /// drift correction played that much ahead of the audio, and playout concealed a frame
+    /// every few milliseconds for a quarter of a second. The clock behind a stream rarely
+    /// changes (the same player re-locked), so the held slope stays until the newer half of
+    /// the windows since the restart (at least [`HALF_POINTS`]) reads another rate too, and
+    /// the same as the new fit; a clock that did change is taken half a second later than
+    /// before.
+    fn unlike_the_held(&self, s: Slope) -> bool {
+        let Some(h) = self.held else { return false };
+        let held = (h.ns_per_frame, h.se);
+        if !self.rates_disagree(held, (s.ns_per_frame, s.se)) {
+            return false;
+        }
+        let fit = (s.ns_per_frame, s.se);
+        self.len < 2 * HALF_POINTS
+            || self.part_fit(self.len / 2, self.len).map_or(true, |newer| {
+                !self.rates_disagree(held, newer) || self.rates_disagree(fit, newer)
+            })
     }
 
     /// Mark the windows that lie near the lower envelope. Delay only ever adds, so the
@@ -1811,6 +1843,82 @@ mod tests {
             assert!(
                 worst_after < 10.0,
                 "{extra_ns} ns drained in {drain_ns} ns: the estimate was off by {worst_after:.1} ppm"
+            );
+        }
+    }
+
+    /// A re-lock in the middle of a delay burst: the windows after the restart hold the
+    /// burst's tail (1.2 ms late draining in 1.5 s, ragged by 1 ms), and a fit through them
+    /// alone read up to 812 ppm off. The sender's clock held from before the restart stays
+    /// until the newest windows read another rate too, and then reads true; a stream that
+    /// comes back on another clock (a player restarted on another machine) is followed, 2 s
+    /// after the restart, or 4 s when a burst's tail came first (it is forgotten first).
+    #[test]
+    fn a_burst_tail_after_a_restart_keeps_the_held_clock() {
+        // (ppm before the restart, after it, whether a burst's tail follows it, seed)
+        for (before_ppm, after_ppm, tail, seed) in [
+            (0.0, 0.0, true, 3),
+            (120.0, 120.0, true, 5),
+            (-80.0, -80.0, true, 9),
+            (0.0, 150.0, false, 11),
+            (100.0, -60.0, true, 13),
+        ] {
+            let mut rng = SimRng::new(seed);
+            let mut est = DriftEstimator::new(RATE);
+            let pkt_ns = |ppm: f64| 64.0 / (RATE as f64 * (1.0 + ppm * 1e-6)) * 1e9;
+            let t0 = 1_000_000_000.0;
+            let restart_at = t0 + 8e9;
+            let (mut k, mut j, mut restarted, mut sent) = (0u64, 0u64, false, 0.0);
+            let (mut worst, mut worst_after, mut off_until) = (0.0f64, 0.0f64, 0.0f64);
+            loop {
+                let since = sent + t0 - restart_at;
+                let late = if tail && (0.0..1.5e9).contains(&since) {
+                    1.2e6 * (1.0 - since / 1.5e9) + rng.uniform(0.0, 1e6)
+                } else {
+                    0.0
+                };
+                let ta = t0 + sent + 5e6 + late + rng.uniform(0.0, 1e5);
+                let tc = t0 + j as f64 * 64.0 / RATE as f64 * 1e9 + rng.uniform(0.0, 1e5);
+                let now = ta.min(tc);
+                if now > t0 + 16e9 {
+                    break;
+                }
+                if !restarted && now >= restart_at {
+                    est.restart_sender();
+                    restarted = true;
+                }
+                if ta < tc {
+                    est.on_packet(ta as u64, 77_777 + k * 64);
+                    k += 1;
+                    sent += pkt_ns(if since >= 0.0 { after_ppm } else { before_ppm });
+                } else {
+                    est.on_callback(tc as u64, j * 64);
+                    j += 1;
+                }
+                if let (true, Some(r)) = (restarted, est.ratio()) {
+                    let off = ((r - 1.0) * 1e6 - after_ppm).abs();
+                    worst = worst.max(off);
+                    if off > 10.0 {
+                        off_until = (now - restart_at) / 1e9;
+                    }
+                    if now > restart_at + 5e9 {
+                        worst_after = worst_after.max(off);
+                    }
+                }
+            }
+            println!(
+                "{before_ppm} ppm, then {after_ppm} (tail: {tail}): off by {worst:.1} ppm at most after the \
+                 restart, more than 10 ppm until {off_until:.2} s, {worst_after:.1} from 5 s after it"
+            );
+            if before_ppm == after_ppm {
+                assert!(
+                    worst < 20.0,
+                    "{before_ppm} ppm: a fit through the tail read {worst:.1} ppm off"
+                );
+            }
+            assert!(
+                worst_after < 10.0,
+                "{after_ppm} ppm: {worst_after:.1} ppm off 5 s after the restart"
             );
         }
     }

@@ -143,8 +143,11 @@ struct Recovery {
     /// Discontinuities from the event's start on, and skips plus inserts after its end.
     discontinuities: Vec<Discontinuity>,
     moves_after_end: usize,
-    /// Of those, how often playout changed direction (a skip after an insert or back).
+    /// Of those, how often playout changed direction (a skip after an insert or back);
+    /// and how often from the link's last held packet on (a wait for a packet the link
+    /// still held is part of the event).
     reversals: usize,
+    reversals_after_link: usize,
     /// The receiver's figures at the end of the run.
     target_end_ms: f64,
     peak_events: u64,
@@ -403,21 +406,27 @@ fn run_on(
         .iter()
         .filter(|d| d.output_frame >= end_frame && d.kind != DiscontinuityKind::Concealed)
         .count();
-    // Playout hunting: a skip after an insert or an insert after a skip.
-    let mut reversals = 0;
-    let mut last_move = None;
-    for d in discontinuities.iter().filter(|d| d.output_frame >= end_frame) {
-        if d.kind == DiscontinuityKind::Concealed {
-            continue;
+    // Playout hunting: a skip after an insert or an insert after a skip, from `frame` on.
+    let reversals_from = |frame: u64| {
+        let mut reversals = 0;
+        let mut last_move = None;
+        for d in discontinuities.iter().filter(|d| d.output_frame >= frame) {
+            if d.kind == DiscontinuityKind::Concealed {
+                continue;
+            }
+            if last_move.is_some_and(|k| k != d.kind) {
+                reversals += 1;
+            }
+            last_move = Some(d.kind);
         }
-        if last_move.is_some_and(|k| k != d.kind) {
-            reversals += 1;
-        }
-        last_move = Some(d.kind);
-    }
+        reversals
+    };
+    let reversals = reversals_from(end_frame);
+    let reversals_after_link = reversals_from(frame_at(end_ns.max(held_until)));
     let jb = s.receiver.stats().jitter_buffer;
     Recovery {
         reversals,
+        reversals_after_link,
         target_end_ms: jb.target_ms,
         peak_events: jb.peak_events,
         relocks: jb.relocks,
@@ -651,9 +660,12 @@ fn recovers_from_a_rate_collapse_within_a_second_under_the_safe_policy() {
 
 /// The jitter burst under the tight policy over 36 seeds (4-354), bit-exact and resampled:
 /// how many runs are back within a second of the burst's end, and of the end of what the
-/// link held back. Every run is printed; run on purpose with `--ignored --nocapture`.
+/// link held back (hunting counted from then too: a wait for a packet the link still held
+/// is part of the burst). Every run is printed (`--nocapture`). Every run is back within a
+/// second of the link's last held packet since a fit through a burst's tail no longer
+/// replaces the sender's held clock (seeds 64 and 114, resampled, read +758 to +877 ppm and
+/// concealed 40-85 times after the burst, back only after 1.6-1.8 s).
 #[test]
-#[ignore = "36 seeds of the jitter burst, half a minute: run on purpose"]
 fn jitter_burst_recovery_over_many_seeds() {
     let (mut back, mut back_after_link, mut runs) = (0, 0, 0);
     let mut recoveries = Vec::new();
@@ -662,11 +674,11 @@ fn jitter_burst_recovery_over_many_seeds() {
             let r = run(JITTER, drift, LatencyPolicy::Tight, seed);
             eprintln!("seed {seed}: {}", report(JITTER, drift, LatencyPolicy::Tight, &r));
             runs += 1;
-            let within = |ns: Option<u64>| {
-                ns.is_some_and(|ns| ns <= RECOVERY_TARGET_NS) && r.reversals <= MAX_REVERSALS
+            let within = |ns: Option<u64>, reversals: usize| {
+                ns.is_some_and(|ns| ns <= RECOVERY_TARGET_NS) && reversals <= MAX_REVERSALS
             };
-            back += within(r.recovery_ns) as usize;
-            back_after_link += within(r.recovery_after_link_ns) as usize;
+            back += within(r.recovery_ns, r.reversals) as usize;
+            back_after_link += within(r.recovery_after_link_ns, r.reversals_after_link) as usize;
             recoveries.push(r.recovery_ns.map_or(f64::INFINITY, |ns| ns as f64 / 1e9));
         }
     }
