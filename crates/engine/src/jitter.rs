@@ -11,7 +11,7 @@
 //!   `now − (earliest arrival of the next frame) − delay`, where the target inside the
 //!   delay comes from [`DelayEstimator`] (adaptive) or is fixed. Bit-exact, the delay is one
 //!   period plus the target; resampled, it follows the phase of device periods against
-//!   packet arrivals (see [`JitterBuffer::playout_delay_ns`]), up to a period less, and
+//!   packet arrivals (see `JitterBuffer::playout_delay_ns`), up to a period less, and
 //!   keeps the cover ([`DelayEstimator::phase_cover_ns`]: under the tight policy the target
 //!   without its margin) before it waits a period more. The phase's walk is read from the
 //!   phase; a phase that jumps (the path's delay stepped) is taken at once. Playout
@@ -895,7 +895,7 @@ impl JitterBuffer {
 
     /// Account the arrival of a compressed packet of `frames` frames at media time `ts`
     /// (timing, lateness, re-locks) whose audio comes later, decoded in order, through
-    /// [`Self::insert_decoded`]. Returns what [`Self::insert`] would have.
+    /// [`Self::push_coded`]. Returns what [`Self::insert`] would have.
     pub fn observe(&mut self, now_ns: u64, ts: u64, frames: u64) -> InsertOutcome {
         let outcome = match self.admit(now_ns, ts, frames, true) {
             Err(None) => {
@@ -1100,7 +1100,7 @@ impl JitterBuffer {
     /// it stood, so the far audio due meanwhile is late already, if the far side sent it.
     /// Once that is known (`settle_device_lost`: at once when a loss of a few
     /// packets shows in what piled up, else at the first packet due after it) a period drops
-    /// as much of it as playout is late (up to `frames`, less [`SHRINK_KEEP_NS`], less what
+    /// as much of it as playout is late (up to `frames`, less `SHRINK_KEEP_NS`, less what
     /// the far side's audio came late by or skipped) in one cross-faded skip, instead of
     /// playing it a whole shrink window late and splicing again to catch up. A deadline was
     /// really missed, so a bit-exact stream skips too. Realtime-safe.

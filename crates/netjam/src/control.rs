@@ -4,7 +4,7 @@
 //! (each member's name and statistics, the whole stats snapshot, the roster).
 //!
 //! A control thread ([`ControlServer::spawn`]) listens on one UDP port and dispatches
-//! each datagram through a `netjam-osc` [`Tree`](netjam_osc::Tree) whose ports all carry
+//! each datagram through a `netjam-osc` [`netjam_osc::Tree`] whose ports all carry
 //! metadata (argument types, range, unit, description), answered on `/_meta ,s PATH`.
 //! * A member's seat is addressed by its name too: a lone message to `/member/NAME/PORT`
 //!   (NAME whatever the case) is the seat's `/memberSEAT/PORT`, and its replies come back

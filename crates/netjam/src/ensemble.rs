@@ -946,8 +946,8 @@ pub mod beat_delay;
 pub mod click;
 
 /// The shared beat in a jam: the ensemble member runs on a thread of its own, and
-/// [`BeatClicks`] mixes a click on the ensemble's beat into what the player hears (and,
-/// with `--delay-to-beat`, delays what is heard to the beat: [`super::beat_delay`]).
+/// [`BeatClicks`](beat::BeatClicks) mixes a click on the ensemble's beat into what the player hears (and,
+/// with `--delay-to-beat`, delays what is heard to the beat: [`beat_delay`]).
 pub mod beat {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
@@ -986,7 +986,7 @@ pub mod beat {
         pub input_latency_frames: AtomicU64,
         /// `--delay-to-beat`: beats to hear the other players late by (0: off).
         pub delay_beats: AtomicU64,
-        /// Where the delayed stream stands ([`super::super::beat_delay::DelayState::to_word`])
+        /// Where the delayed stream stands ([`DelayState::to_word`](super::beat_delay::DelayState::to_word))
         /// and the delay wanted, ns.
         pub delay_state: AtomicU64,
         pub delay_want_ns: AtomicU64,

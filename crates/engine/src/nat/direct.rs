@@ -250,7 +250,7 @@ pub struct DirectStats {
     pub transmit_drops: u64,
     /// Peers not tracked because [`DirectConfig::max_peers`] were.
     pub peers_refused: u64,
-    /// Direct paths declared dead and revived by a late answer (see [`REVIVE_NS`]).
+    /// Direct paths declared dead and revived by a late answer (see `REVIVE_NS`).
     pub revived: u64,
 }
 

@@ -71,7 +71,7 @@ pub struct Roster {
     /// Why the server (or the one the room moved to) refused to seat this player again;
     /// it then stops trying.
     pub refused: Option<String>,
-    /// The refusal was [`RefuseCode::Replaced`]: netjam joined again under this player's
+    /// The refusal was [`RefuseCode::Replaced`](crate::room::msg::RefuseCode::Replaced): netjam joined again under this player's
     /// name from this computer and has the seat now.
     pub replaced: bool,
     /// Seats kept, by name (as [`fold_name`] folds it), for members who left or timed out

@@ -304,7 +304,7 @@ impl RekeyStatus {
 /// `/netjam/rekey`: a seated member of a private room gives the server a new join proof
 /// (the key of a new password) for the room's next epoch, or shows it has the key of the
 /// room's current one, wrapped and authenticated under the key it has
-/// ([`rekey_wrap`](super::auth::rekey_wrap)).
+/// ([`RekeyKeys::wrap`](super::auth::RekeyKeys::wrap)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rekey<'a> {
     /// The epoch the key is for: the room's next (a change) or its current (taking it).
@@ -451,7 +451,7 @@ pub enum Control<'a> {
         epoch: u32,
         /// Raw status (see [`RekeyStatus::from_i32`]).
         status: i32,
-        /// [`rekeyed_mac`](super::auth::rekeyed_mac); empty with [`RekeyStatus::Unproven`].
+        /// [`RekeyKeys::answer_mac`](super::auth::RekeyKeys::answer_mac); empty with [`RekeyStatus::Unproven`].
         mac: &'a [u8],
     },
     /// server → client: `/netjam/epoch`, reliable (the roster's sequence numbers): the

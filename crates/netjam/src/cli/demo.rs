@@ -1,6 +1,6 @@
 //! `netjam demo`: a Seattle–Vermont jam in one process, no sound card needed.
 //!
-//! Synthetic music → sender → loopback UDP → a [`LinkEmulator`] with the Seattle–Vermont
+//! Synthetic music → sender → loopback UDP → a [`LinkEmulator`](crate::link_emulator::LinkEmulator) with the Seattle–Vermont
 //! link profile → receiver → WAV file. It ends with the latency budget, measured stage by
 //! stage, and the quality figures.
 

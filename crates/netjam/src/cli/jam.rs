@@ -159,7 +159,7 @@ pub struct JamArgs {
     /// removed when you leave, on an error, Ctrl-C or SIGTERM too.
     #[arg(long, help_heading = ROOM, visible_alias = "upnp", conflicts_with = "via_server")]
     pub port_map: bool,
-    /// Also ask this STUN server (HOST[:PORT], port 3478 unless given) where it sees you,
+    /// Also ask this STUN server (HOST or HOST:PORT, port 3478 unless given) where it sees you,
     /// and say whether your router shows the same public port to it as to the rooms server
     /// (endpoint-independent mapping) or another one (port-randomising NAT). Where the
     /// router gives each new destination the next port, its next few ports go to the other

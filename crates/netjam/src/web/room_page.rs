@@ -109,7 +109,7 @@ pub struct Budget {
 /// jitter (RFC 3550) and what their buffer adds, ms. Sent as an array of four.
 pub type TrendPoint = (f64, Option<f64>, f64, f64);
 
-/// A member's last [`TREND_POINTS`] points, a second apart.
+/// A member's last `TREND_POINTS` points, a second apart.
 #[derive(Debug, Clone, Serialize)]
 pub struct TrendView {
     pub name: String,
@@ -257,7 +257,7 @@ pub fn parse(text: &str) -> Result<PageCommand, String> {
 
 /// A link's quality on JackTrip's scale (its Virtual Studio's labels). The figures used
 /// here: the round trip to the member as RTCP measures it on the path media takes,
-/// averaged and at its worst over the last [`QUALITY_WINDOW_S`] seconds, and what the
+/// averaged and at its worst over the last `QUALITY_WINDOW_S` seconds, and what the
 /// member's jitter buffer adds now (its `added_latency_ms`).
 /// Excellent: round trip < 10 ms on average and < 15 ms at worst, buffer < 6 ms; Good:
 /// 20 / 30 / 9 ms; Fair: 30 / 40 / 12 ms; anything else Poor.
