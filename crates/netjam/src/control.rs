@@ -297,7 +297,11 @@ struct Shared {
 /// whatever its queries answer from.
 trait Served: Send + Sync + 'static {
     fn counters(&self) -> &Counters;
-    fn stopped(&self) -> bool;
+    /// Set to stop the serving loop (it looks at least once a poll interval).
+    fn stop_flag(&self) -> &AtomicBool;
+    fn stopped(&self) -> bool {
+        self.stop_flag().load(Ordering::Relaxed)
+    }
     /// The seat of the member named `name` (whatever the case), for `/member/NAME/...`;
     /// `None` on a surface without members.
     fn seat_named(&self, _name: &str) -> Option<u16> {
@@ -309,8 +313,8 @@ impl Served for Shared {
     fn counters(&self) -> &Counters {
         &self.counters
     }
-    fn stopped(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
+    fn stop_flag(&self) -> &AtomicBool {
+        &self.stop
     }
     fn seat_named(&self, name: &str) -> Option<u16> {
         let name = fold_name(name);
@@ -476,65 +480,95 @@ impl ControlServer {
             sink: Box::new(sink),
             passwords,
         };
-        let shared_loop = shared.clone();
+        Ok(ControlHandle {
+            running: Running::spawn(socket, local, tree, ctx, shared)?,
+        })
+    }
+}
+
+/// A control thread serving `S`, as its owner holds it: what they share, the address it
+/// listens on, and the thread, stopped and joined when this is dropped. Both surfaces'
+/// handles (a player's, the rooms server's) are one of these.
+#[derive(Debug)]
+struct Running<S: Served> {
+    shared: Arc<S>,
+    local: SocketAddr,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl<S: Served> Running<S> {
+    /// Starts the thread serving `tree` (its handlers working on `ctx`) on `socket`, which
+    /// is bound to `local`.
+    fn spawn<C: Send + 'static>(
+        socket: UdpSocket,
+        local: SocketAddr,
+        tree: Tree<C>,
+        ctx: C,
+        shared: Arc<S>,
+    ) -> anyhow::Result<Self> {
+        let served = shared.clone();
         let thread = std::thread::Builder::new()
             .name("netjam-osc".into())
-            .spawn(move || serve(socket, tree, ctx, shared_loop))
+            .spawn(move || serve(socket, tree, ctx, served))
             .context("cannot start the OSC control thread")?;
-        Ok(ControlHandle {
+        Ok(Self {
             shared,
             local,
             thread: Some(thread),
         })
     }
-}
-
-/// The owner's side of a running control thread; dropping it stops the thread.
-#[derive(Debug)]
-pub struct ControlHandle {
-    shared: Arc<Shared>,
-    local: SocketAddr,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl ControlHandle {
-    /// The address the control thread listens on (the port chosen when 0 was asked).
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local
-    }
-
-    /// Changes what queries answer (publish statistics, seat or rename members). Holds a
-    /// lock the control thread also takes: never call it from the audio thread.
-    pub fn update<R>(&self, f: impl FnOnce(&mut ControlState) -> R) -> R {
-        f(&mut self.shared.state())
-    }
-
-    /// A copy of the current state.
-    pub fn state(&self) -> ControlState {
-        self.shared.state().clone()
-    }
 
     /// What the control thread saw so far.
-    pub fn counters(&self) -> ControlCounters {
-        self.shared.counters.snapshot()
+    fn counters(&self) -> ControlCounters {
+        self.shared.counters().snapshot()
     }
 
     /// Stops the control thread and waits for it (at most one poll interval).
-    pub fn shutdown(mut self) {
-        self.stop();
-    }
-
     fn stop(&mut self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
+        self.shared.stop_flag().store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
 }
 
-impl Drop for ControlHandle {
+impl<S: Served> Drop for Running<S> {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// The owner's side of a running control thread; dropping it stops the thread.
+#[derive(Debug)]
+pub struct ControlHandle {
+    running: Running<Shared>,
+}
+
+impl ControlHandle {
+    /// The address the control thread listens on (the port chosen when 0 was asked).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.running.local
+    }
+
+    /// Changes what queries answer (publish statistics, seat or rename members). Holds a
+    /// lock the control thread also takes: never call it from the audio thread.
+    pub fn update<R>(&self, f: impl FnOnce(&mut ControlState) -> R) -> R {
+        f(&mut self.running.shared.state())
+    }
+
+    /// A copy of the current state.
+    pub fn state(&self) -> ControlState {
+        self.running.shared.state().clone()
+    }
+
+    /// What the control thread saw so far.
+    pub fn counters(&self) -> ControlCounters {
+        self.running.counters()
+    }
+
+    /// Stops the control thread and waits for it (at most one poll interval).
+    pub fn shutdown(mut self) {
+        self.running.stop();
     }
 }
 

@@ -20,15 +20,14 @@
 //! surface does not have.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use anyhow::Context;
 use netjam_engine::room::ServerStats;
 use netjam_osc::{Arg, Meta, Request, Tree, TreeBuilder};
 
-use super::{bump, listen, serve, ControlCounters, Counters, Served};
+use super::{bump, listen, ControlCounters, Counters, Running, Served};
 use crate::server::{DelayFigures, ReportReader, ServerReport, ShellStats};
 
 /// Queries only.
@@ -46,8 +45,8 @@ impl Served for Shared {
     fn counters(&self) -> &Counters {
         &self.counters
     }
-    fn stopped(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
+    fn stop_flag(&self) -> &AtomicBool {
+        &self.stop
     }
 }
 
@@ -231,9 +230,7 @@ fn build() -> Result<Tree<Ctx>, netjam_osc::dispatch::BuildError> {
 /// A running server's OSC control thread; dropping it stops the thread.
 #[derive(Debug)]
 pub struct ServerControl {
-    shared: Arc<Shared>,
-    local: SocketAddr,
-    thread: Option<JoinHandle<()>>,
+    running: Running<Shared>,
 }
 
 impl ServerControl {
@@ -249,44 +246,24 @@ impl ServerControl {
         let ctx = Ctx {
             shared: shared.clone(),
         };
-        let served = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("netjam-osc".into())
-            .spawn(move || serve(socket, tree, ctx, served))
-            .context("cannot start the OSC control thread")?;
         Ok(ServerControl {
-            shared,
-            local,
-            thread: Some(thread),
+            running: Running::spawn(socket, local, tree, ctx, shared)?,
         })
     }
 
     /// The address it listens on (the port chosen when 0 was asked).
     pub fn local_addr(&self) -> SocketAddr {
-        self.local
+        self.running.local
     }
 
     /// What the control thread saw so far.
     pub fn counters(&self) -> ControlCounters {
-        self.shared.counters.snapshot()
+        self.running.counters()
     }
 
     /// Stops the control thread and waits for it (at most one poll interval).
     pub fn shutdown(mut self) {
-        self.stop();
-    }
-
-    fn stop(&mut self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for ServerControl {
-    fn drop(&mut self) {
-        self.stop();
+        self.running.stop();
     }
 }
 
