@@ -17,7 +17,10 @@
 //! * direct paths: two players behind cone routers go direct within 1 s of joining and the
 //!   server forwards none of their media; pairs with a port-randomising router stay
 //!   relayed and the music goes on; a direct path cut mid-stream (a drop rule between the
-//!   two routers) comes back through the server with a bounded loss.
+//!   two routers) comes back through the server with a bounded loss. Across both switches
+//!   (server to direct, direct to server) each player's recording is judged as a listener
+//!   would (`netjam_engine::listen`): the other's tone in tune outside glitch windows, the
+//!   glitch windows counted and placed against the switch.
 //!
 //! * retries: two players behind cone routers whose direct way is blocked when they join
 //!   stay relayed; once it opens, their next attempt finds the direct path.
@@ -53,6 +56,8 @@ use std::time::{Duration, Instant};
 use common::natlab::{in_ns, Mapper, NatLab, RouterKind};
 use common::signal::{read_channel0, tone_amp, write_tone, RATE};
 use common::{address_in, read_json, require, tmp_dir, Proc, BIN};
+use netjam::endpoint::wav::read_first_channel;
+use netjam_engine::listen::{listen, Tones};
 
 /// Tone amplitude: four summed stay far from clipping.
 const AMP: f64 = 0.2;
@@ -64,6 +69,10 @@ const SIDE_HZ: f64 = 200.0;
 const PRESENT: f64 = AMP / 4.0;
 /// ... and absent when it stands out of its sides by less than −30 dB of it.
 const ABSENT: f64 = AMP / 30.0;
+/// The worst pitch error a listener may hear in a window without a glitch, in cents, across
+/// a path switch (as `tests/listener_tones.rs` allows a jam on loopback on a loaded
+/// machine; the players here run without realtime scheduling).
+const MAX_CENTS: f64 = 3.0;
 /// How long any one step may take on a loaded machine.
 const STEP: Duration = Duration::from_secs(15);
 const ROOM: &str = "natlab";
@@ -106,6 +115,64 @@ fn levels(path: &Path, hz: f64) -> Vec<(f64, f64)> {
             )
         })
         .collect()
+}
+
+/// How `p` heard `hz` (its own tone, `own`, must be absent) while it played, the way a
+/// listener would (`netjam_engine::listen`, over the span from 0.3 s after the tone was
+/// first heard to 0.3 s before it was last heard): the worst pitch error in a window
+/// without a glitch (cents), the glitch windows' starts and where the span starts, in
+/// seconds into its recording.
+fn listened(p: &Player, hz: f64, own: f64) -> (f64, Vec<f64>, f64) {
+    let l = levels(&p.output, hz);
+    let first = l.iter().position(|b| b.0 > PRESENT).expect("the tone is heard");
+    let last = l.iter().rposition(|b| b.0 > PRESENT).expect("the tone is heard");
+    let (samples, rate) =
+        read_first_channel(&p.output).unwrap_or_else(|e| panic!("{}: {e:#}", p.output.display()));
+    let edge = rate as usize * 3 / 10;
+    let from = first * BLOCK + edge;
+    let to = ((last + 1) * BLOCK).saturating_sub(edge).min(samples.len());
+    assert!(
+        to > from + rate as usize,
+        "{}: {hz} Hz heard for under 1.6 s",
+        p.name
+    );
+    let listening = listen(&samples[from..to], rate, &Tones::present(&[hz]).absent(&[own]))
+        .unwrap_or_else(|e| panic!("{}: {e}", p.output.display()));
+    let clean_cents = listening
+        .windows
+        .iter()
+        .filter(|w| !w.is_glitch())
+        .filter_map(|w| w.present.first())
+        .fold(0.0f64, |m, t| m.max(t.cents.abs()));
+    let offset = from as f64 / rate as f64;
+    let glitches = listening
+        .summary
+        .glitches
+        .iter()
+        .map(|g| g.at_seconds + offset)
+        .collect();
+    (clean_cents, glitches, offset)
+}
+
+/// The listener's figures for `p` hearing `hz` across a path switch at `switch` (seconds
+/// into its recording), printed under `what`; fails on a pitch error beyond [`MAX_CENTS`]
+/// outside glitch windows. Glitch windows are counted, not judged: a player without
+/// realtime scheduling on a loaded machine conceals a late packet now and then.
+fn judge_switch(what: &str, p: &Player, hz: f64, own: f64, switch: f64) {
+    let (cents, glitches, from) = listened(p, hz, own);
+    let near = glitches.iter().filter(|&&g| (g - switch).abs() <= 0.5).count();
+    eprintln!(
+        "{what}: {} heard {hz} Hz within {cents:.2} cents outside glitch windows from {from:.2} s on; \
+         {} glitch windows, {near} of them within 0.5 s of the switch at {switch:.2} s (at {:.2?} s)",
+        p.name,
+        glitches.len(),
+        glitches
+    );
+    assert!(
+        cents <= MAX_CENTS,
+        "{what}: {} heard {hz} Hz {cents:.2} cents off in a window without a glitch",
+        p.name
+    );
 }
 
 fn block_s(blocks: usize) -> f64 {
@@ -726,8 +793,18 @@ fn players_behind_cone_routers_go_direct_and_the_server_forwards_none_of_their_m
     // bo plays a second less than ana.
     let mut players = seat_players(&lab, &dir, &tones, |i| 6.0 - i as f64, |_| vec![], |_, _| {});
     both_direct_within_a_second(&mut players, &lab, "cone <-> cone");
+    let switched: Vec<Instant> = [(0, "bo"), (1, "ana")]
+        .iter()
+        .map(|&(i, other)| players[i].path_to(other).0)
+        .collect();
     let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
     let server = servers.stop();
+    // Media goes through the server until the direct path is confirmed: what each heard
+    // across the switch, as a listener would.
+    for (me, other) in [(0, 1), (1, 0)] {
+        let at = block_s(players[me].block_at(switched[me]));
+        judge_switch("server -> direct", &players[me], tones[other].1, tones[me].1, at);
+    }
     // The server forwarded none of their media once the path was direct: at most what
     // they sent in the second it may take to confirm it (measured: tens of milliseconds).
     let forwarded = count(&server["shell"], "sent");
@@ -925,6 +1002,10 @@ fn a_direct_path_cut_mid_stream_comes_back_through_the_server() {
     }
     let reports: Vec<serde_json::Value> = players.iter_mut().map(Player::finish).collect();
     let _server = servers.stop();
+    for (me, other) in [(0, 1), (1, 0)] {
+        let at = block_s(players[me].block_at(cut_at));
+        judge_switch("direct -> server", &players[me], tones[other].1, tones[me].1, at);
+    }
     for (me, other) in [(0, 1), (1, 0)] {
         let l = levels(&players[me].output, tones[other].1);
         let at = players[me].block_at(cut_at);
