@@ -260,6 +260,21 @@ pub struct Listening {
     pub summary: ListenSummary,
 }
 
+impl Listening {
+    /// The largest pitch error of any present tone in a window without a glitch (cents,
+    /// signed; 0 when every window glitched): how far out of tune the sound is where it is
+    /// whole. A glitch window has no pitch worth reading (a splice moves the spectrum's
+    /// peak); it is counted in [`ListenSummary::glitches`] instead.
+    pub fn worst_clean_cents(&self) -> f64 {
+        self.windows
+            .iter()
+            .filter(|w| !w.is_glitch())
+            .flat_map(|w| &w.present)
+            .map(|t| t.cents)
+            .fold(0.0, |worst, c| if c.abs() > worst.abs() { c } else { worst })
+    }
+}
+
 /// Measures `tones` in `samples` (mono, at `rate` Hz, full scale ±1), window by window.
 ///
 /// Windows are [`WINDOW_SECONDS`] long, one every half window from
@@ -688,6 +703,11 @@ mod tests {
         assert!((l.summary.worst_cents - 5.0).abs() < 0.1, "{}", l.summary);
         assert!(l.windows.iter().all(|w| (w.present[0].cents - 5.0).abs() < 0.1));
         assert_eq!(l.summary.glitch_windows(), 0, "{}", l.summary);
+        assert!(
+            (l.worst_clean_cents() - 5.0).abs() < 0.1,
+            "{}",
+            l.worst_clean_cents()
+        );
     }
 
     #[test]
@@ -703,6 +723,9 @@ mod tests {
             .collect();
         let l = listen(&x, RATE, &Tones::present(&[440.0])).unwrap();
         glitches_only_at(&l, at);
+        // The splice moves the peak in the windows that hold it; where the tone is whole it
+        // reads true.
+        assert!(l.worst_clean_cents().abs() < 0.1, "{}", l.worst_clean_cents());
     }
 
     #[test]

@@ -36,13 +36,7 @@ fn main() {
     match measured {
         Ok(l) => {
             let s = &l.summary;
-            let clean = l
-                .windows
-                .iter()
-                .filter(|w| !w.is_glitch())
-                .flat_map(|w| &w.present)
-                .map(|t| t.cents)
-                .fold(0.0f64, |worst, c| if c.abs() > worst.abs() { c } else { worst });
+            let clean = l.worst_clean_cents();
             // A reader that stops after the first line is no error.
             let mut out = std::io::stdout().lock();
             if std::env::var_os("LISTEN_WAV_WINDOWS").is_some() {

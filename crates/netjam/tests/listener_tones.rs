@@ -66,12 +66,7 @@ fn judge(output: &Path, heard: f64, own: f64) -> (ListenSummary, f64, usize, u32
         read_first_channel(output).unwrap_or_else(|e| panic!("{}: {e:#}", output.display()));
     let tones = Tones::present(&[heard]).absent(&[own]).skip(SKIP_SECONDS);
     let listening = listen(&samples, rate, &tones).unwrap_or_else(|e| panic!("{}: {e}", output.display()));
-    let clean_cents = listening
-        .windows
-        .iter()
-        .filter(|w| !w.is_glitch())
-        .filter_map(|w| w.present.first())
-        .fold(0.0f64, |m, t| m.max(t.cents.abs()));
+    let clean_cents = listening.worst_clean_cents().abs();
     (listening.summary, clean_cents, samples.len(), rate)
 }
 

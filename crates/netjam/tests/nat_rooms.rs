@@ -138,12 +138,7 @@ fn listened(p: &Player, hz: f64, own: f64) -> (f64, Vec<f64>, f64) {
     );
     let listening = listen(&samples[from..to], rate, &Tones::present(&[hz]).absent(&[own]))
         .unwrap_or_else(|e| panic!("{}: {e}", p.output.display()));
-    let clean_cents = listening
-        .windows
-        .iter()
-        .filter(|w| !w.is_glitch())
-        .filter_map(|w| w.present.first())
-        .fold(0.0f64, |m, t| m.max(t.cents.abs()));
+    let clean_cents = listening.worst_clean_cents().abs();
     let offset = from as f64 / rate as f64;
     let glitches = listening
         .summary
