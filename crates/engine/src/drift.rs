@@ -558,11 +558,10 @@ impl ClockFit {
     /// before.
     fn unlike_the_held(&self, s: Slope) -> bool {
         let Some(h) = self.held else { return false };
-        let held = (h.ns_per_frame, h.se);
-        if !self.rates_disagree(held, (s.ns_per_frame, s.se)) {
+        let (held, fit) = ((h.ns_per_frame, h.se), (s.ns_per_frame, s.se));
+        if !self.rates_disagree(held, fit) {
             return false;
         }
-        let fit = (s.ns_per_frame, s.se);
         self.len < 2 * HALF_POINTS
             || self.part_fit(self.len / 2, self.len).map_or(true, |newer| {
                 !self.rates_disagree(held, newer) || self.rates_disagree(fit, newer)

@@ -571,9 +571,10 @@ fn a_loss_burst_costs_no_lasting_latency_bit_exact() {
 /// burst is dense (every 125 ms block of it disturbed), so once 0.375-0.5 s have passed
 /// without a late packet it is forgotten, peaks and cap memory alike: back 0.69-0.92 s
 /// after its end in these seeds, bit-exact and resampled alike (1.25-1.41 s while the cap
-/// kept its whole 0.5-1 s memory and the peaks twice their spacing). Not every seed makes it within a second of the
-/// burst's nominal end: in some the link delivers a packet it held back (and those queued
-/// behind it) up to 1.2 s later; `jitter_burst_recovery_over_many_seeds` counts both.
+/// kept its whole 0.5-1 s memory and the peaks twice their spacing). Not every seed makes
+/// it within a second of the burst's nominal end: in some the link delivers a packet it
+/// held back (and those queued behind it) up to 1.2 s later;
+/// `jitter_burst_recovery_over_many_seeds` counts both.
 #[test]
 fn recovers_from_a_jitter_burst_within_a_second_under_the_tight_policy() {
     tight_runs(JITTER, |r, line| {
